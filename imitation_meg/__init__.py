@@ -1,5 +1,31 @@
-"""imitation_meg: maximum entropy goal-directedness for imitation / seals / stable-baselines3."""
+"""imitation_meg: maximum entropy goal-directedness (MEG) for imitation / seals / stable-baselines3.
+
+The core API is light: ``import imitation_meg`` imports neither stable-baselines3 nor imitation.
+
+Example:
+    >>> import imitation_meg as im
+    >>> mdp = im.envs.cliff_world(horizon=30)
+    >>> res = im.meg(im.policies.epsilon_greedy(mdp, 0.1), mdp)
+    >>> res.meg > 0
+    True
+"""
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+from imitation_meg import envs, policies, soft_vi
+from imitation_meg.mdp import TabularMDP
+from imitation_meg.meg import MEGResult, meg, meg_one_step
+from imitation_meg.soft_vi import occupancy_measures, soft_value_iteration
+
+__all__ = [
+    "__version__",
+    "TabularMDP",
+    "MEGResult",
+    "meg",
+    "meg_one_step",
+    "soft_value_iteration",
+    "occupancy_measures",
+    "envs",
+    "policies",
+    "soft_vi",
+]

@@ -1,0 +1,115 @@
+"""MEG on extended environments: TemptingButton (2-state frame) and CryingBaby with a frozen baby.
+
+Known-utility and signed MEG (``imitation_meg.meg``) of simple and trained agents on the
+TemptingButton frame, and of parent policies on the CryingBaby frame against its utility and,
+when ``imitation_meg.meg_target`` exists, against the two targets ("baby laughs",
+"2 < nutrition < 8"). Writes ``meg.csv``, ``results.json`` and ``meg.png`` into ``results_dir``.
+Closed form: "always push" and "never push" both have MEG = (1 + 0.25 (H - 1)) ln 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import pathlib
+
+import numpy as np
+import torch as th
+
+import imitation_meg
+from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.extended import agents, envs, run
+from imitation_meg.extended.meg_frames import (crying_baby_frame, crying_baby_policy, q_policy,
+                                               tempting_button_frame)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Settings."""
+
+    horizon: int = 20
+    q_train_steps: int = 5000
+    seed: int = 0
+    results_dir: str = "results/extended_meg"
+
+
+def _mdp(frame, utility=None):
+    return imitation_meg.TabularMDP(transition=frame.transition,
+                                    utility=frame.utility if utility is None else utility,
+                                    horizon=frame.horizon, initial_state_dist=frame.initial_state_dist,
+                                    discount=1.0)
+
+
+def main(cfg: Config) -> dict:
+    """Compute the MEG table; returns its rows."""
+    th.set_num_threads(1)
+    rows = []
+    H = cfg.horizon
+    closed = (1 + 0.25 * (H - 1)) * math.log(2)
+    q = run(envs.TemptingButton, agents.QLearner, cfg.q_train_steps, seed=cfg.seed).agent
+    pi_q = q_policy(q.q, 2, 2, q.epsilon)
+    tb_policies = {"always push": np.array([[1.0, 0.0], [1.0, 0.0]]),
+                   "never push": np.array([[0.0, 1.0], [0.0, 1.0]]),
+                   "uniform": np.full((2, 2), 0.5),
+                   f"Q after {cfg.q_train_steps} steps": pi_q}
+    for name, pi in tb_policies.items():
+        sim_pushes = bool(pi[0, 0] > 0.5)
+        mdp = _mdp(tempting_button_frame(H, sim_pushes=sim_pushes))
+        res, sres = imitation_meg.meg(pi, mdp), imitation_meg.meg(pi, mdp, signed=True)
+        rows.append({"env": "TemptingButton", "policy": name, "measure": "known utility",
+                     "meg": res.meg, "signed_meg": sres.meg, "beta": res.beta,
+                     "closed_form": closed if name in ("always push", "never push") else None})
+    frame = crying_baby_frame(H)
+    mdp = _mdp(frame)
+    parent = {"always feed": crying_baby_policy([1.0] * 10), "never feed": crying_baby_policy([0.0] * 10),
+              "feed iff nutrition < 5": crying_baby_policy([1.0] * 5 + [0.0] * 5),
+              "uniform": crying_baby_policy([0.5] * 10)}
+    has_target = hasattr(imitation_meg, "meg_target")
+    for name, pi in parent.items():
+        res, sres = imitation_meg.meg(pi, mdp), imitation_meg.meg(pi, mdp, signed=True)
+        rows.append({"env": "CryingBaby(frozen baby)", "policy": name, "measure": "known utility (laugh)",
+                     "meg": res.meg, "signed_meg": sres.meg, "beta": res.beta, "closed_form": None})
+        for tname, target in frame.targets.items():
+            if has_target:
+                tres = imitation_meg.meg_target(pi, mdp, target)
+                rows.append({"env": "CryingBaby(frozen baby)", "policy": name, "measure": f"target {tname}",
+                             "meg": float(tres.meg), "signed_meg": None, "beta": None, "closed_form": None})
+            else:
+                rows.append({"env": "CryingBaby(frozen baby)", "policy": name, "measure": f"target {tname}",
+                             "meg": None, "signed_meg": None, "beta": None, "closed_form": None,
+                             "note": "imitation_meg.meg_target not available"})
+    out = pathlib.Path(cfg.results_dir)
+    write_csv(out / "meg.csv", rows)
+    write_json(out / "results.json", {"config": cfg, "versions": library_versions(), "rows": rows,
+                                      "meg_target_available": has_target})
+    _figure(rows, out / "meg.png")
+    return {"rows": rows, "meg_target_available": has_target}
+
+
+def _figure(rows: list[dict], path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    known = [r for r in rows if r["measure"].startswith("known")]
+    fig, ax = plt.subplots(figsize=(7, 3))
+    x = np.arange(len(known))
+    ax.bar(x - 0.2, [r["meg"] for r in known], 0.4, label="MEG")
+    ax.bar(x + 0.2, [r["signed_meg"] for r in known], 0.4, label="signed MEG")
+    ax.set_xticks(x, [f"{r['env'][:8]}\n{r['policy']}" for r in known], fontsize=6)
+    ax.axhline(0, color="k", lw=0.5)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from imitation_meg.config import run_config
+
+    run_config(sys.argv[1])

@@ -1,0 +1,109 @@
+"""Reality Check (paper Def. 8, Sec. 5-6): original versus reality-checked agents.
+
+Two measurements per agent: mean reward per step on IgnoreRewards (paper Example 1), and the
+self-reflection measure over the 50-environment battery. Writes ``runs.csv``, ``summary.csv``,
+``results.json`` and ``reality_check.png`` into ``results_dir``. The paper reports no number for
+these; its claim (Sec. 6 and the library's table) is that the reality check improves learning
+agents on IgnoreRewards and leaves TemptingButton unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import time
+
+import numpy as np
+import torch as th
+
+from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.extended import envs, run, self_reflection_measure
+from imitation_meg.extended.registry import agent_factory
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Settings; ``battery_steps = 0`` skips the battery."""
+
+    agents: tuple[str, ...] = ("Q", "DQN", "A2C", "PPO")
+    seeds: tuple[int, ...] = (0, 1, 2)
+    ignore_rewards_steps: int = 5000
+    battery_steps: int = 100
+    battery_seeds: tuple[int, ...] = (0,)
+    agent_kwargs: dict = dataclasses.field(default_factory=dict)
+    results_dir: str = "results/extended_reality_check"
+
+
+def _factory(name: str, cfg: Config, n_steps: int):
+    kwargs = dict(cfg.agent_kwargs.get(name, {}))
+    if name in ("DQN", "A2C", "PPO"):
+        kwargs.setdefault("total_timesteps", n_steps)
+    return agent_factory(name, kwargs)
+
+
+def main(cfg: Config) -> dict:
+    """Run original and reality-checked agents; returns summary rows."""
+    th.set_num_threads(1)
+    out = pathlib.Path(cfg.results_dir)
+    runs, summary = [], []
+    for name in cfg.agents:
+        row = {"agent": name}
+        for label, wrap in (("original", name), ("reality_check", f"RC({name})")):
+            vals = []
+            for seed in cfg.seeds:
+                t0 = time.perf_counter()
+                res = run(envs.IgnoreRewards, _factory(wrap, cfg, cfg.ignore_rewards_steps),
+                          cfg.ignore_rewards_steps, seed=seed)
+                vals.append(res.mean_reward)
+                runs.append({"agent": wrap, "env": "IgnoreRewards", "seed": seed,
+                             "n_steps": cfg.ignore_rewards_steps, "mean_reward": res.mean_reward,
+                             "seconds": round(time.perf_counter() - t0, 2)})
+            row[f"ignore_rewards_{label}"] = float(np.mean(vals))
+            if cfg.battery_steps > 0:
+                bvals = []
+                for seed in cfg.battery_seeds:
+                    t0 = time.perf_counter()
+                    m = self_reflection_measure(_factory(wrap, cfg, cfg.battery_steps), cfg.battery_steps,
+                                                seed=seed)
+                    bvals.append(m)
+                    runs.append({"agent": wrap, "env": "battery(50)", "seed": seed, "n_steps": cfg.battery_steps,
+                                 "mean_reward": m, "seconds": round(time.perf_counter() - t0, 2)})
+                row[f"battery_{label}"] = float(np.mean(bvals))
+        summary.append(row)
+    write_csv(out / "runs.csv", runs)
+    write_csv(out / "summary.csv", summary)
+    write_json(out / "results.json", {"config": cfg, "versions": library_versions(), "runs": runs,
+                                      "summary": summary})
+    _figure(summary, out / "reality_check.png", cfg)
+    return {"summary": summary, "runs": runs}
+
+
+def _figure(summary: list[dict], path: pathlib.Path, cfg: Config) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = ["ignore_rewards"] + (["battery"] if cfg.battery_steps > 0 else [])
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3), squeeze=False)
+    x = np.arange(len(summary))
+    for ax, key in zip(axes[0], keys):
+        ax.bar(x - 0.2, [s[f"{key}_original"] for s in summary], 0.4, label="original")
+        ax.bar(x + 0.2, [s[f"{key}_reality_check"] for s in summary], 0.4, label="reality check")
+        ax.set_xticks(x, [s["agent"] for s in summary])
+        ax.set_title(key.replace("_", " "))
+        ax.set_ylabel("mean reward per step")
+        ax.axhline(0, color="k", lw=0.5)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from imitation_meg.config import run_config
+
+    run_config(sys.argv[1])

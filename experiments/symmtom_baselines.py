@@ -1,0 +1,132 @@
+"""Baseline table for SymmToM: reward per agent per episode of scripted agents on the paper's 12 configurations.
+
+Run: ``python experiments/symmtom_baselines.py configs/symmtom_baselines.yaml``. Writes
+``baselines.csv`` (one row per configuration and agent), ``baselines.json`` (config, library versions,
+rows) , ``baselines.md`` (the README table) and ``baselines.png`` into ``results_dir``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import time
+
+import numpy as np
+
+from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.symmtom import parallel_env
+from imitation_meg.symmtom.agents import HeuristicPolicy, RandomPolicy, run_episodes
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Baseline-table settings.
+
+    Attributes:
+        results_dir: output folder.
+        configurations: ``(n, w, c)`` triples; default the paper's 12.
+        agents: scripted agents to evaluate (``random``, ``heuristic``).
+        seeds: environment seeds; each seed runs ``episodes_per_seed`` episodes.
+        episodes_per_seed: episodes per seed.
+    """
+
+    results_dir: str = "results/symmtom_baselines"
+    configurations: tuple[tuple[int, ...], ...] = tuple(
+        (n, w, c) for n in (3, 4) for w in (6, 12) for c in (n, 2 * n, 3 * n)
+    )
+    agents: tuple[str, ...] = ("random", "heuristic")
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    episodes_per_seed: int = 200
+
+
+def make_policy(name: str, seed: int):
+    if name == "random":
+        return RandomPolicy(seed + 10_000)
+    if name == "heuristic":
+        return HeuristicPolicy()
+    raise ValueError(f"unknown agent {name!r}; use 'random' or 'heuristic'.")
+
+
+def markdown_table(rows: list[dict]) -> str:
+    agents = list(dict.fromkeys(r["agent"] for r in rows))
+    header = "| n | w | c | " + " | ".join(agents) + " |"
+    lines = [header, "|" + "---|" * (3 + len(agents))]
+    by_cfg: dict[tuple, dict] = {}
+    for r in rows:
+        by_cfg.setdefault((r["n"], r["w"], r["c"]), {})[r["agent"]] = r
+    for (n, w, c), per in by_cfg.items():
+        cells = [f"{per[a]['reward_mean']:.2f} ± {per[a]['reward_se']:.2f}" if a in per else "" for a in agents]
+        lines.append(f"| {n} | {w} | {c} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(cfg: Config) -> dict:
+    out_dir = pathlib.Path(cfg.results_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for n, w, c in cfg.configurations:
+        env = parallel_env(n_agents=n, width=w, n_pieces=c)
+        for name in cfg.agents:
+            start = time.perf_counter()
+            per_episode = []
+            logs: dict[str, list[float]] = {}
+            for seed in cfg.seeds:
+                out = run_episodes(env, make_policy(name, seed), cfg.episodes_per_seed, seed=seed)
+                per_episode.append(out["reward"].mean(axis=1))
+                for k, v in out.items():
+                    logs.setdefault(k, []).append(float(v.mean()))
+            rewards = np.concatenate(per_episode)
+            seed_means = np.array([r.mean() for r in per_episode])
+            row = {
+                "n": n,
+                "w": w,
+                "c": c,
+                "agent": name,
+                "episodes": len(rewards),
+                "seeds": len(cfg.seeds),
+                "reward_mean": float(rewards.mean()),
+                "reward_se": float(rewards.std(ddof=1) / np.sqrt(len(rewards))) if len(rewards) > 1 else float("nan"),
+                "reward_seed_std": float(seed_means.std(ddof=1)) if len(seed_means) > 1 else float("nan"),
+            }
+            for k, v in logs.items():
+                if k != "reward":
+                    row[f"{k}_per_agent"] = float(np.mean(v))
+            row["seconds"] = time.perf_counter() - start
+            rows.append(row)
+            print(f"n={n} w={w} c={c} {name:9s} {row['reward_mean']:7.2f} ± {row['reward_se']:.2f}", flush=True)
+    table = markdown_table(rows)
+    write_csv(out_dir / "baselines.csv", rows)
+    write_json(out_dir / "baselines.json", {"config": cfg, "versions": library_versions(), "rows": rows})
+    (out_dir / "baselines.md").write_text(table + "\n")
+    _plot(rows, out_dir / "baselines.png")
+    return {"rows": rows, "table": table}
+
+
+def _plot(rows: list[dict], path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(dict.fromkeys(f"n{r['n']} w{r['w']} c{r['c']}" for r in rows))
+    agents = list(dict.fromkeys(r["agent"] for r in rows))
+    fig, ax = plt.subplots(figsize=(max(6, len(labels)), 3.5))
+    width = 0.8 / len(agents)
+    for k, a in enumerate(agents):
+        sel = [r for r in rows if r["agent"] == a]
+        x = np.array([labels.index(f"n{r['n']} w{r['w']} c{r['c']}") for r in sel]) + k * width
+        ax.bar(x, [r["reward_mean"] for r in sel], width, yerr=[r["reward_se"] for r in sel], label=a)
+    ax.set_xticks(np.arange(len(labels)) + width * (len(agents) - 1) / 2, labels, rotation=45, ha="right")
+    ax.set_ylabel("reward per agent per episode")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from imitation_meg.config import run_config
+
+    run_config(sys.argv[1])

@@ -1,0 +1,11 @@
+"""Adapters that translate foreign objects into policies, utilities and MDPs.
+
+Submodules are imported on demand so that ``import imitation_meg`` never imports
+stable-baselines3 or imitation:
+
+- :mod:`imitation_meg.adapters.sb3`: policy tables of trained SB3 models.
+- :mod:`imitation_meg.adapters.imitation`: imitation's ``TabularPolicy``, ``RewardNet`` and
+  ``MCEIRL`` objects.
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,41 @@
+"""Agent factories by name, for configs: ``"Q"``, ``"Random"``, ``"Constant0"``, ``"Constant1"``,
+``"DQN"``, ``"A2C"``, ``"PPO"`` and ``"RC(<name>)"`` for the reality check of any of them."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from imitation_meg.extended import agents
+from imitation_meg.extended.transforms import reality_check
+
+__all__ = ["AGENT_NAMES", "agent_factory"]
+
+AGENT_NAMES = ("Q", "Random", "Constant0", "Constant1", "DQN", "A2C", "PPO")
+
+
+def agent_factory(name: str, kwargs: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+    """The agent factory called ``name`` with constructor keywords ``kwargs``.
+
+    Args:
+        name: one of :data:`AGENT_NAMES`, or ``"RC(<name>)"``.
+        kwargs: keyword arguments bound into the factory (e.g. ``{"n_steps": 256}`` for PPO).
+
+    Raises:
+        ValueError: for an unknown name.
+    """
+    kwargs = dict(kwargs or {})
+    if name.startswith("RC(") and name.endswith(")"):
+        return reality_check(agent_factory(name[3:-1], kwargs))
+    if name == "Q":
+        return functools.partial(agents.QLearner, **kwargs)
+    if name == "Random":
+        return functools.partial(agents.Random, **kwargs)
+    if name in ("Constant0", "Constant1"):
+        return functools.partial(agents.Constant, action=int(name[-1]), **kwargs)
+    if name in ("DQN", "A2C", "PPO"):
+        from imitation_meg.extended import sb3_agents
+
+        return functools.partial(getattr(sb3_agents, name), **kwargs)
+    raise ValueError(f"unknown agent {name!r}; choose one of {AGENT_NAMES} or 'RC(<name>)'.")

@@ -1,0 +1,474 @@
+"""Validated finite-horizon tabular MDPs with sparse (fixed-branching) transitions.
+
+Conventions follow seals / imitation: ``T[s, a, s']``, decisions at ``t = 0 .. H-1``, a state
+utility ``U (S,)`` received at every step (``Q_t(s, a) = U(s) + gamma * E[V_{t+1}(s')]``),
+state-action utilities ``(S, A)`` and transition utilities ``(S, A, S)`` reduced to
+``r(s, a) = E_{s'}[U(s, a, s')]``.
+
+Transitions are always held in a fixed-branching sparse form: ``next_state (S, A, B)`` (int64) and
+``prob (S, A, B)``, where ``B`` is the largest number of successors of any state-action pair and
+padding entries have probability 0. A million-state MDP with a handful of successors per action
+therefore never materialises an ``S x A x S`` array. Dense ``(S, A, S)`` input is accepted and
+converted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import torch as th
+
+__all__ = ["TabularMDP", "as_tensor"]
+
+ROW_SUM_TOL = 1e-6
+# Dense conversions above this many entries are refused (8 GiB in float64).
+MAX_DENSE_ENTRIES = 1 << 30
+# Below this many S * A * S entries the backup uses a cached dense matrix (one BLAS call).
+DENSE_FAST_PATH_ENTRIES = 1 << 20
+
+
+def as_tensor(
+    x: Any,
+    *,
+    name: str,
+    dtype: th.dtype | None = None,
+    device: th.device | str | None = None,
+) -> th.Tensor:
+    """Convert a numpy array, tensor, list or scalar to a tensor, with a clear error otherwise.
+
+    Args:
+        x: the value to convert.
+        name: the argument's name, used in error messages.
+        dtype: target dtype (``None`` keeps the input's).
+        device: target device (``None`` keeps the input's, CPU for non-tensors).
+
+    Returns:
+        A tensor on ``device`` with ``dtype``.
+
+    Raises:
+        TypeError: if ``x`` cannot be read as a numeric array.
+    """
+    if isinstance(x, th.Tensor):
+        t = x
+    else:
+        try:
+            arr = np.array(x, copy=True) if isinstance(x, np.ndarray) and not x.flags.writeable else np.asarray(x)
+        except Exception as e:  # noqa: BLE001 - re-raised with context
+            raise TypeError(f"{name} must be array-like, got {type(x).__name__}: {e}") from e
+        if arr.dtype == object or not (
+            np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_
+        ):
+            raise TypeError(
+                f"{name} must be a numeric array or tensor, got dtype {arr.dtype} "
+                f"({type(x).__name__}); pass a numpy array or torch tensor of numbers."
+            )
+        t = th.as_tensor(arr)
+    return t.to(device=device if device is not None else t.device, dtype=dtype or t.dtype)
+
+
+def _check_finite(t: th.Tensor, name: str) -> None:
+    if t.is_floating_point() and not bool(th.isfinite(t).all()):
+        bad = (~th.isfinite(t)).nonzero()[:5].tolist()
+        raise ValueError(
+            f"{name} contains NaN or infinite values (first offending indices {bad}); "
+            "replace them with finite numbers."
+        )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Transitions:
+    next_state: th.Tensor  # (S, A, B) int64
+    prob: th.Tensor  # (S, A, B) float
+
+
+class TabularMDP:
+    """A finite-horizon tabular MDP held as torch tensors.
+
+    Args:
+        transition: dense ``T[s, a, s']`` of shape ``(S, A, S)``, or a pair
+            ``(next_state, prob)`` of shape ``(S, A, B)`` each (fixed branching ``B``;
+            zero-probability padding allowed). Numpy arrays or tensors.
+        utility: the environment's utility: ``(S,)`` state utility, ``(S, A)``
+            state-action utility or ``(S, A, S)`` transition utility. ``None`` means no
+            utility is attached (every MEG call must then pass one).
+        horizon: number of decisions ``H >= 1``.
+        initial_state_dist: ``p0 (S,)`` summing to 1. ``None`` means state 0 with probability 1.
+        discount: ``gamma`` in ``[0, 1]`` used by the soft Bellman backup.
+        dtype: float dtype of every float tensor (float64 by default).
+        device: torch device for every tensor.
+        observation_matrix: optional ``(S, O)`` observation of each state, as seals'
+            ``observation_matrix`` (used by adapters and observation-based utility models).
+        name: a label for tables and error messages.
+        metadata: free-form facts about where the MDP came from (grid shape, goal cells,
+            terminal states); copied with the MDP.
+
+    Raises:
+        ValueError: on wrong shapes, NaN/inf, negative probabilities, rows not summing to 1
+            (tolerance 1e-6), an initial distribution not summing to 1, a horizon below 1 or a
+            discount outside ``[0, 1]``.
+        TypeError: on non-numeric input or a non-integer horizon.
+    """
+
+    def __init__(
+        self,
+        transition: Any,
+        utility: Any = None,
+        horizon: int = 1,
+        initial_state_dist: Any = None,
+        discount: float = 1.0,
+        *,
+        dtype: th.dtype = th.float64,
+        device: th.device | str | None = None,
+        observation_matrix: Any = None,
+        name: str = "TabularMDP",
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        if dtype not in (th.float64, th.float32):
+            raise TypeError(f"dtype must be th.float64 or th.float32, got {dtype}.")
+        device = th.device(device) if device is not None else th.device("cpu")
+        self.dtype = dtype
+        self.device = device
+        self.name = name
+        self.metadata: dict[str, Any] = dict(metadata or {})
+
+        if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)):
+            raise TypeError(
+                f"horizon must be an integer number of decisions, got {horizon!r} "
+                f"({type(horizon).__name__})."
+            )
+        if horizon < 1:
+            raise ValueError(f"horizon must be >= 1, got {horizon}; pass the number of decisions.")
+        self.horizon = int(horizon)
+
+        if isinstance(discount, bool) or not isinstance(discount, (int, float, np.floating)):
+            raise TypeError(f"discount must be a float in [0, 1], got {discount!r}.")
+        if not (0.0 <= float(discount) <= 1.0) or math.isnan(float(discount)):
+            raise ValueError(f"discount must lie in [0, 1], got {discount}.")
+        self.discount = float(discount)
+
+        self._trans = self._build_transitions(transition)
+        S, A, _ = self._trans.next_state.shape
+        self.n_states = S
+        self.n_actions = A
+
+        if initial_state_dist is None:
+            p0 = th.zeros(S, dtype=dtype, device=device)
+            p0[0] = 1.0
+        else:
+            p0 = as_tensor(initial_state_dist, name="initial_state_dist", dtype=dtype, device=device)
+            if p0.shape != (S,):
+                raise ValueError(
+                    f"initial_state_dist must have shape ({S},) to match the {S} states, "
+                    f"got {tuple(p0.shape)}."
+                )
+            _check_finite(p0, "initial_state_dist")
+            if bool((p0 < 0).any()):
+                raise ValueError(
+                    "initial_state_dist has negative entries at states "
+                    f"{(p0 < 0).nonzero().flatten()[:5].tolist()}; probabilities must be >= 0."
+                )
+            total = float(p0.sum())
+            if abs(total - 1.0) > ROW_SUM_TOL:
+                raise ValueError(
+                    f"initial_state_dist sums to {total:.8g}, not 1 (tolerance {ROW_SUM_TOL}); "
+                    "normalise it (p0 / p0.sum())."
+                )
+        self.initial_state_dist = p0
+
+        self.utility = None if utility is None else self.validate_utility(utility, name="utility")
+
+        if observation_matrix is None:
+            self.observation_matrix = None
+        else:
+            obs = as_tensor(observation_matrix, name="observation_matrix", device=device)
+            if obs.ndim < 1 or obs.shape[0] != S:
+                raise ValueError(
+                    f"observation_matrix must have one row per state ({S}), got shape "
+                    f"{tuple(obs.shape)}."
+                )
+            self.observation_matrix = obs
+
+    # ------------------------------------------------------------------ construction helpers
+    def _build_transitions(self, transition: Any) -> _Transitions:
+        dtype, device = self.dtype, self.device
+        if isinstance(transition, (tuple, list)) and len(transition) == 2:
+            ns = as_tensor(transition[0], name="transition next_state", device=device)
+            pr = as_tensor(transition[1], name="transition prob", dtype=dtype, device=device)
+            if ns.is_floating_point():
+                if not bool((ns == ns.round()).all()):
+                    raise TypeError("transition next_state must hold integer state indices.")
+            ns = ns.to(th.int64)
+            if ns.ndim != 3 or pr.shape != ns.shape:
+                raise ValueError(
+                    "sparse transition must be a pair (next_state, prob) of equal shape "
+                    f"(S, A, B); got {tuple(ns.shape)} and {tuple(pr.shape)}."
+                )
+            S = ns.shape[0]
+            _check_finite(pr, "transition prob")
+            if bool(((ns < 0) | (ns >= S)).any()):
+                bad = ns[(ns < 0) | (ns >= S)][:5].tolist()
+                raise ValueError(
+                    f"transition next_state has indices outside [0, {S}): {bad}; "
+                    "every successor must be a valid state index."
+                )
+        else:
+            T = as_tensor(transition, name="transition", dtype=dtype, device=device)
+            if T.ndim != 3 or T.shape[0] != T.shape[2]:
+                raise ValueError(
+                    f"dense transition must have shape (S, A, S), got {tuple(T.shape)}; "
+                    "or pass a pair (next_state, prob) of shape (S, A, B)."
+                )
+            _check_finite(T, "transition")
+            ns, pr = self.dense_to_sparse(T)
+        if bool((pr < 0).any()):
+            idx = (pr < 0).nonzero()[:5].tolist()
+            raise ValueError(
+                f"transition has negative probabilities at (s, a, k) {idx}; probabilities must be >= 0."
+            )
+        sums = pr.sum(-1)
+        bad = (sums - 1).abs() > ROW_SUM_TOL
+        if bool(bad.any()):
+            idx = bad.nonzero()[:5].tolist()
+            vals = [float(sums[s, a]) for s, a in idx]
+            raise ValueError(
+                f"transition rows (s, a) {idx} sum to {vals}, not 1 (tolerance {ROW_SUM_TOL}); "
+                "each T[s, a, :] must be a probability distribution."
+            )
+        if ns.shape[0] == 0 or ns.shape[1] == 0:
+            raise ValueError(f"the MDP needs at least one state and one action, got {tuple(ns.shape[:2])}.")
+        return _Transitions(next_state=ns.contiguous(), prob=pr.contiguous())
+
+    @staticmethod
+    def dense_to_sparse(T: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """Convert a dense ``(S, A, S)`` transition tensor to fixed-branching form.
+
+        Returns:
+            ``(next_state, prob)`` each ``(S, A, B)`` with ``B`` the largest number of
+            successors; padding points at state 0 with probability 0.
+        """
+        nz = T != 0
+        B = max(int(nz.sum(-1).max()), 1)
+        # Sort so that non-zero entries come first, keep the first B.
+        order = th.argsort(nz.to(th.int8), dim=-1, descending=True, stable=True)[..., :B]
+        prob = th.gather(T, -1, order)
+        next_state = th.where(prob != 0, order, th.zeros_like(order))
+        return next_state, prob
+
+    def validate_utility(self, utility: Any, *, name: str = "utility") -> th.Tensor:
+        """Check a utility's shape and values and return it as a tensor of this MDP's dtype.
+
+        Args:
+            utility: ``(S,)``, ``(S, A)`` or ``(S, A, S)`` array or tensor.
+            name: argument name for messages.
+
+        Raises:
+            ValueError: wrong shape or non-finite values.
+            TypeError: non-numeric input.
+        """
+        u = as_tensor(utility, name=name, dtype=self.dtype, device=self.device)
+        S, A = self.n_states, self.n_actions
+        if tuple(u.shape) not in ((S,), (S, A), (S, A, S)):
+            raise ValueError(
+                f"{name} must have shape ({S},), ({S}, {A}) or ({S}, {A}, {S}) for this MDP, "
+                f"got {tuple(u.shape)}."
+            )
+        _check_finite(u, name)
+        return u
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def next_state(self) -> th.Tensor:
+        """Successor indices ``(S, A, B)`` (int64)."""
+        return self._trans.next_state
+
+    @property
+    def prob(self) -> th.Tensor:
+        """Successor probabilities ``(S, A, B)``."""
+        return self._trans.prob
+
+    @property
+    def branching(self) -> int:
+        """The fixed branching factor ``B``."""
+        return int(self._trans.next_state.shape[-1])
+
+    def dense_transition(self) -> th.Tensor:
+        """Materialise ``T[s, a, s']`` ``(S, A, S)``; refused for very large MDPs.
+
+        Raises:
+            ValueError: if ``S * A * S`` exceeds 2**30 entries.
+        """
+        S, A = self.n_states, self.n_actions
+        if S * A * S > MAX_DENSE_ENTRIES:
+            raise ValueError(
+                f"a dense transition tensor for S={S}, A={A} would hold {S * A * S:.3g} entries; "
+                "use the sparse next_state / prob form instead."
+            )
+        T = th.zeros(S, A, S, dtype=self.dtype, device=self.device)
+        T.scatter_add_(-1, self.next_state, self.prob)
+        return T
+
+    def reward_sa(self, utility: Any = None) -> th.Tensor:
+        """Reduce a utility to the per-step state-action reward ``r(s, a)`` ``(S, A)``.
+
+        ``(S,)`` gives ``r(s, a) = U(s)``; ``(S, A, S)`` gives ``sum_s' T[s, a, s'] U(s, a, s')``.
+        Differentiable with respect to ``utility``.
+
+        Args:
+            utility: a utility of shape ``(S,)``, ``(S, A)`` or ``(S, A, S)``; ``None`` uses the
+                MDP's own.
+
+        Raises:
+            ValueError: if ``utility`` is None and the MDP has none, or on a bad shape.
+        """
+        if utility is None:
+            if self.utility is None:
+                raise ValueError(
+                    f"{self.name} has no utility attached; pass utility=... (shape (S,), (S, A) "
+                    "or (S, A, S))."
+                )
+            u = self.utility
+        elif isinstance(utility, th.Tensor) and utility.requires_grad:
+            # Keep the autograd graph: check the detached copy, use the original.
+            self.validate_utility(utility.detach(), name="utility")
+            u = utility.to(device=self.device, dtype=self.dtype)
+        else:
+            u = self.validate_utility(utility)
+        S, A = self.n_states, self.n_actions
+        if u.ndim == 1:
+            return u.unsqueeze(1).expand(S, A)
+        if u.ndim == 2:
+            return u
+        sa = th.arange(S, device=self.device).view(S, 1, 1) * A + th.arange(A, device=self.device).view(1, A, 1)
+        flat = u.reshape(S * A, S)
+        vals = flat[sa.expand_as(self.next_state).reshape(-1), self.next_state.reshape(-1)]
+        return (vals.view_as(self.prob) * self.prob).sum(-1)
+
+    # ------------------------------------------------------------------ dynamics
+    def _dense_flat(self) -> th.Tensor | None:
+        """Cached ``T`` as ``(S * A, S)`` for small MDPs, else None."""
+        S, A = self.n_states, self.n_actions
+        if S * A * S > DENSE_FAST_PATH_ENTRIES:
+            return None
+        cache = self.__dict__.get("_dense_cache")
+        if cache is None or cache.dtype != self.dtype or cache.device != self.device:
+            cache = self.dense_transition().reshape(S * A, S)
+            self.__dict__["_dense_cache"] = cache
+        return cache
+
+    def expect_next(self, values: th.Tensor) -> th.Tensor:
+        """Expected next-state value ``E_{s' ~ T(s, a)}[v(s')]`` for a batch of value vectors.
+
+        Args:
+            values: ``(..., S)`` values of the next step.
+
+        Returns:
+            ``(..., S, A)``.
+        """
+        lead = values.shape[:-1]
+        v = values.reshape(-1, self.n_states)
+        dense = self._dense_flat()
+        if dense is not None:
+            return (v @ dense.T).view(*lead, self.n_states, self.n_actions)
+        gathered = v.index_select(1, self.next_state.reshape(-1)).view(
+            v.shape[0], self.n_states, self.n_actions, self.branching
+        )
+        out = (gathered * self.prob).sum(-1)
+        return out.view(*lead, self.n_states, self.n_actions)
+
+    def push_forward(self, sa_mass: th.Tensor) -> th.Tensor:
+        """State distribution after one step from a state-action mass ``(..., S, A)``.
+
+        Returns:
+            ``(..., S)``: ``d'(s') = sum_{s, a} m(s, a) T[s, a, s']``.
+        """
+        lead = sa_mass.shape[:-2]
+        dense = self._dense_flat()
+        if dense is not None:
+            flat = sa_mass.reshape(-1, self.n_states * self.n_actions)
+            return (flat @ dense).view(*lead, self.n_states)
+        m = sa_mass.reshape(-1, self.n_states * self.n_actions, 1) * self.prob.reshape(
+            1, self.n_states * self.n_actions, self.branching
+        )
+        out = th.zeros(m.shape[0], self.n_states, dtype=m.dtype, device=m.device)
+        out.index_add_(1, self.next_state.reshape(-1), m.reshape(m.shape[0], -1))
+        return out.view(*lead, self.n_states)
+
+    # ------------------------------------------------------------------ conversions
+    def to(self, device: th.device | str | None = None, dtype: th.dtype | None = None) -> "TabularMDP":
+        """A copy of this MDP on another device and/or float dtype."""
+        new = object.__new__(TabularMDP)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.pop("_dense_cache", None)
+        new.metadata = dict(self.metadata)
+        dtype = dtype or self.dtype
+        device = th.device(device) if device is not None else self.device
+        new.dtype, new.device = dtype, device
+        new._trans = _Transitions(
+            next_state=self.next_state.to(device), prob=self.prob.to(device=device, dtype=dtype)
+        )
+        new.initial_state_dist = self.initial_state_dist.to(device=device, dtype=dtype)
+        new.utility = None if self.utility is None else self.utility.to(device=device, dtype=dtype)
+        if self.observation_matrix is not None:
+            new.observation_matrix = self.observation_matrix.to(device)
+        return new
+
+    def with_utility(self, utility: Any) -> "TabularMDP":
+        """A copy of this MDP with another utility attached (transitions shared)."""
+        new = self.to()
+        new.utility = None if utility is None else self.validate_utility(utility)
+        return new
+
+    def with_horizon(self, horizon: int) -> "TabularMDP":
+        """A copy of this MDP with another horizon (transitions shared)."""
+        return TabularMDP(
+            (self.next_state, self.prob),
+            self.utility,
+            horizon,
+            self.initial_state_dist,
+            self.discount,
+            dtype=self.dtype,
+            device=self.device,
+            observation_matrix=self.observation_matrix,
+            name=self.name,
+            metadata=self.metadata,
+        )
+
+    def __repr__(self) -> str:
+        u = None if self.utility is None else tuple(self.utility.shape)
+        return (
+            f"TabularMDP(name={self.name!r}, S={self.n_states}, A={self.n_actions}, "
+            f"B={self.branching}, horizon={self.horizon}, discount={self.discount}, utility={u}, "
+            f"dtype={self.dtype}, device={self.device})"
+        )
+
+    # ------------------------------------------------------------------ environments
+    @classmethod
+    def from_env(cls, env_or_id: Any, *, horizon: int | None = None, **make_kwargs: Any) -> "TabularMDP":
+        """Build a tabular MDP from a seals tabular environment or a gymnasium toy-text one.
+
+        seals environments (``TabularModelPOMDP`` and relatives) are read through
+        ``env.unwrapped``: ``transition_matrix``, ``reward_matrix`` (state utility),
+        ``initial_state_dist``, ``observation_matrix``. Gymnasium toy-text environments exposing
+        ``P`` (FrozenLake, CliffWalking, Taxi) are converted with the expected reward
+        ``r(s, a)`` as utility; states entered on a terminating transition become absorbing
+        with no further utility.
+
+        Args:
+            env_or_id: an environment instance or a registered id (``"seals/CliffWorld7x4-v0"``,
+                ``"FrozenLake-v1"``); ids are built with ``gymnasium.make(id, **make_kwargs)``.
+            horizon: number of decisions; default the environment's ``horizon``, else
+                ``env.spec.max_episode_steps``.
+            **make_kwargs: forwarded to ``gymnasium.make`` when an id is given; also ``dtype``
+                and ``device`` are taken from here for the MDP.
+
+        Raises:
+            ValueError: non-tabular environment, missing horizon.
+            TypeError: non-Discrete action space, or an argument of the wrong kind.
+        """
+        from imitation_meg.envs.convert import mdp_from_env
+
+        return mdp_from_env(env_or_id, horizon=horizon, **make_kwargs)
+

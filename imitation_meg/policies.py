@@ -1,0 +1,107 @@
+"""Reference policies and validation of user policies.
+
+Every builder returns a time-dependent policy ``pi[t, s, a]`` of shape ``(H, S, A)`` in the MDP's
+dtype and device. User policies may be stationary ``(S, A)`` or time-dependent ``(H, S, A)``,
+numpy or torch; :func:`as_policy` checks them (finite, non-negative, rows summing to 1 within
+``1e-5``) and renormalises the rows in the MDP's dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch as th
+
+from imitation_meg.mdp import TabularMDP, as_tensor
+from imitation_meg.soft_vi import hard_value_iteration, soft_value_iteration
+
+__all__ = [
+    "POLICY_ROW_TOL",
+    "as_policy",
+    "uniform",
+    "optimal",
+    "anti_optimal",
+    "epsilon_greedy",
+    "soft_optimal",
+]
+
+POLICY_ROW_TOL = 1e-5
+
+
+def as_policy(policy: Any, mdp: TabularMDP, *, name: str = "policy") -> th.Tensor:
+    """Validate a policy against an MDP and return it as a renormalised tensor.
+
+    Args:
+        policy: ``(S, A)`` stationary or ``(H, S, A)`` time-dependent probabilities.
+        mdp: the MDP the policy acts in.
+        name: argument name for messages.
+
+    Returns:
+        A tensor of the same shape in ``mdp.dtype`` on ``mdp.device`` whose rows sum to 1.
+
+    Raises:
+        TypeError: non-numeric input.
+        ValueError: wrong shape, NaN/inf, negative entries, or rows not summing to 1 within 1e-5.
+    """
+    pi = as_tensor(policy, name=name, dtype=th.float64, device=mdp.device)
+    S, A, H = mdp.n_states, mdp.n_actions, mdp.horizon
+    if tuple(pi.shape) not in ((S, A), (H, S, A)):
+        raise ValueError(
+            f"{name} must have shape ({S}, {A}) (stationary) or ({H}, {S}, {A}) "
+            f"(time-dependent, horizon {H}) for {mdp.name}, got {tuple(pi.shape)}."
+        )
+    if not bool(th.isfinite(pi).all()):
+        raise ValueError(f"{name} contains NaN or infinite entries; pass probabilities.")
+    if bool((pi < 0).any()):
+        idx = (pi < 0).nonzero()[:5].tolist()
+        raise ValueError(f"{name} has negative probabilities at {idx}; entries must be >= 0.")
+    sums = pi.sum(-1)
+    bad = (sums - 1).abs() > POLICY_ROW_TOL
+    if bool(bad.any()):
+        idx = bad.nonzero()[:5].tolist()
+        vals = [round(float(sums[tuple(i)]), 8) for i in idx]
+        raise ValueError(
+            f"{name} rows {idx} sum to {vals}, not 1 (tolerance {POLICY_ROW_TOL}); each "
+            "pi[..., s, :] must be a distribution over actions (normalise with pi / pi.sum(-1))."
+        )
+    return (pi / sums.unsqueeze(-1)).to(mdp.dtype)
+
+
+def uniform(mdp: TabularMDP) -> th.Tensor:
+    """The uniformly random policy, ``(H, S, A)``."""
+    return th.full(
+        (mdp.horizon, mdp.n_states, mdp.n_actions),
+        1.0 / mdp.n_actions,
+        dtype=mdp.dtype,
+        device=mdp.device,
+    )
+
+
+def optimal(mdp: TabularMDP, utility: Any = None) -> th.Tensor:
+    """The optimal policy for ``utility`` (default the MDP's), ties split evenly, ``(H, S, A)``."""
+    return hard_value_iteration(mdp, utility, sign=1.0)[2].exp()
+
+
+def anti_optimal(mdp: TabularMDP, utility: Any = None) -> th.Tensor:
+    """The policy minimising ``utility`` (default the MDP's), ties split evenly, ``(H, S, A)``."""
+    return hard_value_iteration(mdp, utility, sign=-1.0)[2].exp()
+
+
+def epsilon_greedy(mdp: TabularMDP, epsilon: float, utility: Any = None) -> th.Tensor:
+    """``(1 - epsilon) * optimal + epsilon * uniform``, ``(H, S, A)``.
+
+    Raises:
+        ValueError: if ``epsilon`` is not in ``[0, 1]``.
+    """
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
+        raise TypeError(f"epsilon must be a float in [0, 1], got {epsilon!r}.")
+    if not 0.0 <= float(epsilon) <= 1.0:
+        raise ValueError(f"epsilon must lie in [0, 1], got {epsilon}.")
+    return (1.0 - epsilon) * optimal(mdp, utility) + epsilon * uniform(mdp)
+
+
+def soft_optimal(mdp: TabularMDP, beta: float, utility: Any = None) -> th.Tensor:
+    """The soft-optimal (Boltzmann-rational) policy with rationality ``beta``, ``(H, S, A)``."""
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)):
+        raise TypeError(f"beta must be a real number (or +-inf), got {beta!r}.")
+    return soft_value_iteration(mdp, float(beta), utility).log_pi[0].exp()

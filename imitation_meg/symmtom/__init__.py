@@ -1,0 +1,29 @@
+"""SymmToM: the symmetric theory-of-mind environment, agents, theory-of-mind tests and MEG tooling.
+
+``import imitation_meg.symmtom`` needs pettingzoo (extra ``multiagent``); stable-baselines3 is imported
+only by :mod:`imitation_meg.symmtom.sb3` when a learned agent is built or trained.
+"""
+
+from imitation_meg.symmtom.env import (
+    LOG_KEYS,
+    MOVE_NAMES,
+    MOVES,
+    SymmToMEnv,
+    SymmToMWarning,
+    observation_size,
+    parallel_env,
+    resolve_moves,
+    transition,
+)
+
+__all__ = [
+    "LOG_KEYS",
+    "MOVE_NAMES",
+    "MOVES",
+    "SymmToMEnv",
+    "SymmToMWarning",
+    "observation_size",
+    "parallel_env",
+    "resolve_moves",
+    "transition",
+]

@@ -1,0 +1,546 @@
+"""SymmToM: the symmetric theory-of-mind gridworld (Sclar, Neubig and Bisk, ICML 2022) as a PettingZoo env.
+
+Written from the paper's prose and ``shared/guides/SYMMTOM.md``; no code of the authors is used.
+
+World:
+    ``n`` agents move on a ``w x w`` grid (cells ``(x, y)`` with ``0 <= x, y < w``) surrounded by walls.
+    There are ``c`` information pieces; each piece is first-hand knowledge of exactly one agent and
+    each agent starts with ``floor(c/n)`` or ``ceil(c/n)`` of them. Every agent has its own recharge
+    base on a distinct cell (placed independently of the agents). Agent ``j`` hears agent ``i`` when
+    their Chebyshev distance is at most the hearing range ``h`` (``2h + 1 < w``).
+
+Actions:
+    ``MultiDiscrete([5, c])``: a move in ``{0: none, 1: +x, 2: -x, 3: +y, 4: -y}`` and the index of
+    the piece to say (``0..c-1``). Saying a piece one does not know says nothing.
+
+One step (all agents act simultaneously), with ``K`` the knowledge at the start of the step:
+    1. Movement. A move into a wall is cancelled. Then, until nothing changes: a move into the cell
+       of an agent that does not move is cancelled, and when several moving agents target one cell
+       one of them (drawn with the env's own generator) moves and the others stay. Swaps and
+       rotations are allowed.
+    2. Speech, with the *new* positions. Speaker ``i`` saying a piece ``p`` with ``K[i, p]`` reaches
+       every other agent ``j`` in range; for each ``j`` with ``not K[j, p]`` both ``j`` (listening)
+       and ``i`` (speaking) get +1. Two speakers telling ``j`` the same new piece give ``j`` +2.
+       What is heard becomes knowledge at the next step.
+    3. Recharge. An agent on its own base (new position) whose ``K`` row is complete gets
+       ``c (n - 1)`` and forgets its second-hand knowledge (effective next step).
+    Episodes last ``5 w`` steps (truncation); there is no termination.
+
+Observation of agent ``i`` (non-oracle), concatenated, float32 of size ``c (2n - 1) + 6n + 2``:
+    own first-hand bits ``(c,)``; the last executed move of self then each other agent as a unit
+    vector ``(2n,)``; positions of the others relative to self divided by ``w - 1``
+    ``(2(n-1),)``; the others' first-hand bits ``((n-1)c,)``; own base relative to self, then each
+    other's base relative to that other, divided by ``w - 1`` ``(2n,)``; one-hot utterances heard
+    this step from each other agent ``((n-1)c,)``; walls in the cells ``+x, -x, +y, -y`` ``(4,)``.
+    With ``oracle=True`` every agent's current knowledge (self first) is appended ``(n c,)``.
+    "Others" are always listed in index order with ``i`` skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium.utils import seeding
+from pettingzoo import ParallelEnv
+
+__all__ = [
+    "MOVES",
+    "MOVE_NAMES",
+    "LOG_KEYS",
+    "SymmToMEnv",
+    "SymmToMWarning",
+    "parallel_env",
+    "observation_size",
+    "resolve_moves",
+    "transition",
+]
+
+#: Displacements ``(dx, dy)`` of the five moves ``none, +x, -x, +y, -y``.
+MOVES = np.array([[0, 0], [1, 0], [-1, 0], [0, 1], [0, -1]], dtype=np.int64)
+MOVE_NAMES = ("none", "+x", "-x", "+y", "-y")
+
+#: Per-agent, per-step quantities logged in ``info[agent]`` (and summed in ``info[agent]["episode"]``).
+LOG_KEYS = (
+    "reward",
+    "listen_reward",
+    "speak_reward",
+    "recharge_reward",
+    "correct_base_use",
+    "incorrect_base_use",
+    "useless_move",
+    "wrong_speech",
+    "useless_speech",
+)
+
+_RESET_OPTION_KEYS = ("positions", "bases", "first_hand", "knowledge", "step")
+
+
+class SymmToMWarning(UserWarning):
+    """Allowed-but-suspicious use of the SymmToM environment."""
+
+
+def observation_size(n_agents: int, n_pieces: int, *, oracle: bool = False) -> int:
+    """Length of one agent's observation: ``c (2n - 1) + 6n + 2`` (+ ``n c`` with the oracle)."""
+    size = n_pieces * (2 * n_agents - 1) + 6 * n_agents + 2
+    return size + (n_agents * n_pieces if oracle else 0)
+
+
+def resolve_moves(
+    positions: np.ndarray, moves: np.ndarray, width: int, rng: np.random.Generator | None
+) -> tuple[np.ndarray, list[tuple[list[int], list[float]]]]:
+    """Apply the movement rules of one step.
+
+    Args:
+        positions: ``(n, 2)`` int cells before the step (distinct).
+        moves: ``(n,)`` ints in ``0..4`` (see :data:`MOVES`).
+        width: grid width ``w``.
+        rng: generator for collision tie-breaks. ``None`` resolves every tie in favour of the
+            lowest-indexed contender (used only to enumerate outcomes, see ``conflicts``).
+
+    Returns:
+        ``(new_positions (n, 2), conflicts)`` where ``conflicts`` lists every tie-break made as
+        ``(contenders, [1/len] * len)`` in the order it was drawn.
+    """
+    old = positions
+    target = old + MOVES[moves]
+    outside = ((target < 0) | (target >= width)).any(axis=1)
+    target[outside] = old[outside]
+    conflicts: list[tuple[list[int], list[float]]] = []
+    n = len(old)
+    changed = True
+    while changed:
+        changed = False
+        moving = (target != old).any(axis=1)
+        for i in range(n):
+            if not moving[i]:
+                continue
+            for j in range(n):
+                if j != i and not moving[j] and (old[j] == target[i]).all():
+                    target[i] = old[i]
+                    changed = True
+                    break
+        if changed:
+            continue
+        moving = (target != old).any(axis=1)
+        movers = [i for i in range(n) if moving[i]]
+        seen: set[tuple[int, int]] = set()
+        for i in movers:
+            cell = (int(target[i, 0]), int(target[i, 1]))
+            if cell in seen:
+                continue
+            seen.add(cell)
+            group = [j for j in movers if (target[j] == target[i]).all()]
+            if len(group) > 1:
+                winner = group[0] if rng is None else group[int(rng.integers(len(group)))]
+                conflicts.append((group, [1.0 / len(group)] * len(group)))
+                for j in group:
+                    if j != winner:
+                        target[j] = old[j]
+                changed = True
+    return target, conflicts
+
+
+class SymmToMEnv(ParallelEnv):
+    """SymmToM as a PettingZoo ``ParallelEnv`` (see the module docstring for the rules).
+
+    Args:
+        n_agents: number of agents ``n >= 2``.
+        width: grid width ``w``; the grid is ``w x w``.
+        n_pieces: number of information pieces ``c >= 1``.
+        hearing: hearing range ``h >= 1`` (Chebyshev distance); needs ``2h + 1 < w``.
+        oracle: append every agent's current knowledge to each observation.
+        render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
+        max_steps: episode length; default ``5 * width`` as in the paper.
+
+    Attributes (state, read-only by convention):
+        positions: ``(n, 2)`` int cells; bases: ``(n, 2)`` int cells;
+        first_hand: ``(n, c)`` bool; knowledge: ``(n, c)`` bool (current, first-hand included);
+        last_moves: ``(n, 2)`` executed displacements of the last step;
+        last_said: ``(n,)`` piece said effectively at the last step, ``-1`` for nothing;
+        timestep: steps taken in the episode.
+
+    Raises:
+        TypeError: a size is not an integer.
+        ValueError: ``n_agents < 2``, ``n_pieces < 1``, ``hearing < 1``, ``2h + 1 >= w``,
+            more agents than cells, or an unknown render mode.
+    """
+
+    metadata = {"render_modes": ["ansi", "rgb_array"], "name": "symmtom_v0", "is_parallelizable": True}
+
+    def __init__(
+        self,
+        n_agents: int = 3,
+        width: int = 6,
+        n_pieces: int = 3,
+        *,
+        hearing: int = 1,
+        oracle: bool = False,
+        render_mode: str | None = None,
+        max_steps: int | None = None,
+    ) -> None:
+        for name, value in (("n_agents", n_agents), ("width", width), ("n_pieces", n_pieces), ("hearing", hearing)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}.")
+        if n_agents < 2:
+            raise ValueError(f"n_agents={n_agents} is too small; SymmToM needs at least 2 agents.")
+        if n_pieces < 1:
+            raise ValueError(f"n_pieces={n_pieces} must be at least 1 (the paper uses n, 2n or 3n).")
+        if hearing < 1:
+            raise ValueError(f"hearing={hearing} must be at least 1 (agents never share a cell).")
+        if 2 * hearing + 1 >= width:
+            raise ValueError(
+                f"hearing range must not cover the grid: 2*hearing+1 = {2 * hearing + 1} >= width = {width}; "
+                f"use width >= {2 * hearing + 2} or a smaller hearing range."
+            )
+        if n_agents > width * width:
+            raise ValueError(
+                f"n_agents={n_agents} does not fit on a {width}x{width} grid ({width * width} cells); "
+                "use fewer agents or a wider grid."
+            )
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode={render_mode!r} is not supported; use None, 'ansi' or 'rgb_array'."
+            )
+        if n_pieces < n_agents:
+            warnings.warn(
+                f"n_pieces={n_pieces} < n_agents={n_agents}: some agents start with no piece"
+                + (" and the single owner can recharge at every step" if n_pieces == 1 else "")
+                + "; the paper uses n_pieces in {n, 2n, 3n}.",
+                SymmToMWarning,
+                stacklevel=2,
+            )
+        if max_steps is None:
+            max_steps = 5 * width
+        if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
+            raise ValueError(f"max_steps={max_steps!r} must be a positive int (default 5 * width).")
+        self.n_agents = int(n_agents)
+        self.width = int(width)
+        self.n_pieces = int(n_pieces)
+        self.hearing = int(hearing)
+        self.oracle = bool(oracle)
+        self.render_mode = render_mode
+        self.max_steps = int(max_steps)
+        self.possible_agents = [f"agent_{i}" for i in range(self.n_agents)]
+        self.agent_index = {a: i for i, a in enumerate(self.possible_agents)}
+        self.agents: list[str] = []
+        self._np_random: np.random.Generator | None = None
+        n, c = self.n_agents, self.n_pieces
+        self.positions = np.zeros((n, 2), dtype=np.int64)
+        self.bases = np.zeros((n, 2), dtype=np.int64)
+        self.first_hand = np.zeros((n, c), dtype=bool)
+        self.knowledge = np.zeros((n, c), dtype=bool)
+        self.last_moves = np.zeros((n, 2), dtype=np.int64)
+        self.last_said = np.full(n, -1, dtype=np.int64)
+        self.last_rewards = np.zeros(n)
+        self.timestep = 0
+        self._totals = {a: dict.fromkeys(LOG_KEYS, 0.0) for a in self.possible_agents}
+
+    # ------------------------------------------------------------------ spaces
+    @property
+    def obs_size(self) -> int:
+        """Length of one observation vector."""
+        return observation_size(self.n_agents, self.n_pieces, oracle=self.oracle)
+
+    @functools.lru_cache(maxsize=None)
+    def observation_space(self, agent: str) -> gymnasium.spaces.Box:
+        """``Box(-1, 1, (obs_size,), float32)`` (all entries are bits or scaled offsets)."""
+        self._check_agent(agent)
+        return gymnasium.spaces.Box(-1.0, 1.0, shape=(self.obs_size,), dtype=np.float32)
+
+    @functools.lru_cache(maxsize=None)
+    def action_space(self, agent: str) -> gymnasium.spaces.MultiDiscrete:
+        """``MultiDiscrete([5, c])``: (move, piece), both uniformly sampled by ``.sample()``."""
+        self._check_agent(agent)
+        return gymnasium.spaces.MultiDiscrete([5, self.n_pieces])
+
+    def _check_agent(self, agent: str) -> None:
+        if agent not in self.agent_index:
+            raise ValueError(f"unknown agent {agent!r}; agents are {self.possible_agents}.")
+
+    # ------------------------------------------------------------------ reset
+    def reset(
+        self, seed: int | None = None, options: Mapping[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+        """Start an episode.
+
+        Args:
+            seed: seeds the env's own generator (placement, piece assignment, collision ties).
+            options: optional fixed layout (used by the theory-of-mind harness):
+                ``positions (n, 2)``, ``bases (n, 2)``, ``first_hand (n, c)`` bool,
+                ``knowledge (n, c)`` bool (default: ``first_hand``; must include it),
+                ``step`` int (steps already elapsed). Missing entries are drawn at random.
+
+        Returns:
+            ``(observations, infos)`` keyed by agent.
+        """
+        if seed is not None or self._np_random is None:
+            self._np_random, _ = seeding.np_random(seed)
+        rng = self._np_random
+        n, c, w = self.n_agents, self.n_pieces, self.width
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(_RESET_OPTION_KEYS))
+        if unknown:
+            warnings.warn(
+                f"reset options {unknown} are ignored; SymmToM understands {list(_RESET_OPTION_KEYS)}.",
+                SymmToMWarning,
+                stacklevel=2,
+            )
+        cells = rng.choice(w * w, size=n, replace=False)
+        positions = np.stack([cells // w, cells % w], axis=1)
+        cells = rng.choice(w * w, size=n, replace=False)
+        bases = np.stack([cells // w, cells % w], axis=1)
+        owner = np.empty(c, dtype=np.int64)
+        perm_agents = rng.permutation(n)
+        perm_pieces = rng.permutation(c)
+        for k, p in enumerate(perm_pieces):
+            owner[p] = perm_agents[k % n]
+        first_hand = np.zeros((n, c), dtype=bool)
+        first_hand[owner, np.arange(c)] = True
+        if "positions" in options:
+            positions = self._layout(options["positions"], "positions")
+        if "bases" in options:
+            bases = self._layout(options["bases"], "bases")
+        if "first_hand" in options:
+            first_hand = np.asarray(options["first_hand"], dtype=bool)
+            if first_hand.shape != (n, c) or not (first_hand.sum(axis=0) == 1).all():
+                raise ValueError(
+                    f"options['first_hand'] must be an ({n}, {c}) bool array with exactly one owner per "
+                    f"piece, got {first_hand.astype(int).tolist()}."
+                )
+        knowledge = first_hand.copy()
+        if "knowledge" in options:
+            knowledge = np.asarray(options["knowledge"], dtype=bool)
+            if knowledge.shape != (n, c) or (first_hand & ~knowledge).any():
+                raise ValueError(
+                    f"options['knowledge'] must be an ({n}, {c}) bool array containing first_hand, got "
+                    f"{knowledge.astype(int).tolist()}."
+                )
+        self.positions = positions.astype(np.int64)
+        self.bases = bases.astype(np.int64)
+        self.first_hand = first_hand
+        self.knowledge = knowledge.copy()
+        self.last_moves = np.zeros((n, 2), dtype=np.int64)
+        self.last_said = np.full(n, -1, dtype=np.int64)
+        self.last_rewards = np.zeros(n)
+        self.timestep = int(options.get("step", 0))
+        self.agents = list(self.possible_agents)
+        self._totals = {a: dict.fromkeys(LOG_KEYS, 0.0) for a in self.possible_agents}
+        obs = {a: self._observe(i) for i, a in enumerate(self.agents)}
+        infos = {a: {"episode": dict(self._totals[a])} for a in self.agents}
+        return obs, infos
+
+    def _layout(self, value: Any, name: str) -> np.ndarray:
+        arr = np.asarray(value, dtype=np.int64)
+        n, w = self.n_agents, self.width
+        if arr.shape != (n, 2) or (arr < 0).any() or (arr >= w).any():
+            raise ValueError(f"options[{name!r}] must be {n} cells (x, y) with 0 <= x, y < {w}, got {value!r}.")
+        if len({tuple(p) for p in arr.tolist()}) != n:
+            raise ValueError(f"options[{name!r}] must hold distinct cells, got {arr.tolist()}.")
+        return arr
+
+    # ------------------------------------------------------------------ step
+    def _parse_actions(self, actions: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        if not isinstance(actions, Mapping):
+            raise TypeError(f"actions must be a dict agent -> (move, piece), got {type(actions).__name__}.")
+        missing = [a for a in self.agents if a not in actions]
+        if missing:
+            raise ValueError(f"actions lack agents {missing}; every live agent acts each step.")
+        moves = np.zeros(self.n_agents, dtype=np.int64)
+        pieces = np.zeros(self.n_agents, dtype=np.int64)
+        for a in self.agents:
+            act = np.asarray(actions[a]).reshape(-1)
+            if act.shape != (2,) or not np.issubdtype(act.dtype, np.integer) and not np.all(act == np.round(act)):
+                raise ValueError(f"action of {a} must be (move, piece) integers, got {actions[a]!r}.")
+            m, p = int(act[0]), int(act[1])
+            if not (0 <= m < 5 and 0 <= p < self.n_pieces):
+                raise ValueError(
+                    f"action of {a} = ({m}, {p}) is out of range; move in 0..4, piece in 0..{self.n_pieces - 1}."
+                )
+            i = self.agent_index[a]
+            moves[i], pieces[i] = m, p
+        return moves, pieces
+
+    def step(self, actions: Mapping[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        """Advance one step; ``actions[agent] = (move, piece)``. Returns the PettingZoo 5-tuple.
+
+        ``infos[agent]`` holds this step's :data:`LOG_KEYS` and their episode totals under
+        ``"episode"``.
+        """
+        if not self.agents:
+            raise ValueError("step() called on a finished episode; call reset() first.")
+        moves, pieces = self._parse_actions(actions)
+        assert self._np_random is not None
+        out = transition(
+            self.positions, self.knowledge, self.first_hand, self.bases, moves, pieces,
+            width=self.width, hearing=self.hearing, rng=self._np_random,
+        )
+        self.last_moves = out["positions"] - self.positions
+        self.positions = out["positions"]
+        self.knowledge = out["knowledge"]
+        self.last_said = out["said"]
+        self.last_rewards = out["reward"]
+        self.timestep += 1
+        truncated = self.timestep >= self.max_steps
+        obs, rewards, terms, truncs, infos = {}, {}, {}, {}, {}
+        for a in self.agents:
+            i = self.agent_index[a]
+            obs[a] = self._observe(i)
+            rewards[a] = float(out["reward"][i])
+            terms[a] = False
+            truncs[a] = truncated
+            step_log = {k: float(out[k][i]) for k in LOG_KEYS}
+            for k in LOG_KEYS:
+                self._totals[a][k] += step_log[k]
+            infos[a] = {**step_log, "episode": dict(self._totals[a])}
+        if truncated:
+            self.agents = []
+        return obs, rewards, terms, truncs, infos
+
+    # ------------------------------------------------------------------ observation
+    def in_range(self) -> np.ndarray:
+        """``(n, n)`` bool: agents within hearing range of each other (diagonal False)."""
+        d = np.abs(self.positions[:, None, :] - self.positions[None, :, :]).max(axis=-1)
+        return (d <= self.hearing) & ~np.eye(self.n_agents, dtype=bool)
+
+    def _observe(self, i: int) -> np.ndarray:
+        n, c, w = self.n_agents, self.n_pieces, self.width
+        others = [j for j in range(n) if j != i]
+        order = [i, *others]
+        scale = float(w - 1)
+        heard = np.zeros((n - 1, c))
+        rng_ij = self.in_range()
+        for k, j in enumerate(others):
+            if self.last_said[j] >= 0 and rng_ij[i, j]:
+                heard[k, self.last_said[j]] = 1.0
+        pos = self.positions[i]
+        walls = [pos[0] == w - 1, pos[0] == 0, pos[1] == w - 1, pos[1] == 0]
+        parts = [
+            self.first_hand[i].astype(float),
+            np.sign(self.last_moves[order]).reshape(-1).astype(float),
+            ((self.positions[others] - pos) / scale).reshape(-1),
+            self.first_hand[others].reshape(-1).astype(float),
+            ((self.bases[order] - self.positions[order]) / scale).reshape(-1),
+            heard.reshape(-1),
+            np.asarray(walls, dtype=float),
+        ]
+        if self.oracle:
+            parts.append(self.knowledge[order].reshape(-1).astype(float))
+        return np.concatenate(parts).astype(np.float32)
+
+    def state(self) -> np.ndarray:
+        """Global state ``[positions, bases, knowledge]`` flattened (ints as float32)."""
+        return np.concatenate(
+            [self.positions.reshape(-1), self.bases.reshape(-1), self.knowledge.reshape(-1)]
+        ).astype(np.float32)
+
+    # ------------------------------------------------------------------ render
+    def render(self) -> str | np.ndarray | None:
+        """ANSI text (``render_mode="ansi"``) or an ``(H, W, 3)`` uint8 image (``"rgb_array"``)."""
+        if self.render_mode is None:
+            warnings.warn(
+                "render() called with render_mode=None; pass render_mode='ansi' or 'rgb_array'.",
+                SymmToMWarning,
+                stacklevel=2,
+            )
+            return None
+        from imitation_meg.symmtom import render as _render
+
+        if self.render_mode == "ansi":
+            return _render.render_ansi(self)
+        return _render.render_rgb(self)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def transition(
+    positions: np.ndarray,
+    knowledge: np.ndarray,
+    first_hand: np.ndarray,
+    bases: np.ndarray,
+    moves: np.ndarray,
+    pieces: np.ndarray,
+    *,
+    width: int,
+    hearing: int,
+    rng: np.random.Generator | None,
+    new_positions: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """The pure step function of SymmToM (see the module docstring).
+
+    Args:
+        positions, bases: ``(n, 2)`` ints; knowledge, first_hand: ``(n, c)`` bool (start of step).
+        moves: ``(n,)`` ints in ``0..4``; pieces: ``(n,)`` ints in ``0..c-1``.
+        width, hearing: grid width ``w`` and hearing range ``h``.
+        rng: collision tie-break generator (see :func:`resolve_moves`).
+        new_positions: skip movement and use these positions (for enumerating tie outcomes).
+
+    Returns:
+        dict with ``positions (n, 2)``, ``knowledge (n, c)`` (next step), ``said (n,)`` (effective
+        utterances, -1 none) and one ``(n,)`` float array per key of :data:`LOG_KEYS`.
+    """
+    n, c = knowledge.shape
+    if new_positions is None:
+        new_positions, _ = resolve_moves(positions, moves, width, rng)
+    full = knowledge.all(axis=1)
+    said = np.where(knowledge[np.arange(n), pieces], pieces, -1)
+    dist = np.abs(new_positions[:, None, :] - new_positions[None, :, :]).max(axis=-1)
+    near = (dist <= hearing) & ~np.eye(n, dtype=bool)
+    listen = np.zeros(n)
+    speak = np.zeros(n)
+    new_k = knowledge.copy()
+    useless_speech = np.zeros(n)
+    for i in range(n):
+        if said[i] < 0:
+            continue
+        p = said[i]
+        for j in np.flatnonzero(near[i]):
+            if not knowledge[j, p]:
+                listen[j] += 1
+                speak[i] += 1
+                new_k[j, p] = True
+        if speak[i] == 0 and near[i].any():
+            could = knowledge[i][None, :] & ~knowledge[near[i]]
+            useless_speech[i] = float(could.any())
+    on_base = (new_positions == bases).all(axis=1)
+    recharge = on_base & full
+    for i in np.flatnonzero(recharge):
+        new_k[i] = first_hand[i]
+    recharge_reward = recharge * float(c * (n - 1))
+    moved = (new_positions != positions).any(axis=1)
+    arrived = on_base & (positions != bases).any(axis=1)
+    return {
+        "positions": new_positions,
+        "knowledge": new_k,
+        "said": said,
+        "reward": listen + speak + recharge_reward,
+        "listen_reward": listen,
+        "speak_reward": speak,
+        "recharge_reward": recharge_reward,
+        "correct_base_use": recharge.astype(float),
+        "incorrect_base_use": (arrived & ~full).astype(float),
+        "useless_move": ((moves != 0) & ~moved).astype(float),
+        "wrong_speech": (said < 0).astype(float),
+        "useless_speech": useless_speech,
+    }
+
+
+def parallel_env(
+    n_agents: int = 3,
+    width: int = 6,
+    n_pieces: int = 3,
+    *,
+    hearing: int = 1,
+    oracle: bool = False,
+    render_mode: str | None = None,
+    max_steps: int | None = None,
+) -> SymmToMEnv:
+    """Build a SymmToM PettingZoo ``ParallelEnv`` (see :class:`SymmToMEnv` for the arguments)."""
+    return SymmToMEnv(
+        n_agents, width, n_pieces, hearing=hearing, oracle=oracle, render_mode=render_mode, max_steps=max_steps
+    )

@@ -1,0 +1,56 @@
+"""Each extended experiment's fast config runs end to end into a tmp dir."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+
+import pytest
+
+from imitation_meg.config import load_config, load_driver, load_yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _run_fast(name: str, tmp_path: pathlib.Path) -> dict:
+    module = load_driver(f"extended_{name}", ROOT / "experiments")
+    data = load_yaml(ROOT / "configs" / f"extended_{name}_fast.yaml")
+    cfg = load_config({**data, "results_dir": str(tmp_path)}, module.Config)
+    out = module.main(cfg)
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert "versions" in payload and "config" in payload
+    assert list(tmp_path.glob("*.png")) and list(tmp_path.glob("*.csv"))
+    return out
+
+
+def test_table1_fast(tmp_path):
+    out = _run_fast("table1", tmp_path)
+    rows = {r["agent"]: r for r in out["summary"]}
+    assert set(rows) == {"Q", "DQN", "A2C", "PPO"}
+    assert rows["PPO"]["paper_mean"] == -0.24217
+    assert all(-1 <= r["mean"] <= 1 for r in rows.values())
+
+
+def test_reality_check_fast(tmp_path):
+    out = _run_fast("reality_check", tmp_path)
+    q = next(r for r in out["summary"] if r["agent"] == "Q")
+    assert q["ignore_rewards_reality_check"] > q["ignore_rewards_original"]
+
+
+def test_cartpole_fast(tmp_path):
+    out = _run_fast("cartpole", tmp_path)
+    assert len(out["summary"]) == 4 and all(r["episodes"] == 2 for r in out["summary"])
+
+
+def test_meg_fast(tmp_path):
+    out = _run_fast("meg", tmp_path)
+    rows = {(r["env"], r["policy"], r["measure"]): r for r in out["rows"]}
+    closed = (1 + 0.25 * 3) * math.log(2)
+    push = rows[("TemptingButton", "always push", "known utility")]
+    never = rows[("TemptingButton", "never push", "known utility")]
+    assert push["meg"] == pytest.approx(closed, abs=1e-6)
+    assert never["meg"] == pytest.approx(closed, abs=1e-6)
+    assert push["signed_meg"] == pytest.approx(closed, abs=1e-6)
+    assert never["signed_meg"] == pytest.approx(-closed, abs=1e-6)
+    assert rows[("TemptingButton", "uniform", "known utility")]["meg"] == pytest.approx(0.0, abs=1e-9)

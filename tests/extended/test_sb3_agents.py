@@ -1,0 +1,112 @@
+"""SB3 agents: semi-determinism, buffers + train(), replayed-action log-probabilities."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch as th
+
+from imitation_meg import extended
+from imitation_meg.extended import agents, envs
+from imitation_meg.extended.core import make_agent
+
+sb3_agents = pytest.importorskip("imitation_meg.extended.sb3_agents")
+
+SMALL = {
+    "PPO": functools.partial(sb3_agents.PPO, n_steps=16, batch_size=8, n_epochs=2),
+    "A2C": functools.partial(sb3_agents.A2C, n_steps=5),
+    "DQN": functools.partial(sb3_agents.DQN, learning_starts=10, train_freq=2, target_update_interval=8,
+                             total_timesteps=200),
+}
+ALL_AGENTS = {
+    "Constant": functools.partial(agents.Constant, action=1),
+    "Random": agents.Random,
+    "ObservationMap": functools.partial(agents.ObservationMap, actions=(1, 0, 1)),
+    "QLearner": agents.QLearner,
+    "RC(QLearner)": extended.reality_check(agents.QLearner),
+    **SMALL,
+    "RC(PPO)": extended.reality_check(SMALL["PPO"]),
+}
+
+
+@pytest.mark.parametrize("name", list(ALL_AGENTS))
+def test_identically_trained_instances_act_identically(name, rng):
+    f = ALL_AGENTS[name]
+    a = make_agent(f, n_actions=2, n_obs=3, seed=11)
+    b = make_agent(f, n_actions=2, n_obs=3, seed=11)
+    th.manual_seed(123)  # global RNG state must not matter
+    np.random.seed(5)
+    for t in range(60):
+        o = int(rng.integers(3))
+        acts_a = [a.act(x) for x in range(3)]
+        th.rand(3)  # disturb global streams between the two instances
+        np.random.rand()
+        acts_b = [b.act(x) for x in range(3)]
+        assert acts_a == acts_b, (name, t)
+        act = acts_a[o] if rng.random() < 0.8 else int(rng.integers(2))
+        r, o2 = float(rng.integers(-1, 2)), int(rng.integers(3))
+        a.train(o, act, r, o2)
+        b.train(o, act, r, o2)
+
+
+def test_act_is_pure():
+    agent = make_agent(SMALL["PPO"], n_actions=2, n_obs=2, seed=0)
+    first = [agent.act(0) for _ in range(5)]
+    assert len(set(first)) == 1
+    before = [p.clone() for p in agent.model.policy.parameters()]
+    agent.act(1)
+    assert all(th.equal(p, q) for p, q in zip(before, agent.model.policy.parameters()))
+
+
+@pytest.mark.parametrize("algo", ["PPO", "A2C"])
+def test_buffer_holds_log_prob_of_replayed_action_and_train_runs(algo):
+    agent = make_agent(SMALL[algo], n_actions=2, n_obs=2, seed=0)
+    obs_t, _ = agent.model.policy.obs_to_tensor(np.asarray(1))
+    with th.no_grad():
+        probs = agent.model.policy.get_distribution(obs_t).distribution.probs[0].numpy()
+    replayed = 1 - agent.act(1)  # a transition whose action the policy did not pick
+    agent.train(1, replayed, 1.0, 0)
+    stored = agent.model.rollout_buffer.log_probs[0, 0]
+    assert stored == pytest.approx(np.log(probs[replayed]), abs=1e-5)
+    params = [p.clone() for p in agent.model.policy.parameters()]
+    n = agent.model.rollout_buffer.buffer_size
+    for _ in range(n - 1):
+        agent.train(0, 0, 1.0, 1)
+    assert agent.model._n_updates > 0
+    assert not all(th.equal(p, q) for p, q in zip(params, agent.model.policy.parameters()))
+    assert agent.model.rollout_buffer.pos == 0  # buffer reset after train()
+
+
+def test_dqn_trains_through_replay_buffer():
+    agent = make_agent(SMALL["DQN"], n_actions=2, n_obs=2, seed=0)
+    params = [p.clone() for p in agent.model.q_net.parameters()]
+    for t in range(40):
+        agent.train(t % 2, 0, 1.0, (t + 1) % 2)
+    assert agent.model.replay_buffer.pos == 40
+    assert agent.model._n_updates > 0
+    assert not all(th.equal(p, q) for p, q in zip(params, agent.model.q_net.parameters()))
+
+
+@pytest.mark.parametrize("algo", ["PPO", "A2C", "DQN"])
+def test_sb3_runs_reproducible_and_semi_deterministic(algo):
+    r1 = extended.run(envs.TemptingButton, SMALL[algo], 120, seed=3)
+    r2 = extended.run(envs.TemptingButton, SMALL[algo], 120, seed=3)
+    np.testing.assert_array_equal(r1.actions, r2.actions)
+    assert extended.run(envs.PunishNondeterministicAgent, SMALL[algo], 80, seed=1).total_reward == 80.0
+
+
+def test_learning_rate_passes_through_factory_and_reality_check():
+    env = envs.IncentivizeLearningRate(extended.reality_check(functools.partial(SMALL["PPO"], learning_rate=0.01)))
+    assert env.sim.learning_rate == pytest.approx(0.005)
+    assert env.sim.inner.model.policy.optimizer.param_groups[0]["lr"] == pytest.approx(0.005)
+
+
+def test_sb3_validation():
+    with pytest.raises(ValueError, match="learning_rate must be a positive float"):
+        sb3_agents.PPO(learning_rate=-1.0)
+    with pytest.raises(ValueError, match="n_actions must be a positive int"):
+        sb3_agents.DQN(n_actions=0)
+    with pytest.raises(ValueError, match="total_timesteps"):
+        sb3_agents.A2C(total_timesteps=0)

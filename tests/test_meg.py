@@ -1,0 +1,224 @@
+"""Known-utility MEG: paper examples, propositions, an independent solver, property tests."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch as th
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import minimize_scalar
+from scipy.special import logsumexp
+
+import imitation_meg as im
+from imitation_meg import policies
+from imitation_meg.envs import cliff_world, random_mdp
+
+LOG2 = math.log(2)
+
+
+# ----------------------------------------------------------------------------- the mouse
+def test_mouse_example_one():
+    res = im.meg_one_step([0.8, 0.2], [1.0, -1.0])
+    assert res.meg == pytest.approx(0.8 * math.log(0.8) + 0.2 * math.log(0.2) + LOG2, rel=1e-12)
+    assert round(res.meg, 4) == 0.1927
+    assert res.beta == pytest.approx(LOG2, rel=1e-10)
+    assert im.meg_one_step([1.0, 0.0], [1.0, -1.0]).meg == pytest.approx(LOG2, rel=1e-14)
+    assert im.meg_one_step([0.5, 0.5], [1.0, -1.0]).meg == 0.0
+    anti = im.meg_one_step([0.0, 1.0], [1.0, -1.0])
+    assert anti.meg == pytest.approx(LOG2) and anti.beta == -math.inf and anti.at_boundary
+    assert im.meg_one_step([0.0, 1.0], [1.0, -1.0], signed=True).meg == pytest.approx(-LOG2)
+    assert im.meg_one_step([1.0, 0.0], [1.0, -1.0], signed=True).meg == pytest.approx(LOG2)
+
+
+def test_mouse_as_an_mdp_with_transition_utility():
+    # States: 0 start, 1 cheese, 2 no cheese. Action 0 goes to the cheese, action 1 away.
+    T = np.zeros((3, 2, 3))
+    T[0, 0, 1] = T[0, 1, 2] = 1.0
+    T[1, :, 1] = T[2, :, 2] = 1.0
+    U = np.zeros((3, 2, 3))
+    U[:, :, 1], U[:, :, 2] = 1.0, -1.0
+    mdp = im.TabularMDP(T, U, 1)
+    pi = np.array([[0.8, 0.2], [0.5, 0.5], [0.5, 0.5]])
+    res = im.meg(pi, mdp)
+    assert round(res.meg, 4) == 0.1927 and res.beta == pytest.approx(LOG2, rel=1e-9)
+    # Scale dependence of the naive plug-in (beta = 1): -0.13 for U, -0.018 for 2U ...
+    always = np.array([[1.0, 0.0]] * 3)
+    lp_u = im.soft_value_iteration(mdp, 1.0).log_pi[0, 0, 0, 0]
+    lp_2u = im.soft_value_iteration(mdp, 1.0, utility=2 * U).log_pi[0, 0, 0, 0]
+    assert round(float(lp_u), 2) == -0.13 and round(float(lp_2u), 3) == -0.018
+    # ... while MEG does not depend on the scale.
+    assert im.meg(always, mdp).meg == pytest.approx(im.meg(always, mdp, 2 * U).meg, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- an independent solver
+def _np_loglik(beta, T, r, H, p0, pi):
+    """E_pi[sum_t log pi_beta] with plain numpy (dense T, loops), for cross-checking."""
+    S, A = r.shape
+    V = np.zeros(S)
+    logps = []
+    for _ in range(H):
+        Q = beta * r + T @ V
+        V = logsumexp(Q, axis=1)
+        logps.append(Q - V[:, None])
+    logps = logps[::-1]
+    d, total = p0.copy(), 0.0
+    for t in range(H):
+        total += np.sum(d[:, None] * pi[t] * logps[t])
+        d = np.einsum("s,sa,sat->t", d, pi[t], T)
+    return total
+
+
+def _np_meg(pi, mdp, bounds):
+    T = mdp.dense_transition().numpy()
+    r = mdp.reward_sa().numpy()
+    H, A = mdp.horizon, mdp.n_actions
+    p0 = mdp.initial_state_dist.numpy()
+    pi = np.broadcast_to(np.asarray(pi), (H,) + r.shape)
+    opt = minimize_scalar(
+        lambda b: -_np_loglik(b, T, r, H, p0, pi), bounds=bounds, method="bounded",
+        options={"xatol": 1e-12, "maxiter": 500},
+    )
+    return -opt.fun + H * math.log(A), opt.x
+
+
+@pytest.mark.parametrize("horizon", [5, 12, 30])
+@pytest.mark.parametrize("eps", [0.1, 0.5, 0.9])
+def test_cliffworld_epsilon_greedy_matches_independent_solver(horizon, eps):
+    mdp = cliff_world(horizon=horizon)
+    pi = policies.epsilon_greedy(mdp, eps).numpy()
+    ours = im.meg(pi, mdp)
+    ref, ref_beta = _np_meg(pi, mdp, (0.0, 5.0))
+    assert ours.converged and not ours.at_boundary
+    assert ours.meg == pytest.approx(ref, rel=1e-6)
+    assert ours.beta == pytest.approx(ref_beta, rel=1e-4)
+    assert ours.meg >= ref - 1e-9  # ours is the exact optimum: never below Brent's
+
+
+@pytest.mark.parametrize("horizon", [5, 30])
+def test_cliffworld_optimal_policy_is_the_exact_limit(horizon):
+    mdp = cliff_world(horizon=horizon)
+    pi = policies.optimal(mdp)
+    res = im.meg(pi, mdp)
+    assert res.at_boundary and res.beta == math.inf
+    # At +inf the model is the optimal policy itself: MEG = H log|A| - E_pi[sum_t H(pi_t)].
+    D = im.occupancy_measures(mdp, pi)[:-1]
+    ent = -(th.where(pi > 0, pi * pi.log(), th.zeros_like(pi))).sum(-1)
+    expected = horizon * math.log(4) - float((D * ent).sum())
+    assert res.meg == pytest.approx(expected, rel=1e-12)
+    assert res.model_expected_utility == pytest.approx(res.expected_utility, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- propositions
+@pytest.mark.parametrize("a, b", [(2.0, 0.0), (0.3, -5.0), (-1.0, 0.0), (-4.0, 3.0)])
+def test_prop_3_1_affine_invariance(a, b, rng):
+    mdp = random_mdp(15, 3, 6, seed=11)
+    pi = rng.dirichlet(np.ones(3), size=15) * 0.5 + 0.5 * policies.optimal(mdp)[0].numpy()
+    base = im.meg(pi, mdp)
+    moved = im.meg(pi, mdp, a * mdp.utility + b)
+    assert moved.meg == pytest.approx(base.meg, rel=1e-8)
+    assert moved.beta == pytest.approx(base.beta / a, rel=1e-6)
+    signed = im.meg(pi, mdp, a * mdp.utility + b, signed=True)
+    assert math.copysign(1, signed.meg) == math.copysign(1, a)
+
+
+def test_prop_3_2_bounds_uniform_and_unique_optimum():
+    mdp = random_mdp(12, 3, 5, utility="state_action", seed=5)
+    bound = 5 * math.log(3)
+    assert im.meg(policies.uniform(mdp), mdp).meg == 0.0
+    opt = im.meg(policies.optimal(mdp), mdp)
+    assert opt.meg == pytest.approx(bound, rel=1e-12) and opt.normalized == pytest.approx(1.0)
+    assert opt.upper_bound == pytest.approx(bound)
+
+
+def test_prop_3_3_uninfluenceable_utility_gives_zero(rng):
+    S, A = 6, 3
+    row = rng.dirichlet(np.ones(S), size=S)
+    T = np.repeat(row[:, None, :], A, axis=1)  # actions do not matter
+    mdp = im.TabularMDP(T, rng.standard_normal(S), 7, np.full(S, 1 / S))
+    pi = rng.dirichlet(np.ones(A), size=S)
+    res = im.meg(pi, mdp)
+    assert res.meg == 0.0 and res.beta == 0.0
+
+
+def test_theorem_5_1_interior_optimum_matches_expected_utility(rng):
+    mdp = random_mdp(20, 4, 8, seed=8)
+    pi = 0.6 * policies.optimal(mdp) + 0.4 * th.as_tensor(rng.dirichlet(np.ones(4), size=(8, 20)))
+    res = im.meg(pi, mdp)
+    assert not res.at_boundary and res.converged
+    assert res.model_expected_utility == pytest.approx(res.expected_utility, rel=1e-8)
+    assert abs(res.grad) < 1e-6
+
+
+def test_time_dependent_policy_and_discount(rng):
+    mdp = random_mdp(10, 2, 4, discount=0.7, seed=9)
+    pi = 0.5 * policies.optimal(mdp) + 0.25
+    res = im.meg(pi, mdp)
+    assert 0 < res.meg < res.upper_bound and res.converged
+    # dL/dbeta vanishes at the optimum under discounting too (checked by finite differences).
+    from imitation_meg.meg import MEGObjective
+
+    obj = MEGObjective(mdp, pi)
+    h = 1e-5 * max(1.0, abs(res.beta))
+    L = obj.evaluate(th.tensor([res.beta - h, res.beta + h], dtype=th.float64))[0]
+    assert abs(float(L[1] - L[0]) / (2 * h)) < 1e-6
+
+
+def test_extreme_scale_utilities_stay_finite():
+    mdp = cliff_world(horizon=10)
+    pi = policies.epsilon_greedy(mdp, 0.2)
+    base = im.meg(pi, mdp).meg
+    for scale in (1e-8, 1e8):
+        res = im.meg(pi, mdp, scale * mdp.utility)
+        assert math.isfinite(res.meg) and res.meg == pytest.approx(base, rel=1e-7)
+
+
+def test_result_to_dict_is_json_ready():
+    import json
+
+    res = im.meg(policies.optimal(cliff_world(horizon=4)), cliff_world(horizon=4))
+    d = res.to_dict()
+    assert d["beta"] == "inf" and d["grad"] is None
+    json.dumps(d)
+
+
+def test_meg_validation_errors():
+    mdp = random_mdp(5, 2, 3)
+    with pytest.raises(TypeError, match="TabularMDP"):
+        im.meg(np.full((5, 2), 0.5), "not an mdp")
+    with pytest.raises(ValueError, match="must have shape"):
+        im.meg(np.full((4, 2), 0.5), mdp)
+    with pytest.raises(ValueError, match="no utility attached"):
+        im.meg(np.full((5, 2), 0.5), random_mdp(5, 2, 3, utility="none"))
+    with pytest.raises(ValueError, match="utility must have shape"):
+        im.meg(np.full((5, 2), 0.5), mdp, np.ones(7))
+    with pytest.raises(ValueError, match="policy must have the shape"):
+        im.meg_one_step([0.5, 0.5, 0.0], [1.0, 0.0])
+
+
+# ----------------------------------------------------------------------------- properties
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    S=st.integers(1, 12),
+    A=st.integers(2, 4),
+    H=st.integers(1, 8),
+    mix=st.floats(0.0, 1.0),
+    a=st.sampled_from([-3.0, -0.5, 0.25, 7.0]),
+    b=st.floats(-5, 5),
+)
+def test_property_bounds_and_invariance(seed, S, A, H, mix, a, b):
+    rng = np.random.default_rng(seed)
+    mdp = random_mdp(S, A, H, seed=rng, utility="state_action")
+    pi = mix * policies.optimal(mdp) + (1 - mix) * th.as_tensor(rng.dirichlet(np.ones(A), size=(H, S)))
+    res = im.meg(pi, mdp)
+    assert 0.0 <= res.meg <= H * math.log(A) + 1e-12
+    assert math.isfinite(res.meg) and res.converged
+    moved = im.meg(pi, mdp, a * mdp.utility + b)
+    assert moved.meg == pytest.approx(res.meg, rel=1e-7, abs=1e-9)
+    cert = float(
+        (im.occupancy_measures(mdp, pi)[:-1] * (math.log(A) + (th.where(pi > 0, pi * pi.log(), th.zeros_like(pi))).sum(-1))).sum()
+    )
+    assert res.meg <= cert + 1e-9  # Gibbs upper certificate

@@ -1,0 +1,76 @@
+"""Reference policies and policy validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch as th
+
+from imitation_meg import policies
+from imitation_meg.envs import cliff_world, random_mdp
+
+
+def test_builders_are_distributions_of_shape_h_s_a():
+    mdp = cliff_world(horizon=7)
+    for pi in (
+        policies.uniform(mdp),
+        policies.optimal(mdp),
+        policies.anti_optimal(mdp),
+        policies.epsilon_greedy(mdp, 0.3),
+        policies.soft_optimal(mdp, 0.5),
+    ):
+        assert pi.shape == (7, 40, 4) and pi.dtype == th.float64
+        th.testing.assert_close(pi.sum(-1), th.ones(7, 40, dtype=th.float64))
+
+
+def test_epsilon_greedy_is_the_mixture():
+    mdp = random_mdp(10, 3, 4, seed=1)
+    eps = 0.25
+    expected = 0.75 * policies.optimal(mdp) + 0.25 / 3
+    th.testing.assert_close(policies.epsilon_greedy(mdp, eps), expected)
+    th.testing.assert_close(policies.epsilon_greedy(mdp, 1.0), policies.uniform(mdp))
+
+
+def test_optimal_policy_walks_to_the_goal():
+    # On CliffWorld the optimal first move from the start goes down-right (action 3), away
+    # from the cliff.
+    mdp = cliff_world(horizon=30)
+    assert policies.optimal(mdp)[0, 0].tolist() == [0.0, 0.0, 0.0, 1.0]
+
+
+def test_optimal_for_other_utility_and_ties():
+    mdp = random_mdp(5, 2, 3, seed=2)
+    flat = np.zeros(5)
+    th.testing.assert_close(policies.optimal(mdp, flat), policies.uniform(mdp))
+    th.testing.assert_close(policies.anti_optimal(mdp), policies.optimal(mdp, -mdp.utility))
+
+
+@pytest.mark.parametrize(
+    "bad, exc, match",
+    [
+        (np.ones((3, 2)), ValueError, "must have shape"),
+        (np.full((5, 2), 0.7), ValueError, "sum to"),
+        (np.array([[1.5, -0.5]] * 5), ValueError, "negative probabilities"),
+        (np.full((5, 2), np.nan), ValueError, "NaN"),
+        ("uniform", TypeError, "numeric"),
+    ],
+)
+def test_as_policy_rejects_bad_input(bad, exc, match):
+    mdp = random_mdp(5, 2, 3)
+    with pytest.raises(exc, match=match):
+        policies.as_policy(bad, mdp)
+
+
+def test_as_policy_renormalises_within_tolerance():
+    mdp = random_mdp(5, 2, 3)
+    pi = np.full((5, 2), 0.5 + 2e-6)
+    out = policies.as_policy(pi, mdp)
+    th.testing.assert_close(out.sum(-1), th.ones(5, dtype=th.float64), rtol=0, atol=1e-15)
+
+
+def test_epsilon_validation():
+    mdp = random_mdp(5, 2, 3)
+    with pytest.raises(ValueError, match=r"epsilon must lie in \[0, 1\]"):
+        policies.epsilon_greedy(mdp, 1.2)
+    with pytest.raises(TypeError, match="epsilon must be a float"):
+        policies.epsilon_greedy(mdp, "0.1")
