@@ -30,7 +30,14 @@ from imitation_meg.mdp import TabularMDP, as_tensor
 from imitation_meg.policies import as_policy
 from imitation_meg.soft_vi import TIE_TOL, _tie_log_policy, occupancy_measures
 
-__all__ = ["MEGResult", "meg", "meg_one_step", "MEGObjective"]
+__all__ = [
+    "MEGResult",
+    "meg",
+    "meg_one_step",
+    "MEGObjective",
+    "sa_occupancy_of",
+    "as_sa_occupancy",
+]
 
 # Grid and stopping settings of the 1-D solver.
 _GRID_DECADES = (-4.0, 4.0)  # beta * scale from 1e-4 to 1e4 on the first grid
@@ -100,36 +107,43 @@ class MEGResult:
 
 
 class MEGObjective:
-    """``L(beta)``, ``dL/dbeta`` and the model's expected utility for a fixed policy and utility.
+    """``L(beta)``, ``dL/dbeta`` and the model's expected utility for a fixed behaviour and utility.
+
+    The behaviour enters only through its state-action occupancy ``w[t, s, a] = P(s_t = s,
+    a_t = a)``: either computed from a policy in the MDP's dynamics, or given directly (for
+    example as empirical frequencies of trajectories).
 
     Args:
         mdp: the MDP.
-        policy: ``(S, A)`` or ``(H, S, A)`` policy (validated).
+        policy: ``(S, A)`` or ``(H, S, A)`` policy (validated); ignored if ``sa_occupancy`` is given.
         utility: utility (default the MDP's); reduced to ``r (S, A)``.
+        sa_occupancy: optional ``(H, S, A)`` non-negative occupancy, each ``w[t]`` summing to 1.
 
     Attributes:
-        occupancy: ``(H, S)`` state occupancy of the policy at decision times.
-        expected_utility: ``E_pi[sum_t gamma^t r]``.
+        sa_occupancy: ``(H, S, A)`` state-action occupancy at decision times.
+        expected_utility: ``E[sum_t gamma^t r(s_t, a_t)]`` under that occupancy.
     """
 
-    def __init__(self, mdp: TabularMDP, policy: Any, utility: Any = None) -> None:
+    def __init__(
+        self, mdp: TabularMDP, policy: Any = None, utility: Any = None, *, sa_occupancy: Any = None
+    ) -> None:
         self.mdp = mdp
-        self.pi = as_policy(policy, mdp)
         self.r = mdp.reward_sa(utility).detach()
-        self.occupancy = occupancy_measures(mdp, self.pi)[:-1]  # (H, S)
+        if sa_occupancy is not None:
+            self.sa_occupancy = as_sa_occupancy(sa_occupancy, mdp)
+        elif policy is not None:
+            self.sa_occupancy = sa_occupancy_of(mdp, policy)
+        else:
+            raise ValueError("pass a policy (S, A) / (H, S, A) or sa_occupancy=(H, S, A).")
         H = mdp.horizon
         gam = mdp.discount ** th.arange(H, dtype=mdp.dtype, device=mdp.device)
-        pi_t = self.pi if self.pi.ndim == 3 else self.pi.unsqueeze(0)
-        self.expected_utility = float(
-            (gam.view(H, 1) * (self.occupancy * (pi_t * self.r).sum(-1))).sum()
-        )
+        self.expected_utility = float((gam.view(H, 1, 1) * self.sa_occupancy * self.r).sum())
         self.evaluations = 0
         sab = mdp.n_states * mdp.n_actions * mdp.branching
         self.batch = int(max(1, min(64, _BATCH_ENTRIES // max(sab, 1))))
 
     def _w(self, t: int) -> th.Tensor:
-        pt = self.pi[t] if self.pi.ndim == 3 else self.pi
-        return self.occupancy[t].unsqueeze(-1) * pt  # (S, A)
+        return self.sa_occupancy[t]  # (S, A)
 
     def evaluate(self, betas: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         """Evaluate finite betas ``(K,)`` in batches.
@@ -181,6 +195,37 @@ class MEGObjective:
             L += float(term)
             V_next = Q.amax(-1) if sign > 0 else Q.amin(-1)
         return L, float(V_next @ mdp.initial_state_dist)
+
+
+def sa_occupancy_of(mdp: TabularMDP, policy: Any) -> th.Tensor:
+    """State-action occupancy ``w[t, s, a] = P(s_t = s) pi_t(a | s)`` of a policy, ``(H, S, A)``."""
+    pi = as_policy(policy, mdp)
+    D = occupancy_measures(mdp, pi)[:-1]  # (H, S)
+    pi_t = pi if pi.ndim == 3 else pi.unsqueeze(0)
+    return D.unsqueeze(-1) * pi_t
+
+
+def as_sa_occupancy(w: Any, mdp: TabularMDP, *, name: str = "sa_occupancy") -> th.Tensor:
+    """Validate an ``(H, S, A)`` state-action occupancy (non-negative, each step summing to 1).
+
+    Raises:
+        ValueError: wrong shape, negative or non-finite entries, or a step not summing to 1
+            (tolerance 1e-6).
+    """
+    w = as_tensor(w, name=name, dtype=mdp.dtype, device=mdp.device)
+    shape = (mdp.horizon, mdp.n_states, mdp.n_actions)
+    if tuple(w.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(w.shape)}.")
+    if not bool(th.isfinite(w).all()) or bool((w < 0).any()):
+        raise ValueError(f"{name} must be finite and non-negative.")
+    sums = w.sum((-1, -2))
+    bad = (sums - 1).abs() > 1e-6
+    if bool(bad.any()):
+        raise ValueError(
+            f"{name} steps {bad.nonzero().flatten()[:5].tolist()} sum to "
+            f"{sums[bad][:5].tolist()}, not 1; each w[t] must be a distribution over (s, a)."
+        )
+    return w
 
 
 def _scale(r: th.Tensor) -> float:
@@ -306,6 +351,7 @@ def meg(
     utility: Any = None,
     *,
     signed: bool = False,
+    sa_occupancy: Any = None,
 ) -> MEGResult:
     """Known-utility MEG of a policy, solved exactly.
 
@@ -316,6 +362,8 @@ def meg(
         utility: ``(S,)``, ``(S, A)`` or ``(S, A, S)``; default ``mdp.utility``.
         signed: multiply by the sign of ``E_pi[U] - E_uniform[U]`` (paper footnote 4), so that
             policies that pursue ``-U`` get negative scores.
+        sa_occupancy: optional ``(H, S, A)`` state-action occupancy that replaces the policy's
+            own (e.g. empirical frequencies from trajectories); ``policy`` may then be None.
 
     Returns:
         :class:`MEGResult`. ``0 <= meg <= H log|A|`` when unsigned.
@@ -334,7 +382,7 @@ def meg(
             f"mdp must be an imitation_meg.TabularMDP, got {type(mdp).__name__}; build one with "
             "TabularMDP(...) or TabularMDP.from_env(env)."
         )
-    obj = MEGObjective(mdp, policy, utility)
+    obj = MEGObjective(mdp, policy, utility, sa_occupancy=sa_occupancy)
     sol = _solve(obj)
     H, A = mdp.horizon, mdp.n_actions
     bound = H * math.log(A)

@@ -12,7 +12,11 @@ def test_demo_prints_the_table(capsys):
     out = capsys.readouterr().out
     for name in ("uniform", "epsilon-greedy 0.1", "epsilon-greedy 0.5", "optimal"):
         assert name in out
-    rows = {m.group(1).strip(): float(m.group(2)) for m in re.finditer(r"^\s*([a-z\- .0-9]+?)\s+(\d+\.\d+)\s", out, re.M)}
+    rows = {}
+    for line in out.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) == 7 and cells[1][0].isdigit():
+            rows[cells[0]] = float(cells[1])
     assert rows["uniform"] == 0.0
     assert rows["optimal"] > rows["epsilon-greedy 0.1"] > rows["epsilon-greedy 0.5"] > 0
 

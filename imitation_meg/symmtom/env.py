@@ -162,6 +162,7 @@ class SymmToMEnv(ParallelEnv):
         first_hand: ``(n, c)`` bool; knowledge: ``(n, c)`` bool (current, first-hand included);
         last_moves: ``(n, 2)`` executed displacements of the last step;
         last_said: ``(n,)`` piece said effectively at the last step, ``-1`` for nothing;
+        last_rewards: ``(n,)`` and last_logs: dict of ``(n,)`` arrays, this step's :data:`LOG_KEYS`;
         timestep: steps taken in the episode.
 
     Raises:
@@ -237,6 +238,7 @@ class SymmToMEnv(ParallelEnv):
         self.last_moves = np.zeros((n, 2), dtype=np.int64)
         self.last_said = np.full(n, -1, dtype=np.int64)
         self.last_rewards = np.zeros(n)
+        self.last_logs = {k: np.zeros(n) for k in LOG_KEYS}
         self.timestep = 0
         self._totals = {a: dict.fromkeys(LOG_KEYS, 0.0) for a in self.possible_agents}
 
@@ -327,6 +329,7 @@ class SymmToMEnv(ParallelEnv):
         self.last_moves = np.zeros((n, 2), dtype=np.int64)
         self.last_said = np.full(n, -1, dtype=np.int64)
         self.last_rewards = np.zeros(n)
+        self.last_logs = {k: np.zeros(n) for k in LOG_KEYS}
         self.timestep = int(options.get("step", 0))
         self.agents = list(self.possible_agents)
         self._totals = {a: dict.fromkeys(LOG_KEYS, 0.0) for a in self.possible_agents}
@@ -384,6 +387,7 @@ class SymmToMEnv(ParallelEnv):
         self.knowledge = out["knowledge"]
         self.last_said = out["said"]
         self.last_rewards = out["reward"]
+        self.last_logs = {k: out[k].copy() for k in LOG_KEYS}
         self.timestep += 1
         truncated = self.timestep >= self.max_steps
         obs, rewards, terms, truncs, infos = {}, {}, {}, {}, {}
