@@ -16,6 +16,7 @@ from imitation_meg import envs, policies, soft_vi
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.meg import MEGResult, meg, meg_one_step
 from imitation_meg.soft_vi import occupancy_measures, soft_value_iteration
+from imitation_meg.unknown import meg_target, meg_unknown
 
 __all__ = [
     "__version__",
@@ -23,6 +24,8 @@ __all__ = [
     "MEGResult",
     "meg",
     "meg_one_step",
+    "meg_unknown",
+    "meg_target",
     "soft_value_iteration",
     "occupancy_measures",
     "envs",

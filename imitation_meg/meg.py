@@ -43,8 +43,8 @@ __all__ = [
 _GRID_DECADES = (-4.0, 4.0)  # beta * scale from 1e-4 to 1e4 on the first grid
 _MAX_DECADES = 15.0  # extend the grid up to beta * scale = 1e15
 _BRACKET_RTOL = 1e-11
-# Temporary-memory budget (entries of S * A * B per beta) that sets the batch size.
-_BATCH_ENTRIES = 1 << 24
+# Temporary-memory budget of one batched pass (about 16 (S, A) temporaries per beta).
+_BATCH_BYTES = 1 << 28
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,21 +129,49 @@ class MEGObjective:
     ) -> None:
         self.mdp = mdp
         self.r = mdp.reward_sa(utility).detach()
+        H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+        self._sa: th.Tensor | None = None
         if sa_occupancy is not None:
-            self.sa_occupancy = as_sa_occupancy(sa_occupancy, mdp)
+            self._sa = as_sa_occupancy(sa_occupancy, mdp)
+            self._D = self._sa.sum(-1)  # (H, S) state marginals
+            self._pi: th.Tensor | None = None
         elif policy is not None:
-            self.sa_occupancy = sa_occupancy_of(mdp, policy)
+            # Memory-lean form: state occupancy (H, S) and the policy, not (H, S, A).
+            pi = as_policy(policy, mdp).to(mdp.dtype)
+            self._pi = pi
+            self._D = occupancy_measures(mdp, pi)[:-1]
         else:
             raise ValueError("pass a policy (S, A) / (H, S, A) or sa_occupancy=(H, S, A).")
-        H = mdp.horizon
         gam = mdp.discount ** th.arange(H, dtype=mdp.dtype, device=mdp.device)
-        self.expected_utility = float((gam.view(H, 1, 1) * self.sa_occupancy * self.r).sum())
+        if self._sa is not None:
+            eu = (gam.view(H, 1, 1) * self._sa * self.r).sum()
+        elif self._pi is not None and self._pi.ndim == 2:
+            eu = ((gam.view(H, 1) * self._D).sum(0) * (self._pi * self.r).sum(-1)).sum()
+        else:
+            assert self._pi is not None
+            eu = (gam.view(H, 1) * self._D * (self._pi * self.r).sum(-1)).sum()
+        self.expected_utility = float(eu)
         self.evaluations = 0
-        sab = mdp.n_states * mdp.n_actions * mdp.branching
-        self.batch = int(max(1, min(64, _BATCH_ENTRIES // max(sab, 1))))
+        self.passes = 0
+        per_beta = 16 * S * A * self.r.element_size()
+        self.batch = int(max(1, min(64, _BATCH_BYTES // max(per_beta, 1))))
 
-    def _w(self, t: int) -> th.Tensor:
-        return self.sa_occupancy[t]  # (S, A)
+    @property
+    def sa_occupancy(self) -> th.Tensor:
+        """``(H, S, A)`` state-action occupancy ``w[t, s, a]`` (materialised on request)."""
+        if self._sa is not None:
+            return self._sa
+        assert self._pi is not None
+        pi = self._pi if self._pi.ndim == 3 else self._pi.unsqueeze(0)
+        return self._D.unsqueeze(-1) * pi
+
+    def _w(self, t: int) -> tuple[th.Tensor, th.Tensor]:
+        """``(w[t] (S, A), its state marginal (S,))``."""
+        if self._sa is not None:
+            return self._sa[t], self._D[t]
+        assert self._pi is not None
+        pi = self._pi if self._pi.ndim == 2 else self._pi[t]
+        return self._D[t].unsqueeze(-1) * pi, self._D[t]
 
     def evaluate(self, betas: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         """Evaluate finite betas ``(K,)`` in batches.
@@ -151,36 +179,73 @@ class MEGObjective:
         Returns:
             ``(L (K,), dL (K,), model_expected_utility (K,))``.
         """
-        outs = [self._evaluate(betas[i : i + self.batch]) for i in range(0, betas.numel(), self.batch)]
-        return tuple(th.cat([o[j] for o in outs]) for j in range(3))  # type: ignore[return-value]
+        L, dL, _, eu = self.evaluate2(betas)
+        return L, dL, eu
 
-    def _evaluate(self, betas: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    def evaluate2(self, betas: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+        """Like :meth:`evaluate`, with the exact second derivative.
+
+        Returns:
+            ``(L (K,), dL (K,), d2L (K,), model_expected_utility (K,))``.
+        """
+        betas = betas.to(dtype=self.mdp.dtype, device=self.mdp.device).reshape(-1)
+        outs = [self._evaluate(betas[i : i + self.batch]) for i in range(0, betas.numel(), self.batch)]
+        return tuple(th.cat([o[j] for o in outs]) for j in range(4))  # type: ignore[return-value]
+
+    def _evaluate(self, betas: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+        """One fused backward pass for ``K`` betas.
+
+        With ``Q_t = beta r + gamma E[V_{t+1}]`` and ``log pi_t = Q_t - V_t``, the derivatives of
+        the soft values obey ``G_t = dQ_t/dbeta = r + gamma E[g_{t+1}]``, ``g_t = dV_t/dbeta =
+        E_pi_beta[G_t]``, ``d2Q_t = gamma E[h_{t+1}]`` and ``h_t = d2V_t = Var_pi_beta(G_t) +
+        E_pi_beta[d2Q_t]``; the carry ``[V; g; h]`` goes through one backup per step.
+        """
         mdp, r = self.mdp, self.r
         K = betas.numel()
         self.evaluations += K
-        S = mdp.n_states
+        self.passes += 1
+        S, A = mdp.n_states, mdp.n_actions
         scaled = betas.view(K, 1, 1) * r
-        carry = r.new_zeros(2 * K, S)  # [soft V_{t+1}; g_{t+1}] stacked for one gather
         L = r.new_zeros(K)
         dL = r.new_zeros(K)
+        d2L = r.new_zeros(K)
         gamma = mdp.discount
+        carry: th.Tensor | None = None
         for t in range(mdp.horizon - 1, -1, -1):
-            nxt = mdp.expect_next(carry) if t < mdp.horizon - 1 else None
-            if nxt is None:
+            w, wS = self._w(t)
+            wf = w.reshape(S * A)
+            if carry is None:
                 q = scaled
-                G = r.expand(K, -1, -1)
+                G = r.expand(K, S, A)
+                Hq = None
             else:
-                q = scaled + gamma * nxt[:K]
-                G = r + gamma * nxt[K:]
-            logp = th.log_softmax(q, -1)
-            p = logp.exp()
-            g = (p * G).sum(-1)
-            w = self._w(t)
-            L += (w * logp).sum((-1, -2))
-            dL += (w * (G - g.unsqueeze(-1))).sum((-1, -2))
-            carry = th.cat([th.logsumexp(q, -1), g], 0)
-        model_eu = carry[K:] @ mdp.initial_state_dist
-        return L, dL, model_eu
+                nxt = mdp.expect_next(carry)  # (3K, S, A)
+                q = th.add(scaled, nxt[:K], alpha=gamma)
+                G = th.add(r, nxt[K : 2 * K], alpha=gamma)
+                Hq = nxt[2 * K :] * gamma
+            m = q.amax(-1, keepdim=True)
+            z = q - m
+            p = z.exp()
+            s = p.sum(-1, keepdim=True)
+            p /= s
+            ls = s.log_()
+            # L = sum w (z - ls);  dL = sum w (G - g);  d2L = sum w (Hq - h)
+            g = (p * G).sum(-1)  # (K, S)
+            dG = G - g.unsqueeze(-1)
+            var = (p * dG * dG).sum(-1)
+            L += z.reshape(K, S * A) @ wf - ls.reshape(K, S) @ wS
+            dL += dG.reshape(K, S * A) @ wf
+            if Hq is not None:
+                eh = (p * Hq).sum(-1)
+                h = var + eh
+                d2L += Hq.reshape(K, S * A) @ wf - h @ wS
+            else:
+                h = var
+                d2L -= h @ wS
+            carry = th.cat([(m.squeeze(-1) + ls.squeeze(-1)), g, h], 0)
+        assert carry is not None
+        model_eu = carry[K : 2 * K] @ mdp.initial_state_dist
+        return L, dL, d2L, model_eu
 
     def evaluate_limit(self, sign: float) -> tuple[float, float]:
         """``L`` and the model's expected utility at ``beta = sign * inf``."""
@@ -190,10 +255,11 @@ class MEGObjective:
         for t in range(mdp.horizon - 1, -1, -1):
             Q = r + mdp.discount * mdp.expect_next(V_next) if t < mdp.horizon - 1 else r
             logp = _tie_log_policy(Q, sign, TIE_TOL)
-            w = self._w(t)
+            w, _ = self._w(t)
             term = th.where(w > 0, w * logp, th.zeros_like(w)).sum()
             L += float(term)
             V_next = Q.amax(-1) if sign > 0 else Q.amin(-1)
+        self.passes += 1
         return L, float(V_next @ mdp.initial_state_dist)
 
 
@@ -230,21 +296,52 @@ def as_sa_occupancy(w: Any, mdp: TabularMDP, *, name: str = "sa_occupancy") -> t
 
 def _scale(r: th.Tensor) -> float:
     """Spread of the per-step reward across actions, the natural unit of 1/beta."""
-    spread = (r.amax(-1) - r.amin(-1)).max()
-    total = r.max() - r.min()
-    return float(spread if spread > 0 else total)
+    spread = float((r.amax(-1) - r.amin(-1)).max())
+    total = float(r.max() - r.min())
+    # A spread at rounding level (a state utility evaluated per transition) is no unit.
+    return spread if spread > 1e-9 * total else total
+
+
+def _hermite_root(a: float, fa: float, da: float, b: float, fb: float, db: float) -> float:
+    """Root in ``(a, b)`` of the cubic Hermite interpolant of ``f`` (``fa > 0 > fb``), or nan."""
+    h = b - a
+    if not (h > 0) or not all(map(math.isfinite, (fa, da, fb, db))):
+        return math.nan
+    # f(a + u h) = c0 + c1 u + c2 u^2 + c3 u^3 on u in [0, 1].
+    m0, m1 = da * h, db * h
+    c0, c1 = fa, m0
+    c2 = 3 * (fb - fa) - 2 * m0 - m1
+    c3 = 2 * (fa - fb) + m0 + m1
+    roots = np.roots([c3, c2, c1, c0]) if any(abs(c) > 0 for c in (c3, c2)) else np.roots([c1, c0])
+    real = [float(z.real) for z in roots if abs(z.imag) <= 1e-9 * max(1.0, abs(z)) and 0.0 < z.real < 1.0]
+    if not real:
+        return math.nan
+    # The interpolant may have several roots in (0, 1); take the one nearest the secant root.
+    sec = fa / (fa - fb)
+    u = min(real, key=lambda v: abs(v - sec))
+    return a + u * h
 
 
 def _solve(obj: MEGObjective) -> dict[str, Any]:
-    """Maximise the concave L(beta); returns the fields of MEGResult (unsigned)."""
+    """Maximise the concave L(beta); returns the fields of MEGResult (unsigned).
+
+    Works in ``x = sign * beta >= 0`` where ``f(x) = sign * dL/dbeta`` decreases from ``f(0) > 0``.
+    Every pass evaluates ``L``, ``f`` and the exact ``f'`` for a batch of betas (one fused
+    backward pass; the batch size follows the memory budget). Bracketing phase: a log grid
+    (batched) or safeguarded Newton expansion (one beta per pass). Refinement phase: the root of
+    the cubic Hermite interpolant of ``f`` on the bracket (fourth-order accurate), surrounded by
+    probes at geometrically spaced relative offsets that shrink the bracket to the estimate's
+    error in one pass. Stops when the bracket is ``1e-11`` relative, and compares with the exact
+    limit at ``beta = sign * inf``.
+    """
     mdp = obj.mdp
     dt, dev = mdp.dtype, mdp.device
     H, A = mdp.horizon, mdp.n_actions
     L0 = -H * math.log(A)
     zero = th.zeros(1, dtype=dt, device=dev)
     scale = _scale(obj.r)
-    _, dL0_t, eu0_t = obj.evaluate(zero)
-    dL0, eu_uniform = float(dL0_t[0]), float(eu0_t[0])
+    _, dL0_t, d2L0_t, eu0_t = obj.evaluate2(zero)
+    dL0, d2L0, eu_uniform = float(dL0_t[0]), float(d2L0_t[0]), float(eu0_t[0])
     base = dict(uniform_expected_utility=eu_uniform, expected_utility=obj.expected_utility)
     # Tolerance on the derivative below which beta = 0 is optimal (utility gives no signal).
     d_tol = 1e-12 * max(1.0, abs(obj.expected_utility), abs(eu_uniform), H * scale)
@@ -253,89 +350,88 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
                     at_boundary=False)
     sign = 1.0 if dL0 > 0 else -1.0
     L_inf, eu_inf = obj.evaluate_limit(sign)
+    n = max(1, min(obj.batch, 32))
+    x_max = 10.0**_MAX_DECADES / scale
+    best = [0.0, L0, dL0, eu_uniform]  # beta, L, dL, eu
+    # Bracket [lo, hi] in x with f(lo) > 0 >= f(hi); derivatives kept for the interpolant.
+    lo, f_lo, fp_lo = 0.0, sign * dL0, d2L0
+    hi, f_hi, fp_hi = math.inf, math.nan, math.nan
+    converged = False
 
-    # 1. Bracket the root of dL on a log grid of |beta| * scale.
-    K = min(obj.batch, 16)
-    lo_dec, hi_dec = _GRID_DECADES
-    best: tuple[float, float, float, float] = (0.0, L0, dL0, eu_uniform)  # beta, L, dL, eu
-    lo_beta, lo_d = 0.0, dL0
-    hi_beta = None
-    while True:
-        n = K if K > 1 else int(hi_dec - lo_dec) + 1
-        grid = sign * th.logspace(lo_dec, hi_dec, n, dtype=dt, device=dev) / scale
-        if K == 1:
-            Ls, dLs, eus = [], [], []
-            for b in grid:  # sequential: stop at the first sign change
-                l, d, e = obj.evaluate(b.view(1))
-                Ls.append(l), dLs.append(d), eus.append(e)
-                if float(d[0]) * sign <= 0:
-                    break
-            Lg, dLg, eug = th.cat(Ls), th.cat(dLs), th.cat(eus)
-            grid = grid[: Lg.numel()]
-        else:
-            Lg, dLg, eug = obj.evaluate(grid)
-        for j in range(grid.numel()):
-            bj, dj = float(grid[j]), float(dLg[j])
-            if float(Lg[j]) > best[1]:
-                best = (bj, float(Lg[j]), dj, float(eug[j]))
-            if dj * sign <= 0:
-                hi_beta, hi_d = bj, dj
+    def run(xs: list[float]) -> list[tuple[float, float, float]]:
+        nonlocal lo, f_lo, fp_lo, hi, f_hi, fp_hi, converged
+        xs = sorted(set(xs))
+        pts = th.tensor([sign * x for x in xs], dtype=dt, device=dev)
+        Lp, dLp, d2Lp, eup = obj.evaluate2(pts)
+        out = []
+        for j, x in enumerate(xs):
+            Lj, dj, d2j = float(Lp[j]), float(dLp[j]), float(d2Lp[j])
+            if Lj > best[1]:
+                best[:] = [sign * x, Lj, dj, float(eup[j])]
+            fj = sign * dj
+            if abs(dj) <= d_tol:
+                converged = True
+            if fj > 0 and x > lo:
+                lo, f_lo, fp_lo = x, fj, d2j
+            elif fj <= 0 and x < hi:
+                hi, f_hi, fp_hi = x, fj, d2j
+            out.append((x, fj, d2j))
+        return out
+
+    def saturated() -> bool:
+        return math.isfinite(L_inf) and best[1] >= L_inf - 1e-12 * max(1.0, abs(L_inf))
+
+    # 1. Bracketing.
+    if n > 1:
+        lo_dec, hi_dec = _GRID_DECADES
+        while math.isinf(hi):
+            run(list((np.logspace(lo_dec, hi_dec, n) / scale).tolist()))
+            if not math.isinf(hi) or saturated() or hi_dec >= _MAX_DECADES or converged:
                 break
-            lo_beta, lo_d = bj, dj
-        if hi_beta is not None:
-            break
-        # dL keeps the sign of dL0 over the whole grid: L still increases.
-        if math.isfinite(L_inf) and best[1] >= L_inf - 1e-12 * max(1.0, abs(L_inf)):
+            lo_dec, hi_dec = hi_dec, min(hi_dec + 8.0, _MAX_DECADES)
+    else:
+        x = f_lo / -fp_lo if fp_lo < 0 else 1.0 / scale
+        while math.isinf(hi) and not converged:
+            x = min(max(x, 1e-8 / scale), x_max)
+            ((_, fx, fpx),) = run([x])
+            if not math.isinf(hi) or saturated() or x >= x_max:
+                break
+            cand = x - fx / fpx if fpx < 0 else math.nan
+            x = cand if math.isfinite(cand) and x < cand <= 100.0 * x else 10.0 * x
+    if math.isinf(hi) and not converged:
+        # f keeps its sign up to x_max: L still increases, the supremum is the limit.
+        if math.isfinite(L_inf) and L_inf >= best[1] - 1e-12 * max(1.0, abs(best[1])):
             return dict(base, beta=sign * math.inf, L=max(L_inf, best[1]), grad=math.nan,
                         model_eu=eu_inf, converged=True, at_boundary=True)
-        if hi_dec >= _MAX_DECADES:
-            if math.isfinite(L_inf) and L_inf >= best[1]:
-                return dict(base, beta=sign * math.inf, L=L_inf, grad=math.nan, model_eu=eu_inf,
-                            converged=True, at_boundary=True)
-            return dict(base, beta=best[0], L=best[1], grad=best[2], model_eu=best[3],
-                        converged=False, at_boundary=False)
-        lo_dec, hi_dec = hi_dec, min(hi_dec + 4.0, _MAX_DECADES)
+        return dict(base, beta=best[0], L=best[1], grad=best[2], model_eu=best[3],
+                    converged=False, at_boundary=False)
 
-    # 2. Narrow the bracket [a, b] (dL changes sign inside) with secant-centred probes: each
-    # round evaluates the secant estimate and two points a small step either side of it, so a
-    # good estimate shrinks the bracket to twice that step (superlinear, like Illinois).
-    a, da, b, db = lo_beta, lo_d, hi_beta, hi_d
-    converged = False
-    step_frac = 0.05
-    for _ in range(100):
-        width = abs(b - a)
-        if width <= _BRACKET_RTOL * max(abs(a), abs(b)) or db == 0.0:
+    # 2. Refinement: Hermite root plus geometric probes around it.
+    for _ in range(60):
+        if converged or hi - lo <= _BRACKET_RTOL * hi:
             converged = True
             break
-        x = a - da * (b - a) / (db - da)
-        lo_x, hi_x = min(a, b), max(a, b)
-        h = step_frac * width
-        x = min(max(x, lo_x + h), hi_x - h)
-        probes = [x - h, x, x + h] if obj.batch >= 3 else [x]
-        pts = th.tensor(sorted(probes, key=lambda v: sign * v), dtype=dt, device=dev)
-        Lp, dLp, eup = obj.evaluate(pts)
-        for j in range(pts.numel()):
-            if float(Lp[j]) > best[1]:
-                best = (float(pts[j]), float(Lp[j]), float(dLp[j]), float(eup[j]))
-        old_width = width
-        for j in range(pts.numel()):  # ordered from a towards b
-            dj = float(dLp[j])
-            if dj * sign > 0:
-                a, da = float(pts[j]), dj
-            else:
-                b, db = float(pts[j]), dj
-                break
-        # Tighten the probe step when the secant lands well; widen it when it does not.
-        step_frac = max(step_frac * 0.01, 1e-14) if abs(b - a) < 0.1 * old_width else 0.05
-    if db != 0.0:
-        x = a - da * (b - a) / (db - da)
-        Lx, dLx, eux = obj.evaluate(th.tensor([x], dtype=dt, device=dev))
-        if float(Lx[0]) >= best[1]:
-            best = (x, float(Lx[0]), float(dLx[0]), float(eux[0]))
-    elif float(b) != best[0]:
-        Lb, dLb, eub = obj.evaluate(th.tensor([b], dtype=dt, device=dev))
-        if float(Lb[0]) >= best[1]:
-            best = (b, float(Lb[0]), float(dLb[0]), float(eub[0]))
+        c = _hermite_root(lo, f_lo, fp_lo, hi, f_hi, fp_hi)
+        if not (lo < c < hi):
+            c = math.sqrt(lo * hi) if lo > 0 and hi > 4 * lo else 0.5 * (lo + hi)
+        rel = (hi - lo) / c
+        if n >= 3:
+            k = (n - 1) // 2
+            offs = np.logspace(-13, math.log10(max(rel, 1e-12)), k)
+            xs = [c] + [c * (1 - o) for o in offs] + [c * (1 + o) for o in offs]
+            xs = [x for x in xs if lo < x < hi]
+        else:
+            xs = [c]
+        old = hi - lo
+        run(xs)
+        if n < 3 and hi - lo > 0.5 * old:
+            # The single estimate did not halve the bracket: bisect once (geometric when wide).
+            m = math.sqrt(lo * hi) if lo > 0 and hi > 4 * lo else 0.5 * (lo + hi)
+            run([m])
+            if abs(f_lo) <= d_tol or abs(f_hi) <= d_tol:
+                converged = True
+    if not converged and hi - lo <= _BRACKET_RTOL * hi:
+        converged = True
     # The limit wins when it is at least as good: a finite beta whose soft policy has
     # saturated to the hard one (dL exactly 0) is reported as the exact limit.
     if math.isfinite(L_inf) and L_inf >= best[1] - 1e-12 * max(1.0, abs(best[1])):

@@ -77,27 +77,47 @@ def uniform(mdp: TabularMDP) -> th.Tensor:
     )
 
 
-def optimal(mdp: TabularMDP, utility: Any = None) -> th.Tensor:
-    """The optimal policy for ``utility`` (default the MDP's), ties split evenly, ``(H, S, A)``."""
-    return hard_value_iteration(mdp, utility, sign=1.0)[2].exp()
+def _break_ties(pi: th.Tensor, tie_break: str) -> th.Tensor:
+    if tie_break == "uniform":
+        return pi
+    if tie_break == "first":
+        # The lowest-index best action, as numpy's argmax picks it.
+        first = (pi > 0).to(th.int8).argmax(-1)
+        return th.nn.functional.one_hot(first, pi.shape[-1]).to(pi.dtype)
+    raise ValueError(f"tie_break must be 'uniform' or 'first', got {tie_break!r}.")
 
 
-def anti_optimal(mdp: TabularMDP, utility: Any = None) -> th.Tensor:
-    """The policy minimising ``utility`` (default the MDP's), ties split evenly, ``(H, S, A)``."""
-    return hard_value_iteration(mdp, utility, sign=-1.0)[2].exp()
+def optimal(mdp: TabularMDP, utility: Any = None, *, tie_break: str = "uniform") -> th.Tensor:
+    """The optimal policy for ``utility`` (default the MDP's), ``(H, S, A)``.
+
+    Args:
+        mdp: the MDP.
+        utility: utility to maximise; default the MDP's.
+        tie_break: ``"uniform"`` splits probability evenly over tied best actions (the
+            ``beta = +inf`` limit); ``"first"`` takes the lowest-index best action, giving the
+            deterministic policy an argmax-based planner would follow.
+    """
+    return _break_ties(hard_value_iteration(mdp, utility, sign=1.0)[2].exp(), tie_break)
 
 
-def epsilon_greedy(mdp: TabularMDP, epsilon: float, utility: Any = None) -> th.Tensor:
+def anti_optimal(mdp: TabularMDP, utility: Any = None, *, tie_break: str = "uniform") -> th.Tensor:
+    """The policy minimising ``utility`` (default the MDP's), ``(H, S, A)``; ties as in :func:`optimal`."""
+    return _break_ties(hard_value_iteration(mdp, utility, sign=-1.0)[2].exp(), tie_break)
+
+
+def epsilon_greedy(
+    mdp: TabularMDP, epsilon: float, utility: Any = None, *, tie_break: str = "uniform"
+) -> th.Tensor:
     """``(1 - epsilon) * optimal + epsilon * uniform``, ``(H, S, A)``.
 
     Raises:
-        ValueError: if ``epsilon`` is not in ``[0, 1]``.
+        ValueError: if ``epsilon`` is not in ``[0, 1]`` or ``tie_break`` is unknown.
     """
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
         raise TypeError(f"epsilon must be a float in [0, 1], got {epsilon!r}.")
     if not 0.0 <= float(epsilon) <= 1.0:
         raise ValueError(f"epsilon must lie in [0, 1], got {epsilon}.")
-    return (1.0 - epsilon) * optimal(mdp, utility) + epsilon * uniform(mdp)
+    return (1.0 - epsilon) * optimal(mdp, utility, tie_break=tie_break) + epsilon * uniform(mdp)
 
 
 def soft_optimal(mdp: TabularMDP, beta: float, utility: Any = None) -> th.Tensor:

@@ -74,3 +74,17 @@ def test_epsilon_validation():
         policies.epsilon_greedy(mdp, 1.2)
     with pytest.raises(TypeError, match="epsilon must be a float"):
         policies.epsilon_greedy(mdp, "0.1")
+
+
+def test_first_tie_break_is_deterministic_argmax():
+    mdp = cliff_world(horizon=6, goal_region=4)
+    uni = policies.optimal(mdp)
+    first = policies.optimal(mdp, tie_break="first")
+    assert ((first == 0) | (first == 1)).all()
+    # The chosen action is always one of the tied best actions, the lowest-index one.
+    chosen = first.argmax(-1)
+    assert (th.gather(uni, -1, chosen.unsqueeze(-1)) > 0).all()
+    assert (chosen == (uni > 0).to(th.int8).argmax(-1)).all()
+    assert (uni < 1).any()  # there are ties to break
+    with pytest.raises(ValueError, match="tie_break must be"):
+        policies.optimal(mdp, tie_break="random")
