@@ -1,0 +1,155 @@
+"""Figures for MEG studies (matplotlib, imported lazily; files are written with the Agg backend).
+
+- :func:`plot_meg_series`: MEG against a swept parameter (epsilon, training steps, ...), with
+  error bars and the paper's numbers as hollow markers.
+- :func:`plot_meg_bars`: grouped bars per setting (goal-region sizes), paper values as markers.
+- :func:`plot_grid_values`: a per-state quantity (an occupancy measure) drawn on a grid.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["plot_meg_series", "plot_meg_bars", "plot_grid_values"]
+
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: str | pathlib.Path) -> pathlib.Path:
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
+    return path
+
+
+def plot_meg_series(
+    path: str | pathlib.Path,
+    x: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+    *,
+    errors: Mapping[str, Sequence[float]] | None = None,
+    reference: Mapping[str, Sequence[float]] | None = None,
+    xlabel: str = "epsilon",
+    ylabel: str = "MEG (nats)",
+    title: str = "",
+    log_y: bool = False,
+) -> pathlib.Path:
+    """Line plot of MEG series against ``x``; returns the PNG path.
+
+    Args:
+        path: output PNG.
+        x: ``(N,)`` abscissae.
+        series: name -> ``(N,)`` values (our results).
+        errors: name -> ``(N,)`` half-widths of error bars (e.g. 2 sigma over seeds).
+        reference: name -> ``(N,)`` published values, drawn as hollow markers.
+        xlabel, ylabel, title: labels.
+        log_y: symmetric-log y axis (useful when values span decades).
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    for i, (name, ys) in enumerate(series.items()):
+        c = _COLORS[i % len(_COLORS)]
+        err = None if errors is None else errors.get(name)
+        ax.errorbar(x, ys, yerr=err, marker="o", ms=4, color=c, label=name, capsize=3)
+    for i, (name, ys) in enumerate((reference or {}).items()):
+        c = _COLORS[i % len(_COLORS)]
+        ax.plot(x, ys, linestyle="none", marker="s", mfc="none", ms=7, color=c, label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if log_y:
+        ax.set_yscale("symlog", linthresh=0.1)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_meg_bars(
+    path: str | pathlib.Path,
+    labels: Sequence[str],
+    series: Mapping[str, Sequence[float]],
+    *,
+    errors: Mapping[str, Sequence[float]] | None = None,
+    reference: Mapping[str, Sequence[float]] | None = None,
+    ylabel: str = "MEG (nats)",
+    title: str = "",
+) -> pathlib.Path:
+    """Grouped bar chart, one group per label; paper values as hollow markers on the bars."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    n = len(series)
+    width = 0.8 / max(n, 1)
+    pos = np.arange(len(labels))
+    for i, (name, ys) in enumerate(series.items()):
+        err = None if errors is None else errors.get(name)
+        ax.bar(pos + (i - (n - 1) / 2) * width, ys, width, yerr=err, capsize=3,
+               color=_COLORS[i % len(_COLORS)], alpha=0.85, label=name)
+    for i, (name, ys) in enumerate((reference or {}).items()):
+        ax.plot(pos + (i - (n - 1) / 2) * width, ys, linestyle="none", marker="D", mfc="white",
+                mec="black", ms=6, label=name)
+    ax.set_xticks(pos, labels)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_grid_values(
+    path: str | pathlib.Path,
+    values: Any,
+    grid_shape: tuple[int, int],
+    *,
+    title: str = "",
+    marks: Sequence[tuple[int, int]] = (),
+    cmap: str = "viridis",
+) -> pathlib.Path:
+    """Heatmap of a per-state quantity ``(S,)`` laid out as ``grid_shape = (height, width)``.
+
+    Args:
+        path: output PNG.
+        values: ``(S,)`` numbers with ``S = height * width`` (state ``row * width + col``).
+        grid_shape: ``(height, width)``.
+        title: figure title.
+        marks: ``(row, col)`` cells outlined in yellow (e.g. the goal region).
+        cmap: matplotlib colormap.
+
+    Raises:
+        ValueError: if ``values`` does not have ``height * width`` entries.
+    """
+    h, w = grid_shape
+    arr = np.asarray(values, dtype=float).reshape(-1)
+    if arr.size != h * w:
+        raise ValueError(f"values has {arr.size} entries, expected {h * w} for a {h}x{w} grid.")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * w, 0.8 + 0.55 * h))
+    im = ax.imshow(arr.reshape(h, w), cmap=cmap)
+    for r, c in marks:
+        ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec="yellow", lw=2, ls="--"))
+    for r in range(h):
+        for c in range(w):
+            ax.text(c, r, f"{arr[r * w + c]:.2f}", ha="center", va="center", fontsize=6,
+                    color="white" if arr[r * w + c] < arr.max() / 2 else "black")
+    ax.set_xticks(range(w))
+    ax.set_yticks(range(h))
+    fig.colorbar(im, ax=ax, fraction=0.03)
+    if title:
+        ax.set_title(title, fontsize=9)
+    return _save(fig, path)

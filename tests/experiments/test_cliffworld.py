@@ -1,0 +1,58 @@
+"""The CliffWorld studies run end to end from their fast configs and show the paper's findings."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+
+import pytest
+
+from imitation_meg.config import load_config, load_driver, load_yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _run(name: str, tmp_path: pathlib.Path) -> dict:
+    module = load_driver(name, ROOT / "experiments")
+    data = load_yaml(ROOT / "configs" / f"{name}_fast.yaml")
+    cfg = load_config({**data, "results_dir": str(tmp_path)}, module.Config)
+    return module.main(cfg)
+
+
+def test_epsilon_study_fast(tmp_path):
+    res = _run("cliffworld_epsilon", tmp_path)
+    rows = res["rows"]
+    known = [r["known"] for r in rows]
+    assert all(a > b for a, b in zip(known, known[1:]))  # strictly decreasing in epsilon
+    unknown = [r["unknown_exact"] for r in rows]
+    assert all(a > b for a, b in zip(unknown, unknown[1:]))
+    for r in rows:
+        assert r["unknown_exact"] >= r["known"] - 1e-9
+        assert r["mlp_best"] <= r["unknown_exact"] + 1e-9
+        assert r["mlp_mean"] <= r["unknown_exact"] + 1e-9
+        assert r["unknown_exact"] <= r["certificate"] + 1e-9
+        assert not math.isnan(r["paper_known"])
+    for f in ("results.csv", "results.json", "horizon_sweep.csv", "meg_vs_epsilon.png", "horizon_sweep.png"):
+        assert (tmp_path / f).stat().st_size > 0
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["config"]["horizon"] == 8 and "torch" in saved["versions"]
+    assert {r["horizon"] for r in res["horizon_sweep"]} == {4, 8}
+
+
+def test_goal_region_study_fast(tmp_path):
+    res = _run("cliffworld_goal_region", tmp_path)
+    rows = {r["k"]: r for r in res["rows"]}
+    assert rows[4]["known"] < rows[1]["known"]  # easier goal: less evidence of optimisation
+    assert rows[4]["unknown_exact"] >= rows[1]["unknown_exact"] - 1e-9  # stays high
+    for r in rows.values():
+        assert r["unknown_exact"] >= r["known"] - 1e-9
+        assert r["mlp_best"] <= r["unknown_exact"] + 1e-9
+    for f in ("occupancy_k1.png", "occupancy_k4.png", "meg_vs_goal_region.png", "results.csv"):
+        assert (tmp_path / f).stat().st_size > 0
+
+
+def test_unknown_config_keys_are_rejected(tmp_path):
+    module = load_driver("cliffworld_epsilon", ROOT / "experiments")
+    with pytest.raises(ValueError, match="unknown keys \\['epsilonz'\\]"):
+        load_config({"epsilonz": [0.1]}, module.Config)

@@ -1,0 +1,66 @@
+"""Typed configs and result writers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from imitation_meg.config import load_config, run_config, write_csv, write_json
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    a: int
+    b: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Outer:
+    name: str
+    values: tuple[float, ...] = ()
+    inner: Inner | None = None
+    flag: bool = False
+
+
+def test_load_config_builds_nested_frozen_dataclasses():
+    cfg = load_config({"experiment": "x", "name": "n", "values": [1, 2.5], "inner": {"a": 3}}, Outer)
+    assert cfg == Outer(name="n", values=(1.0, 2.5), inner=Inner(a=3, b=1.0))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.name = "m"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "data, exc, match",
+    [
+        ({"name": "n", "typo": 1}, ValueError, r"unknown keys \['typo'\]"),
+        ({}, ValueError, r"missing required keys \['name'\]"),
+        ({"name": 3}, TypeError, "expected a string"),
+        ({"name": "n", "values": "abc"}, TypeError, "expected a list"),
+        ({"name": "n", "flag": "yes"}, TypeError, "true or false"),
+        ({"name": "n", "inner": {"a": 1.5}}, TypeError, "matches none"),
+    ],
+)
+def test_load_config_rejects_bad_values(data, exc, match):
+    with pytest.raises(exc, match=match):
+        load_config(data, Outer)
+
+
+def test_run_config_errors(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("name: x\n")
+    with pytest.raises(ValueError, match="'experiment"):
+        run_config(p)
+    p.write_text("experiment: nothing_here\n")
+    with pytest.raises(ValueError, match="has no driver"):
+        run_config(p)
+    with pytest.raises(ValueError, match="does not exist"):
+        run_config(tmp_path / "missing.yaml")
+
+
+def test_writers_handle_infinities(tmp_path):
+    path = write_json(tmp_path / "r.json", {"a": float("inf"), "b": [float("nan")], "c": Inner(a=1)})
+    assert json.loads(path.read_text()) == {"a": "inf", "b": [None], "c": {"a": 1, "b": 1.0}}
+    csv = write_csv(tmp_path / "r.csv", [{"x": 1, "y": 2.0}, {"x": 3, "z": "q"}])
+    assert csv.read_text().splitlines() == ["x,y,z", "1,2.0,", "3,,q"]
