@@ -16,6 +16,8 @@ from imitation_meg import envs, policies, soft_vi
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.meg import MEGResult, meg, meg_one_step
 from imitation_meg.soft_vi import occupancy_measures, soft_value_iteration
+from imitation_meg.report import meg_summary
+from imitation_meg.trajectories import meg_from_trajectories
 from imitation_meg.unknown import meg_target, meg_unknown
 
 __all__ = [
@@ -26,6 +28,8 @@ __all__ = [
     "meg_one_step",
     "meg_unknown",
     "meg_target",
+    "meg_summary",
+    "meg_from_trajectories",
     "soft_value_iteration",
     "occupancy_measures",
     "envs",

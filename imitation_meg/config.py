@@ -87,7 +87,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if origin is tuple and args:
             if len(args) != len(value):
                 raise ValueError(f"{where}: expected {len(args)} entries, got {len(value)}.")
-            return tuple(_coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(args, value)))
+            return tuple(_coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
         inner = args[0] if args else Any
         return tuple(_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
     if origin in (dict, Mapping) or tp is dict:

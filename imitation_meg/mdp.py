@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -347,36 +348,108 @@ class TabularMDP:
         return (vals.view_as(self.prob) * self.prob).sum(-1)
 
     # ------------------------------------------------------------------ dynamics
-    def _dense_flat(self) -> th.Tensor | None:
-        """Cached ``T`` as ``(S * A, S)`` for small MDPs, else None."""
+    def _cache(self) -> dict[Any, Any]:
+        cache = self.__dict__.get("_op_cache")
+        if cache is None:
+            cache = {}
+            self.__dict__["_op_cache"] = cache
+        return cache
+
+    def _dense_flat(self, dtype: th.dtype | None = None) -> th.Tensor | None:
+        """Cached ``T`` as ``(S * A, S)`` for small MDPs (``S * A * S <= 2**20``), else None."""
         S, A = self.n_states, self.n_actions
         if S * A * S > DENSE_FAST_PATH_ENTRIES:
             return None
-        cache = self.__dict__.get("_dense_cache")
-        if cache is None or cache.dtype != self.dtype or cache.device != self.device:
-            cache = self.dense_transition().reshape(S * A, S)
-            self.__dict__["_dense_cache"] = cache
-        return cache
+        dtype = dtype or self.dtype
+        cache = self._cache()
+        key = ("dense", dtype, self.device)
+        if key not in cache:
+            cache[key] = self.dense_transition().reshape(S * A, S).to(dtype)
+        return cache[key]
+
+    def _csr(self, dtype: th.dtype | None = None) -> tuple[th.Tensor, th.Tensor]:
+        """Cached sparse CSR matrices ``P (S * A, S)`` and ``P^T (S, S * A)`` of the transitions.
+
+        Duplicate successors are summed and zero-probability padding is dropped; indices are
+        int32 when they fit (half the index traffic of int64).
+        """
+        dtype = dtype or self.dtype
+        cache = self._cache()
+        key = ("csr", dtype, self.device)
+        if key not in cache:
+            S, A, B = self.n_states, self.n_actions, self.branching
+            keep = self.prob.reshape(-1) != 0
+            rows = th.arange(S * A, device=self.device).repeat_interleave(B)[keep]
+            cols = self.next_state.reshape(-1)[keep]
+            vals = self.prob.reshape(-1)[keep].to(dtype)
+            idx_dtype = th.int32 if max(S * A, rows.numel()) < 2**31 - 1 else th.int64
+            mats = []
+            for r, c, shape in ((rows, cols, (S * A, S)), (cols, rows, (S, S * A))):
+                with warnings.catch_warnings():  # "CSR support is in beta" and friends
+                    warnings.simplefilter("ignore", UserWarning)
+                    coo = th.sparse_coo_tensor(
+                        th.stack([r, c]), vals, shape, check_invariants=False
+                    ).coalesce()
+                    csr = coo.to_sparse_csr()
+                    mats.append(
+                        th.sparse_csr_tensor(
+                            csr.crow_indices().to(idx_dtype),
+                            csr.col_indices().to(idx_dtype),
+                            csr.values(),
+                            shape,
+                            check_invariants=False,
+                        )
+                    )
+                del coo, csr
+            cache[key] = (mats[0], mats[1])
+        return cache[key]
+
+    def _operators(self, dtype: th.dtype) -> tuple[bool, th.Tensor, th.Tensor]:
+        """``(is_dense, M, M^T)`` for the backup ``(S * A, S)`` and push-forward ``(S, S * A)``."""
+        cache = self._cache()
+        key = ("ops", dtype, self.device)
+        ops = cache.get(key)
+        if ops is None:
+            dense = self._dense_flat(dtype)
+            if dense is not None:
+                ops = (True, dense, dense.T)
+            else:
+                P, PT = self._csr(dtype)
+                ops = (False, P, PT)
+            cache[key] = ops
+        return ops
+
+    def _op_dtype(self, x: th.Tensor) -> th.dtype:
+        if x.dtype == self.dtype:
+            return x.dtype
+        dt = th.promote_types(x.dtype, self.dtype)
+        return dt if dt in (th.float32, th.float64) else self.dtype
 
     def expect_next(self, values: th.Tensor) -> th.Tensor:
         """Expected next-state value ``E_{s' ~ T(s, a)}[v(s')]`` for a batch of value vectors.
+
+        Small MDPs use one dense matrix product with a cached ``(S * A, S)`` transition matrix;
+        larger ones a sparse CSR product (``O(S * A * B)`` work and memory). Both run on any
+        device and are differentiable with respect to ``values``.
 
         Args:
             values: ``(..., S)`` values of the next step.
 
         Returns:
-            ``(..., S, A)``.
+            ``(..., S, A)`` in the promoted dtype of ``values`` and the MDP.
         """
         lead = values.shape[:-1]
-        v = values.reshape(-1, self.n_states)
-        dense = self._dense_flat()
-        if dense is not None:
-            return (v @ dense.T).view(*lead, self.n_states, self.n_actions)
-        gathered = v.index_select(1, self.next_state.reshape(-1)).view(
-            v.shape[0], self.n_states, self.n_actions, self.branching
-        )
-        out = (gathered * self.prob).sum(-1)
-        return out.view(*lead, self.n_states, self.n_actions)
+        S, A = self.n_states, self.n_actions
+        dt = self._op_dtype(values)
+        dense, M, _ = self._operators(dt)
+        v = values.reshape(-1, S)
+        if v.dtype != dt:
+            v = v.to(dt)
+        if dense:
+            return (v @ M.T).view(*lead, S, A)
+        if v.shape[0] == 1:
+            return (M @ v[0]).view(*lead, S, A)
+        return (M @ v.T).T.reshape(*lead, S, A)
 
     def push_forward(self, sa_mass: th.Tensor) -> th.Tensor:
         """State distribution after one step from a state-action mass ``(..., S, A)``.
@@ -385,26 +458,33 @@ class TabularMDP:
             ``(..., S)``: ``d'(s') = sum_{s, a} m(s, a) T[s, a, s']``.
         """
         lead = sa_mass.shape[:-2]
-        dense = self._dense_flat()
-        if dense is not None:
-            flat = sa_mass.reshape(-1, self.n_states * self.n_actions)
-            return (flat @ dense).view(*lead, self.n_states)
-        m = sa_mass.reshape(-1, self.n_states * self.n_actions, 1) * self.prob.reshape(
-            1, self.n_states * self.n_actions, self.branching
-        )
-        out = th.zeros(m.shape[0], self.n_states, dtype=m.dtype, device=m.device)
-        out.index_add_(1, self.next_state.reshape(-1), m.reshape(m.shape[0], -1))
-        return out.view(*lead, self.n_states)
+        S, A = self.n_states, self.n_actions
+        dt = self._op_dtype(sa_mass)
+        dense, M, MT = self._operators(dt)
+        flat = sa_mass.reshape(-1, S * A)
+        if flat.dtype != dt:
+            flat = flat.to(dt)
+        if dense:
+            return (flat @ M).view(*lead, S)
+        if flat.shape[0] == 1:
+            return (MT @ flat[0]).view(*lead, S)
+        return (MT @ flat.T).T.reshape(*lead, S)
 
     # ------------------------------------------------------------------ conversions
     def to(self, device: th.device | str | None = None, dtype: th.dtype | None = None) -> "TabularMDP":
         """A copy of this MDP on another device and/or float dtype."""
         new = object.__new__(TabularMDP)
         new.__dict__.update(self.__dict__)
-        new.__dict__.pop("_dense_cache", None)
         new.metadata = dict(self.metadata)
         dtype = dtype or self.dtype
         device = th.device(device) if device is not None else self.device
+        if dtype not in (th.float64, th.float32):
+            raise TypeError(f"dtype must be th.float64 or th.float32, got {dtype}.")
+        # Operator caches depend only on the transitions: share them on the same device.
+        if device != self.device:
+            new.__dict__["_op_cache"] = {}
+        else:
+            new.__dict__["_op_cache"] = self._cache()
         new.dtype, new.device = dtype, device
         new._trans = _Transitions(
             next_state=self.next_state.to(device), prob=self.prob.to(device=device, dtype=dtype)
@@ -423,7 +503,7 @@ class TabularMDP:
 
     def with_horizon(self, horizon: int) -> "TabularMDP":
         """A copy of this MDP with another horizon (transitions shared)."""
-        return TabularMDP(
+        new = TabularMDP(
             (self.next_state, self.prob),
             self.utility,
             horizon,
@@ -435,6 +515,8 @@ class TabularMDP:
             name=self.name,
             metadata=self.metadata,
         )
+        new.__dict__["_op_cache"] = self._cache()
+        return new
 
     def __repr__(self) -> str:
         u = None if self.utility is None else tuple(self.utility.shape)

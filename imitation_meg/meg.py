@@ -40,9 +40,10 @@ __all__ = [
 ]
 
 # Grid and stopping settings of the 1-D solver.
-_GRID_DECADES = (-4.0, 4.0)  # beta * scale from 1e-4 to 1e4 on the first grid
+_GRID_DECADES = (-3.0, 3.0)  # beta * scale from 1e-3 to 1e3 on the first grid
 _MAX_DECADES = 15.0  # extend the grid up to beta * scale = 1e15
 _BRACKET_RTOL = 1e-11
+_BETAS_PER_PASS = 8
 # Temporary-memory budget of one batched pass (about 16 (S, A) temporaries per beta).
 _BATCH_BYTES = 1 << 28
 
@@ -350,9 +351,12 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
                     at_boundary=False)
     sign = 1.0 if dL0 > 0 else -1.0
     L_inf, eu_inf = obj.evaluate_limit(sign)
-    n = max(1, min(obj.batch, 32))
+    # Betas per pass: at small S a pass costs about the same for 1 or 12 betas (per-step overhead
+    # dominates); at large S the memory budget sets the batch (1 at a million states).
+    n = max(1, min(obj.batch, _BETAS_PER_PASS))
     x_max = 10.0**_MAX_DECADES / scale
-    best = [0.0, L0, dL0, eu_uniform]  # beta, L, dL, eu
+    best = [0.0, L0, dL0, eu_uniform]  # beta, L, dL, eu: the largest L seen
+    flat = list(best)  # the smallest |dL| seen (the root estimate)
     # Bracket [lo, hi] in x with f(lo) > 0 >= f(hi); derivatives kept for the interpolant.
     lo, f_lo, fp_lo = 0.0, sign * dL0, d2L0
     hi, f_hi, fp_hi = math.inf, math.nan, math.nan
@@ -368,6 +372,8 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
             Lj, dj, d2j = float(Lp[j]), float(dLp[j]), float(d2Lp[j])
             if Lj > best[1]:
                 best[:] = [sign * x, Lj, dj, float(eup[j])]
+            if abs(dj) < abs(flat[2]):
+                flat[:] = [sign * x, Lj, dj, float(eup[j])]
             fj = sign * dj
             if abs(dj) <= d_tol:
                 converged = True
@@ -388,7 +394,7 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
             run(list((np.logspace(lo_dec, hi_dec, n) / scale).tolist()))
             if not math.isinf(hi) or saturated() or hi_dec >= _MAX_DECADES or converged:
                 break
-            lo_dec, hi_dec = hi_dec, min(hi_dec + 8.0, _MAX_DECADES)
+            lo_dec, hi_dec = hi_dec, min(hi_dec + 6.0, _MAX_DECADES)
     else:
         x = f_lo / -fp_lo if fp_lo < 0 else 1.0 / scale
         while math.isinf(hi) and not converged:
@@ -437,6 +443,10 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
     if math.isfinite(L_inf) and L_inf >= best[1] - 1e-12 * max(1.0, abs(best[1])):
         return dict(base, beta=sign * math.inf, L=max(L_inf, best[1]), grad=math.nan,
                     model_eu=eu_inf, converged=True, at_boundary=True)
+    # Near the root L is flat to rounding: report the root estimate when its L ties the best.
+    if flat[1] >= best[1] - 8 * np.finfo(np.float64).eps * max(1.0, abs(best[1])):
+        return dict(base, beta=flat[0], L=max(flat[1], best[1]), grad=flat[2], model_eu=flat[3],
+                    converged=converged, at_boundary=False)
     return dict(base, beta=best[0], L=best[1], grad=best[2], model_eu=best[3],
                 converged=converged, at_boundary=False)
 

@@ -39,6 +39,7 @@ __all__ = [
     "soft_value_iteration",
     "hard_value_iteration",
     "occupancy_measures",
+    "soft_state_visitation",
     "as_betas",
     "mce_partition_fh",
     "mce_occupancy_measures",
@@ -159,39 +160,79 @@ def soft_value_iteration(
     b = as_betas(betas, dtype=r.dtype, device=r.device)
     K, H, S, A = b.numel(), mdp.horizon, mdp.n_states, mdp.n_actions
     finite = th.isfinite(b)
-    log_pi = r.new_empty(K, H, S, A)
-    Q = r.new_empty(K, H, S, A)
-    V = r.new_empty(K, H, S)
+    grad = r.requires_grad
+    all_finite = bool(finite.all())
     parts: dict[int, tuple[th.Tensor, th.Tensor, th.Tensor]] = {}
+    if all_finite and not grad:
+        log_pi, Q, V = _soft_backward(mdp, b, r)
+        return SoftVIResult(betas=b, log_pi=log_pi, Q=Q, V=V)
     if bool(finite.any()):
         idx = finite.nonzero().flatten()
-        bf = b[idx].view(-1, 1, 1)
-        scaled = bf * r  # (Kf, S, A)
-        V_next = r.new_zeros(idx.numel(), S)
-        Qf, Vf, Lf = [], [], []
-        for _t in range(H - 1, -1, -1):
-            q = scaled + mdp.discount * mdp.expect_next(V_next)
-            lp = th.log_softmax(q, -1)
-            v = th.logsumexp(q, -1)
-            Qf.append(q)
-            Vf.append(v)
-            Lf.append(lp)
-            V_next = v
-        Qf_t, Vf_t, Lf_t = th.stack(Qf[::-1], 1), th.stack(Vf[::-1], 1), th.stack(Lf[::-1], 1)
+        Lf_t, Qf_t, Vf_t = _soft_backward(mdp, b[idx], r)
         for j, k in enumerate(idx.tolist()):
             parts[k] = (Lf_t[j], Qf_t[j], Vf_t[j])
     for k in (~finite).nonzero().flatten().tolist():
         sign = 1.0 if float(b[k]) > 0 else -1.0
         q, v, lp = hard_value_iteration(mdp, r, sign=sign, tie_tol=tie_tol)
         parts[k] = (lp, q, v)
-    if r.requires_grad:
+    if grad:
         log_pi = th.stack([parts[k][0] for k in range(K)])
         Q = th.stack([parts[k][1] for k in range(K)])
         V = th.stack([parts[k][2] for k in range(K)])
     else:
+        log_pi = r.new_empty(K, H, S, A)
+        Q = r.new_empty(K, H, S, A)
+        V = r.new_empty(K, H, S)
         for k in range(K):
             log_pi[k], Q[k], V[k] = parts[k]
     return SoftVIResult(betas=b, log_pi=log_pi, Q=Q, V=V)
+
+
+def _log_softmax_lse(q: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+    """``(log_softmax(q, -1), logsumexp(q, -1))`` with one exp (few passes over small ``A``)."""
+    m = q.amax(-1, keepdim=True).detach()
+    z = q - m
+    ls = z.exp().sum(-1, keepdim=True).log()
+    return z - ls, (m + ls).squeeze(-1)
+
+
+def _soft_backward(
+    mdp: TabularMDP, b: th.Tensor, r: th.Tensor
+) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    """Soft backward pass for finite betas ``(K,)``: ``(log_pi, Q)`` ``(K, H, S, A)``, ``V (K, H, S)``.
+
+    Without autograd the outputs are written in place into preallocated tensors (no per-step
+    stacking); with autograd the steps are stacked.
+    """
+    K, H, S, A = b.numel(), mdp.horizon, mdp.n_states, mdp.n_actions
+    gamma = mdp.discount
+    scaled = b.view(K, 1, 1) * r  # (K, S, A)
+    if r.requires_grad:
+        Qs, Vs, Ls = [], [], []
+        V_next: th.Tensor | None = None
+        for _t in range(H - 1, -1, -1):
+            q = scaled if V_next is None else scaled + gamma * mdp.expect_next(V_next)
+            lp, v = _log_softmax_lse(q)
+            Qs.append(q)
+            Vs.append(v)
+            Ls.append(lp)
+            V_next = v
+        return th.stack(Ls[::-1], 1), th.stack(Qs[::-1], 1), th.stack(Vs[::-1], 1)
+    Q = r.new_empty(K, H, S, A)
+    log_pi = r.new_empty(K, H, S, A)
+    V = r.new_empty(K, H, S)
+    for t in range(H - 1, -1, -1):
+        q, lp = Q[:, t], log_pi[:, t]
+        if t == H - 1:
+            q.copy_(scaled)
+        else:
+            th.add(scaled, mdp.expect_next(V[:, t + 1]), alpha=gamma, out=q)
+        m = q.amax(-1, keepdim=True)
+        th.sub(q, m, out=lp)
+        ls = lp.exp().sum(-1, keepdim=True).log_()
+        lp.sub_(ls)
+        th.add(m, ls, out=V[:, t].unsqueeze(-1))
+    return log_pi, Q, V
 
 
 def occupancy_measures(mdp: TabularMDP, policy: Any) -> th.Tensor:
@@ -213,18 +254,83 @@ def occupancy_measures(mdp: TabularMDP, policy: Any) -> th.Tensor:
         pi = policy.to(mdp.dtype)
         batch = True
     else:
-        pi = as_policy(policy, mdp)
+        pi = as_policy(policy, mdp).to(mdp.dtype)
         batch = False
-    H = mdp.horizon
-    d = mdp.initial_state_dist
-    if batch:
-        d = d.expand(pi.shape[0], -1)
-    rows = [d]
+    H, S = mdp.horizon, mdp.n_states
+    p0 = mdp.initial_state_dist
+    grad = pi.requires_grad
+    if grad:
+        d = p0.expand(pi.shape[0], -1) if batch else p0
+        rows = [d]
+        for t in range(H):
+            pt = pi[..., t, :, :] if pi.ndim >= 3 else pi
+            d = mdp.push_forward(d.unsqueeze(-1) * pt)
+            rows.append(d)
+        return th.stack(rows, -2)
+    out = p0.new_empty((pi.shape[0], H + 1, S) if batch else (H + 1, S))
+    out[..., 0, :] = p0
     for t in range(H):
         pt = pi[..., t, :, :] if pi.ndim >= 3 else pi
-        d = mdp.push_forward(d.unsqueeze(-1) * pt)
-        rows.append(d)
-    return th.stack(rows, -2)
+        out[..., t + 1, :] = mdp.push_forward(out[..., t, :].unsqueeze(-1) * pt)
+    return out
+
+
+def soft_state_visitation(
+    mdp: TabularMDP,
+    betas: Any = 1.0,
+    utility: Any = None,
+    *,
+    max_bytes: int = 1 << 30,
+) -> tuple[th.Tensor, th.Tensor]:
+    """Soft VI and the soft-optimal policies' state visitation, without ``(K, H, S, A)`` outputs.
+
+    The memory-lean form of ``soft_value_iteration`` + ``occupancy_measures`` for large MDPs
+    (what MCE IRL needs): the backward pass keeps only the soft values ``V (k, H, S)`` of a chunk
+    of ``k`` betas (chunked so that they fit in ``max_bytes``), and the forward pass recomputes
+    each step's policy from them. Finite betas only.
+
+    Args:
+        mdp: the MDP.
+        betas: scalar or ``(K,)`` finite rationality parameters.
+        utility: as in :func:`soft_value_iteration` (default the MDP's).
+        max_bytes: memory budget of the stored soft values per chunk.
+
+    Returns:
+        ``(V0 (K, S), visitation (K, S))``: soft values at ``t = 0`` and the expected number of
+        visits ``sum_{t=0}^{H} P(s_t = s)`` (imitation's ``Dcum`` with discount 1, including the
+        post-horizon row).
+
+    Raises:
+        ValueError: infinite betas, or as :func:`soft_value_iteration`.
+    """
+    r = mdp.reward_sa(utility).detach()
+    b = as_betas(betas, dtype=r.dtype, device=r.device)
+    if not bool(th.isfinite(b).all()):
+        raise ValueError("soft_state_visitation takes finite betas; use soft_value_iteration for +-inf.")
+    H, S = mdp.horizon, mdp.n_states
+    per_beta = H * S * r.element_size()
+    chunk = int(max(1, min(b.numel(), max_bytes // max(per_beta, 1))))
+    V0s, Ds = [], []
+    gamma = mdp.discount
+    for i in range(0, b.numel(), chunk):
+        bc = b[i : i + chunk]
+        k = bc.numel()
+        scaled = bc.view(k, 1, 1) * r
+        V = r.new_empty(k, H, S)
+        for t in range(H - 1, -1, -1):
+            q = scaled if t == H - 1 else scaled + gamma * mdp.expect_next(V[:, t + 1])
+            V[:, t] = th.logsumexp(q, -1)
+        d = mdp.initial_state_dist.expand(k, S).clone()
+        total = d.clone()
+        for t in range(H):
+            q = scaled if t == H - 1 else scaled + gamma * mdp.expect_next(V[:, t + 1])
+            q.sub_(V[:, t].unsqueeze(-1)).exp_().mul_(d.unsqueeze(-1))
+            d = mdp.push_forward(q)
+            total += d
+        V0s.append(V[:, 0].clone())
+        Ds.append(total)
+        del V
+    return th.cat(V0s), th.cat(Ds)
 
 
 # ---------------------------------------------------------------------- imitation twins

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from imitation_meg.cli import format_table, main
@@ -27,3 +28,149 @@ def test_format_table_aligns_and_formats():
     assert lines[0].split() == ["a", "b"]
     assert "+inf" in lines[2] and "22.5000" in lines[3]
     assert len({len(line) for line in lines}) == 1
+
+
+# ---------------------------------------------------------------------------------- score
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import warnings  # noqa: E402
+
+import pytest  # noqa: E402
+import torch as th  # noqa: E402
+
+import imitation_meg as im  # noqa: E402
+
+CLIFF = "seals/CliffWorld7x4-v0"
+
+
+@pytest.fixture(scope="module")
+def saved_models(tmp_path_factory):
+    """A PPO and a DQN trained briefly with plain SB3 and saved with model.save()."""
+    import seals  # noqa: F401
+    import stable_baselines3 as sb3
+
+    th.set_num_threads(1)
+    d = tmp_path_factory.mktemp("models")
+    kw = {"seed": 0, "device": "cpu", "policy_kwargs": {"net_arch": [32]}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ppo = sb3.PPO("MlpPolicy", CLIFF, n_steps=128, batch_size=64, n_epochs=2, **kw)
+        ppo.learn(512)
+        dqn = sb3.DQN("MlpPolicy", CLIFF, learning_starts=100, buffer_size=1_000, **kw)
+        dqn.learn(400)
+    ppo.save(d / "ppo.zip")
+    dqn.save(d / "dqn.zip")
+    return d, ppo, dqn
+
+
+def test_score_saved_ppo_end_to_end_in_a_subprocess(saved_models, tmp_path):
+    from imitation_meg.adapters.sb3 import policy_table
+
+    d, ppo, _ = saved_models
+    out = tmp_path / "ppo.json"
+    cmd = [sys.executable, "-m", "imitation_meg.cli", "score", "--env", CLIFF, "--algo", "ppo",
+           "--policy", str(d / "ppo.zip"), "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(out.read_text())
+    mdp = im.TabularMDP.from_env(CLIFF)
+    exact = im.meg(policy_table(ppo, mdp), mdp)
+    assert payload["meg"] == pytest.approx(exact.meg, abs=1e-9)
+    assert payload["mode"] == "known" and payload["result"]["meg"] == payload["meg"]
+    assert payload["result"]["expected_utility"] == pytest.approx(exact.expected_utility, abs=1e-9)
+    assert payload["config"]["env"] == CLIFF and payload["config"]["algo"] == "ppo"
+    assert {"torch", "stable-baselines3", "gymnasium", "seals"} <= set(payload["library_versions"])
+    assert payload["mdp"] == {"name": CLIFF, "n_states": 28, "n_actions": 4, "horizon": 9,
+                              "upper_bound": pytest.approx(9 * math.log(4))}
+    assert "PPO ppo.zip" in proc.stdout and f"{exact.meg:.4f}" in proc.stdout
+
+
+def test_score_dqn_with_epsilon_and_rollouts(saved_models, tmp_path, capsys):
+    from imitation_meg.adapters.sb3 import policy_table
+
+    d, _, dqn = saved_models
+    out = tmp_path / "dqn.json"
+    argv = ["score", "--env", CLIFF, "--algo", "dqn", "--policy", str(d / "dqn.zip"), "--epsilon", "0.2",
+            "--rollouts", "200", "--n-boot", "20", "--json", str(out)]
+    assert main(argv) == 0
+    payload = json.loads(out.read_text())
+    mdp = im.TabularMDP.from_env(CLIFF)
+    assert payload["meg"] == pytest.approx(im.meg(policy_table(dqn, mdp, epsilon=0.2), mdp).meg, abs=1e-9)
+    est = payload["trajectory_estimate"]
+    assert est["n_trajectories"] == 200 and est["n_boot"] == 20 and est["low"] <= est["high"]
+    assert "95% interval" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode, target", [("unknown", None), ("target", "goal")])
+def test_score_builtin_policy_modes(mode, target, tmp_path):
+    out = tmp_path / "r.json"
+    argv = ["score", "--cliff-world", "--width", "4", "--height", "2", "--horizon", "4",
+            "--policy", "epsilon-greedy", "--epsilon", "0.3", "--mode", mode, "--json", str(out)]
+    if target:
+        argv += ["--target", target]
+    assert main(argv) == 0
+    payload = json.loads(out.read_text())
+    mdp = im.envs.cliff_world(width=4, height=2, horizon=4)
+    pi = im.policies.epsilon_greedy(mdp, 0.3)
+    expected = im.meg_unknown(pi, mdp) if mode == "unknown" else im.meg_target(pi, mdp, target)
+    assert payload["meg"] == pytest.approx(expected.meg, abs=1e-8)
+    assert payload["known"]["meg"] == pytest.approx(im.meg(pi, mdp).meg, abs=1e-9)
+    if mode == "unknown":  # the env reward is one of the utilities of the state
+        assert payload["meg"] >= payload["known"]["meg"] - 1e-9
+    assert payload["target"] == target
+
+
+def test_score_builtins_known(capsys):
+    assert main(["score", "--cliff-world", "--horizon", "10", "--policy", "uniform"]) == 0
+    assert main(["score", "--cliff-world", "--horizon", "10", "--policy", "optimal", "--signed"]) == 0
+    out = capsys.readouterr().out
+    assert "uniform" in out and "optimal" in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--env", CLIFF, "--policy", "model.zip"], "pass --algo ppo|a2c|dqn"),
+        (["--env", CLIFF, "--policy", "missing.zip", "--algo", "ppo"], "no SB3 model file"),
+        (["--cliff-world", "--policy", "epsilon-greedy"], "needs --epsilon"),
+        (["--cliff-world", "--policy", "epsilon-greedy", "--epsilon", "2"], r"epsilon must lie in \[0, 1\]"),
+        (["--cliff-world", "--policy", "optimal", "--epsilon", "0.1"], "--epsilon applies to"),
+        (["--cliff-world", "--policy", "optimal", "--algo", "ppo"], "--algo applies to a saved model"),
+        (["--env", CLIFF, "--width", "5", "--policy", "uniform"], "--width only apply to --cliff-world"),
+        (["--env", "CartPole-v1", "--policy", "uniform"], "is not tabular"),
+        (["--env", "NoSuchEnv-v0", "--policy", "uniform"], "could not make environment"),
+        (["--cliff-world", "--policy", "uniform", "--target", "row"], "--target applies to --mode target"),
+        (["--cliff-world", "--policy", "uniform", "--mode", "unknown", "--signed"], "--signed applies to --mode known"),
+        (["--cliff-world", "--policy", "uniform", "--rollouts", "0"], "--rollouts must be a positive"),
+        (["--env", "FrozenLake-v1", "--policy", "uniform", "--mode", "target"], "no grid_shape"),
+        (["--cliff-world", "--goal-region", "9", "--policy", "uniform"], "goal_region=9"),
+    ],
+)
+def test_score_errors_exit_2_with_one_line(argv, message, capsys):
+    assert main(["score", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("imitation-meg score: error: ") and "\n" not in err
+    assert re.search(message, err), err
+
+
+def test_score_dqn_zip_without_epsilon(saved_models, capsys):
+    d, _, _ = saved_models
+    assert main(["score", "--env", CLIFF, "--algo", "dqn", "--policy", str(d / "dqn.zip")]) == 2
+    assert "pass epsilon=" in capsys.readouterr().err
+
+
+def test_score_argparse_errors():
+    with pytest.raises(SystemExit) as e:
+        main(["score", "--cliff-world"])  # no --policy
+    assert e.value.code == 2
+    with pytest.raises(SystemExit):
+        main(["score", "--cliff-world", "--env", CLIFF, "--policy", "uniform"])  # both envs
+    with pytest.raises(SystemExit):
+        main(["score", "--cliff-world", "--policy", "uniform", "--mode", "nope"])
+
+
+def test_demo_with_a_small_ppo(capsys):
+    assert main(["demo", "--horizon", "10", "--ppo-steps", "512"]) == 0
+    out = capsys.readouterr().out
+    assert "PPO (512 steps)" in out and "Done in" in out

@@ -64,3 +64,16 @@ def test_writers_handle_infinities(tmp_path):
     assert json.loads(path.read_text()) == {"a": "inf", "b": [None], "c": {"a": 1, "b": 1.0}}
     csv = write_csv(tmp_path / "r.csv", [{"x": 1, "y": 2.0}, {"x": 3, "z": "q"}])
     assert csv.read_text().splitlines() == ["x,y,z", "1,2.0,", "3,,q"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Fixed:
+    shape: tuple[int, int, str]
+
+
+def test_fixed_length_tuples():
+    assert load_config({"shape": [3, 4, "x"]}, Fixed).shape == (3, 4, "x")
+    with pytest.raises(ValueError, match="expected 3 entries"):
+        load_config({"shape": [3, 4]}, Fixed)
+    with pytest.raises(TypeError, match="expected an integer"):
+        load_config({"shape": ["a", 4, "x"]}, Fixed)

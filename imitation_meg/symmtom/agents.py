@@ -190,7 +190,7 @@ def run_episodes(
                 callback(env)
         for a, info in infos.items():
             for k in LOG_KEYS:
-                out[k][e, env.agent_index[a]] = info["episode"][k]
+                out[k][e, env.agent_index[a]] = info["totals"][k]
     return out
 
 

@@ -64,7 +64,7 @@ __all__ = [
 MOVES = np.array([[0, 0], [1, 0], [-1, 0], [0, 1], [0, -1]], dtype=np.int64)
 MOVE_NAMES = ("none", "+x", "-x", "+y", "-y")
 
-#: Per-agent, per-step quantities logged in ``info[agent]`` (and summed in ``info[agent]["episode"]``).
+#: Per-agent, per-step quantities logged in ``info[agent]`` (and summed in ``info[agent]["totals"]``).
 LOG_KEYS = (
     "reward",
     "listen_reward",
@@ -334,7 +334,7 @@ class SymmToMEnv(ParallelEnv):
         self.agents = list(self.possible_agents)
         self._totals = {a: dict.fromkeys(LOG_KEYS, 0.0) for a in self.possible_agents}
         obs = {a: self._observe(i) for i, a in enumerate(self.agents)}
-        infos = {a: {"episode": dict(self._totals[a])} for a in self.agents}
+        infos = {a: {"totals": dict(self._totals[a])} for a in self.agents}
         return obs, infos
 
     def _layout(self, value: Any, name: str) -> np.ndarray:
@@ -372,7 +372,7 @@ class SymmToMEnv(ParallelEnv):
         """Advance one step; ``actions[agent] = (move, piece)``. Returns the PettingZoo 5-tuple.
 
         ``infos[agent]`` holds this step's :data:`LOG_KEYS` and their episode totals under
-        ``"episode"``.
+        ``"totals"``.
         """
         if not self.agents:
             raise ValueError("step() called on a finished episode; call reset() first.")
@@ -400,7 +400,7 @@ class SymmToMEnv(ParallelEnv):
             step_log = {k: float(out[k][i]) for k in LOG_KEYS}
             for k in LOG_KEYS:
                 self._totals[a][k] += step_log[k]
-            infos[a] = {**step_log, "episode": dict(self._totals[a])}
+            infos[a] = {**step_log, "totals": dict(self._totals[a])}
         if truncated:
             self.agents = []
         return obs, rewards, terms, truncs, infos

@@ -81,7 +81,7 @@ def test_reset_invariants(seed, n, w, c):
     assert env.timestep == 0
     for a in env.agents:
         assert env.observation_space(a).contains(obs[a])
-        assert infos[a]["episode"]["reward"] == 0
+        assert infos[a]["totals"]["reward"] == 0
 
 
 def test_seeding_reproducible_and_only_through_reset():
@@ -213,7 +213,7 @@ def test_base_without_knowledge_or_foreign_base_gives_nothing():
     assert env.positions[2].tolist() == [4, 1]
     assert rew["agent_2"] == 0 and info["agent_2"]["incorrect_base_use"] == 1
     _, rew, _, _, info = act(env, (NONE, 0), (NONE, 1), (NONE, 2))  # staying is not a new arrival
-    assert info["agent_2"]["incorrect_base_use"] == 0 and info["agent_2"]["episode"]["incorrect_base_use"] == 1
+    assert info["agent_2"]["incorrect_base_use"] == 0 and info["agent_2"]["totals"]["incorrect_base_use"] == 1
 
 
 # ----------------------------------------------------------------------------- movement

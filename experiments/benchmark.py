@@ -1,0 +1,141 @@
+"""Speed and scale benchmark: batched / sparse soft VI and MEG against imitation's numpy functions.
+
+Every row runs in a fresh process (clean peak RSS). Within a row ours and the incumbent are
+interleaved and the best of ``repeats`` runs is kept, so ratios are measured under the same load.
+Writes ``benchmark.md``, ``benchmark.csv`` and ``results.json`` into ``results_dir`` and prints
+the markdown table.
+
+Usage:
+    .venv/bin/python experiments/benchmark.py configs/benchmark.yaml
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import time
+from typing import Any
+
+import torch as th
+
+from imitation_meg import bench
+from imitation_meg.config import library_versions, write_csv, write_json
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Benchmark settings (sizes, repeats, which rows)."""
+
+    # (width, height, horizon) triples. Typed tuple[int, ...]: the shared loader's fixed-length
+    # tuple coercion swaps types and values (reported), so lengths are checked in main().
+    cliff_grids: tuple[tuple[int, ...], ...] = ((10, 4, 30), (15, 6, 18), (100, 20, 110))
+    sweep_betas: int = 32
+    random_states: tuple[int, ...] = (10_000, 100_000, 1_000_000)
+    random_horizon: int = 100
+    random_sweep_states: tuple[int, ...] = (10_000,)
+    random_incumbent_states: tuple[int, ...] = (10_000,)
+    float32_states: tuple[int, ...] = (100_000, 1_000_000)
+    meg_grid: tuple[int, ...] = (10, 4, 30)
+    meg_epsilon: float = 0.3
+    meg_random_states: tuple[int, ...] = (1_000_000,)
+    unknown_steps: int = 500
+    unknown_restarts: int = 4
+    repeats: int = 3
+    repeats_large: int = 1
+    bandwidth_bytes: int = 1 << 28
+    gpu: bool = True
+    results_dir: str = "results/benchmark"
+
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if v == 0:
+            return "0"
+        if abs(v) >= 1e4 or abs(v) < 1e-3:
+            return f"{v:.{digits - 1}e}"
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def markdown(rows: list[dict[str, Any]], bandwidth: float) -> str:
+    """The benchmark table in markdown."""
+    head = ("task", "env", "S", "H", "K", "dtype", "device", "ours (s)", "incumbent (s)", "speedup",
+            "peak RSS (MiB)", "err vs incumbent", "float32 err", "bandwidth fraction")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        frac = None
+        if r.get("sparse_pass_bytes"):
+            frac = r["sparse_pass_bytes"] / r["sparse_pass_s"] / bandwidth
+        cells = (r["task"], r["env"], r["S"], r["H"], r["K"], r["dtype"], r["device"],
+                 _fmt(r["ours_s"]), _fmt(r.get("incumbent_s")),
+                 (f"{r['speedup']:.1f}x" if r.get("speedup") else ""),
+                 _fmt(r.get("peak_rss_mib"), 4), _fmt(r.get("err_vs_incumbent")),
+                 _fmt(r.get("float32_err")), _fmt(frac))
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def main(cfg: Config) -> dict:
+    """Run every row (each in a fresh process); returns ``{"rows", "bandwidth", "markdown"}``."""
+    th.set_num_threads(1)
+    for grid in (*cfg.cliff_grids, cfg.meg_grid):
+        if len(grid) != 3:
+            raise ValueError(f"grids are (width, height, horizon) triples, got {grid}.")
+    devices = ["cpu"] + (["cuda"] if cfg.gpu and th.cuda.is_available() else [])
+    bandwidth = bench.copy_bandwidth(cfg.bandwidth_bytes)
+    jobs: list[tuple[str, dict[str, Any]]] = []
+    for w, h, H in cfg.cliff_grids:
+        for K in (1, cfg.sweep_betas):
+            jobs.append(("svi_cliff", dict(width=w, height=h, horizon=H, n_betas=K, repeats=cfg.repeats)))
+    for dev in devices:
+        for S in cfg.random_states:
+            Ks = (1, cfg.sweep_betas) if S in cfg.random_sweep_states else (1,)
+            for K in Ks:
+                inc = dev == "cpu" and K == 1 and S in cfg.random_incumbent_states
+                jobs.append(("svi_random", dict(n_states=S, horizon=cfg.random_horizon, n_betas=K,
+                                                repeats=cfg.repeats_large, incumbent=inc, device=dev)))
+            if S in cfg.float32_states:
+                jobs.append(("svi_random", dict(n_states=S, horizon=cfg.random_horizon, n_betas=1,
+                                                repeats=cfg.repeats_large, dtype="float32", device=dev)))
+    w, h, H = cfg.meg_grid
+    jobs.append(("meg_cliff", dict(width=w, height=h, horizon=H, epsilon=cfg.meg_epsilon, repeats=cfg.repeats)))
+    for dev in devices:
+        for S in cfg.meg_random_states:
+            jobs.append(("meg_random", dict(n_states=S, horizon=cfg.random_horizon, device=dev)))
+    jobs.append(("meg_unknown", dict(width=w, height=h, horizon=H, epsilon=cfg.meg_epsilon,
+                                     steps=cfg.unknown_steps, restarts=cfg.unknown_restarts)))
+    rows, skipped = [], []
+    for kind, kwargs in jobs:
+        t0 = time.perf_counter()
+        row = bench.run_row_in_subprocess(kind, **kwargs)
+        if row is None:
+            skipped.append({"kind": kind, **kwargs, "reason": "imitation_meg.meg_unknown not available"})
+            continue
+        row["row_wall_s"] = time.perf_counter() - t0
+        rows.append(row)
+        print(f"[{len(rows)}] {row['task']} | {row['env']} K={row['K']} {row['dtype']} {row['device']}: "
+              f"{row['ours_s']:.4g} s", flush=True)
+    table = markdown(rows, bandwidth)
+    out = pathlib.Path(cfg.results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    header = (f"Memory bandwidth (copy of {cfg.bandwidth_bytes >> 20} MiB, best of 5): "
+              f"{bandwidth / 1e9:.2f} GB/s. Threads: 1. Devices: {', '.join(devices)}.\n\n")
+    (out / "benchmark.md").write_text(header + table + "\n")
+    write_csv(out / "benchmark.csv", rows)
+    write_json(out / "results.json", {"config": cfg, "versions": library_versions(),
+                                      "bandwidth_bytes_per_s": bandwidth, "rows": rows,
+                                      "skipped": skipped})
+    print(header + table)
+    return {"rows": rows, "bandwidth": bandwidth, "markdown": table, "skipped": skipped}
+
+
+if __name__ == "__main__":
+    import sys
+
+    from imitation_meg.config import run_config
+
+    run_config(sys.argv[1])

@@ -1,0 +1,75 @@
+"""Theory-of-mind test table for SymmToM: SR / FR / RATSO of scripted and baseline agents.
+
+Run: ``python experiments/symmtom_tom.py configs/symmtom_tom.yaml``. Writes ``tom.csv``,
+``tom.json`` and ``tom.md`` into ``results_dir``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.symmtom.agents import HeuristicPolicy, RandomPolicy
+from imitation_meg.symmtom.tom import (
+    BeliefGreedyPolicy,
+    MeetPredictedPolicy,
+    ProbabilisticSpeakerPolicy,
+    run_tom_test,
+    tom_tests,
+)
+
+SCRIPTED = {
+    "zeroth_order": (lambda: BeliefGreedyPolicy("true"), lambda: BeliefGreedyPolicy("no_memory")),
+    "first_order": (lambda: BeliefGreedyPolicy("true"), lambda: BeliefGreedyPolicy("no_others")),
+    "second_order": (lambda: MeetPredictedPolicy(second_order=True), lambda: MeetPredictedPolicy(second_order=False)),
+    "probabilistic": (lambda: ProbabilisticSpeakerPolicy(seed=0), lambda: ProbabilisticSpeakerPolicy(adaptive=False)),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """ToM-table settings: output folder, trials per test, seed, agents to test."""
+
+    results_dir: str = "results/symmtom_tom"
+    trials: int = 200
+    seed: int = 0
+    agents: tuple[str, ...] = ("scripted_correct", "scripted_wrong", "heuristic", "random")
+
+
+def _policy(agent: str, test: str, seed: int):
+    if agent == "scripted_correct":
+        return SCRIPTED[test][0]()
+    if agent == "scripted_wrong":
+        return SCRIPTED[test][1]()
+    if agent == "heuristic":
+        return HeuristicPolicy()
+    if agent == "random":
+        return RandomPolicy(seed)
+    raise ValueError(f"unknown agent {agent!r}; use scripted_correct, scripted_wrong, heuristic or random.")
+
+
+def main(cfg: Config) -> dict:
+    out_dir = pathlib.Path(cfg.results_dir)
+    rows = []
+    for name, test in tom_tests().items():
+        for agent in cfg.agents:
+            res = run_tom_test(test, _policy(agent, name, cfg.seed), cfg.trials, seed=cfg.seed)
+            rows.append({"agent": agent, **res.to_dict()})
+    fmt = lambda v: "–" if v is None else ("nan" if v != v else f"{v:.2f}")  # noqa: E731
+    lines = ["| test | agent | SR | FR | RATSO |", "|---|---|---|---|---|"]
+    lines += [f"| {r['test']} | {r['agent']} | {fmt(r['SR'])} | {fmt(r['FR'])} | {fmt(r['RATSO'])} |" for r in rows]
+    table = "\n".join(lines)
+    write_csv(out_dir / "tom.csv", rows)
+    write_json(out_dir / "tom.json", {"config": cfg, "versions": library_versions(), "rows": rows})
+    (out_dir / "tom.md").write_text(table + "\n")
+    print(table)
+    return {"rows": rows, "table": table}
+
+
+if __name__ == "__main__":
+    import sys
+
+    from imitation_meg.config import run_config
+
+    run_config(sys.argv[1])

@@ -1,0 +1,370 @@
+"""Benchmark rows: our batched / sparse soft VI and MEG against imitation's numpy functions.
+
+Every function here measures one row and returns a flat dict. The incumbent is
+``imitation.algorithms.mce_irl.mce_partition_fh`` + ``mce_occupancy_measures`` (dense ``S x A x S``,
+one rationality per call). Timings interleave ours and the incumbent and keep the best of
+``repeats`` runs, so that a ratio is measured under the same machine load. Peak memory is the
+peak resident set size of a fresh process per row (see :func:`run_row_in_subprocess`).
+
+imitation is imported lazily (only the rows that compare with it need it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from imitation_meg.mdp import TabularMDP
+from imitation_meg.meg import meg
+from imitation_meg.soft_vi import occupancy_measures, soft_state_visitation, soft_value_iteration
+
+__all__ = [
+    "best_time",
+    "copy_bandwidth",
+    "sparse_pass_bandwidth",
+    "imitation_env",
+    "imitation_meg_baseline",
+    "goal_directed_policy",
+    "row_svi_cliff",
+    "row_svi_random",
+    "row_meg_cliff",
+    "row_meg_random",
+    "row_meg_unknown",
+    "run_row_in_subprocess",
+    "peak_rss_mib",
+]
+
+
+def _sync(device: th.device | str) -> None:
+    if th.device(device).type == "cuda":
+        th.cuda.synchronize()
+
+
+def best_time(fns: dict[str, Callable[[], Any]], repeats: int, device: str = "cpu") -> dict[str, float]:
+    """Best-of-``repeats`` wall time (s) of each function, the functions interleaved per round."""
+    times: dict[str, float] = {k: math.inf for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            _sync(device)
+            t0 = time.perf_counter()
+            fn()
+            _sync(device)
+            times[k] = min(times[k], time.perf_counter() - t0)
+    return times
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process (MiB)."""
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kb / 1024.0 if sys.platform != "darwin" else kb / 2**20
+
+
+def copy_bandwidth(n_bytes: int = 1 << 28, repeats: int = 5, device: str = "cpu") -> float:
+    """Memory bandwidth (bytes/s) of a large-array copy: read + write bytes / best time."""
+    n = n_bytes // 8
+    src = th.ones(n, dtype=th.float64, device=device)
+    dst = th.empty_like(src)
+    t = best_time({"copy": lambda: dst.copy_(src)}, repeats, device)["copy"]
+    return 2 * n * 8 / t
+
+
+def sparse_pass_bandwidth(mdp: TabularMDP, repeats: int = 5) -> tuple[float, float]:
+    """``(bytes per sparse backup, seconds)`` of one ``expect_next`` on one value vector.
+
+    Bytes that must be touched: the CSR values and column indices, the row pointers, the value
+    vector read once and the ``(S, A)`` output written once.
+    """
+    P, _ = mdp._csr()
+    v = th.randn(1, mdp.n_states, dtype=mdp.dtype, device=mdp.device)
+    item = P.values().element_size()
+    idx = P.col_indices().element_size()
+    nnz = P.values().numel()
+    S, A = mdp.n_states, mdp.n_actions
+    nbytes = nnz * (item + idx) + (S * A + 1) * idx + S * item + S * A * item
+    t = best_time({"pass": lambda: mdp.expect_next(v)}, repeats, str(mdp.device))["pass"]
+    return float(nbytes), t
+
+
+def imitation_env(mdp: TabularMDP) -> Any:
+    """A duck-typed seals ``TabularModelPOMDP`` (the fields imitation's functions read)."""
+    return types.SimpleNamespace(
+        transition_matrix=mdp.dense_transition().cpu().numpy(),
+        reward_matrix=mdp.utility.cpu().numpy(),
+        horizon=mdp.horizon,
+        initial_state_dist=mdp.initial_state_dist.cpu().numpy(),
+        state_dim=mdp.n_states,
+        action_dim=mdp.n_actions,
+    )
+
+
+def imitation_meg_baseline(env: Any, pi: np.ndarray, *, xtol: float = 1e-10) -> dict[str, float]:
+    """Known-utility MEG with imitation's functions: Brent's method on ``L(beta)``.
+
+    ``L(beta) = sum_t sum_{s,a} D_t(s) pi_t(a|s) log pi_beta,t(a|s)`` with ``pi_beta`` from one
+    ``mce_partition_fh(env, reward=beta * U)`` call per evaluation; the behaviour's occupancy
+    ``D`` comes from one ``mce_occupancy_measures`` call. The search brackets the maximum from
+    ``[0, 1/scale]`` (scipy's bracketing + Brent), like a user would; it has no access to the
+    limits at ``beta = +-inf``.
+
+    Returns:
+        ``{"meg", "beta", "calls"}``.
+    """
+    from imitation.algorithms import mce_irl
+    from scipy.optimize import minimize_scalar
+
+    H, A = env.horizon, env.action_dim
+    pi = np.broadcast_to(pi, (H, env.state_dim, A))
+    D, _ = mce_irl.mce_occupancy_measures(env, pi=pi)
+    w = D[:-1, :, None] * pi
+    R = env.reward_matrix
+    calls = [0]
+
+    def neg_L(beta: float) -> float:
+        calls[0] += 1
+        _, _, p = mce_irl.mce_partition_fh(env, reward=beta * R)
+        with np.errstate(divide="ignore"):
+            lp = np.log(p)
+        return -float(np.sum(np.where(w > 0, w * lp, 0.0)))
+
+    scale = float(R.max() - R.min()) or 1.0
+    opt = minimize_scalar(neg_L, bracket=(0.0, 1.0 / scale), method="brent", tol=xtol)
+    return {"meg": -float(opt.fun) + H * math.log(A), "beta": float(opt.x), "calls": calls[0]}
+
+
+def goal_directed_policy(mdp: TabularMDP, *, temperature: float = 0.5) -> th.Tensor:
+    """A stationary ``(S, A)`` softmax policy on a one-step lookahead of the utility.
+
+    Pursues the utility imperfectly, so its MEG has an interior optimum (a fair solver test).
+    """
+    r = mdp.reward_sa()
+    U = mdp.utility if mdp.utility is not None and mdp.utility.ndim == 1 else r.amax(-1)
+    q = r + mdp.expect_next(U.unsqueeze(0))[0]
+    return th.softmax(q / (temperature * float(q.std()) + 1e-12), -1)
+
+
+# ---------------------------------------------------------------------- rows
+def row_svi_cliff(
+    width: int, height: int, horizon: int, n_betas: int, repeats: int, *, incumbent: bool = True
+) -> dict[str, Any]:
+    """Soft VI + occupancy on a seals CliffWorld, ``K`` betas, ours vs ``K`` incumbent pairs."""
+    from imitation_meg.envs import cliff_world
+
+    mdp = cliff_world(width=width, height=height, horizon=horizon)
+    betas = np.linspace(0.1, 3.2, n_betas) if n_betas > 1 else np.array([1.0])
+    bt = th.as_tensor(betas)
+    out: dict[str, Any] = {}
+
+    def ours() -> None:
+        res = soft_value_iteration(mdp, bt)
+        out["D"] = occupancy_measures(mdp, res.pi)
+
+    fns: dict[str, Callable[[], Any]] = {"ours": ours}
+    if incumbent:
+        from imitation.algorithms import mce_irl
+
+        env = imitation_env(mdp)
+
+        def inc() -> None:
+            Ds = []
+            for b in betas:
+                _, _, pi = mce_irl.mce_partition_fh(env, reward=b * env.reward_matrix)
+                D, _ = mce_irl.mce_occupancy_measures(env, pi=pi)
+                Ds.append(D)
+            out["D_inc"] = np.stack(Ds)
+
+        fns["incumbent"] = inc
+    t = best_time(fns, repeats)
+    m32 = mdp.to(dtype=th.float32)
+    D32 = occupancy_measures(m32, soft_value_iteration(m32, bt.float()).pi)
+    row: dict[str, Any] = dict(
+        task="soft VI + occupancy",
+        env=f"CliffWorld {width}x{height}",
+        S=mdp.n_states, A=mdp.n_actions, H=horizon, K=n_betas, dtype="float64", device="cpu",
+        ours_s=t["ours"], incumbent_s=t.get("incumbent"),
+        err_vs_incumbent=float(np.abs(out["D"].numpy() - out["D_inc"]).max()) if incumbent else None,
+        float32_err=float((D32.double() - out["D"]).abs().max()),
+    )
+    row["speedup"] = row["incumbent_s"] / row["ours_s"] if incumbent else None
+    return row
+
+
+def row_svi_random(
+    n_states: int, horizon: int, n_betas: int, repeats: int, *, dtype: str = "float64",
+    device: str = "cpu", incumbent: bool = False, seed: int = 0,
+) -> dict[str, Any]:
+    """Soft VI + state visitation on a random sparse MDP (A = 4, 4 successors)."""
+    from imitation_meg.envs import random_mdp
+
+    dt = th.float32 if dtype == "float32" else th.float64
+    mdp = random_mdp(n_states, 4, horizon, branching=4, seed=seed, device=device)
+    betas = th.linspace(0.1, 3.2, n_betas, dtype=th.float64) if n_betas > 1 else th.ones(1, dtype=th.float64)
+    mdp_dt = mdp.to(dtype=dt) if dt != th.float64 else mdp
+    out: dict[str, Any] = {}
+
+    def ours() -> None:
+        out["V0"], out["D"] = soft_state_visitation(mdp_dt, betas.to(dt))
+
+    fns: dict[str, Callable[[], Any]] = {"ours": ours}
+    if incumbent:
+        from imitation.algorithms import mce_irl
+
+        env = imitation_env(mdp)
+
+        def inc() -> None:
+            Ds = []
+            for b in betas.tolist():
+                _, _, pi = mce_irl.mce_partition_fh(env, reward=b * env.reward_matrix)
+                _, Dcum = mce_irl.mce_occupancy_measures(env, pi=pi)
+                Ds.append(Dcum)
+            out["D_inc"] = np.stack(Ds)
+
+        fns["incumbent"] = inc
+    t = best_time(fns, repeats, device)
+    err32 = None
+    if dt == th.float32:
+        _, D64 = soft_state_visitation(mdp, betas)
+        err32 = float(((out["D"].double() - D64).abs().max() / D64.abs().max()))
+    nbytes, t_pass = sparse_pass_bandwidth(mdp_dt)
+    row: dict[str, Any] = dict(
+        task="soft VI + occupancy",
+        env=f"random sparse S={n_states:.0e}",
+        S=n_states, A=4, H=horizon, K=n_betas, dtype=dtype, device=device,
+        ours_s=t["ours"], incumbent_s=t.get("incumbent"),
+        err_vs_incumbent=(float(np.abs(out["D"].cpu().numpy() - out["D_inc"]).max()) if incumbent else None),
+        float32_err=err32,
+        sparse_pass_bytes=nbytes, sparse_pass_s=t_pass,
+    )
+    row["speedup"] = row["incumbent_s"] / row["ours_s"] if incumbent else None
+    return row
+
+
+def row_meg_cliff(width: int, height: int, horizon: int, epsilon: float, repeats: int) -> dict[str, Any]:
+    """Known-utility MEG end to end: ours vs Brent on imitation's ``mce_partition_fh``."""
+    from imitation_meg import policies
+    from imitation_meg.envs import cliff_world
+
+    mdp = cliff_world(width=width, height=height, horizon=horizon)
+    pi = policies.epsilon_greedy(mdp, epsilon)
+    env = imitation_env(mdp)
+    out: dict[str, Any] = {}
+
+    def ours() -> None:
+        out["ours"] = meg(pi, mdp)
+
+    def inc() -> None:
+        out["inc"] = imitation_meg_baseline(env, pi.numpy())
+
+    t = best_time({"ours": ours, "incumbent": inc}, repeats)
+    m32 = mdp.to(dtype=th.float32)
+    r32 = meg(pi.float(), m32)
+    res, base = out["ours"], out["inc"]
+    return dict(
+        task=f"known-utility MEG (eps-greedy {epsilon})",
+        env=f"CliffWorld {width}x{height}",
+        S=mdp.n_states, A=mdp.n_actions, H=horizon, K=1, dtype="float64", device="cpu",
+        ours_s=t["ours"], incumbent_s=t["incumbent"], speedup=t["incumbent"] / t["ours"],
+        meg=res.meg, meg_incumbent=base["meg"], err_vs_incumbent=abs(res.meg - base["meg"]),
+        float32_err=abs(r32.meg - res.meg),
+        evaluations=res.evaluations, incumbent_calls=base["calls"],
+    )
+
+
+def row_meg_random(n_states: int, horizon: int, *, dtype: str = "float64", device: str = "cpu",
+                   seed: int = 0) -> dict[str, Any]:
+    """Known-utility MEG of a stationary goal-directed policy on a random sparse MDP (timed once)."""
+    from imitation_meg.envs import random_mdp
+
+    dt = th.float32 if dtype == "float32" else th.float64
+    mdp = random_mdp(n_states, 4, horizon, branching=4, seed=seed, dtype=dt, device=device)
+    pi = goal_directed_policy(mdp)
+    _sync(device)
+    t0 = time.perf_counter()
+    res = meg(pi, mdp)
+    _sync(device)
+    elapsed = time.perf_counter() - t0
+    return dict(
+        task="known-utility MEG (softmax lookahead policy)",
+        env=f"random sparse S={n_states:.0e}",
+        S=n_states, A=4, H=horizon, K=1, dtype=dtype, device=device,
+        ours_s=elapsed, incumbent_s=None, speedup=None,
+        meg=res.meg, beta=res.beta, converged=res.converged, evaluations=res.evaluations,
+    )
+
+
+def row_meg_unknown(width: int, height: int, horizon: int, epsilon: float, steps: int,
+                    restarts: int) -> dict[str, Any] | None:
+    """Exact unknown-utility MEG vs the paper's Algorithm 2 with the MLP (same policy and MDP).
+
+    Returns None when ``imitation_meg.meg_unknown`` is not available.
+    """
+    import imitation_meg
+
+    if not hasattr(imitation_meg, "meg_unknown"):
+        return None
+    from imitation_meg import policies
+    from imitation_meg.envs import cliff_world
+
+    mdp = cliff_world(width=width, height=height, horizon=horizon)
+    pi = policies.epsilon_greedy(mdp, epsilon)
+    t0 = time.perf_counter()
+    exact = imitation_meg.meg_unknown(pi, mdp)
+    t_exact = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    mlp = imitation_meg.meg_unknown(pi, mdp, utility_model="mlp", steps=steps, restarts=restarts, seed=0)
+    t_mlp = time.perf_counter() - t0
+    return dict(
+        task=f"unknown-utility MEG (eps-greedy {epsilon}); baseline: Algorithm 2 MLP, "
+        f"{steps} steps x {restarts} restarts",
+        env=f"CliffWorld {width}x{height}",
+        S=mdp.n_states, A=mdp.n_actions, H=horizon, K=1, dtype="float64", device="cpu",
+        ours_s=t_exact, incumbent_s=t_mlp, speedup=t_mlp / t_exact,
+        meg=exact.meg, meg_incumbent=mlp.meg, err_vs_incumbent=exact.meg - mlp.meg,
+        converged=exact.converged,
+    )
+
+
+ROWS: dict[str, Callable[..., Any]] = {
+    "svi_cliff": row_svi_cliff,
+    "svi_random": row_svi_random,
+    "meg_cliff": row_meg_cliff,
+    "meg_random": row_meg_random,
+    "meg_unknown": row_meg_unknown,
+}
+
+
+def _child(kind: str, kwargs: dict[str, Any]) -> None:
+    th.set_num_threads(int(kwargs.pop("threads", 1)))
+    row = ROWS[kind](**kwargs)
+    if row is not None:
+        row["peak_rss_mib"] = peak_rss_mib()
+    sys.stdout.write("\n@@ROW@@" + json.dumps(row) + "\n")
+
+
+def run_row_in_subprocess(kind: str, timeout: float | None = None, **kwargs: Any) -> dict[str, Any] | None:
+    """Run one row in a fresh Python process (clean peak RSS) and return its dict.
+
+    Raises:
+        RuntimeError: if the child fails (its stderr tail is included).
+    """
+    code = (
+        "import json, sys; from imitation_meg.bench import _child; "
+        f"_child({kind!r}, json.loads(sys.argv[1]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(kwargs)],
+        capture_output=True, text=True, timeout=timeout,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark row {kind} {kwargs} failed:\n{proc.stderr[-3000:]}")
+    payload = proc.stdout.rsplit("@@ROW@@", 1)[-1].strip()
+    return json.loads(payload)

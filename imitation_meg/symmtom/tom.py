@@ -1,0 +1,449 @@
+"""Theory-of-mind tests for SymmToM: a harness and four tests with our own documented layouts.
+
+The paper's test layouts were figures that are not available; the four layouts below are ours and
+follow the paper's descriptions. In every test the *tested* agent is ``agent_0`` ("red"); the
+others are scripted (immobile "gray" agents say their first-hand piece at every step; mobile "blue"
+agents follow a fixed path). Each test starts with a *prologue* in which red's actions are scripted
+too, while its policy is still called (its actions discarded) so that a policy with memory sees
+every observation. Turns are counted from the end of the prologue.
+
+Metrics (over trials): SR = fraction of trials that succeed, FR = fraction that fail (trials that
+reach neither outcome within ``max_turns`` count in neither), RATSO = mean turns to succeed in
+successful trials divided by the optimum (an expected value for the probabilistic test).
+
+Coordinates are ``(x, y)`` with ``+y`` up; ``w = 6`` and hearing range 1 throughout.
+
+1. ``zeroth_order`` (n = 3, c = 3): red (owns 0) starts at (1, 3) next to gray L (owns 1, at (0, 3))
+   and hears piece 1, then walks (scripted) to (3, 2). Gray R (owns 2) stands at (5, 5). If red
+   remembers piece 1, R is worth 3 (hear 2, tell 0 and 1) at 3 moves against L's 1 (tell 0) at 2
+   moves: go to R. A red that forgot sees 2 at both and goes to the closer L. Success = red within
+   hearing range of R (optimum 3 turns), failure = within range of L.
+2. ``first_order`` (n = 4, c = 4): red (owns 0) at (3, 2) exchanges pieces with blue (owns 1) at
+   (2, 3); blue then steps to (1, 3), next to gray L (owns 2, at (0, 3)), out of red's hearing, and
+   says 0 then 1. Gray R (owns 3) stands at (5, 5). A red that assumes blue shared optimally knows
+   L now holds 0 and 1 (L worth 1, R worth 3 at one move more): go to R; a red without a model of
+   others sees L worth 3 and closer. Success = range of R (optimum 3), failure = range of L or blue.
+3. ``second_order`` (pass/fail, n = 3, c = 3): red (owns 0, also knows 2) at (5, 3); blue (owns 1)
+   at (0, 4); gray G (owns 2) at (0, 0). Red and G exchanged piece 2 out of blue's hearing (given
+   as the starting knowledge). Blue, believing red holds only piece 0, rates G (2 at 3 moves) over
+   red (2 at 4 moves) and walks down to (0, 1); had blue known that red holds 2 it would come to
+   red (3 at 4 moves). Red passes iff it meets blue (within hearing range) at the earliest possible
+   turn, i.e. it walks towards G; waiting for blue fails.
+4. ``probabilistic`` (n = 3, c = 3): red (owns 0) at (1, 2) and blue (owns 1) at (2, 2) exchange
+   pieces; blue steps next to green (owns 2, at (4, 2)), out of red's hearing, says one of 0 or 1
+   (equally likely, drawn per trial), then walks away. Red must bring green everything it knows:
+   one move to reach green's range, then on average 1.5 utterances (optimum 2.5 turns). Success =
+   green knows 0 and 1 within 10 turns; there is no failure outcome (FR = 0 by design).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from imitation_meg.symmtom.agents import Policy, ScriptedPolicy, StayPolicy, step_towards
+from imitation_meg.symmtom.env import SymmToMEnv, SymmToMWarning
+
+__all__ = [
+    "ToMTest",
+    "ToMResult",
+    "run_tom_test",
+    "tom_tests",
+    "moves_to_range",
+    "BeliefGreedyPolicy",
+    "MeetPredictedPolicy",
+    "ProbabilisticSpeakerPolicy",
+    "GrayPolicy",
+]
+
+NONE, PX, MX, PY, MY = range(5)
+
+
+def moves_to_range(a: np.ndarray, b: np.ndarray, hearing: int) -> int:
+    """Fewest axis moves that bring cell ``a`` within Chebyshev distance ``hearing`` of cell ``b``."""
+    dx, dy = abs(int(a[0]) - int(b[0])), abs(int(a[1]) - int(b[1]))
+    return max(0, dx - hearing) + max(0, dy - hearing)
+
+
+class GrayPolicy:
+    """Immobile; says its lowest first-hand piece at every step."""
+
+    def reset(self, env: SymmToMEnv, i: int) -> None:
+        """Stateless."""
+
+    def __call__(self, obs: np.ndarray, env: SymmToMEnv, i: int) -> np.ndarray:
+        own = np.flatnonzero(env.first_hand[i])
+        return np.array([NONE, int(own[0]) if len(own) else 0], dtype=np.int64)
+
+
+def _greedy_target(i: int, belief: np.ndarray, positions: np.ndarray, hearing: int) -> tuple[int, float]:
+    """Best agent for ``i`` to meet: the largest believed gain / (moves to range + 1); ``-1`` if none."""
+    best, best_rate = -1, 0.0
+    for j in range(len(positions)):
+        if j == i:
+            continue
+        gain = int((belief[j] & ~belief[i]).sum() + (belief[i] & ~belief[j]).sum())
+        rate = gain / (moves_to_range(positions[i], positions[j], hearing) + 1)
+        if rate > best_rate:
+            best, best_rate = j, rate
+    return best, best_rate
+
+
+class BeliefGreedyPolicy:
+    """Scripted agent that meets the agent with the best believed gain rate and says what is new.
+
+    Gain of meeting ``j`` = pieces ``j`` is believed to know that ``i`` does not + pieces ``i``
+    knows that ``j`` is believed not to; rate = gain / (moves to hearing range + 1).
+
+    Args:
+        belief: ``"true"`` (its own memory and the others' knowledge exact: the correct agent of
+            the zeroth- and first-order tests), ``"no_memory"`` (it believes everybody, itself
+            included, knows only first-hand pieces), or ``"no_others"`` (own knowledge exact, the
+            others' first-hand only: no first-order model).
+    """
+
+    def __init__(self, belief: str = "true") -> None:
+        if belief not in ("true", "no_memory", "no_others"):
+            raise ValueError(f"belief={belief!r}; use 'true', 'no_memory' or 'no_others'.")
+        self.belief = belief
+
+    def reset(self, env: SymmToMEnv, i: int) -> None:
+        """Stateless."""
+
+    def _beliefs(self, env: SymmToMEnv, i: int) -> np.ndarray:
+        if self.belief == "true":
+            return env.knowledge.copy()
+        b = env.first_hand.copy()
+        if self.belief == "no_others":
+            b[i] = env.knowledge[i]
+        return b
+
+    def __call__(self, obs: np.ndarray, env: SymmToMEnv, i: int) -> np.ndarray:
+        b = self._beliefs(env, i)
+        target, _ = _greedy_target(i, b, env.positions, env.hearing)
+        move = NONE
+        if target >= 0 and moves_to_range(env.positions[i], env.positions[target], env.hearing) > 0:
+            move = step_towards(env.positions[i], env.positions[target])
+        known = np.flatnonzero(b[i])
+        near = env.in_range()[i]
+        value = [int((near & ~b[:, p]).sum()) for p in known]
+        piece = int(known[int(np.argmax(value))]) if len(known) else 0
+        return np.array([move, piece], dtype=np.int64)
+
+
+class MeetPredictedPolicy:
+    """Scripted agent that predicts where agent ``mover`` is heading and walks there.
+
+    The prediction is made once, at the first decision after ``reset``.
+
+    The prediction is ``mover``'s greedy choice (see :class:`BeliefGreedyPolicy`) under a model of
+    ``mover``'s beliefs: its own knowledge exact and the others' either first-hand only
+    (``second_order=True``: what ``mover`` can know) or exact (``second_order=False``: the
+    predicting agent projects its own knowledge onto ``mover``). When the prediction is the agent
+    itself it waits; once ``mover`` stands within range of its predicted target, it walks to
+    ``mover`` directly.
+    """
+
+    def __init__(self, *, second_order: bool = True, mover: int = 1) -> None:
+        self.second_order = second_order
+        self.mover = mover
+
+    def reset(self, env: SymmToMEnv, i: int) -> None:
+        self.target: int | None = None
+
+    def __call__(self, obs: np.ndarray, env: SymmToMEnv, i: int) -> np.ndarray:
+        m = self.mover
+        if getattr(self, "target", None) is None:  # predict once, at the first decision
+            b = env.first_hand.copy() if self.second_order else env.knowledge.copy()
+            b[m] = env.knowledge[m]
+            self.target, _ = _greedy_target(m, b, env.positions, env.hearing)
+        target = self.target
+        assert target is not None
+        move = NONE
+        if moves_to_range(env.positions[i], env.positions[m], env.hearing) == 0:
+            move = NONE
+        elif target >= 0 and target != i:
+            # walk to where the mover is heading; once it has arrived, walk to the mover itself
+            arrived = moves_to_range(env.positions[m], env.positions[target], env.hearing) == 0
+            goal = env.positions[m] if arrived else env.positions[target]
+            move = step_towards(env.positions[i], goal)
+        own = np.flatnonzero(env.knowledge[i])
+        return np.array([move, int(own[0])], dtype=np.int64)
+
+
+class ProbabilisticSpeakerPolicy:
+    """Walks to ``listener`` and tells it the pieces it may lack.
+
+    Candidates are the pieces the agent knows minus the listener's first-hand pieces. Once in
+    range it says a candidate (uniformly at random from its own generator). With ``adaptive=True``
+    a said candidate is dropped afterwards (a reward means the listener now knows it; no reward
+    means it knew it already: retroactive deduction); with ``adaptive=False`` it keeps repeating
+    the lowest candidate (the wrong agent).
+    """
+
+    def __init__(self, *, listener: int = 2, adaptive: bool = True, seed: int | None = None) -> None:
+        self.listener = listener
+        self.adaptive = adaptive
+        self.rng = np.random.default_rng(seed)
+        self.dropped: set[int] = set()
+        self.spoke_in_range = False
+
+    def reset(self, env: SymmToMEnv, i: int) -> None:
+        self.dropped = set()
+        self.spoke_in_range = False
+
+    def __call__(self, obs: np.ndarray, env: SymmToMEnv, i: int) -> np.ndarray:
+        j = self.listener
+        if self.spoke_in_range and self.adaptive and env.last_said[i] >= 0:
+            self.dropped.add(int(env.last_said[i]))
+        cands = [
+            int(p) for p in np.flatnonzero(env.knowledge[i] & ~env.first_hand[j]) if int(p) not in self.dropped
+        ]
+        move = NONE
+        dist = moves_to_range(env.positions[i], env.positions[j], env.hearing)
+        if dist > 0:
+            move = step_towards(env.positions[i], env.positions[j])
+        if not cands:
+            piece = int(np.flatnonzero(env.knowledge[i])[0])
+        elif self.adaptive:
+            piece = int(self.rng.choice(cands))
+        else:
+            piece = cands[0]
+        self.spoke_in_range = dist <= 1 and move != NONE or dist == 0
+        return np.array([move, piece], dtype=np.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToMTest:
+    """One theory-of-mind test (see the module docstring for the four layouts).
+
+    Attributes:
+        name, description: identification.
+        n_agents, width, n_pieces: environment sizes (hearing range 1).
+        positions, bases: ``(n, 2)`` cells; first_hand: ``(n, c)`` 0/1; knowledge: ``(n, c)`` or None.
+        prologue: red's scripted actions before the test starts.
+        others: ``rng -> [policy of agent 1, ..., agent n-1]`` (a fresh set per trial).
+        max_turns: turns after the prologue.
+        optimum: optimal (expected) turns to succeed, for RATSO.
+        outcome: ``(env, turn) -> "success" | "failure" | None`` after every turn (turn from 1).
+        metrics: which of SR, FR, RATSO the test reports.
+    """
+
+    name: str
+    description: str
+    n_agents: int
+    width: int
+    n_pieces: int
+    positions: tuple[tuple[int, int], ...]
+    bases: tuple[tuple[int, int], ...]
+    first_hand: tuple[tuple[int, ...], ...]
+    knowledge: tuple[tuple[int, ...], ...] | None
+    prologue: tuple[tuple[int, int], ...]
+    others: Callable[[np.random.Generator], list[Policy]]
+    max_turns: int
+    optimum: float
+    outcome: Callable[[SymmToMEnv, int], str | None]
+    metrics: tuple[str, ...] = ("SR", "FR", "RATSO")
+
+
+@dataclasses.dataclass(frozen=True)
+class ToMResult:
+    """Result of :func:`run_tom_test`: rates over ``n_trials`` and the per-trial record."""
+
+    name: str
+    n_trials: int
+    sr: float
+    fr: float
+    ratso: float
+    outcomes: tuple[str, ...]
+    turns: tuple[int, ...]
+    metrics: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "test": self.name,
+            "trials": self.n_trials,
+            "SR": self.sr,
+            "FR": self.fr if "FR" in self.metrics else None,
+            "RATSO": self.ratso if "RATSO" in self.metrics else None,
+        }
+
+
+def run_tom_test(
+    test: ToMTest,
+    policy: Policy,
+    n_trials: int,
+    *,
+    seed: int = 0,
+    oracle: bool = False,
+    observe: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> ToMResult:
+    """Run ``n_trials`` trials of ``test`` with ``policy`` playing red (``agent_0``).
+
+    Args:
+        test: the test.
+        policy: the tested policy (``reset(env, 0)`` before every trial).
+        n_trials: number of trials.
+        seed: seeds the env (collision ties) and the scripted agents' per-trial draws.
+        oracle: build the env with the oracle observation (for oracle-trained policies).
+        observe: unused hook kept for wrappers that transform observations (None: identity).
+
+    Returns:
+        :class:`ToMResult`.
+    """
+    if not isinstance(n_trials, int) or n_trials < 1:
+        raise ValueError(f"n_trials={n_trials!r} must be a positive int.")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SymmToMWarning)
+        env = SymmToMEnv(
+            test.n_agents, test.width, test.n_pieces, oracle=oracle,
+            max_steps=len(test.prologue) + test.max_turns + 1,
+        )
+    rng = np.random.default_rng(seed)
+    options = {"positions": test.positions, "bases": test.bases, "first_hand": test.first_hand}
+    if test.knowledge is not None:
+        options["knowledge"] = test.knowledge
+    outcomes, turns = [], []
+    for trial in range(n_trials):
+        obs, _ = env.reset(seed=seed + trial, options=options)
+        others = test.others(rng)
+        policy.reset(env, 0)
+        for k, pol in enumerate(others, start=1):
+            pol.reset(env, k)
+        result, when = "none", -1
+        for t in range(len(test.prologue) + test.max_turns):
+            in_prologue = t < len(test.prologue)
+            chosen = policy(obs["agent_0"] if observe is None else observe(obs["agent_0"]), env, 0)
+            actions = {"agent_0": np.asarray(test.prologue[t] if in_prologue else chosen)}
+            for k, pol in enumerate(others, start=1):
+                actions[f"agent_{k}"] = pol(obs[f"agent_{k}"], env, k)
+            obs, *_ = env.step(actions)
+            if in_prologue:
+                continue
+            turn = t - len(test.prologue) + 1
+            verdict = test.outcome(env, turn)
+            if verdict is not None:
+                result, when = verdict, turn
+                break
+        outcomes.append(result)
+        turns.append(when)
+    outcomes_arr = np.array(outcomes)
+    succ = outcomes_arr == "success"
+    ratso = float(np.mean(np.array(turns)[succ]) / test.optimum) if succ.any() else float("nan")
+    return ToMResult(
+        name=test.name,
+        n_trials=n_trials,
+        sr=float(succ.mean()),
+        fr=float((outcomes_arr == "failure").mean()),
+        ratso=ratso,
+        outcomes=tuple(outcomes),
+        turns=tuple(turns),
+        metrics=test.metrics,
+    )
+
+
+def _reach(success: Sequence[int], failure: Sequence[int]) -> Callable[[SymmToMEnv, int], str | None]:
+    def outcome(env: SymmToMEnv, turn: int) -> str | None:
+        near = env.in_range()[0]
+        if any(near[j] for j in success):
+            return "success"
+        if any(near[j] for j in failure):
+            return "failure"
+        return None
+
+    return outcome
+
+
+def _earliest_meeting(start: tuple[int, int], path: Sequence[tuple[int, int]], width: int, hearing: int) -> int:
+    """Earliest turn ``t >= 1`` at which a walker from ``start`` can be within range of ``path[t-1]``."""
+    for t in range(1, 10 * width):
+        target = np.array(path[min(t, len(path)) - 1])
+        if moves_to_range(np.array(start), target, hearing) <= t:
+            return t
+    raise AssertionError("unreachable")
+
+
+def tom_tests() -> dict[str, ToMTest]:
+    """The four tests of the module docstring, keyed by name."""
+    tests: dict[str, ToMTest] = {}
+    tests["zeroth_order"] = ToMTest(
+        name="zeroth_order",
+        description="remember a piece heard 4 turns ago: go to the agent that still has something new",
+        n_agents=3, width=6, n_pieces=3,
+        positions=((1, 3), (0, 3), (5, 5)),
+        bases=((0, 0), (1, 0), (2, 0)),
+        first_hand=((1, 0, 0), (0, 1, 0), (0, 0, 1)),
+        knowledge=None,
+        prologue=((NONE, 2), (PX, 2), (PX, 2), (MY, 2)),  # piece 2 is unknown to red: silent
+        others=lambda rng: [GrayPolicy(), GrayPolicy()],
+        max_turns=12, optimum=3.0,
+        outcome=_reach(success=[2], failure=[1]),
+    )
+    blue_first = ScriptedPolicy([(NONE, 1), (MX, 0), (NONE, 1)], after=(NONE, 1))
+    tests["first_order"] = ToMTest(
+        name="first_order",
+        description="assume blue told gray L what it knows (unheard): go to gray R instead",
+        n_agents=4, width=6, n_pieces=4,
+        positions=((3, 2), (2, 3), (0, 3), (5, 5)),
+        bases=((0, 0), (1, 0), (2, 0), (3, 0)),
+        first_hand=((1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1)),
+        knowledge=None,
+        prologue=((NONE, 0), (NONE, 0), (NONE, 0)),
+        others=lambda rng: [
+            ScriptedPolicy(list(blue_first.actions), after=blue_first.after), GrayPolicy(), GrayPolicy()
+        ],
+        max_turns=12, optimum=3.0,
+        outcome=_reach(success=[3], failure=[1, 2]),
+    )
+    blue_path = [(0, 3), (0, 2), (0, 1)]
+    earliest = _earliest_meeting((5, 3), blue_path, 6, 1)
+
+    def second_order_outcome(env: SymmToMEnv, turn: int) -> str | None:
+        if env.in_range()[0, 1]:
+            return "success" if turn <= earliest else "failure"
+        return "failure" if turn >= earliest else None
+
+    tests["second_order"] = ToMTest(
+        name="second_order",
+        description="predict that blue (unaware red knows piece 2) heads for gray G: meet blue there",
+        n_agents=3, width=6, n_pieces=3,
+        positions=((5, 3), (0, 4), (0, 0)),
+        bases=((5, 0), (4, 0), (3, 0)),
+        first_hand=((1, 0, 0), (0, 1, 0), (0, 0, 1)),
+        knowledge=((1, 0, 1), (0, 1, 0), (0, 0, 1)),
+        prologue=(),
+        others=lambda rng: [ScriptedPolicy([(MY, 1)] * 3, after=(NONE, 1)), GrayPolicy()],
+        max_turns=earliest, optimum=float(earliest),
+        outcome=second_order_outcome,
+        metrics=("SR",),
+    )
+
+    def prob_others(rng: np.random.Generator) -> list[Policy]:
+        x = int(rng.integers(2))
+        blue = ScriptedPolicy([(NONE, 1), (PX, x)] + [(PY, x)] * 3, after=(NONE, x))
+        return [blue, GrayPolicy()]
+
+    def prob_outcome(env: SymmToMEnv, turn: int) -> str | None:
+        return "success" if env.knowledge[2, :2].all() else None
+
+    tests["probabilistic"] = ToMTest(
+        name="probabilistic",
+        description="green heard one of two pieces from blue (unheard): tell it the other",
+        n_agents=3, width=6, n_pieces=3,
+        positions=((1, 2), (2, 2), (4, 2)),
+        bases=((0, 5), (1, 5), (2, 5)),
+        first_hand=((1, 0, 0), (0, 1, 0), (0, 0, 1)),
+        knowledge=None,
+        prologue=((NONE, 0), (NONE, 0)),
+        others=prob_others,
+        max_turns=10, optimum=2.5,
+        outcome=prob_outcome,
+        metrics=("SR", "RATSO"),
+    )
+    return tests
+
+
+_ = StayPolicy

@@ -1,0 +1,222 @@
+"""imitation_meg.adapters.sb3.policy_table on PPO / A2C / DQN trained in the tests."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+
+import imitation_meg as im
+from imitation_meg.adapters.sb3 import ObservationAliasingWarning, policy_table, state_observations
+
+from .conftest import CLIFF, LAKE
+
+
+def _one_state_probs(model, obs) -> np.ndarray:
+    """The model's own action distribution for a single observation."""
+    obs_t, _ = model.policy.obs_to_tensor(np.asarray(obs))
+    with th.no_grad():
+        return model.policy.get_distribution(obs_t).distribution.probs[0].double().numpy()
+
+
+def _cliff_obs(s: int) -> np.ndarray:
+    """What seals' CliffWorld emits in state s, read from the environment itself."""
+    import seals  # noqa: F401
+
+    return gym.make(CLIFF).unwrapped.obs_from_state(s)
+
+
+def test_import_is_light():
+    code = (
+        "import sys, imitation_meg, imitation_meg.adapters, imitation_meg.trajectories, "
+        "imitation_meg.adapters.sb3, imitation_meg.adapters.imitation, imitation_meg.cli\n"
+        "bad = [m for m in ('stable_baselines3', 'imitation') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("fixture", ["ppo_cliff", "ppo_lake", "a2c_lake"])
+def test_actor_critic_table_matches_distribution_state_by_state(fixture, request):
+    model = request.getfixturevalue(fixture)
+    env_id = CLIFF if "cliff" in fixture else LAKE
+    mdp = im.TabularMDP.from_env(env_id)
+    pi = policy_table(model, mdp)
+    assert pi.shape == (mdp.n_states, mdp.n_actions) and pi.dtype == th.float64
+    for s in range(mdp.n_states):
+        obs = _cliff_obs(s) if env_id == CLIFF else np.int64(s)
+        np.testing.assert_allclose(pi[s].numpy(), _one_state_probs(model, obs), rtol=0, atol=1e-6)
+    # The same through the policy object, the env id and the saved file.
+    th.testing.assert_close(policy_table(model.policy, mdp), pi)
+    th.testing.assert_close(policy_table(model, env_id), pi)
+    assert im.meg(pi, mdp).meg >= 0
+
+
+@pytest.mark.parametrize("fixture", ["dqn_cliff", "dqn_lake"])
+@pytest.mark.parametrize("epsilon", [0.0, 0.3])
+def test_dqn_epsilon_greedy_matches_q_values_state_by_state(fixture, epsilon, request):
+    model = request.getfixturevalue(fixture)
+    env_id = CLIFF if "cliff" in fixture else LAKE
+    mdp = im.TabularMDP.from_env(env_id)
+    pi = policy_table(model, mdp, epsilon=epsilon)
+    A = mdp.n_actions
+    for s in range(mdp.n_states):
+        obs = _cliff_obs(s) if env_id == CLIFF else np.int64(s)
+        obs_t, _ = model.policy.obs_to_tensor(np.asarray(obs))
+        with th.no_grad():
+            q = model.q_net(obs_t)[0].double().numpy()
+        best = np.flatnonzero(q == q.max())
+        expected = np.full(A, epsilon / A)
+        expected[best] += (1 - epsilon) / best.size
+        np.testing.assert_allclose(pi[s].numpy(), expected, atol=1e-12)
+        # The greedy action is the one the model itself predicts.
+        if best.size == 1:
+            assert model.predict(obs, deterministic=True)[0] == best[0]
+
+
+def test_dqn_ties_are_split_evenly(dqn_lake):
+    import copy
+
+    model = copy.deepcopy(dqn_lake)
+    last = model.q_net.q_net[-1]
+    with th.no_grad():
+        last.weight.zero_()
+        last.bias.copy_(th.tensor([1.0, 3.0, 3.0, 0.0]))
+    pi = policy_table(model, LAKE, epsilon=0.2)
+    np.testing.assert_allclose(pi.numpy(), np.tile([0.05, 0.45, 0.45, 0.05], (16, 1)), atol=1e-12)
+
+
+def test_saved_zip_with_algo(ppo_lake, dqn_lake, tmp_path):
+    ppo_lake.save(tmp_path / "ppo.zip")
+    dqn_lake.save(tmp_path / "dqn.zip")
+    th.testing.assert_close(policy_table(str(tmp_path / "ppo.zip"), LAKE, algo="ppo"), policy_table(ppo_lake, LAKE))
+    th.testing.assert_close(
+        policy_table(tmp_path / "dqn.zip", LAKE, algo="dqn", epsilon=0.1),
+        policy_table(dqn_lake, LAKE, epsilon=0.1),
+    )
+    with pytest.raises(ValueError, match="pass algo='ppo'"):
+        policy_table(str(tmp_path / "ppo.zip"), LAKE)
+    with pytest.raises(ValueError, match="algo must be one of"):
+        policy_table(str(tmp_path / "ppo.zip"), LAKE, algo="sac")
+    with pytest.raises(FileNotFoundError, match="no SB3 model file"):
+        policy_table(str(tmp_path / "missing.zip"), LAKE, algo="ppo")
+    with pytest.raises(ValueError, match="algo= only applies to a .zip path"):
+        policy_table(ppo_lake, LAKE, algo="ppo")
+
+
+def test_dqn_needs_epsilon(dqn_lake):
+    with pytest.raises(ValueError, match="DQN has no action distribution.*pass epsilon="):
+        policy_table(dqn_lake, LAKE)
+    with pytest.raises(ValueError, match=r"epsilon must lie in \[0, 1\]"):
+        policy_table(dqn_lake, LAKE, epsilon=1.5)
+    with pytest.raises(TypeError, match="epsilon must be a float"):
+        policy_table(dqn_lake, LAKE, epsilon="0.1")
+
+
+def test_epsilon_is_refused_for_actor_critic(ppo_lake):
+    with pytest.raises(ValueError, match="epsilon= applies only to DQN"):
+        policy_table(ppo_lake, LAKE, epsilon=0.1)
+
+
+def test_continuous_actions_are_refused():
+    import stable_baselines3 as sb3
+
+    model = sb3.PPO("MlpPolicy", "Pendulum-v1", device="cpu", seed=0)
+    with pytest.raises(TypeError, match="Box action space.*continuous actions"):
+        policy_table(model, im.TabularMDP.from_env(LAKE))
+
+
+def test_mismatched_observation_and_action_spaces(ppo_lake, ppo_cliff):
+    cliff = im.TabularMDP.from_env(CLIFF)
+    with pytest.raises(ValueError, match=r"observes Discrete\(16\) but .* has 28 states"):
+        policy_table(ppo_lake, cliff)
+    with pytest.raises(ValueError, match="has no observation_matrix"):
+        policy_table(ppo_cliff, LAKE)
+    with pytest.raises(ValueError, match=r"shape \(28,\).*observations of shape \(2,\)"):
+        policy_table(ppo_cliff, "seals/CliffWorld7x4XY-v0")
+    with pytest.raises(ValueError, match="chooses among 4 actions but Taxi-v3 has 6"):
+        policy_table(ppo_lake, "Taxi-v3")
+
+
+def test_observation_aliasing_warns(ppo_cliff):
+    mdp = im.TabularMDP.from_env(CLIFF)
+    obs = mdp.observation_matrix.clone()
+    obs[1] = obs[0]
+    with pytest.warns(ObservationAliasingWarning, match=r"state groups \[\[0, 1\]\]"):
+        pi = policy_table(ppo_cliff, mdp, observations=obs)
+    th.testing.assert_close(pi[0], pi[1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        policy_table(ppo_cliff, mdp)  # distinct one-hot observations: no warning
+
+
+def test_vec_normalize_statistics(tmp_path):
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    venv = VecNormalize(make_vec_env(CLIFF, n_envs=2, seed=0), norm_reward=False)
+    model = sb3.PPO("MlpPolicy", venv, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")
+    model.learn(128)
+    venv.training = False
+    mdp = im.TabularMDP.from_env(CLIFF)
+    pi = policy_table(model, mdp)  # statistics taken from the model's own VecNormalize
+    for s in (0, 5, 27):
+        obs = venv.normalize_obs(_cliff_obs(s)[None].astype(np.float32))[0]
+        np.testing.assert_allclose(pi[s].numpy(), _one_state_probs(model, obs), atol=1e-6)
+    venv.save(tmp_path / "vn.pkl")
+    th.testing.assert_close(policy_table(model.policy, mdp, vec_normalize=tmp_path / "vn.pkl"), pi)
+    # Without normalisation the table differs: the statistics matter.
+    assert not th.allclose(policy_table(model.policy, mdp), pi)
+
+    fresh = VecNormalize(make_vec_env(CLIFF, n_envs=1), norm_reward=False)
+    with pytest.raises(ValueError, match="VecNormalize has no observation statistics"):
+        policy_table(model.policy, mdp, vec_normalize=fresh)
+    with pytest.raises(FileNotFoundError, match="no VecNormalize statistics"):
+        policy_table(model.policy, mdp, vec_normalize=tmp_path / "nope.pkl")
+    with open(tmp_path / "junk.pkl", "wb") as f:
+        pickle.dump({"a": 1}, f)
+    with pytest.raises(TypeError, match="vec_normalize must be a VecNormalize"):
+        policy_table(model.policy, mdp, vec_normalize=tmp_path / "junk.pkl")
+
+
+def test_callables_and_arrays():
+    mdp = im.envs.cliff_world(width=4, height=2, horizon=3)
+    seen = []
+
+    def fn(obs):
+        seen.append(obs.shape)
+        logits = th.as_tensor(obs[:, :4], dtype=th.float64)
+        return th.softmax(logits, -1)
+
+    pi = policy_table(fn, mdp)
+    assert seen == [(8, 8)]  # one batched call on the one-hot observation matrix
+    th.testing.assert_close(pi[0], th.softmax(th.tensor([1.0, 0, 0, 0], dtype=th.float64), -1))
+    th.testing.assert_close(policy_table(pi.numpy(), mdp), pi)
+    with pytest.raises(ValueError, match=r"probabilities \(8, 4\), got \(8, 3\)"):
+        policy_table(lambda o: np.full((len(o), 3), 1 / 3), mdp)
+    with pytest.raises(ValueError, match="sum to"):
+        policy_table(lambda o: np.full((len(o), 4), 0.3), mdp)
+    with pytest.raises(TypeError, match="cannot read a policy from int"):
+        policy_table(3, mdp)
+    with pytest.raises(ValueError, match="epsilon= applies only to DQN"):
+        policy_table(fn, mdp, epsilon=0.1)
+
+
+def test_state_observations_mapping():
+    lake = im.TabularMDP.from_env(LAKE)
+    np.testing.assert_array_equal(state_observations(lake, gym.spaces.Discrete(16)), np.arange(16))
+    cliff = im.TabularMDP.from_env(CLIFF)
+    obs = state_observations(cliff, gym.spaces.Box(-np.inf, np.inf, (28,), np.float32))
+    assert obs.dtype == np.float32 and obs.shape == (28, 28)
+    np.testing.assert_array_equal(obs, np.eye(28, dtype=np.float32))
+    with pytest.raises(TypeError, match="MultiDiscrete space"):
+        state_observations(lake, gym.spaces.MultiDiscrete([4, 4]))
+    with pytest.raises(ValueError, match="start=1"):
+        state_observations(lake, gym.spaces.Discrete(16, start=1))

@@ -1,0 +1,73 @@
+"""The benchmark's fast config end to end (timing-free: correctness and that every row exists)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+import imitation_meg
+from imitation_meg import bench
+from imitation_meg.config import load_config, load_driver
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_benchmark_fast_config_end_to_end(tmp_path):
+    driver = load_driver("benchmark", ROOT / "experiments")
+    cfg = load_config(ROOT / "configs" / "benchmark_fast.yaml", driver.Config)
+    cfg = dataclasses.replace(cfg, results_dir=str(tmp_path))
+    out = driver.main(cfg)
+    rows = out["rows"]
+    kinds = [(r["task"].split(" (")[0], r["env"], r["K"], r["dtype"]) for r in rows]
+    expected = [
+        ("soft VI + occupancy", "CliffWorld 10x4", 1, "float64"),
+        ("soft VI + occupancy", "CliffWorld 10x4", 4, "float64"),
+        ("soft VI + occupancy", "random sparse S=3e+02", 1, "float64"),
+        ("soft VI + occupancy", "random sparse S=3e+02", 4, "float64"),
+        ("soft VI + occupancy", "random sparse S=3e+02", 1, "float32"),
+        ("known-utility MEG", "CliffWorld 10x4", 1, "float64"),
+        ("known-utility MEG", "random sparse S=3e+02", 1, "float64"),
+    ]
+    if hasattr(imitation_meg, "meg_unknown"):
+        expected.append(("unknown-utility MEG", "CliffWorld 10x4", 1, "float64"))
+    assert kinds == expected
+    for r in rows:
+        assert r["ours_s"] > 0 and r["peak_rss_mib"] > 0
+        if r["incumbent_s"] is not None and not r["task"].startswith("unknown"):
+            assert r["err_vs_incumbent"] < 1e-9  # same numbers as imitation
+        if r.get("float32_err") is not None:
+            assert r["float32_err"] < 1e-4
+    meg_row = rows[5]
+    assert 0 < meg_row["meg"] <= 6 * np.log(4)
+    if hasattr(imitation_meg, "meg_unknown"):
+        assert rows[-1]["meg"] >= meg_row["meg"] - 1e-8  # unknown-utility MEG >= known-utility MEG
+    assert out["bandwidth"] > 0
+    md = (tmp_path / "benchmark.md").read_text()
+    assert md.count("\n| ") == len(rows) + 1  # header + one line per row
+    with (tmp_path / "benchmark.csv").open() as f:
+        assert len(list(csv.DictReader(f))) == len(rows)
+    assert len(json.loads((tmp_path / "results.json").read_text())["rows"]) == len(rows)
+
+
+def test_imitation_baseline_matches_exact_meg():
+    from imitation_meg import policies
+    from imitation_meg.envs import cliff_world
+
+    mdp = cliff_world(horizon=8)
+    pi = policies.epsilon_greedy(mdp, 0.5)
+    base = bench.imitation_meg_baseline(bench.imitation_env(mdp), pi.numpy())
+    ours = imitation_meg.meg(pi, mdp)
+    assert base["meg"] == pytest.approx(ours.meg, rel=1e-8)
+    assert base["calls"] > 5
+
+
+def test_benchmark_config_rejects_bad_grid(tmp_path):
+    driver = load_driver("benchmark", ROOT / "experiments")
+    cfg = driver.Config(cliff_grids=((10, 4),), results_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="triples"):
+        driver.main(cfg)
