@@ -14,12 +14,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["plot_meg_series", "plot_meg_bars", "plot_grid_values"]
+__all__ = ["plot_meg_series", "plot_meg_bars", "plot_grid_values", "pyplot", "save_figure"]
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` with the Agg backend selected (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -28,12 +29,13 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: str | pathlib.Path) -> pathlib.Path:
+def save_figure(fig: Any, path: str | pathlib.Path) -> pathlib.Path:
+    """Lay out, save as PNG (creating folders) and close ``fig``; returns the path."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -60,7 +62,7 @@ def plot_meg_series(
         xlabel, ylabel, title: labels.
         log_y: symmetric-log y axis (useful when values span decades).
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.0, 4.0))
     for i, (name, ys) in enumerate(series.items()):
         c = _COLORS[i % len(_COLORS)]
@@ -77,7 +79,7 @@ def plot_meg_series(
         ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_meg_bars(
@@ -91,7 +93,7 @@ def plot_meg_bars(
     title: str = "",
 ) -> pathlib.Path:
     """Grouped bar chart, one group per label; paper values as hollow markers on the bars."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.0, 4.0))
     n = len(series)
     width = 0.8 / max(n, 1)
@@ -109,7 +111,7 @@ def plot_meg_bars(
         ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_grid_values(
@@ -138,7 +140,7 @@ def plot_grid_values(
     arr = np.asarray(values, dtype=float).reshape(-1)
     if arr.size != h * w:
         raise ValueError(f"values has {arr.size} entries, expected {h * w} for a {h}x{w} grid.")
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(1.0 + 0.55 * w, 0.8 + 0.55 * h))
     im = ax.imshow(arr.reshape(h, w), cmap=cmap)
     for r, c in marks:
@@ -152,4 +154,4 @@ def plot_grid_values(
     fig.colorbar(im, ax=ax, fraction=0.03)
     if title:
         ax.set_title(title, fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -56,3 +56,22 @@ def test_unknown_config_keys_are_rejected(tmp_path):
     module = load_driver("cliffworld_epsilon", ROOT / "experiments")
     with pytest.raises(ValueError, match="unknown keys \\['epsilonz'\\]"):
         load_config({"epsilonz": [0.1]}, module.Config)
+
+
+def test_sb3_training_fast(tmp_path):
+    module = load_driver("sb3_training", ROOT / "experiments")
+    data = load_yaml(ROOT / "configs" / "sb3_training_fast.yaml")
+    cfg = load_config({**data, "results_dir": str(tmp_path), "checkpoint_dir": str(tmp_path / "ck")},
+                      module.Config)
+    res = module.main(cfg)
+    rows = res["rows"]
+    assert len(rows) == 2 * 2 * 1 * 3  # envs x algos x seeds x (checkpoints + initial)
+    for r in rows:
+        assert 0 <= r["known"] <= r["unknown_exact"] + 1e-9
+        assert r["expected_return"] <= res["references"][r["env"]]["optimal_return"] + 1e-9
+    assert {r["steps"] for r in rows if r["algo"] == "ppo"} >= {0}
+    assert len(list((tmp_path / "ck").glob("*.zip"))) == len(rows)
+    for e in ("cliffworld", "frozenlake"):
+        assert (tmp_path / f"meg_during_training_{e}.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="unknown algo"):
+        module.main(load_config({**data, "algos": ["sac"]}, module.Config))

@@ -1,0 +1,208 @@
+"""Beyond the paper: how goal-directed do SB3 agents become as they learn?
+
+Trains PPO and DQN on the paper's CliffWorld (seals dynamics) and on FrozenLake with several
+seeds, saves checkpoints, and scores every checkpoint's policy table exactly: known-utility MEG
+(the environment reward), exact unknown-utility MEG over every utility of the state, and the
+policy's exact expected return in the tabular MDP, all plotted against training steps.
+
+DQN has no action distribution; its checkpoints are scored as epsilon-greedy policies over
+their Q-values with ``dqn_epsilon`` (the final exploration rate by default).
+
+Run: ``imitation-meg reproduce configs/sb3_training.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import time
+from typing import Any
+
+import numpy as np
+import torch as th
+
+import imitation_meg as im
+from imitation_meg.adapters.sb3 import policy_table
+from imitation_meg.config import library_versions, write_csv, write_json
+
+ENVS = ("cliffworld", "frozenlake")
+ALGOS = ("ppo", "dqn", "a2c")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Settings of the training study (YAML keys of the same names)."""
+
+    results_dir: str = "docs/results/sb3_training"
+    checkpoint_dir: str = "results/sb3_training/checkpoints"
+    envs: tuple[str, ...] = ENVS
+    algos: tuple[str, ...] = ("ppo", "dqn")
+    seeds: tuple[int, ...] = (0, 1, 2)
+    timesteps: int = 60_000
+    n_checkpoints: int = 8
+    cliff_horizon: int = 30
+    dqn_epsilon: float = 0.05
+    unknown: bool = True
+    progress: bool = True
+
+
+def _make(env_name: str, horizon: int) -> tuple[Any, im.TabularMDP]:
+    """A training environment factory and the matching tabular MDP."""
+    if env_name == "cliffworld":
+        from seals.diagnostics.cliff_world import CliffWorldEnv
+
+        def factory() -> Any:
+            return CliffWorldEnv(width=10, height=4, horizon=horizon, use_xy_obs=False)
+
+        return factory, im.envs.cliff_world(width=10, height=4, horizon=horizon)
+    if env_name == "frozenlake":
+        import gymnasium as gym
+
+        def factory() -> Any:
+            return gym.make("FrozenLake-v1")
+
+        return factory, im.TabularMDP.from_env("FrozenLake-v1")
+    raise ValueError(f"unknown env {env_name!r}; choose from {ENVS}.")
+
+
+def _model(algo: str, venv: Any, seed: int, cfg: Config) -> Any:
+    import stable_baselines3 as sb3
+
+    common = dict(seed=seed, device="cpu", policy_kwargs={"net_arch": [64]}, verbose=0)
+    if algo == "ppo":
+        return sb3.PPO("MlpPolicy", venv, n_steps=64, batch_size=128, n_epochs=4,
+                       learning_rate=3e-3, gamma=0.99, **common)
+    if algo == "a2c":
+        return sb3.A2C("MlpPolicy", venv, n_steps=8, learning_rate=3e-3, gamma=0.99, **common)
+    if algo == "dqn":
+        return sb3.DQN("MlpPolicy", venv, learning_rate=1e-3, buffer_size=50_000,
+                       learning_starts=min(1_000, cfg.timesteps // 4), batch_size=64, gamma=0.99,
+                       train_freq=4, target_update_interval=500, exploration_fraction=0.3,
+                       exploration_final_eps=cfg.dqn_epsilon, **common)
+    raise ValueError(f"unknown algo {algo!r}; choose from {ALGOS}.")
+
+
+def _score(model: Any, algo: str, mdp: im.TabularMDP, cfg: Config) -> dict[str, float]:
+    pi = policy_table(model, mdp, epsilon=cfg.dqn_epsilon if algo == "dqn" else None)
+    known = im.meg(pi, mdp)
+    row = {"known": known.meg, "expected_return": known.expected_utility,
+           "optimal_return": float("nan")}
+    if cfg.unknown:
+        row["unknown_exact"] = im.meg_unknown(pi, mdp).meg
+    return row
+
+
+def _train_one(env_name: str, algo: str, seed: int, cfg: Config, bar: Any) -> list[dict[str, Any]]:
+    from stable_baselines3.common.env_util import make_vec_env
+
+    factory, mdp = _make(env_name, cfg.cliff_horizon)
+    n_envs = 1 if algo == "dqn" else 8
+    venv = make_vec_env(factory, n_envs=n_envs, seed=seed)
+    model = _model(algo, venv, seed, cfg)
+    ckpt_dir = pathlib.Path(cfg.checkpoint_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    marks = np.linspace(0, cfg.timesteps, cfg.n_checkpoints + 1).astype(int)
+    rows = []
+    done = 0
+    for target in marks:
+        if target > done:
+            model.learn(int(target - done), reset_num_timesteps=False)
+            done = int(model.num_timesteps)
+        model.save(ckpt_dir / f"{env_name}_{algo}_seed{seed}_{done}.zip")
+        rows.append({"env": env_name, "algo": algo, "seed": seed, "steps": done,
+                     **_score(model, algo, mdp, cfg)})
+        if bar is not None:
+            bar.update(1)
+    venv.close()
+    return rows
+
+
+def _plot(path: pathlib.Path, rows: list[dict[str, Any]], env_name: str, cfg: Config,
+          reference: dict[str, float]) -> pathlib.Path:
+    from imitation_meg.plotting import pyplot, save_figure
+
+    plt = pyplot()
+    fig, (ax_meg, ax_ret) = plt.subplots(1, 2, figsize=(10, 3.8))
+    colors = {"ppo": "#1f77b4", "dqn": "#d62728", "a2c": "#2ca02c"}
+    for algo in cfg.algos:
+        sel = [r for r in rows if r["env"] == env_name and r["algo"] == algo]
+        if not sel:
+            continue
+        steps = sorted({r["steps"] for r in sel})
+
+        def stat(key: str) -> tuple[np.ndarray, np.ndarray]:
+            vals = [[r[key] for r in sel if r["steps"] == s] for s in steps]
+            return np.array([np.mean(v) for v in vals]), np.array([np.std(v) for v in vals])
+
+        for key, ls, label in (("known", "-", "known"), ("unknown_exact", "--", "unknown (exact)")):
+            if key not in sel[0]:
+                continue
+            m, s = stat(key)
+            ax_meg.plot(steps, m, ls, color=colors.get(algo), label=f"{algo.upper()} {label}")
+            ax_meg.fill_between(steps, m - s, m + s, color=colors.get(algo), alpha=0.15)
+        m, s = stat("expected_return")
+        ax_ret.plot(steps, m, color=colors.get(algo), label=algo.upper())
+        ax_ret.fill_between(steps, m - s, m + s, color=colors.get(algo), alpha=0.15)
+    ax_meg.axhline(reference["optimal_known"], color="gray", lw=0.8, ls=":", label="optimal policy")
+    ax_ret.axhline(reference["optimal_return"], color="gray", lw=0.8, ls=":", label="optimal policy")
+    ax_ret.axhline(reference["uniform_return"], color="gray", lw=0.8, ls="-.", label="uniform policy")
+    ax_meg.set(xlabel="training steps", ylabel="MEG (nats)", title=f"{env_name}: goal-directedness")
+    ax_ret.set(xlabel="training steps", ylabel="expected return (exact)", title=f"{env_name}: return")
+    for ax in (ax_meg, ax_ret):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def main(cfg: Config) -> dict:
+    """Train, checkpoint and score; write CSV / JSON / PNG under ``cfg.results_dir``."""
+    for name in cfg.envs:
+        if name not in ENVS:
+            raise ValueError(f"unknown env {name!r} in config; choose from {ENVS}.")
+    for algo in cfg.algos:
+        if algo not in ALGOS:
+            raise ValueError(f"unknown algo {algo!r} in config; choose from {ALGOS}.")
+    if cfg.timesteps < cfg.n_checkpoints or cfg.n_checkpoints < 1:
+        raise ValueError("need timesteps >= n_checkpoints >= 1.")
+    th.set_num_threads(1)
+    t0 = time.perf_counter()
+    out = pathlib.Path(cfg.results_dir)
+    bar = None
+    if cfg.progress:
+        try:
+            from tqdm.auto import tqdm
+
+            total = len(cfg.envs) * len(cfg.algos) * len(cfg.seeds) * (cfg.n_checkpoints + 1)
+            bar = tqdm(total=total, desc="checkpoints scored")
+        except ImportError:  # pragma: no cover
+            bar = None
+    rows: list[dict[str, Any]] = []
+    references: dict[str, dict[str, float]] = {}
+    for env_name in cfg.envs:
+        _, mdp = _make(env_name, cfg.cliff_horizon)
+        opt = im.meg(im.policies.optimal(mdp), mdp)
+        references[env_name] = {"optimal_known": opt.meg, "optimal_return": opt.expected_utility,
+                                "uniform_return": opt.uniform_expected_utility}
+        for algo in cfg.algos:
+            for seed in cfg.seeds:
+                rows.extend(_train_one(env_name, algo, seed, cfg, bar))
+    if bar is not None:
+        bar.close()
+    for r in rows:
+        r["optimal_return"] = references[r["env"]]["optimal_return"]
+    figures = [str(_plot(out / f"meg_during_training_{e}.png", rows, e, cfg, references[e]))
+               for e in cfg.envs]
+    results = {"config": dataclasses.asdict(cfg), "versions": library_versions(), "rows": rows,
+               "references": references, "figures": figures,
+               "seconds": time.perf_counter() - t0}
+    write_csv(out / "results.csv", rows)
+    write_json(out / "results.json", results)
+    return results
+
+
+if __name__ == "__main__":
+    import sys
+
+    from imitation_meg.config import run_config
+
+    run_config(sys.argv[1])
