@@ -14,7 +14,7 @@ import pathlib
 import time
 
 from imitation_meg import envs, policies
-from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.config import progress, write_results
 from imitation_meg.plotting import plot_meg_series
 from imitation_meg.report import meg_summary
 
@@ -41,23 +41,13 @@ class Config:
     progress: bool = True
 
 
-def _progress(items, enabled: bool, desc: str):
-    if not enabled:
-        return items
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover
-        return items
-    return tqdm(items, desc=desc, leave=False)
-
-
 def main(cfg: Config) -> dict:
     """Run the study, write CSV / JSON / PNG under ``cfg.results_dir``; return the results."""
     t0 = time.perf_counter()
     out = pathlib.Path(cfg.results_dir)
     mdp = envs.cliff_world(width=cfg.width, height=cfg.height, horizon=cfg.horizon)
     rows = []
-    for eps in _progress(cfg.epsilons, cfg.progress, "epsilon"):
+    for eps in progress(cfg.epsilons, cfg.progress, "epsilon"):
         pi = policies.epsilon_greedy(mdp, eps, tie_break=cfg.tie_break)
         s = meg_summary(pi, mdp, mlp_steps=cfg.mlp_steps, mlp_lr=cfg.mlp_lr,
                         mlp_seeds=cfg.mlp_seeds, seed=cfg.seed)
@@ -74,7 +64,7 @@ def main(cfg: Config) -> dict:
             "paper_unknown_mlp": PAPER_UNKNOWN.get(round(eps, 3), float("nan")),
         })
     sweep = []
-    for H in _progress(cfg.horizon_sweep, cfg.progress, "horizon sweep"):
+    for H in progress(cfg.horizon_sweep, cfg.progress, "horizon sweep"):
         m = envs.cliff_world(width=cfg.width, height=cfg.height, horizon=H)
         for eps in cfg.epsilons:
             s = meg_summary(policies.epsilon_greedy(m, eps, tie_break=cfg.tie_break), m)
@@ -98,18 +88,8 @@ def main(cfg: Config) -> dict:
             title="Known-utility MEG of epsilon-greedy policies by horizon",
         ),
     ]
-    results = {
-        "config": dataclasses.asdict(cfg),
-        "versions": library_versions(),
-        "rows": rows,
-        "horizon_sweep": sweep,
-        "seconds": time.perf_counter() - t0,
-        "figures": [str(f) for f in figures],
-    }
-    write_csv(out / "results.csv", rows)
-    write_csv(out / "horizon_sweep.csv", sweep)
-    write_json(out / "results.json", results)
-    return results
+    return write_results(out, cfg, {"results": rows, "horizon_sweep": sweep},
+                         seconds=time.perf_counter() - t0, figures=[str(f) for f in figures])
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import pathlib
 import time
 
 from imitation_meg import envs, occupancy_measures, policies
-from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.config import progress, write_results
 from imitation_meg.plotting import plot_grid_values, plot_meg_bars
 from imitation_meg.report import meg_summary
 
@@ -49,22 +49,12 @@ class Config:
     progress: bool = True
 
 
-def _progress(items, enabled: bool, desc: str):
-    if not enabled:
-        return items
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover
-        return items
-    return tqdm(items, desc=desc, leave=False)
-
-
 def main(cfg: Config) -> dict:
     """Run the study, write CSV / JSON / PNG under ``cfg.results_dir``; return the results."""
     t0 = time.perf_counter()
     out = pathlib.Path(cfg.results_dir)
     rows, figures = [], []
-    for k in _progress(cfg.goal_regions, cfg.progress, "goal region"):
+    for k in progress(cfg.goal_regions, cfg.progress, "goal region"):
         mdp = envs.cliff_world(width=cfg.width, height=cfg.height, horizon=cfg.horizon,
                                goal_region=k, goal_layout=cfg.goal_layout)
         pi = policies.optimal(mdp, tie_break=cfg.tie_break)
@@ -90,7 +80,7 @@ def main(cfg: Config) -> dict:
                 title=f"Occupancy of the optimal policy, goal region k={k} (H={cfg.horizon})",
             ))
     sweep = []
-    for H in _progress(cfg.horizon_sweep, cfg.progress, "horizon sweep"):
+    for H in progress(cfg.horizon_sweep, cfg.progress, "horizon sweep"):
         for k in cfg.goal_regions:
             m = envs.cliff_world(width=cfg.width, height=cfg.height, horizon=H, goal_region=k,
                                  goal_layout=cfg.goal_layout)
@@ -108,18 +98,8 @@ def main(cfg: Config) -> dict:
                    "paper: unknown (MLP)": [r["paper_unknown_mlp"] for r in rows]},
         title=f"Optimal policies, CliffWorld {cfg.width}x{cfg.height}, H={cfg.horizon}",
     ))
-    results = {
-        "config": dataclasses.asdict(cfg),
-        "versions": library_versions(),
-        "rows": rows,
-        "horizon_sweep": sweep,
-        "seconds": time.perf_counter() - t0,
-        "figures": [str(f) for f in figures],
-    }
-    write_csv(out / "results.csv", rows)
-    write_csv(out / "horizon_sweep.csv", sweep)
-    write_json(out / "results.json", results)
-    return results
+    return write_results(out, cfg, {"results": rows, "horizon_sweep": sweep},
+                         seconds=time.perf_counter() - t0, figures=[str(f) for f in figures])
 
 
 if __name__ == "__main__":

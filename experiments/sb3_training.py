@@ -23,7 +23,7 @@ import torch as th
 
 import imitation_meg as im
 from imitation_meg.adapters.sb3 import policy_table
-from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.config import progress, write_results
 
 ENVS = ("cliffworld", "frozenlake")
 ALGOS = ("ppo", "dqn", "a2c")
@@ -167,15 +167,8 @@ def main(cfg: Config) -> dict:
     th.set_num_threads(1)
     t0 = time.perf_counter()
     out = pathlib.Path(cfg.results_dir)
-    bar = None
-    if cfg.progress:
-        try:
-            from tqdm.auto import tqdm
-
-            total = len(cfg.envs) * len(cfg.algos) * len(cfg.seeds) * (cfg.n_checkpoints + 1)
-            bar = tqdm(total=total, desc="checkpoints scored")
-        except ImportError:  # pragma: no cover
-            bar = None
+    total = len(cfg.envs) * len(cfg.algos) * len(cfg.seeds) * (cfg.n_checkpoints + 1)
+    bar = progress(None, cfg.progress, "checkpoints scored", total=total)  # a manual bar or None
     rows: list[dict[str, Any]] = []
     references: dict[str, dict[str, float]] = {}
     for env_name in cfg.envs:
@@ -192,12 +185,8 @@ def main(cfg: Config) -> dict:
         r["optimal_return"] = references[r["env"]]["optimal_return"]
     figures = [str(_plot(out / f"meg_during_training_{e}.png", rows, e, cfg, references[e]))
                for e in cfg.envs]
-    results = {"config": dataclasses.asdict(cfg), "versions": library_versions(), "rows": rows,
-               "references": references, "figures": figures,
-               "seconds": time.perf_counter() - t0}
-    write_csv(out / "results.csv", rows)
-    write_json(out / "results.json", results)
-    return results
+    return write_results(out, cfg, {"results": rows}, references=references, figures=figures,
+                         seconds=time.perf_counter() - t0)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ __all__ = [
     "library_versions",
     "write_json",
     "write_csv",
+    "write_results",
+    "progress",
 ]
 
 C = TypeVar("C")
@@ -276,3 +278,43 @@ def write_csv(path: str | pathlib.Path, rows: Sequence[Mapping[str, Any]]) -> pa
         for row in rows:
             writer.writerow({k: _jsonable(v) for k, v in row.items()})
     return path
+
+
+def write_results(
+    out_dir: str | pathlib.Path,
+    cfg: Any,
+    tables: Mapping[str, Sequence[Mapping[str, Any]]],
+    **extra: Any,
+) -> dict[str, Any]:
+    """Write an experiment's tables as ``<name>.csv`` and everything as ``results.json``.
+
+    Args:
+        out_dir: the results folder (created if missing).
+        cfg: the run's config dataclass (stored under ``"config"``).
+        tables: table name -> rows; each becomes ``<out_dir>/<name>.csv`` and a JSON entry.
+        **extra: further JSON entries (figures, timings, references).
+
+    Returns:
+        The JSON payload: ``config``, ``versions`` (:func:`library_versions`), the tables and
+        ``extra``.
+    """
+    out = pathlib.Path(out_dir)
+    payload: dict[str, Any] = {"config": cfg, "versions": library_versions()}
+    for name, rows in tables.items():
+        write_csv(out / f"{name}.csv", rows)
+        payload[name] = list(rows)
+    payload.update(extra)
+    write_json(out / "results.json", payload)
+    payload["config"] = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else cfg
+    return payload
+
+
+def progress(items: Any, enabled: bool = True, desc: str = "", total: int | None = None) -> Any:
+    """Wrap an iterable in a tqdm progress bar when ``enabled`` and tqdm is installed."""
+    if not enabled:
+        return items
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm is in the experiments extra
+        return items
+    return tqdm(items, desc=desc, leave=False, total=total)

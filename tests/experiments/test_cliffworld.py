@@ -22,7 +22,7 @@ def _run(name: str, tmp_path: pathlib.Path) -> dict:
 
 def test_epsilon_study_fast(tmp_path):
     res = _run("cliffworld_epsilon", tmp_path)
-    rows = res["rows"]
+    rows = res["results"]
     known = [r["known"] for r in rows]
     assert all(a > b for a, b in zip(known, known[1:]))  # strictly decreasing in epsilon
     unknown = [r["unknown_exact"] for r in rows]
@@ -42,7 +42,7 @@ def test_epsilon_study_fast(tmp_path):
 
 def test_goal_region_study_fast(tmp_path):
     res = _run("cliffworld_goal_region", tmp_path)
-    rows = {r["k"]: r for r in res["rows"]}
+    rows = {r["k"]: r for r in res["results"]}
     assert rows[4]["known"] < rows[1]["known"]  # easier goal: less evidence of optimisation
     assert rows[4]["unknown_exact"] >= rows[1]["unknown_exact"] - 1e-9  # stays high
     for r in rows.values():
@@ -64,7 +64,7 @@ def test_sb3_training_fast(tmp_path):
     cfg = load_config({**data, "results_dir": str(tmp_path), "checkpoint_dir": str(tmp_path / "ck")},
                       module.Config)
     res = module.main(cfg)
-    rows = res["rows"]
+    rows = res["results"]
     assert len(rows) == 2 * 2 * 1 * 3  # envs x algos x seeds x (checkpoints + initial)
     for r in rows:
         assert 0 <= r["known"] <= r["unknown_exact"] + 1e-9
