@@ -49,6 +49,8 @@ def main(cfg: Config) -> dict:
             means.append(res.mean_reward)
             runs.append({"agent": name, "seed": seed, "n_steps": cfg.n_steps, "mean_reward": res.mean_reward,
                          "seconds": round(time.perf_counter() - t0, 2)})
+            write_csv(out / "runs.csv", runs)  # progress survives an interrupted run
+            print(runs[-1], flush=True)
         m = np.asarray(means)
         paper = PAPER.get(name, (float("nan"), float("nan")))
         summary.append({"agent": name, "mean": float(m.mean()),
