@@ -219,6 +219,10 @@ def meg_unknown(
     """
     if not isinstance(mdp, TabularMDP):
         raise TypeError(f"mdp must be an imitation_meg.TabularMDP, got {type(mdp).__name__}.")
+    if not (isinstance(tol, (int, float)) and 0 < tol < 1):
+        raise ValueError(f"tol must be a relative tolerance in (0, 1), got {tol!r}.")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
     w = _occupancy(mdp, policy, sa_occupancy)
     if utility_model is not None:
         if features is not None:
@@ -400,13 +404,22 @@ def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
             indices returning hashable values; a grid-helper name (``"row"``, ``"column"``,
             ``"cell"``, ``"goal"``) for MDPs built by :func:`imitation_meg.envs.cliff_world`; or
             a ``(S, K)`` matrix of probabilities ``P(T = k | s)`` for a target that depends on the
-            state only stochastically (rows summing to 1).
+            state only stochastically (rows summing to 1); or a tuple of any of the
+            deterministic kinds, for several target variables jointly (e.g. an instruction and
+            the position, for a goal-conditioned agent).
 
     Raises:
         ValueError: wrong length, or a probability matrix whose rows do not sum to 1.
         TypeError: a target of unsupported kind.
     """
     S = mdp.n_states
+    if isinstance(target, tuple):
+        # Several target variables: the class is every function of their joint value.
+        if not target:
+            raise ValueError("a tuple of targets must name at least one variable.")
+        parts = [target_features(mdp, t).argmax(1).cpu().numpy() for t in target]
+        _, joint = np.unique(np.stack(parts, 1), axis=0, return_inverse=True)
+        target = joint.reshape(-1)
     if isinstance(target, str):
         from imitation_meg.envs.cliff import grid_target
 

@@ -220,3 +220,40 @@ def test_custom_module_and_errors():
         im.meg_unknown(pi, mdp, features=np.ones((3, 2)))
     with pytest.raises(ValueError, match="to \\(40,\\) utilities"):
         im.meg_unknown(pi, mdp, utility_model=th.nn.Linear(40, 3).double(), steps=1, restarts=1)
+
+
+def test_goal_conditioned_agent_needs_the_instruction_in_the_target():
+    # State (g, x): an instruction g in {left, right} drawn at the start and never changed, and a
+    # position x on a line of 5 cells. The agent walks towards the instructed end.
+    n, H = 5, 4
+    S = 2 * n
+    T = np.zeros((S, 2, S))
+    for g in range(2):
+        for x in range(n):
+            T[g * n + x, 0, g * n + max(x - 1, 0)] = 1.0
+            T[g * n + x, 1, g * n + min(x + 1, n - 1)] = 1.0
+    p0 = np.zeros(S)
+    p0[[2, n + 2]] = 0.5
+    mdp = im.TabularMDP(T, None, H, p0)
+    pi = np.zeros((S, 2))
+    pi[:n] = [0.9, 0.1]  # instruction 0: go left
+    pi[n:] = [0.1, 0.9]  # instruction 1: go right
+    g = np.repeat([0, 1], n)
+    x = np.tile(np.arange(n), 2)
+    joint = im.meg_target(pi, mdp, (g, x)).meg
+    position = im.meg_target(pi, mdp, x).meg
+    instruction = im.meg_target(pi, mdp, g).meg
+    assert instruction == 0.0  # the decisions cannot influence the instruction
+    assert joint > position + 0.5  # only the joint target explains both behaviours
+    assert joint == pytest.approx(im.meg_unknown(pi, mdp).meg, rel=1e-7)  # (g, x) is the state
+
+
+def test_solver_option_validation():
+    mdp = cliff_world(horizon=3)
+    pi = policies.uniform(mdp)
+    with pytest.raises(ValueError, match="tol must be"):
+        im.meg_unknown(pi, mdp, tol=0.0)
+    with pytest.raises(ValueError, match="max_iter must be"):
+        im.meg_unknown(pi, mdp, max_iter=0)
+    with pytest.raises(ValueError, match="at least one variable"):
+        im.meg_target(pi, mdp, ())
