@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import subprocess
 import time
 from typing import Any
 
@@ -42,6 +43,14 @@ class Config:
     unknown_restarts: int = 4
     repeats: int = 3
     repeats_large: int = 1
+    # Best-of-N for CliffWorld sweeps whose incumbent side is slow (S >= slow_states): 32
+    # incumbent calls of ~3 s each on 100x20.
+    repeats_slow: int = 1
+    slow_states: int = 1000
+    row_timeout_s: float = 1200.0
+    # Fresh process per row (clean peak RSS); the fast config runs rows in-process (no imports
+    # per row), where the peak RSS is the process's so far.
+    subprocess: bool = True
     bandwidth_bytes: int = 1 << 28
     gpu: bool = True
     results_dir: str = "results/benchmark"
@@ -61,10 +70,36 @@ def _fmt(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
+def _run_row(cfg: Config, kind: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    if cfg.subprocess:
+        return bench.run_row_in_subprocess(kind, timeout=cfg.row_timeout_s, **kwargs)
+    row = bench.ROWS[kind](**kwargs)
+    if row is not None:
+        row["peak_rss_mib"] = bench.peak_rss_mib()
+    return row
+
+
+def _note(kind: str, kwargs: dict[str, Any], row: dict[str, Any]) -> str:
+    """Why a row has no incumbent, how many repeats it took, and solver details."""
+    parts = [f"best of {row['repeats']}"] if row.get("repeats", 1) > 1 else ["timed once"]
+    if row.get("incumbent_s") is None and kind in ("svi_random", "meg_random"):
+        S = row["S"]
+        gib = S * 4 * S * 8 / 2**30
+        if kind == "svi_random" and S <= 10_000:
+            parts.append(f"incumbent not run for K = {row['K']} (K x ~the K = 1 incumbent time)")
+        else:
+            parts.append(f"incumbent cannot run (dense S x A x S = {gib:.3g} GiB)")
+    if kind == "meg_cliff":
+        parts.append(f"ours {row['evaluations']} betas; incumbent {row['incumbent_calls']} calls")
+    if kind == "meg_random":
+        parts.append(f"{row['evaluations']} betas, beta = {row['beta']:.6g}, converged {row['converged']}")
+    return "; ".join(parts)
+
+
 def markdown(rows: list[dict[str, Any]], bandwidth: float) -> str:
     """The benchmark table in markdown."""
     head = ("task", "env", "S", "H", "K", "dtype", "device", "ours (s)", "incumbent (s)", "speedup",
-            "peak RSS (MiB)", "err vs incumbent", "float32 err", "bandwidth fraction")
+            "peak RSS (MiB)", "err vs incumbent", "float32 err", "bandwidth fraction", "note")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         frac = None
@@ -74,7 +109,7 @@ def markdown(rows: list[dict[str, Any]], bandwidth: float) -> str:
                  _fmt(r["ours_s"]), _fmt(r.get("incumbent_s")),
                  (f"{r['speedup']:.1f}x" if r.get("speedup") else ""),
                  _fmt(r.get("peak_rss_mib"), 4), _fmt(r.get("err_vs_incumbent")),
-                 _fmt(r.get("float32_err")), _fmt(frac))
+                 _fmt(r.get("float32_err")), _fmt(frac), r.get("note", ""))
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 
@@ -90,7 +125,8 @@ def main(cfg: Config) -> dict:
     jobs: list[tuple[str, dict[str, Any]]] = []
     for w, h, H in cfg.cliff_grids:
         for K in (1, cfg.sweep_betas):
-            jobs.append(("svi_cliff", dict(width=w, height=h, horizon=H, n_betas=K, repeats=cfg.repeats)))
+            reps = cfg.repeats_slow if (K > 1 and w * h >= cfg.slow_states) else cfg.repeats
+            jobs.append(("svi_cliff", dict(width=w, height=h, horizon=H, n_betas=K, repeats=reps)))
     for dev in devices:
         for S in cfg.random_states:
             Ks = (1, cfg.sweep_betas) if S in cfg.random_sweep_states else (1,)
@@ -111,15 +147,27 @@ def main(cfg: Config) -> dict:
     rows, skipped = [], []
     for kind, kwargs in jobs:
         t0 = time.perf_counter()
-        row = bench.run_row_in_subprocess(kind, **kwargs)
+        try:
+            row = _run_row(cfg, kind, kwargs)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            reason = f"failed or timed out after {time.perf_counter() - t0:.0f} s: {str(e)[-300:]}"
+            skipped.append({"kind": kind, **kwargs, "reason": reason})
+            print(f"[skipped] {kind} {kwargs}: {reason}", flush=True)
+            continue
         if row is None:
             skipped.append({"kind": kind, **kwargs, "reason": "imitation_meg.meg_unknown not available"})
             continue
         row["row_wall_s"] = time.perf_counter() - t0
+        row["repeats"] = kwargs.get("repeats", 1)
+        row["note"] = _note(kind, kwargs, row)
         rows.append(row)
         print(f"[{len(rows)}] {row['task']} | {row['env']} K={row['K']} {row['dtype']} {row['device']}: "
               f"{row['ours_s']:.4g} s", flush=True)
     table = markdown(rows, bandwidth)
+    if skipped:
+        table += "\n\nRows not produced:\n" + "\n".join(
+            f"- {s['kind']} {({k: v for k, v in s.items() if k not in ('kind', 'reason')})}: {s['reason']}"
+            for s in skipped)
     out = pathlib.Path(cfg.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     header = (f"Memory bandwidth (copy of {cfg.bandwidth_bytes >> 20} MiB, best of 5): "

@@ -2,9 +2,10 @@
 CartPole x IncentivizeLearningRate (gym combination, Definition 12).
 
 Each run lasts ``n_episodes`` CartPole episodes (or ``max_steps`` steps). Writes ``episodes.csv``
-(episode returns per env, agent, seed), ``summary.csv`` (mean return over the last
-``tail`` episodes), ``results.json`` and one PNG per environment (average episode reward vs episode,
-mean over seeds) into ``results_dir``. The paper ran 10 seeds x 10,000 episodes on CartPole-v0.
+(episode returns and lengths per env, agent, seed), ``summary.csv`` (mean return over the
+first and the last ``tail`` episodes, mean length of the last ``tail`` episodes),
+``results.json`` and one PNG per environment (average episode reward vs episode, mean over
+seeds) into ``results_dir``. The paper ran 10 seeds x 10,000 episodes on CartPole-v0.
 """
 
 from __future__ import annotations
@@ -47,28 +48,36 @@ def main(cfg: Config) -> dict:
         for name in cfg.agents:
             base = name[3:-1] if name.startswith("RC(") else name
             kwargs = {"total_timesteps": cfg.max_steps, **cfg.agent_kwargs.get(base, {})}
-            returns = []
+            returns, lengths = [], []
             for seed in cfg.seeds:
                 t0 = time.perf_counter()
                 res = run(combo, agent_factory(name, kwargs), cfg.max_steps, seed=seed,
                           stop=lambda e: len(e.episode_returns) >= cfg.n_episodes)
                 rets = list(res.env.episode_returns)
                 returns.append(rets)
-                for i, r in enumerate(rets):
-                    episodes.append({"env": combo.__name__, "agent": name, "seed": seed, "episode": i, "return": r})
+                lengths.append(list(res.env.episode_lengths))
+                for i, (r, n_len) in enumerate(zip(rets, lengths[-1])):
+                    episodes.append({"env": combo.__name__, "agent": name, "seed": seed,
+                                     "episode": i, "return": r, "length": n_len})
                 print(f"{combo.__name__} {name} seed {seed}: {len(rets)} episodes, "
                       f"{res.n_steps} steps, {time.perf_counter() - t0:.1f}s", flush=True)
             n = min(len(r) for r in returns)
             mat = np.array([r[:n] for r in returns]) if n else np.zeros((len(returns), 0))
+            lens = np.array([x[:n] for x in lengths]) if n else np.zeros((len(returns), 0))
             curves[(combo.__name__, name)] = mat.mean(axis=0) if n else np.zeros(0)
-            tail = mat[:, -cfg.tail:] if n else mat
+            tail, tail_len = (mat[:, -cfg.tail:], lens[:, -cfg.tail:]) if n else (mat, lens)
+            head = mat[:, : cfg.tail] if n else mat
             summary.append({"env": combo.__name__, "agent": name, "episodes": n,
+                            "mean_return_first": float(head.mean()) if head.size else float("nan"),
                             "mean_return_last": float(tail.mean()) if tail.size else float("nan"),
                             "mean_return_all": float(mat.mean()) if mat.size else float("nan"),
+                            "mean_length_last": float(tail_len.mean()) if tail_len.size
+                            else float("nan"),
                             "n_seeds": len(cfg.seeds)})
     write_csv(out / "episodes.csv", episodes)
     write_csv(out / "summary.csv", summary)
-    write_json(out / "results.json", {"config": cfg, "versions": library_versions(), "summary": summary})
+    write_json(out / "results.json", {"config": cfg, "versions": library_versions(),
+                                      "summary": summary})
     _figures(curves, out, cfg)
     return {"summary": summary}
 

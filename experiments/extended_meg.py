@@ -1,9 +1,9 @@
 """MEG on extended environments: TemptingButton (2-state frame) and CryingBaby with a frozen baby.
 
 Known-utility and signed MEG (``imitation_meg.meg``) of simple and trained agents on the
-TemptingButton frame, and of parent policies on the CryingBaby frame against its utility and,
-when ``imitation_meg.meg_target`` exists, against the two targets ("baby laughs",
-"2 < nutrition < 8"). Writes ``meg.csv``, ``results.json`` and ``meg.png`` into ``results_dir``.
+TemptingButton frame, and of parent policies on the CryingBaby frame against its utility and
+against its two targets (``imitation_meg.meg_target``: "baby laughs", "2 < nutrition < 8").
+Writes ``meg.csv``, ``results.json`` and ``meg.png`` into ``results_dir``.
 Closed form: "always push" and "never push" both have MEG = (1 + 0.25 (H - 1)) ln 2.
 """
 
@@ -37,7 +37,8 @@ class Config:
 def _mdp(frame, utility=None):
     return imitation_meg.TabularMDP(transition=frame.transition,
                                     utility=frame.utility if utility is None else utility,
-                                    horizon=frame.horizon, initial_state_dist=frame.initial_state_dist,
+                                    horizon=frame.horizon,
+                                    initial_state_dist=frame.initial_state_dist,
                                     discount=1.0)
 
 
@@ -62,29 +63,25 @@ def main(cfg: Config) -> dict:
                      "closed_form": closed if name in ("always push", "never push") else None})
     frame = crying_baby_frame(H)
     mdp = _mdp(frame)
-    parent = {"always feed": crying_baby_policy([1.0] * 10), "never feed": crying_baby_policy([0.0] * 10),
+    parent = {"always feed": crying_baby_policy([1.0] * 10),
+              "never feed": crying_baby_policy([0.0] * 10),
               "feed iff nutrition < 5": crying_baby_policy([1.0] * 5 + [0.0] * 5),
               "uniform": crying_baby_policy([0.5] * 10)}
-    has_target = hasattr(imitation_meg, "meg_target")
     for name, pi in parent.items():
         res, sres = imitation_meg.meg(pi, mdp), imitation_meg.meg(pi, mdp, signed=True)
-        rows.append({"env": "CryingBaby(frozen baby)", "policy": name, "measure": "known utility (laugh)",
-                     "meg": res.meg, "signed_meg": sres.meg, "beta": res.beta, "closed_form": None})
+        rows.append({"env": "CryingBaby(frozen baby)", "policy": name,
+                     "measure": "known utility (laugh)", "meg": res.meg, "signed_meg": sres.meg,
+                     "beta": res.beta, "closed_form": None})
         for tname, target in frame.targets.items():
-            if has_target:
-                tres = imitation_meg.meg_target(pi, mdp, target)
-                rows.append({"env": "CryingBaby(frozen baby)", "policy": name, "measure": f"target {tname}",
-                             "meg": float(tres.meg), "signed_meg": None, "beta": None, "closed_form": None})
-            else:
-                rows.append({"env": "CryingBaby(frozen baby)", "policy": name, "measure": f"target {tname}",
-                             "meg": None, "signed_meg": None, "beta": None, "closed_form": None,
-                             "note": "imitation_meg.meg_target not available"})
+            tres = imitation_meg.meg_target(pi, mdp, target)
+            rows.append({"env": "CryingBaby(frozen baby)", "policy": name,
+                         "measure": f"target {tname}", "meg": float(tres.meg), "signed_meg": None,
+                         "beta": None, "closed_form": None})
     out = pathlib.Path(cfg.results_dir)
     write_csv(out / "meg.csv", rows)
-    write_json(out / "results.json", {"config": cfg, "versions": library_versions(), "rows": rows,
-                                      "meg_target_available": has_target})
+    write_json(out / "results.json", {"config": cfg, "versions": library_versions(), "rows": rows})
     _figure(rows, out / "meg.png")
-    return {"rows": rows, "meg_target_available": has_target}
+    return {"rows": rows}
 
 
 def _figure(rows: list[dict], path: pathlib.Path) -> None:

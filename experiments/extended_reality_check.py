@@ -23,13 +23,15 @@ from imitation_meg.extended.registry import agent_factory
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """Settings; ``battery_steps = 0`` skips the battery."""
+    """Settings; ``battery_steps = 0`` skips the battery; ``tail_steps``: the last steps of each
+    IgnoreRewards run over which the late mean reward is also reported."""
 
     agents: tuple[str, ...] = ("Q", "DQN", "A2C", "PPO")
     seeds: tuple[int, ...] = (0, 1, 2)
     ignore_rewards_steps: int = 5000
     battery_steps: int = 100
     battery_seeds: tuple[int, ...] = (0,)
+    tail_steps: int = 1000
     agent_kwargs: dict = dataclasses.field(default_factory=dict)
     results_dir: str = "results/extended_reality_check"
 
@@ -49,31 +51,39 @@ def main(cfg: Config) -> dict:
     for name in cfg.agents:
         row = {"agent": name}
         for label, wrap in (("original", name), ("reality_check", f"RC({name})")):
-            vals = []
+            vals, tails = [], []
             for seed in cfg.seeds:
                 t0 = time.perf_counter()
                 res = run(envs.IgnoreRewards, _factory(wrap, cfg, cfg.ignore_rewards_steps),
                           cfg.ignore_rewards_steps, seed=seed)
                 vals.append(res.mean_reward)
+                tails.append(float(res.rewards[-cfg.tail_steps:].mean()))
+                sim = res.env.sim
                 runs.append({"agent": wrap, "env": "IgnoreRewards", "seed": seed,
                              "n_steps": cfg.ignore_rewards_steps, "mean_reward": res.mean_reward,
+                             "tail_mean_reward": tails[-1],
+                             "sim_frozen_at": sim.inner.n_trainings
+                             if getattr(sim, "frozen", False) else None,
                              "seconds": round(time.perf_counter() - t0, 2)})
+                print(runs[-1], flush=True)
             row[f"ignore_rewards_{label}"] = float(np.mean(vals))
+            row[f"ignore_rewards_{label}_tail"] = float(np.mean(tails))
             if cfg.battery_steps > 0:
                 bvals = []
                 for seed in cfg.battery_seeds:
                     t0 = time.perf_counter()
-                    m = self_reflection_measure(_factory(wrap, cfg, cfg.battery_steps), cfg.battery_steps,
-                                                seed=seed)
+                    m = self_reflection_measure(_factory(wrap, cfg, cfg.battery_steps),
+                                                cfg.battery_steps, seed=seed)
                     bvals.append(m)
-                    runs.append({"agent": wrap, "env": "battery(50)", "seed": seed, "n_steps": cfg.battery_steps,
-                                 "mean_reward": m, "seconds": round(time.perf_counter() - t0, 2)})
+                    runs.append({"agent": wrap, "env": "battery(50)", "seed": seed,
+                                 "n_steps": cfg.battery_steps, "mean_reward": m,
+                                 "seconds": round(time.perf_counter() - t0, 2)})
                 row[f"battery_{label}"] = float(np.mean(bvals))
         summary.append(row)
     write_csv(out / "runs.csv", runs)
     write_csv(out / "summary.csv", summary)
-    write_json(out / "results.json", {"config": cfg, "versions": library_versions(), "runs": runs,
-                                      "summary": summary})
+    write_json(out / "results.json", {"config": cfg, "versions": library_versions(),
+                                      "runs": runs, "summary": summary})
     _figure(summary, out / "reality_check.png", cfg)
     return {"summary": summary, "runs": runs}
 

@@ -39,30 +39,63 @@ def main(cfg: Config) -> dict:
     th.set_num_threads(1)
     env_cls = envs.get_env(cfg.env)
     out = pathlib.Path(cfg.results_dir)
-    runs, summary = [], []
+    runs = []
     for name in cfg.agents:
-        means = []
+        kwargs = {"total_timesteps": cfg.n_steps} if name in ("DQN", "A2C", "PPO") else None
         for seed in cfg.seeds:
             t0 = time.perf_counter()
-            res = run(env_cls, agent_factory(name, {"total_timesteps": cfg.n_steps} if name in ("DQN", "A2C", "PPO") else None),
-                      cfg.n_steps, seed=seed)
-            means.append(res.mean_reward)
-            runs.append({"agent": name, "seed": seed, "n_steps": cfg.n_steps, "mean_reward": res.mean_reward,
+            res = run(env_cls, agent_factory(name, kwargs), cfg.n_steps, seed=seed)
+            runs.append({"agent": name, "seed": seed, "n_steps": cfg.n_steps,
+                         "mean_reward": res.mean_reward,
                          "seconds": round(time.perf_counter() - t0, 2)})
             write_csv(out / "runs.csv", runs)  # progress survives an interrupted run
             print(runs[-1], flush=True)
-        m = np.asarray(means)
+    return _write(runs, out, cfg)
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    """Table rows (mean, the paper's error convention, sample sd, paper values) per agent."""
+    summary = []
+    for name in dict.fromkeys(r["agent"] for r in runs):
+        m = np.asarray([float(r["mean_reward"]) for r in runs if r["agent"] == name])
         paper = PAPER.get(name, (float("nan"), float("nan")))
         summary.append({"agent": name, "mean": float(m.mean()),
                         "paper_stderr_convention": float(m.std(ddof=0) / len(m)),
-                        "sample_std": float(m.std(ddof=1)) if len(m) > 1 else 0.0, "n_seeds": len(m),
-                        "paper_mean": paper[0], "paper_stderr": paper[1]})
+                        "sample_std": float(m.std(ddof=1)) if len(m) > 1 else 0.0,
+                        "n_seeds": len(m), "paper_mean": paper[0], "paper_stderr": paper[1]})
+    return summary
+
+
+def _write(runs: list[dict], out: pathlib.Path, cfg: Config) -> dict:
+    summary = summarize(runs)
     write_csv(out / "runs.csv", runs)
     write_csv(out / "table1.csv", summary)
-    write_json(out / "results.json", {"config": cfg, "versions": library_versions(), "runs": runs,
-                                      "summary": summary})
+    write_json(out / "results.json", {"config": cfg, "versions": library_versions(),
+                                      "runs": runs, "summary": summary})
     _figure(summary, out / "table1.png", cfg)
     return {"summary": summary, "runs": runs}
+
+
+def merge(dirs: list[str], results_dir: str) -> dict:
+    """Merge the ``runs.csv`` of shards (e.g. one agent per process) into one table.
+
+    All shards must have the same ``n_steps``; the merged table goes into ``results_dir``.
+    """
+    import csv
+
+    runs = []
+    for d in dirs:
+        with open(pathlib.Path(d) / "runs.csv", newline="") as fh:
+            runs += [{**r, "seed": int(r["seed"]), "n_steps": int(r["n_steps"]),
+                      "mean_reward": float(r["mean_reward"]), "seconds": float(r["seconds"])}
+                     for r in csv.DictReader(fh)]
+    steps = {r["n_steps"] for r in runs}
+    if len(steps) != 1:
+        raise ValueError(f"shards have different n_steps {sorted(steps)}; cannot merge.")
+    seeds = tuple(sorted({r["seed"] for r in runs}))
+    cfg = Config(agents=tuple(dict.fromkeys(r["agent"] for r in runs)), seeds=seeds,
+                 n_steps=steps.pop(), results_dir=results_dir)
+    return _write(runs, pathlib.Path(results_dir), cfg)
 
 
 def _figure(summary: list[dict], path: pathlib.Path, cfg: Config) -> None:
@@ -73,7 +106,8 @@ def _figure(summary: list[dict], path: pathlib.Path, cfg: Config) -> None:
 
     x = np.arange(len(summary))
     fig, ax = plt.subplots(figsize=(5, 3))
-    ax.bar(x - 0.2, [s["mean"] for s in summary], 0.4, yerr=[s["paper_stderr_convention"] for s in summary],
+    ax.bar(x - 0.2, [s["mean"] for s in summary], 0.4,
+           yerr=[s["paper_stderr_convention"] for s in summary],
            label=f"ours ({cfg.n_steps} steps, {len(cfg.seeds)} seeds)")
     ax.bar(x + 0.2, [s["paper_mean"] for s in summary], 0.4, label="paper (100k steps, 5 seeds)")
     ax.set_xticks(x, [s["agent"] for s in summary])
@@ -91,4 +125,7 @@ if __name__ == "__main__":
 
     from imitation_meg.config import run_config
 
-    run_config(sys.argv[1])
+    if sys.argv[1] == "--merge":  # --merge OUT_DIR SHARD_DIR [SHARD_DIR ...]
+        merge(sys.argv[3:], sys.argv[2])
+    else:
+        run_config(sys.argv[1])

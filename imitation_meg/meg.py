@@ -40,12 +40,16 @@ __all__ = [
 ]
 
 # Grid and stopping settings of the 1-D solver.
-_GRID_DECADES = (-3.0, 3.0)  # beta * scale from 1e-3 to 1e3 on the first grid
+_GRID_AROUND = (-0.8, 0.8)  # first grid: x0 * 10**-0.8 .. x0 * 10**0.8 around the Newton step at 0
 _MAX_DECADES = 15.0  # extend the grid up to beta * scale = 1e15
 _BRACKET_RTOL = 1e-11
 _BETAS_PER_PASS = 8
+# Above this many state-action pairs a pass is bandwidth-bound and evaluates one beta.
+_BATCH_MAX_SA = 1 << 15
 # Temporary-memory budget of one batched pass (about 16 (S, A) temporaries per beta).
 _BATCH_BYTES = 1 << 28
+# The (H, S * A) occupancy is cached for the backward passes up to this size.
+_W_BYTES = 1 << 27
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +158,9 @@ class MEGObjective:
         self.expected_utility = float(eu)
         self.evaluations = 0
         self.passes = 0
+        self._W: th.Tensor | None = None
+        self._W_lean = False
+        self._limits: dict[float, tuple[float, float]] = {}
         per_beta = 16 * S * A * self.r.element_size()
         self.batch = int(max(1, min(64, _BATCH_BYTES // max(per_beta, 1))))
 
@@ -193,75 +200,198 @@ class MEGObjective:
         outs = [self._evaluate(betas[i : i + self.batch]) for i in range(0, betas.numel(), self.batch)]
         return tuple(th.cat([o[j] for o in outs]) for j in range(4))  # type: ignore[return-value]
 
+    def _weights(self) -> th.Tensor | None:
+        """Cached ``(H, S * A)`` occupancy when it fits in ``_W_BYTES``, else None (computed per step)."""
+        if self._W is None and not self._W_lean:
+            H, S, A = self.mdp.horizon, self.mdp.n_states, self.mdp.n_actions
+            if H * S * A * self.r.element_size() <= _W_BYTES:
+                self._W = self.sa_occupancy.reshape(H, S * A).contiguous()
+            else:
+                self._W_lean = True
+        return self._W
+
     def _evaluate(self, betas: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
         """One fused backward pass for ``K`` betas.
 
         With ``Q_t = beta r + gamma E[V_{t+1}]`` and ``log pi_t = Q_t - V_t``, the derivatives of
         the soft values obey ``G_t = dQ_t/dbeta = r + gamma E[g_{t+1}]``, ``g_t = dV_t/dbeta =
         E_pi_beta[G_t]``, ``d2Q_t = gamma E[h_{t+1}]`` and ``h_t = d2V_t = Var_pi_beta(G_t) +
-        E_pi_beta[d2Q_t]``; the carry ``[V; g; h]`` goes through one backup per step.
+        E_pi_beta[d2Q_t]``; the carry ``[V; g; h] (3K, S)`` goes through one backup per step,
+        which also adds the constant ``[beta r; r; 0]`` (one ``addmm`` on small MDPs). The rows
+        ``[Q; G; d2Q]`` become ``[log pi; G - g; d2Q]`` in place, so that one ``addmv`` with the
+        occupancy accumulates ``L``, ``dL`` and the first part of ``d2L``. Every temporary is a
+        preallocated buffer and sums over the ``A`` actions are matrix-vector products.
         """
         mdp, r = self.mdp, self.r
         K = betas.numel()
         self.evaluations += K
         self.passes += 1
-        S, A = mdp.n_states, mdp.n_actions
-        scaled = betas.view(K, 1, 1) * r
-        L = r.new_zeros(K)
-        dL = r.new_zeros(K)
-        d2L = r.new_zeros(K)
+        H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+        SA = S * A
         gamma = mdp.discount
-        carry: th.Tensor | None = None
-        for t in range(mdp.horizon - 1, -1, -1):
-            w, wS = self._w(t)
-            wf = w.reshape(S * A)
-            if carry is None:
-                q = scaled
-                G = r.expand(K, S, A)
-                Hq = None
+        W = self._weights()
+        dense, M, _ = mdp._operators(r.dtype)
+        R = 3 * K
+        C = r.new_zeros(R, SA)  # the constant of the backup: [beta r; r; 0]
+        rf = r.reshape(SA)
+        th.mul(betas.view(K, 1), rf, out=C[:K])
+        C[K : 2 * K] = rf
+        X = r.new_zeros(R, S)  # carry [V; g; h] of step t + 1
+        Qb = r.new_empty(R, SA)  # [Q; G; d2Q] of step t, then [log pi; G - g; d2Q]
+        P = r.new_empty(K, S, A)
+        T = r.new_empty(K, S, A)
+        T2 = r.new_empty(2, K, S, A)
+        s = r.new_empty(K * S)
+        ones = r.new_ones(A)
+        acc = r.new_zeros(R)  # [L; dL; first part of d2L]
+        q = Qb[:K].view(K, S, A)
+        G = Qb[K : 2 * K].view(K, S, A)
+        GH = Qb[K : 3 * K].view(2, K, S, A)
+        Pf, Tf, T2f = P.view(K * S, A), T.view(K * S, A), T2.view(2 * K * S, A)
+        s3 = s.view(K, S, 1)
+        V = X[:K].view(K, S, 1)
+        ghf = X[K : 3 * K].view(2 * K * S)
+        g3 = X[K : 2 * K].view(K, S, 1)
+        h, hf = X[2 * K : 3 * K], X[2 * K : 3 * K].view(K * S)
+        d2L_acc = acc[2 * K : 3 * K]
+        MT = M.T if dense else None
+        for t in range(H - 1, -1, -1):
+            if t == H - 1:
+                Qb.copy_(C)
+            elif MT is not None:
+                th.addmm(C, X, MT, alpha=gamma, out=Qb)
             else:
-                nxt = mdp.expect_next(carry)  # (3K, S, A)
-                q = th.add(scaled, nxt[:K], alpha=gamma)
-                G = th.add(r, nxt[K : 2 * K], alpha=gamma)
-                Hq = nxt[2 * K :] * gamma
+                th.add(C, mdp.expect_next(X).view(R, SA), alpha=gamma, out=Qb)
+            if W is not None:
+                wf, wS = W[t], self._D[t]
+            else:
+                w, wS = self._w(t)
+                wf = w.reshape(SA)
             m = q.amax(-1, keepdim=True)
-            z = q - m
-            p = z.exp()
-            s = p.sum(-1, keepdim=True)
-            p /= s
-            ls = s.log_()
-            # L = sum w (z - ls);  dL = sum w (G - g);  d2L = sum w (Hq - h)
-            g = (p * G).sum(-1)  # (K, S)
-            dG = G - g.unsqueeze(-1)
-            var = (p * dG * dG).sum(-1)
-            L += z.reshape(K, S * A) @ wf - ls.reshape(K, S) @ wS
-            dL += dG.reshape(K, S * A) @ wf
-            if Hq is not None:
-                eh = (p * Hq).sum(-1)
-                h = var + eh
-                d2L += Hq.reshape(K, S * A) @ wf - h @ wS
+            q.sub_(m)
+            th.exp(q, out=P)
+            th.mv(Pf, ones, out=s)
+            P.div_(s3)
+            s.log_()
+            th.add(m, s3, out=V)
+            q.sub_(s3)  # log pi_beta
+            th.mul(GH, P, out=T2)
+            th.mv(T2f, ones, out=ghf)  # [g; E_pi[d2Q]]
+            G.sub_(g3)  # G - g
+            th.mul(G, G, out=T)
+            T.mul_(P)
+            hf.addmv_(Tf, ones)  # h = E_pi[d2Q] + Var_pi(G)
+            acc.addmv_(Qb, wf)
+            d2L_acc.addmv_(h, wS, alpha=-1.0)
+        model_eu = X[K : 2 * K] @ mdp.initial_state_dist
+        return acc[:K], acc[K : 2 * K], acc[2 * K : 3 * K], model_eu
+
+    def _evaluate_zero(self) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+        """The pass at ``beta = 0`` (the uniform policy): ``log pi = -log A`` needs no softmax.
+
+        Carries ``[h; g] (2, S)`` only: ``G = r + gamma E[g']``, ``g = mean_a G``, ``d2Q = gamma
+        E[h']`` and ``h = mean_a (G - g)^2 + mean_a d2Q``. Same outputs as :meth:`_evaluate`.
+        """
+        mdp, r = self.mdp, self.r
+        self.evaluations += 1
+        self.passes += 1
+        H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+        SA = S * A
+        W = self._weights()
+        dense, M, _ = mdp._operators(r.dtype)
+        C = r.new_zeros(2, SA)  # [0; r]
+        C[1] = r.reshape(SA)
+        X = r.new_zeros(2, S)  # [h; g] of step t + 1
+        Qb = r.new_empty(2, SA)  # [d2Q; G], then [d2Q; G - g]
+        T = r.new_empty(S, A)
+        mean = r.new_full((A,), 1.0 / A)
+        acc = r.new_zeros(2)  # [first part of d2L; dL]
+        G = Qb[1].view(S, A)
+        g, h = X[1], X[0]
+        for t in range(H - 1, -1, -1):
+            if t == H - 1:
+                Qb.copy_(C)
+            elif dense:
+                th.addmm(C, X, M.T, alpha=mdp.discount, out=Qb)
             else:
-                h = var
-                d2L -= h @ wS
-            carry = th.cat([(m.squeeze(-1) + ls.squeeze(-1)), g, h], 0)
-        assert carry is not None
-        model_eu = carry[K : 2 * K] @ mdp.initial_state_dist
-        return L, dL, d2L, model_eu
+                th.add(C, mdp.expect_next(X).view(2, SA), alpha=mdp.discount, out=Qb)
+            if W is not None:
+                wf, wS = W[t], self._D[t]
+            else:
+                w, wS = self._w(t)
+                wf = w.reshape(SA)
+            th.mv(Qb.view(2 * S, A), mean, out=X.view(2 * S))  # [mean d2Q; g]
+            G.sub_(g.unsqueeze(-1))
+            th.mul(G, G, out=T)
+            h.addmv_(T, mean)
+            acc.addmv_(Qb, wf)
+            acc[0:1].addmv_(h.unsqueeze(0), wS, alpha=-1.0)
+        L = (-math.log(A)) * self._D.sum().reshape(1)  # sum_t sum_s D_t(s) log(1 / A)
+        return L, acc[1:2], acc[0:1], g.unsqueeze(0) @ mdp.initial_state_dist
+
+    def _store_limits(self, Qh: th.Tensor, eus: th.Tensor) -> None:
+        """Cache ``(L, model expected utility)`` at ``beta = +inf`` and ``-inf`` from the hard
+        Q-values ``Qh (H, 2, S, A)`` (max and min backups) and their initial values ``eus (2,)``."""
+        H, S, A = self.mdp.horizon, self.mdp.n_states, self.mdp.n_actions
+        W = self._weights()
+        assert W is not None
+        w = W.view(H, S, A)
+        for j, sg in enumerate((1.0, -1.0)):
+            logp = _tie_log_policy(Qh[:, j], sg, TIE_TOL)
+            L = float(th.where(w > 0, w * logp, th.zeros_like(w)).sum())
+            self._limits[sg] = (L, float(eus[j]))
+
+    def _limits_fit(self) -> bool:
+        """Whether both limits' hard Q-values ``(H, 2, S, A)`` fit the small-MDP budget."""
+        mdp = self.mdp
+        size = 2 * mdp.horizon * mdp.n_states * mdp.n_actions * self.r.element_size()
+        return self._weights() is not None and size <= _W_BYTES
 
     def evaluate_limit(self, sign: float) -> tuple[float, float]:
-        """``L`` and the model's expected utility at ``beta = sign * inf``."""
+        """``L`` and the model's expected utility at ``beta = sign * inf``.
+
+        Small MDPs compute both limits in one hard backward pass (the tie policies of all steps
+        in one vectorised call) and cache them; large ones run the hard backup of the requested
+        sign with the tie policy per step.
+        """
+        sign = 1.0 if sign > 0 else -1.0
+        if sign in self._limits:
+            return self._limits[sign]
         mdp, r = self.mdp, self.r
-        V_next = r.new_zeros(mdp.n_states)
+        S, H = mdp.n_states, mdp.horizon
+        self.passes += 1
+        if self._limits_fit():
+            # Both signs in one hard pass of U and -U (max backups): two ops per step, the tie
+            # policies vectorised.
+            dense, M, _ = mdp._operators(r.dtype)
+            A = mdp.n_actions
+            rf = th.stack([r.reshape(S * A), -r.reshape(S * A)])
+            Qh = r.new_empty(H, 2, S, A)
+            X = r.new_zeros(2, S)  # hard values of U and -U at step t + 1
+            for t in range(H - 1, -1, -1):
+                q = Qh[t].view(2, S * A)
+                if t == H - 1:
+                    q.copy_(rf)
+                elif dense:
+                    th.addmm(rf, X, M.T, alpha=mdp.discount, out=q)
+                else:
+                    th.add(rf, mdp.expect_next(X).view(2, S * A), alpha=mdp.discount, out=q)
+                th.amax(Qh[t], -1, out=X)
+            Qh[:, 1].neg_()
+            X[1].neg_()
+            self._store_limits(Qh, X @ mdp.initial_state_dist)
+            return self._limits[sign]
+        V_next = r.new_zeros(S)
         L = 0.0
-        for t in range(mdp.horizon - 1, -1, -1):
-            Q = r + mdp.discount * mdp.expect_next(V_next) if t < mdp.horizon - 1 else r
+        for t in range(H - 1, -1, -1):
+            Q = r + mdp.discount * mdp.expect_next(V_next) if t < H - 1 else r
             logp = _tie_log_policy(Q, sign, TIE_TOL)
             w, _ = self._w(t)
             term = th.where(w > 0, w * logp, th.zeros_like(w)).sum()
             L += float(term)
             V_next = Q.amax(-1) if sign > 0 else Q.amin(-1)
-        self.passes += 1
-        return L, float(V_next @ mdp.initial_state_dist)
+        self._limits[sign] = (L, float(V_next @ mdp.initial_state_dist))
+        return self._limits[sign]
 
 
 def sa_occupancy_of(mdp: TabularMDP, policy: Any) -> th.Tensor:
@@ -303,6 +433,59 @@ def _scale(r: th.Tensor) -> float:
     return spread if spread > 1e-9 * total else total
 
 
+def _cubic_roots_01(c0: float, c1: float, c2: float, c3: float) -> list[float]:
+    """Real roots in ``(0, 1)`` of ``c0 + c1 u + c2 u^2 + c3 u^3`` (pure Python, no eigenvalues).
+
+    Splits ``[0, 1]`` at the critical points into monotone pieces and solves each piece with a
+    sign change by safeguarded Newton iteration (bisection when a step leaves the piece).
+    """
+
+    def p(u: float) -> float:
+        return c0 + u * (c1 + u * (c2 + u * c3))
+
+    def dp(u: float) -> float:
+        return c1 + u * (2.0 * c2 + 3.0 * u * c3)
+
+    knots = [0.0, 1.0]
+    a2, a1, a0 = 3.0 * c3, 2.0 * c2, c1
+    if a2 != 0.0:
+        disc = a1 * a1 - 4.0 * a2 * a0
+        if disc > 0.0:
+            sq = math.sqrt(disc)
+            knots += [(-a1 - sq) / (2.0 * a2), (-a1 + sq) / (2.0 * a2)]
+    elif a1 != 0.0:
+        knots.append(-a0 / a1)
+    knots = sorted(u for u in knots if 0.0 <= u <= 1.0)
+    roots = []
+    for a, b in zip(knots[:-1], knots[1:]):
+        pa, pb = p(a), p(b)
+        if pa == 0.0 and 0.0 < a:
+            roots.append(a)
+            continue
+        if not (b > a) or pa * pb > 0.0:
+            continue
+        u = a - pa * (b - a) / (pb - pa)  # start at the secant root
+        for _ in range(100):
+            pu = p(u)
+            if pu == 0.0:
+                break
+            if (pu > 0.0) == (pa > 0.0):
+                a, pa = u, pu
+            else:
+                b = u
+            d = dp(u)
+            nu = u - pu / d if d != 0.0 else math.nan
+            if not (a < nu < b):
+                nu = 0.5 * (a + b)
+            if abs(nu - u) <= 4e-16 * max(1.0, abs(u)) or b - a <= 4e-16:
+                u = nu
+                break
+            u = nu
+        if 0.0 < u < 1.0:
+            roots.append(u)
+    return roots
+
+
 def _hermite_root(a: float, fa: float, da: float, b: float, fb: float, db: float) -> float:
     """Root in ``(a, b)`` of the cubic Hermite interpolant of ``f`` (``fa > 0 > fb``), or nan."""
     h = b - a
@@ -313,8 +496,7 @@ def _hermite_root(a: float, fa: float, da: float, b: float, fb: float, db: float
     c0, c1 = fa, m0
     c2 = 3 * (fb - fa) - 2 * m0 - m1
     c3 = 2 * (fa - fb) + m0 + m1
-    roots = np.roots([c3, c2, c1, c0]) if any(abs(c) > 0 for c in (c3, c2)) else np.roots([c1, c0])
-    real = [float(z.real) for z in roots if abs(z.imag) <= 1e-9 * max(1.0, abs(z)) and 0.0 < z.real < 1.0]
+    real = _cubic_roots_01(c0, c1, c2, c3)
     if not real:
         return math.nan
     # The interpolant may have several roots in (0, 1); take the one nearest the secant root.
@@ -341,7 +523,7 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
     L0 = -H * math.log(A)
     zero = th.zeros(1, dtype=dt, device=dev)
     scale = _scale(obj.r)
-    _, dL0_t, d2L0_t, eu0_t = obj.evaluate2(zero)
+    _, dL0_t, d2L0_t, eu0_t = obj._evaluate_zero()
     dL0, d2L0, eu_uniform = float(dL0_t[0]), float(d2L0_t[0]), float(eu0_t[0])
     base = dict(uniform_expected_utility=eu_uniform, expected_utility=obj.expected_utility)
     # Tolerance on the derivative below which beta = 0 is optimal (utility gives no signal).
@@ -350,12 +532,19 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
         return dict(base, beta=0.0, L=L0, grad=dL0, model_eu=eu_uniform, converged=True,
                     at_boundary=False)
     sign = 1.0 if dL0 > 0 else -1.0
-    L_inf, eu_inf = obj.evaluate_limit(sign)
-    # Betas per pass: at small S a pass costs about the same for 1 or 12 betas (per-step overhead
-    # dominates); at large S the memory budget sets the batch (1 at a million states).
+
+    def limit() -> tuple[float, float]:
+        # The exact limit at beta = sign * inf (one hard pass, cached; computed when first needed).
+        return obj.evaluate_limit(sign)
+
+    # Betas per pass: at small S a pass costs about the same for 1 or 8 betas (per-step overhead
+    # dominates); at large S one (bandwidth-bound), and the memory budget may cap it further.
     n = max(1, min(obj.batch, _BETAS_PER_PASS))
+    if mdp.n_states * mdp.n_actions > _BATCH_MAX_SA:
+        # Bandwidth-bound passes cost K times one beta: Newton, one beta per pass.
+        n = 1
     x_max = 10.0**_MAX_DECADES / scale
-    best = [0.0, L0, dL0, eu_uniform]  # beta, L, dL, eu: the largest L seen
+    best = [0.0, L0, dL0, eu_uniform, d2L0]  # beta, L, dL, eu, d2L: the largest L seen
     flat = list(best)  # the smallest |dL| seen (the root estimate)
     # Bracket [lo, hi] in x with f(lo) > 0 >= f(hi); derivatives kept for the interpolant.
     lo, f_lo, fp_lo = 0.0, sign * dL0, d2L0
@@ -366,14 +555,14 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
         nonlocal lo, f_lo, fp_lo, hi, f_hi, fp_hi, converged
         xs = sorted(set(xs))
         pts = th.tensor([sign * x for x in xs], dtype=dt, device=dev)
-        Lp, dLp, d2Lp, eup = obj.evaluate2(pts)
+        Lp, dLp, d2Lp, eup = (v.tolist() for v in obj.evaluate2(pts))
         out = []
         for j, x in enumerate(xs):
-            Lj, dj, d2j = float(Lp[j]), float(dLp[j]), float(d2Lp[j])
+            Lj, dj, d2j = Lp[j], dLp[j], d2Lp[j]
             if Lj > best[1]:
-                best[:] = [sign * x, Lj, dj, float(eup[j])]
+                best[:] = [sign * x, Lj, dj, eup[j], d2j]
             if abs(dj) < abs(flat[2]):
-                flat[:] = [sign * x, Lj, dj, float(eup[j])]
+                flat[:] = [sign * x, Lj, dj, eup[j], d2j]
             fj = sign * dj
             if abs(dj) <= d_tol:
                 converged = True
@@ -384,19 +573,31 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
             out.append((x, fj, d2j))
         return out
 
+    def newton_done() -> bool:
+        # Newton decrement at the root estimate: its step |f / f'| is the distance to the root
+        # to first order, and the next step would be quadratically smaller.
+        x, d, d2 = sign * flat[0], flat[2], flat[4]
+        return x > 0 and d2 < 0 and abs(d / d2) <= _BRACKET_RTOL * x and lo <= x <= hi
+
     def saturated() -> bool:
+        L_inf = limit()[0]
         return math.isfinite(L_inf) and best[1] >= L_inf - 1e-12 * max(1.0, abs(L_inf))
 
-    # 1. Bracketing.
+    # 1. Bracketing, from the Newton step at beta = 0 (``x0``).
+    x0 = f_lo / -fp_lo if fp_lo < 0 and math.isfinite(f_lo / -fp_lo) else 1.0 / scale
+    x0 = min(max(x0, 1e-8 / scale), x_max)
     if n > 1:
-        lo_dec, hi_dec = _GRID_DECADES
+        # A log grid around x0 (the root is usually within a factor of a few of it).
+        top = math.log10(x_max)
+        lo_dec = math.log10(x0) + _GRID_AROUND[0]
+        hi_dec = min(math.log10(x0) + _GRID_AROUND[1], top)
         while math.isinf(hi):
-            run(list((np.logspace(lo_dec, hi_dec, n) / scale).tolist()))
-            if not math.isinf(hi) or saturated() or hi_dec >= _MAX_DECADES or converged:
+            run(list(np.logspace(lo_dec, hi_dec, n).tolist()))
+            if not math.isinf(hi) or saturated() or hi_dec >= top or converged:
                 break
-            lo_dec, hi_dec = hi_dec, min(hi_dec + 6.0, _MAX_DECADES)
+            lo_dec, hi_dec = hi_dec, min(hi_dec + 6.0, top)
     else:
-        x = f_lo / -fp_lo if fp_lo < 0 else 1.0 / scale
+        x = x0
         while math.isinf(hi) and not converged:
             x = min(max(x, 1e-8 / scale), x_max)
             ((_, fx, fpx),) = run([x])
@@ -406,6 +607,7 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
             x = cand if math.isfinite(cand) and x < cand <= 100.0 * x else 10.0 * x
     if math.isinf(hi) and not converged:
         # f keeps its sign up to x_max: L still increases, the supremum is the limit.
+        L_inf, eu_inf = limit()
         if math.isfinite(L_inf) and L_inf >= best[1] - 1e-12 * max(1.0, abs(best[1])):
             return dict(base, beta=sign * math.inf, L=max(L_inf, best[1]), grad=math.nan,
                         model_eu=eu_inf, converged=True, at_boundary=True)
@@ -414,16 +616,24 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
 
     # 2. Refinement: Hermite root plus geometric probes around it.
     for _ in range(60):
-        if converged or hi - lo <= _BRACKET_RTOL * hi:
+        if converged or hi - lo <= _BRACKET_RTOL * hi or newton_done():
             converged = True
             break
         c = _hermite_root(lo, f_lo, fp_lo, hi, f_hi, fp_hi)
+        # Newton from the end point with the shorter step: the scale of the estimate's error.
+        steps = [(abs(f / fp), x - f / fp) for x, f, fp in ((lo, f_lo, fp_lo), (hi, f_hi, fp_hi))
+                 if fp < 0 and math.isfinite(f / fp)]
+        cn = min(steps)[1] if steps else math.nan
         if not (lo < c < hi):
-            c = math.sqrt(lo * hi) if lo > 0 and hi > 4 * lo else 0.5 * (lo + hi)
+            c = cn if lo < cn < hi else (math.sqrt(lo * hi) if lo > 0 and hi > 4 * lo else 0.5 * (lo + hi))
         rel = (hi - lo) / c
+        if lo < cn < hi and cn != c:
+            rel = min(rel, 4.0 * abs(cn - c) / c)
         if n >= 3:
             k = (n - 1) // 2
-            offs = np.logspace(-13, math.log10(max(rel, 1e-12)), k)
+            # Offsets from rel down to rel**2 (the error of the next estimate), at least 1e-13.
+            top = math.log10(max(rel, 1e-12))
+            offs = np.logspace(max(-13.0, min(2.0 * top, top - 2.0)), top, k)
             xs = [c] + [c * (1 - o) for o in offs] + [c * (1 + o) for o in offs]
             xs = [x for x in xs if lo < x < hi]
         else:
@@ -440,6 +650,8 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
         converged = True
     # The limit wins when it is at least as good: a finite beta whose soft policy has
     # saturated to the hard one (dL exactly 0) is reported as the exact limit.
+    # (Not skipped for an interior root: where hard Q-values tie, L(beta) does not tend to L_inf.)
+    L_inf, eu_inf = limit()
     if math.isfinite(L_inf) and L_inf >= best[1] - 1e-12 * max(1.0, abs(best[1])):
         return dict(base, beta=sign * math.inf, L=max(L_inf, best[1]), grad=math.nan,
                     model_eu=eu_inf, converged=True, at_boundary=True)

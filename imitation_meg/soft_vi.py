@@ -64,11 +64,13 @@ class SoftVIResult:
     log_pi: th.Tensor
     Q: th.Tensor
     V: th.Tensor
+    # The probabilities when the backward pass already computed them (saves one exp pass).
+    _pi: th.Tensor | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def pi(self) -> th.Tensor:
         """``(K, H, S, A)`` policy probabilities."""
-        return self.log_pi.exp()
+        return self._pi if self._pi is not None else self.log_pi.exp()
 
 
 def as_betas(betas: Any, *, dtype: th.dtype, device: th.device) -> th.Tensor:
@@ -164,11 +166,11 @@ def soft_value_iteration(
     all_finite = bool(finite.all())
     parts: dict[int, tuple[th.Tensor, th.Tensor, th.Tensor]] = {}
     if all_finite and not grad:
-        log_pi, Q, V = _soft_backward(mdp, b, r)
-        return SoftVIResult(betas=b, log_pi=log_pi, Q=Q, V=V)
+        log_pi, Q, V, pi = _soft_backward(mdp, b, r, with_pi=True)
+        return SoftVIResult(betas=b, log_pi=log_pi, Q=Q, V=V, _pi=pi)
     if bool(finite.any()):
         idx = finite.nonzero().flatten()
-        Lf_t, Qf_t, Vf_t = _soft_backward(mdp, b[idx], r)
+        Lf_t, Qf_t, Vf_t, _ = _soft_backward(mdp, b[idx], r)
         for j, k in enumerate(idx.tolist()):
             parts[k] = (Lf_t[j], Qf_t[j], Vf_t[j])
     for k in (~finite).nonzero().flatten().tolist():
@@ -197,12 +199,14 @@ def _log_softmax_lse(q: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
 
 
 def _soft_backward(
-    mdp: TabularMDP, b: th.Tensor, r: th.Tensor
-) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-    """Soft backward pass for finite betas ``(K,)``: ``(log_pi, Q)`` ``(K, H, S, A)``, ``V (K, H, S)``.
+    mdp: TabularMDP, b: th.Tensor, r: th.Tensor, *, with_pi: bool = False
+) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor | None]:
+    """Soft backward pass for finite betas ``(K,)``: ``(log_pi, Q)`` ``(K, H, S, A)``, ``V (K, H, S)``
+    and, with ``with_pi`` (no autograd), the probabilities ``pi (K, H, S, A)``, else None.
 
     Without autograd the outputs are written in place into preallocated tensors (no per-step
-    stacking); with autograd the steps are stacked.
+    stacking; the backup adds ``beta r`` in the same ``addmm`` on small MDPs, and ``pi`` reuses
+    the step's ``exp``); with autograd the steps are stacked.
     """
     K, H, S, A = b.numel(), mdp.horizon, mdp.n_states, mdp.n_actions
     gamma = mdp.discount
@@ -217,22 +221,34 @@ def _soft_backward(
             Vs.append(v)
             Ls.append(lp)
             V_next = v
-        return th.stack(Ls[::-1], 1), th.stack(Qs[::-1], 1), th.stack(Vs[::-1], 1)
+        return th.stack(Ls[::-1], 1), th.stack(Qs[::-1], 1), th.stack(Vs[::-1], 1), None
     Q = r.new_empty(K, H, S, A)
     log_pi = r.new_empty(K, H, S, A)
     V = r.new_empty(K, H, S)
+    pi = r.new_empty(K, H, S, A) if with_pi else r.new_empty(K, S, A)
+    dense, M, _ = mdp._operators(r.dtype)
+    scaled_f = scaled.reshape(K, S * A)
+    s = r.new_empty(K * S)
+    s2, s3 = s.view(K, S), s.view(K, S, 1)
     for t in range(H - 1, -1, -1):
         q, lp = Q[:, t], log_pi[:, t]
+        p = pi[:, t] if with_pi else pi
         if t == H - 1:
             q.copy_(scaled)
+        elif dense:
+            th.addmm(scaled_f, V[:, t + 1], M.T, alpha=gamma, out=q.view(K, S * A))
         else:
             th.add(scaled, mdp.expect_next(V[:, t + 1]), alpha=gamma, out=q)
         m = q.amax(-1, keepdim=True)
         th.sub(q, m, out=lp)
-        ls = lp.exp().sum(-1, keepdim=True).log_()
-        lp.sub_(ls)
-        th.add(m, ls, out=V[:, t].unsqueeze(-1))
-    return log_pi, Q, V
+        th.exp(lp, out=p)
+        th.sum(p, -1, out=s2)
+        if with_pi:
+            p.div_(s3)
+        s.log_()
+        lp.sub_(s3)
+        th.add(m, s3, out=V[:, t].unsqueeze(-1))
+    return log_pi, Q, V, (pi if with_pi else None)
 
 
 def occupancy_measures(mdp: TabularMDP, policy: Any) -> th.Tensor:
@@ -267,12 +283,26 @@ def occupancy_measures(mdp: TabularMDP, policy: Any) -> th.Tensor:
             d = mdp.push_forward(d.unsqueeze(-1) * pt)
             rows.append(d)
         return th.stack(rows, -2)
-    out = p0.new_empty((pi.shape[0], H + 1, S) if batch else (H + 1, S))
-    out[..., 0, :] = p0
+    K = pi.shape[0] if batch else 1
+    A = mdp.n_actions
+    out = p0.new_empty(K, H + 1, S)
+    out[:, 0] = p0
+    # Lean loop: the state-action mass goes into one buffer, the dense product straight into
+    # the output row (CSR: one sparse product per step).
+    dense, M, MT = mdp._operators(mdp._op_dtype(pi))
+    mass = out.new_empty(K, S, A)
+    flat = mass.view(K, S * A)
+    pk = pi if batch else pi.unsqueeze(0)
     for t in range(H):
-        pt = pi[..., t, :, :] if pi.ndim >= 3 else pi
-        out[..., t + 1, :] = mdp.push_forward(out[..., t, :].unsqueeze(-1) * pt)
-    return out
+        pt = pk[:, t] if pk.ndim == 4 else pk
+        th.mul(out[:, t].unsqueeze(-1), pt, out=mass)
+        if dense:
+            th.mm(flat, M, out=out[:, t + 1])
+        elif K == 1:
+            out[0, t + 1] = MT @ flat[0]
+        else:
+            out[:, t + 1] = (MT @ flat.T).T
+    return out if batch else out[0]
 
 
 def soft_state_visitation(

@@ -222,3 +222,47 @@ def test_property_bounds_and_invariance(seed, S, A, H, mix, a, b):
         (im.occupancy_measures(mdp, pi)[:-1] * (math.log(A) + (th.where(pi > 0, pi * pi.log(), th.zeros_like(pi))).sum(-1))).sum()
     )
     assert res.meg <= cert + 1e-9  # Gibbs upper certificate
+
+
+# ----------------------------------------------------------------------------- solver internals
+def test_zero_pass_matches_the_general_pass(rng):
+    from imitation_meg.meg import MEGObjective
+
+    for mdp in (cliff_world(horizon=9), random_mdp(30, 3, 7, discount=0.8, seed=3)):
+        pi = th.as_tensor(rng.dirichlet(np.ones(mdp.n_actions), size=(mdp.horizon, mdp.n_states)))
+        obj = MEGObjective(mdp, pi)
+        general = obj._evaluate(th.zeros(1, dtype=th.float64))
+        for x, y in zip(obj._evaluate_zero(), general):
+            th.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
+
+
+def test_cubic_roots_on_the_unit_interval_match_numpy(rng):
+    from imitation_meg.meg import _cubic_roots_01
+
+    for _ in range(2000):
+        c = rng.standard_normal(4) * 10.0 ** rng.uniform(-3, 3, 4)
+        ref = sorted(
+            float(z.real)
+            for z in np.roots(c[::-1])
+            if abs(z.imag) <= 1e-9 * max(1.0, abs(z)) and 0.0 < z.real < 1.0
+        )
+        ours = sorted(_cubic_roots_01(*c))
+        assert len(ours) == len(ref)
+        np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-7)
+
+
+def test_both_limits_match_the_per_step_hard_pass(rng):
+    from imitation_meg.meg import MEGObjective
+
+    mdp = cliff_world(horizon=7)
+    for eps in (0.0, 0.3):
+        pi = policies.epsilon_greedy(mdp, eps)
+        fast = MEGObjective(mdp, pi)
+        slow = MEGObjective(mdp, pi)
+        slow._limits_fit = lambda: False  # the per-step path used at large S
+        for sign in (1.0, -1.0):
+            L_fast, eu_fast = fast.evaluate_limit(sign)
+            L_slow, eu_slow = slow.evaluate_limit(sign)
+            assert L_fast == pytest.approx(L_slow, rel=1e-12) or L_fast == L_slow == -math.inf
+            assert eu_fast == pytest.approx(eu_slow, rel=1e-12)
+    assert math.isfinite(MEGObjective(mdp, policies.epsilon_greedy(mdp, 0.0)).evaluate_limit(1.0)[0])

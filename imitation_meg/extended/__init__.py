@@ -4,7 +4,8 @@ Public API::
 
     from imitation_meg import extended
     from imitation_meg.extended import agents, envs
-    res = extended.run(envs.TemptingButton, functools.partial(agents.Constant, action=1), 1000, seed=0)
+    push = functools.partial(agents.Constant, action=1)
+    res = extended.run(envs.TemptingButton, push, 1000, seed=0)
     res.total_reward
     rc = extended.reality_check(agents.QLearner)       # an agent factory
     extended.self_reflection_measure(agents.Random, 100)  # exactly 0.0
@@ -16,7 +17,8 @@ imports stable_baselines3 lazily; the gymnasium view and the paper's gym combina
 
 from imitation_meg.extended import agents, envs
 from imitation_meg.extended.core import Agent, ExtendedEnv, make_agent
-from imitation_meg.extended.measure import battery, self_reflection_benchmark, self_reflection_measure
+from imitation_meg.extended.measure import (battery, self_reflection_benchmark,
+                                            self_reflection_measure)
 from imitation_meg.extended.runner import RunResult, run
 from imitation_meg.extended.transforms import RealityCheck, minus_rewards, reality_check
 

@@ -4,7 +4,8 @@ All randomness comes from :func:`~imitation_meg.extended.core.stream_uniform` ke
 ``(seed, number of trainings so far, observation)``, so two instances with the same seed that
 have been trained identically act identically (paper Def. 7), and ``act`` is pure.
 Every constructor takes the metadata keywords ``n_actions``, ``n_obs`` and ``seed`` that
-environments and the runner pass through the factory (see :func:`~imitation_meg.extended.core.make_agent`).
+environments and the runner pass through the factory (see
+:func:`~imitation_meg.extended.core.make_agent`).
 The SB3 agents live in :mod:`imitation_meg.extended.sb3_agents`.
 """
 
@@ -148,9 +149,11 @@ class QLearner:
                  learning_rate: float = 0.1, gamma: float = 0.9, epsilon: float = 0.1) -> None:
         self.n_actions = _check_int("n_actions", n_actions, 1)
         self.seed = _check_seed(seed)
-        for name, v, lo, hi in (("learning_rate", learning_rate, 0.0, 1.0), ("gamma", gamma, 0.0, 1.0),
+        for name, v, lo, hi in (("learning_rate", learning_rate, 0.0, 1.0),
+                                ("gamma", gamma, 0.0, 1.0),
                                 ("epsilon", epsilon, 0.0, 1.0)):
-            if not (isinstance(v, (int, float)) and lo <= v <= hi) or (name == "learning_rate" and v == 0):
+            in_range = isinstance(v, (int, float)) and lo <= v <= hi
+            if not in_range or (name == "learning_rate" and v == 0):
                 raise ValueError(f"{name} must lie in [{lo}, {hi}] (learning_rate > 0), got {v!r}.")
         self.learning_rate = float(learning_rate)
         self.gamma = float(gamma)

@@ -54,7 +54,7 @@ class Agent(Protocol):
     """
 
     def act(self, obs: Any) -> int:
-        """Return the action (an int in ``[0, n_actions)``) the agent takes on observation ``obs``."""
+        """Return the action (an int in ``[0, n_actions)``) the agent takes on ``obs``."""
         ...
 
     def train(self, o_prev: Any, action: int, reward: float, o_next: Any) -> None:
@@ -148,7 +148,8 @@ def make_agent(factory: Callable[..., Any], **meta: Any) -> Agent:
     if not (callable(getattr(agent, "act", None)) and callable(getattr(agent, "train", None))):
         raise TypeError(
             f"agent_factory {factory!r} returned {agent!r}, which lacks act(obs) and "
-            "train(o_prev, action, reward, o_next); return an object implementing the Agent protocol."
+            "train(o_prev, action, reward, o_next); return an object implementing the Agent "
+            "protocol."
         )
     return agent
 

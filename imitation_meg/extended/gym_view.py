@@ -36,7 +36,10 @@ NAMESPACE = "imitation_meg_extended"
 
 
 def gym_id(env_cls: type[ExtendedEnv] | str) -> str:
-    """The gymnasium id of an extended environment, e.g. ``imitation_meg_extended/IgnoreRewards-v0``."""
+    """The gymnasium id of an extended environment.
+
+    E.g. ``imitation_meg_extended/IgnoreRewards-v0``.
+    """
     name = env_cls if isinstance(env_cls, str) else env_cls.__name__
     return f"{NAMESPACE}/{name}-v0"
 
@@ -55,7 +58,8 @@ class ExtendedGymEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, env_cls: type[ExtendedEnv] | str, agent_factory: Callable[..., Any] | None = None,
+    def __init__(self, env_cls: type[ExtendedEnv] | str,
+                 agent_factory: Callable[..., Any] | None = None,
                  seed: int = 0) -> None:
         if agent_factory is None or not callable(agent_factory):
             raise TypeError(
@@ -69,7 +73,8 @@ class ExtendedGymEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(self.env_cls.n_actions)
         self.env: ExtendedEnv | None = None
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[int, dict]:
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[int, dict]:
         super().reset(seed=seed)
         self.env = self.env_cls(self.agent_factory, seed=self._seed if seed is None else seed)
         return int(self.env.reset()), {}
@@ -139,7 +144,8 @@ def combine(gym_env_id: str, env_cls: type[ExtendedEnv], **make_kwargs: Any) -> 
         TypeError: ``env_cls`` is not gym-adaptable.
         ValueError: G's action space is not ``Discrete``.
     """
-    if not (isinstance(env_cls, type) and issubclass(env_cls, ExtendedEnv)) or not env_cls.gym_adaptable:
+    is_env = isinstance(env_cls, type) and issubclass(env_cls, ExtendedEnv)
+    if not is_env or not env_cls.gym_adaptable:
         adaptable = [e.__name__ for e in ALL_ENVIRONMENTS if e.gym_adaptable]
         raise TypeError(
             f"{env_cls!r} is not adaptable with gym (paper Def. 11); choose one of {adaptable}."
@@ -182,7 +188,8 @@ def combine(gym_env_id: str, env_cls: type[ExtendedEnv], **make_kwargs: Any) -> 
                     "seed": self.seed}
 
         def _make_proxy(self, **overrides: Any) -> Agent:
-            return _ProxySim(make_agent(self.agent_factory, **{**self.metadata(), **overrides}), self)
+            agent = make_agent(self.agent_factory, **{**self.metadata(), **overrides})
+            return _ProxySim(agent, self)
 
         def encode(self, o_g: Any, o_e: Any) -> np.ndarray:
             e = np.zeros(n_eo, dtype=np.float32)
@@ -217,7 +224,8 @@ def combine(gym_env_id: str, env_cls: type[ExtendedEnv], **make_kwargs: Any) -> 
     return Combination
 
 
-def run_gym(env: str | gym.Env, agent_factory: Callable[..., Any], n_steps: int, *, seed: int = 0) -> RunResult:
+def run_gym(env: str | gym.Env, agent_factory: Callable[..., Any], n_steps: int, *,
+            seed: int = 0) -> RunResult:
     """Run an agent in an ordinary gymnasium env with the lockstep loop (reset on episode end).
 
     Args:
@@ -259,6 +267,7 @@ def run_gym(env: str | gym.Env, agent_factory: Callable[..., Any], n_steps: int,
         rewards.append(float(r))
         actions.append(a)
         obs = o2
-    return RunResult(env_name=str(getattr(g.spec, "id", type(g).__name__)), seed=seed, n_steps=n_steps,
+    return RunResult(env_name=str(getattr(g.spec, "id", type(g).__name__)), seed=seed,
+                     n_steps=n_steps,
                      rewards=np.asarray(rewards), actions=np.asarray(actions, dtype=np.int64),
                      observations=observations, env=g, agent=agent)

@@ -64,6 +64,7 @@ def self_reflection_measure(
     Raises:
         ValueError: if ``n_steps`` is not positive.
     """
-    results = self_reflection_benchmark(agent_factory, n_steps, seed=seed, include_slow=include_slow)
+    results = self_reflection_benchmark(agent_factory, n_steps, seed=seed,
+                                        include_slow=include_slow)
     total = sum(r.total_reward for r in results.values())
     return total / (len(results) * n_steps)

@@ -113,7 +113,9 @@ def crying_baby_policy(feed_prob_by_nutrition: Sequence[float]) -> np.ndarray:
     """
     p = np.asarray(feed_prob_by_nutrition, dtype=np.float64)
     if p.shape != (10,) or np.any(p < 0) or np.any(p > 1):
-        raise ValueError(f"need 10 feeding probabilities in [0, 1], got {feed_prob_by_nutrition!r}.")
+        raise ValueError(
+            f"need 10 feeding probabilities in [0, 1], got {feed_prob_by_nutrition!r}."
+        )
     pf = np.repeat(p, 2)
     return np.stack([pf, 1 - pf], axis=1)
 

@@ -1,4 +1,5 @@
-"""The lockstep runner: one true agent against one extended environment for a fixed number of steps."""
+"""The lockstep runner: one true agent against one extended environment for a fixed number
+of steps."""
 
 from __future__ import annotations
 

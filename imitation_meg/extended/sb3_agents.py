@@ -52,7 +52,8 @@ def _seeded_buffers() -> tuple[type, type]:
             total = self.buffer_size * self.n_envs
             order = self.rng.permutation(total)
             if not self.generator_ready:
-                for name in ("observations", "actions", "values", "log_probs", "advantages", "returns"):
+                names = ("observations", "actions", "values", "log_probs", "advantages", "returns")
+                for name in names:
                     setattr(self, name, self.swap_and_flatten(getattr(self, name)))
                 self.generator_ready = True
             size = total if batch_size is None else batch_size
@@ -112,7 +113,8 @@ class SB3Agent:
 
         if isinstance(n_actions, bool) or not isinstance(n_actions, int) or n_actions < 1:
             raise ValueError(f"n_actions must be a positive int, got {n_actions!r}.")
-        if learning_rate is not None and not (isinstance(learning_rate, (int, float)) and learning_rate > 0):
+        lr_ok = isinstance(learning_rate, (int, float)) and learning_rate > 0
+        if learning_rate is not None and not lr_ok:
             raise ValueError(f"learning_rate must be a positive float, got {learning_rate!r}.")
         if not isinstance(total_timesteps, int) or total_timesteps < 1:
             raise ValueError(f"total_timesteps must be a positive int, got {total_timesteps!r}.")
@@ -135,13 +137,15 @@ class SB3Agent:
             th.manual_seed(self.seed)
             self.model = algo("MlpPolicy", env, seed=None, device="cpu", verbose=0, **kwargs)
         self.model.set_logger(Logger(folder=None, output_formats=[]))
-        self.learning_rate = float(self.model.learning_rate) if not callable(self.model.learning_rate) else None
+        lr = self.model.learning_rate
+        self.learning_rate = None if callable(lr) else float(lr)
         self.n_trainings = 0
         self._last: tuple[int, int, int] | None = None
 
     # -- helpers -------------------------------------------------------------------------------
     def _tensor(self, obs: Any) -> th.Tensor:
-        arr = np.asarray(obs, dtype=np.float32 if self.model.observation_space.shape != () else np.int64)
+        is_box = self.model.observation_space.shape != ()
+        arr = np.asarray(obs, dtype=np.float32 if is_box else np.int64)
         tensor, _ = self.model.policy.obs_to_tensor(arr)
         return tensor
 
@@ -182,7 +186,8 @@ class _OnPolicy(SB3Agent):
         """Store the transition with the replayed action's value / log-prob; train when full."""
         policy, buffer = self.model.policy, self.model.rollout_buffer
         with th.no_grad():
-            values, log_prob, _ = policy.evaluate_actions(self._tensor(o_prev), th.as_tensor([action]))
+            values, log_prob, _ = policy.evaluate_actions(self._tensor(o_prev),
+                                                          th.as_tensor([action]))
         buffer.add(self._buffer_obs(o_prev), np.array([action]), np.array([float(reward)]),
                    np.array([self.n_trainings == 0]), values, log_prob)
         self.n_trainings += 1
@@ -210,7 +215,8 @@ class A2C(_OnPolicy):
 
 
 class DQN(SB3Agent):
-    """SB3 DQN; defaults changed for short runs: learning_starts 1000, buffer 10k, target update 1000.
+    """SB3 DQN; defaults changed for short runs: learning_starts 1000, buffer 10k, target
+    update 1000.
 
     Exploration follows SB3's linear schedule over ``total_timesteps`` (fraction 0.1, 1.0 -> 0.05);
     before ``learning_starts`` trainings the agent acts uniformly, as SB3 does.
@@ -232,7 +238,8 @@ class DQN(SB3Agent):
     def train(self, o_prev: Any, action: int, reward: float, o_next: Any) -> None:
         """Add to the replay buffer; SB3 ``_on_step`` (target update) and ``train`` on schedule."""
         model = self.model
-        model.replay_buffer.add(self._buffer_obs(o_prev), self._buffer_obs(o_next), np.array([action]),
+        model.replay_buffer.add(self._buffer_obs(o_prev), self._buffer_obs(o_next),
+                                np.array([action]),
                                 np.array([float(reward)]), np.array([False]), [{}])
         self.n_trainings += 1
         model.num_timesteps = self.n_trainings

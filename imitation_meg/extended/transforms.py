@@ -31,7 +31,8 @@ def minus_rewards(env_cls: type[ExtendedEnv]) -> type[ExtendedEnv]:
     """
     if not (isinstance(env_cls, type) and issubclass(env_cls, ExtendedEnv)):
         raise TypeError(
-            f"minus_rewards needs an ExtendedEnv subclass (e.g. envs.TemptingButton), got {env_cls!r}."
+            "minus_rewards needs an ExtendedEnv subclass (e.g. envs.TemptingButton), "
+            f"got {env_cls!r}."
         )
 
     class MinusRewards(ExtendedEnv):
@@ -82,7 +83,7 @@ class RealityCheck:
         return self.inner.act(obs)
 
     def train(self, o_prev: Any, action: int, reward: float, o_next: Any) -> None:
-        """Train pi if ``action`` is what this agent would have played on ``o_prev``; else freeze."""
+        """Train pi if ``action`` is what this agent would play on ``o_prev``; else freeze."""
         if self.frozen:
             return
         expected = self.inner.act(o_prev)
@@ -105,7 +106,8 @@ def reality_check(agent_factory: Any) -> Any:
     """
     if not callable(agent_factory):
         raise TypeError(
-            f"reality_check needs an agent factory (a callable returning an agent), got {agent_factory!r}."
+            "reality_check needs an agent factory (a callable returning an agent), "
+            f"got {agent_factory!r}."
         )
 
     def factory(**meta: Any) -> RealityCheck:

@@ -27,7 +27,8 @@ def test_import_does_not_import_sb3():
 def test_there_are_28_environments_with_rule_docstrings():
     assert len(envs.ALL_ENVIRONMENTS) == 28
     assert len({e.__name__ for e in envs.ALL_ENVIRONMENTS}) == 28
-    assert {e.__name__ for e in envs.SLOW_ENVIRONMENTS} == {"DejaVu", "ReverseHistory", "PunishSlowAgent"}
+    slow = {e.__name__ for e in envs.SLOW_ENVIRONMENTS}
+    assert slow == {"DejaVu", "ReverseHistory", "PunishSlowAgent"}
     for env in envs.ALL_ENVIRONMENTS:
         assert env.__doc__ and len(env.__doc__.split()) >= 10, env.__name__
     assert len(extended.battery()) == 50
@@ -83,7 +84,8 @@ def test_minus_rewards_negates_and_is_cached():
 
 
 def test_minus_rewards_trains_sim_with_unnegated_rewards():
-    # Q on minus_rewards(IgnoreRewards) differs from Q on IgnoreRewards only through its own rewards.
+    # Q on minus_rewards(IgnoreRewards) differs from Q on IgnoreRewards only through its own
+    # rewards.
     m = extended.run(extended.minus_rewards(envs.CryingBaby), agents.QLearner, 300, seed=0)
     env = m.env.underlying
     assert isinstance(env, envs.CryingBaby)
@@ -159,7 +161,8 @@ def test_incentivize_learning_rate_halves_and_punishes_without_lr():
     assert env.sim.learning_rate == pytest.approx(0.2)
     assert extended.run(envs.IncentivizeLearningRate, agents.Random, 20).total_reward == -20.0
     # A zero-arg factory cannot be given a learning rate: -1 every step.
-    assert extended.run(envs.IncentivizeLearningRate, lambda: agents.QLearner(), 20).total_reward == -20.0
+    res = extended.run(envs.IncentivizeLearningRate, lambda: agents.QLearner(), 20)
+    assert res.total_reward == -20.0
     rc_env = envs.IncentivizeLearningRate(extended.reality_check(agents.QLearner))
     assert rc_env.sim.learning_rate == pytest.approx(0.05)
 

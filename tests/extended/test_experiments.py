@@ -53,4 +53,22 @@ def test_meg_fast(tmp_path):
     assert never["meg"] == pytest.approx(closed, abs=1e-6)
     assert push["signed_meg"] == pytest.approx(closed, abs=1e-6)
     assert never["signed_meg"] == pytest.approx(-closed, abs=1e-6)
-    assert rows[("TemptingButton", "uniform", "known utility")]["meg"] == pytest.approx(0.0, abs=1e-9)
+    uniform = rows[("TemptingButton", "uniform", "known utility")]
+    assert uniform["meg"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_meg_fast_crying_baby_targets_come_apart(tmp_path):
+    """CryingBaby (frozen baby): the two targets rank the parent policies in opposite orders."""
+    out = _run_fast("meg", tmp_path)
+    meg = {(r["policy"], r["measure"]): r["meg"] for r in out["rows"]
+           if r["env"].startswith("CryingBaby")}
+    laugh, nutri = "target baby_laughs", "target nutrition_in_2_8"
+    assert all(v is not None and math.isfinite(v) for v in meg.values())
+    # Always feeding makes the baby laugh at every later state: (H - 1) ln 2 with H = 4 ...
+    assert meg[("always feed", laugh)] == pytest.approx(3 * math.log(2), abs=1e-6)
+    # ... but drives nutrition out of (2, 8): less goal-directed towards the nutrition target.
+    assert meg[("always feed", laugh)] > meg[("always feed", nutri)] + 0.1
+    # Feeding only when hungry keeps nutrition in range: the order of the targets flips.
+    assert meg[("feed iff nutrition < 5", nutri)] > meg[("feed iff nutrition < 5", laugh)] + 0.05
+    assert meg[("uniform", laugh)] == pytest.approx(0.0, abs=1e-6)
+    assert meg[("uniform", nutri)] == pytest.approx(0.0, abs=1e-6)

@@ -16,7 +16,8 @@ from imitation_meg.extended.gym_view import combine, gym_id, register_gym_ids
 def test_gym_make_for_every_environment():
     ids = register_gym_ids()
     assert len(ids) == 28 and ids == register_gym_ids()
-    env = gym.make(gym_id(envs.TemptingButton), agent_factory=functools.partial(agents.Constant, action=1))
+    push = functools.partial(agents.Constant, action=1)
+    env = gym.make(gym_id(envs.TemptingButton), agent_factory=push)
     obs, _ = env.reset(seed=3)
     assert obs == 0
     total = 0.0
@@ -24,7 +25,8 @@ def test_gym_make_for_every_environment():
         obs, r, term, trunc, _ = env.step(1)
         total += r
         assert not term and not trunc
-    ref = extended.run(envs.TemptingButton, functools.partial(agents.Constant, action=1), 200, seed=3)
+    push = functools.partial(agents.Constant, action=1)
+    ref = extended.run(envs.TemptingButton, push, 200, seed=3)
     assert total == ref.total_reward
     with pytest.raises(TypeError, match="agent factory"):
         gym.make(gym_id("IgnoreRewards")).reset()
@@ -40,7 +42,8 @@ def test_cartpole_ignore_rewards_combination_rewards():
     # Joystick always 1: the sim (same constant agent) matches; reward is CartPole's +1.
     res = extended.run(combo, functools.partial(agents.Constant, action=3), 300, seed=0)
     assert res.total_reward == 300.0
-    assert res.env.episode_returns and all(r == l for r, l in zip(res.env.episode_returns, res.env.episode_lengths))
+    rets, lens = res.env.episode_returns, res.env.episode_lengths
+    assert rets and all(r == n for r, n in zip(rets, lens))
     # A joystick-mismatching agent: alternate joysticks vs a sim trained the same (reward 0) ...
     rnd = extended.run(combo, agents.Random, 300, seed=0)
     assert set(np.unique(rnd.rewards)) <= {1.0, -1.0}

@@ -5,15 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from imitation_meg.extended.meg_frames import (crying_baby_frame, crying_baby_policy, crying_baby_state,
-                                               q_policy, tempting_button_frame)
+from imitation_meg.extended.meg_frames import (crying_baby_frame, crying_baby_policy,
+                                               crying_baby_state, q_policy,
+                                               tempting_button_frame)
 
 
 def test_tempting_button_frame():
     f = tempting_button_frame(5, sim_pushes=True)
     np.testing.assert_allclose(f.transition.sum(-1), 1.0)
     np.testing.assert_array_equal(f.utility, [[1, -1], [-1, -1]])
-    np.testing.assert_array_equal(tempting_button_frame(5, sim_pushes=False).utility, [[1, -1], [1, 1]])
+    frame = tempting_button_frame(5, sim_pushes=False)
+    np.testing.assert_array_equal(frame.utility, [[1, -1], [1, 1]])
     with pytest.raises(ValueError, match="horizon"):
         tempting_button_frame(0, sim_pushes=True)
 

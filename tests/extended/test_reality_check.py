@@ -40,7 +40,8 @@ def test_contradiction_at_first_step_repeats_pi_of_first_observation():
 
 def test_idempotence(rng):
     rc1 = make_agent(extended.reality_check(agents.QLearner), n_actions=2, seed=1)
-    rc2 = make_agent(extended.reality_check(extended.reality_check(agents.QLearner)), n_actions=2, seed=1)
+    rc_rc = extended.reality_check(extended.reality_check(agents.QLearner))
+    rc2 = make_agent(rc_rc, n_actions=2, seed=1)
     for o_prev, a, r, o_next in _transitions(rng, 300):
         if rng.random() < 0.97:
             a = rc1.act(o_prev)  # mostly consistent histories, occasionally contradicting
@@ -85,9 +86,10 @@ def test_attributes_and_learning_rate_pass_through():
 
 
 def test_reality_check_improves_q_on_ignore_rewards():
-    q = [extended.run(envs.IgnoreRewards, agents.QLearner, 1000, seed=s).mean_reward for s in range(3)]
-    rc = [extended.run(envs.IgnoreRewards, extended.reality_check(agents.QLearner), 1000, seed=s).mean_reward
-          for s in range(3)]
+    rc_q = extended.reality_check(agents.QLearner)
+    q = [extended.run(envs.IgnoreRewards, agents.QLearner, 1000, seed=s).mean_reward
+         for s in range(3)]
+    rc = [extended.run(envs.IgnoreRewards, rc_q, 1000, seed=s).mean_reward for s in range(3)]
     assert min(rc) > max(q) + 0.3
 
 
@@ -96,3 +98,28 @@ def test_reality_check_does_not_change_tempting_button():
     rc = extended.run(envs.TemptingButton, extended.reality_check(agents.QLearner), 1000, seed=0)
     np.testing.assert_array_equal(q.actions, rc.actions)
     assert not rc.env.sim.frozen
+
+
+def test_ppo_and_its_ignore_rewards_sim_agree_until_first_update_then_rc_sim_freezes():
+    """The mechanism behind PPO's IgnoreRewards numbers (docs/extended.md, reality check).
+
+    The sim is an identically seeded copy sharing the agent's random stream, so before PPO's
+    first update (``n_steps`` transitions) the two act identically (+1 every step), for the
+    original agent and its reality check alike; after the update the reality-checked sim
+    freezes at the first transition that contradicts it and then repeats its first action.
+    """
+    from imitation_meg.extended.registry import agent_factory
+
+    kw = {"n_steps": 16, "batch_size": 16, "n_epochs": 2, "learning_rate": 0.05,
+          "total_timesteps": 160}
+    for name in ("PPO", "RC(PPO)"):
+        res = extended.run(envs.IgnoreRewards, agent_factory(name, kw), 16, seed=3)
+        np.testing.assert_array_equal(res.rewards, np.ones(16))
+    res = extended.run(envs.IgnoreRewards, agent_factory("RC(PPO)", kw), 160, seed=3)
+    sim = res.env.sim
+    assert sim.frozen and sim.inner.n_trainings >= 16
+    frozen_at = sim.inner.n_trainings  # index of the first contradicting transition
+    assert np.all(res.rewards[:frozen_at] == 1.0) and res.rewards[frozen_at] == -1.0
+    later = res.actions[frozen_at + 1:]
+    np.testing.assert_array_equal(res.rewards[frozen_at + 1:],
+                                  np.where(later == sim.first_action, 1.0, -1.0))

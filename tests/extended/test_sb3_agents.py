@@ -17,8 +17,8 @@ sb3_agents = pytest.importorskip("imitation_meg.extended.sb3_agents")
 SMALL = {
     "PPO": functools.partial(sb3_agents.PPO, n_steps=16, batch_size=8, n_epochs=2),
     "A2C": functools.partial(sb3_agents.A2C, n_steps=5),
-    "DQN": functools.partial(sb3_agents.DQN, learning_starts=10, train_freq=2, target_update_interval=8,
-                             total_timesteps=200),
+    "DQN": functools.partial(sb3_agents.DQN, learning_starts=10, train_freq=2,
+                             target_update_interval=8, total_timesteps=200),
 }
 ALL_AGENTS = {
     "Constant": functools.partial(agents.Constant, action=1),
@@ -94,11 +94,13 @@ def test_sb3_runs_reproducible_and_semi_deterministic(algo):
     r1 = extended.run(envs.TemptingButton, SMALL[algo], 120, seed=3)
     r2 = extended.run(envs.TemptingButton, SMALL[algo], 120, seed=3)
     np.testing.assert_array_equal(r1.actions, r2.actions)
-    assert extended.run(envs.PunishNondeterministicAgent, SMALL[algo], 80, seed=1).total_reward == 80.0
+    res = extended.run(envs.PunishNondeterministicAgent, SMALL[algo], 80, seed=1)
+    assert res.total_reward == 80.0
 
 
 def test_learning_rate_passes_through_factory_and_reality_check():
-    env = envs.IncentivizeLearningRate(extended.reality_check(functools.partial(SMALL["PPO"], learning_rate=0.01)))
+    ppo = functools.partial(SMALL["PPO"], learning_rate=0.01)
+    env = envs.IncentivizeLearningRate(extended.reality_check(ppo))
     assert env.sim.learning_rate == pytest.approx(0.005)
     assert env.sim.inner.model.policy.optimizer.param_groups[0]["lr"] == pytest.approx(0.005)
 
