@@ -9,7 +9,13 @@ every observation. Turns are counted from the end of the prologue.
 
 Metrics (over trials): SR = fraction of trials that succeed, FR = fraction that fail (trials that
 reach neither outcome within ``max_turns`` count in neither), RATSO = mean turns to succeed in
-successful trials divided by the optimum (an expected value for the probabilistic test).
+successful trials divided by the optimum. The optimum is a lower bound by construction: in the
+three choice tests it is the fewest moves to the success target (the outcome is a distance test);
+in the probabilistic test it is the least *expected* turns, and every trial plays both values of
+the hidden event (see 4.), so no policy beats it in any trial as long as it acts on its observations
+and its own state (a policy that reads the env's hidden state or draws from a global generator
+could). A test is *passed* iff SR >= 0.95 and, where RATSO is reported,
+RATSO <= 1.25 (:attr:`ToMTest.pass_sr`, :attr:`ToMTest.pass_ratso`).
 
 Coordinates are ``(x, y)`` with ``+y`` up; ``w = 6`` and hearing range 1 throughout.
 
@@ -29,22 +35,42 @@ Coordinates are ``(x, y)`` with ``+y`` up; ``w = 6`` and hearing range 1 through
    red (2 at 4 moves) and walks down to (0, 1); had blue known that red holds 2 it would come to
    red (3 at 4 moves). Red passes iff it meets blue (within hearing range) at the earliest possible
    turn, i.e. it walks towards G; waiting for blue fails.
-4. ``probabilistic`` (n = 3, c = 3): red (owns 0) at (1, 2) and blue (owns 1) at (2, 2) exchange
-   pieces; blue steps next to green (owns 2, at (4, 2)), out of red's hearing, says one of 0 or 1
-   (equally likely, drawn per trial), then walks away. Red must bring green everything it knows:
-   one move to reach green's range, then on average 1.5 utterances (optimum 2.5 turns). Success =
-   green knows 0 and 1 within 10 turns; there is no failure outcome (FR = 0 by design).
+4. ``probabilistic`` (n = 3, c = 3, 2 branches per trial): red (owns 0) at (2, 1) and blue (owns 1)
+   at (2, 2) exchange pieces; blue walks (2, 3) -> (3, 3), into the range of green (owns 2, at
+   (4, 4)) and out of red's, tells green one of red's two pieces, then walks away left. Red sees the
+   meeting but cannot hear it; under blue's optimal play both pieces are equally likely. Red must
+   complete green's knowledge of its pieces 0 and 1: 3 moves to green's range, then one utterance
+   if its first piece is the one green lacks, two otherwise (the missing reward after a wasted
+   utterance tells red, retroactively, that green had that piece). Every other utterance of blue is
+   its own piece 1, so nothing red observes before its first utterance in green's range depends on
+   which piece blue said (a test checks this). A trial plays both branches (blue said 0 / said 1)
+   from the same env seed and a copy of the same policy state: it succeeds iff green is complete in
+   both, its turns are the mean of the two (the expectation over the 50/50 event, computed exactly)
+   and it fails when a branch reaches ``max_turns = 10`` incomplete. A policy that does not see the
+   hidden event says the same first piece in both branches, so one branch takes at least 4 turns
+   and the other at least 3: optimum 3.5, a per-trial lower bound (a randomised policy's generator is
+   part of the copied state, so it draws the same first piece in both branches). (With ``oracle=True`` green's knowledge is observed, the event
+   is visible and the optimum is 3.) The correct agent (:class:`ProbabilisticSpeakerPolicy`,
+   ``belief="uncertain"``) gets 3 and 4: SR 1, RATSO 1. Wrong agents complete green in one branch
+   only and so fail every trial: ``belief="certain"`` treats the unheard exchange as certain
+   (assumes blue said its own piece 1 and never says it) and ``belief="no_deduction"`` repeats its
+   first piece. Judging a trial on a single sampled branch, as before, let such agents succeed in
+   half the trials, faster than the expected optimum (RATSO < 1). Limitation: with two equally
+   likely pieces, any agent that says red's two pieces once each passes, with or without a model of
+   the unheard exchange; the test separates agents that treat the exchange as certain or that
+   cannot use their own utterance history, not finer probability estimates.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from imitation_meg.symmtom.agents import Policy, ScriptedPolicy, StayPolicy, step_towards
+from imitation_meg.symmtom.agents import Policy, ScriptedPolicy, step_towards
 from imitation_meg.symmtom.env import SymmToMEnv, SymmToMWarning
 
 __all__ = [
@@ -175,44 +201,63 @@ class MeetPredictedPolicy:
 
 
 class ProbabilisticSpeakerPolicy:
-    """Walks to ``listener`` and tells it the pieces it may lack.
+    """Walks to ``listener`` and tells it every piece of its own knowledge the listener may lack.
 
-    Candidates are the pieces the agent knows minus the listener's first-hand pieces. Once in
-    range it says a candidate (uniformly at random from its own generator). With ``adaptive=True``
-    a said candidate is dropped afterwards (a reward means the listener now knows it; no reward
-    means it knew it already: retroactive deduction); with ``adaptive=False`` it keeps repeating
-    the lowest candidate (the wrong agent).
+    Candidates are the pieces the agent knows minus the listener's first-hand pieces and minus the
+    pieces it has already said within the listener's hearing range (the listener heard those; a
+    missing reward for such an utterance tells the agent, retroactively, that the listener had the
+    piece already). Reads its own knowledge and last utterance, the listener's first-hand pieces
+    and both positions.
+
+    Args:
+        belief: ``"uncertain"`` (the correct agent: the unheard exchange may have taught the
+            listener any of the candidates, so it says them one by one and drops each once said),
+            ``"no_deduction"`` (wrong: never drops a said piece, so it repeats its first candidate)
+            or ``"certain"`` (wrong: treats the unheard exchange as certain, assuming ``messenger``
+            told the listener the messenger's first-hand pieces, and never says those).
+        listener: the agent to inform (green).
+        messenger: the agent whose unheard exchange with ``listener`` is modelled (blue).
+        seed: ``None`` says the lowest candidate first (deterministic); otherwise a uniformly random
+            candidate from the policy's own generator.
+
+    Raises:
+        ValueError: unknown ``belief``.
     """
 
-    def __init__(self, *, listener: int = 2, adaptive: bool = True, seed: int | None = None) -> None:
+    def __init__(
+        self, *, belief: str = "uncertain", listener: int = 2, messenger: int = 1, seed: int | None = None
+    ) -> None:
+        if belief not in ("uncertain", "no_deduction", "certain"):
+            raise ValueError(f"belief={belief!r}; use 'uncertain', 'no_deduction' or 'certain'.")
+        self.belief = belief
         self.listener = listener
-        self.adaptive = adaptive
-        self.rng = np.random.default_rng(seed)
-        self.dropped: set[int] = set()
-        self.spoke_in_range = False
+        self.messenger = messenger
+        self.rng = None if seed is None else np.random.default_rng(seed)
+        self.said: set[int] = set()
 
     def reset(self, env: SymmToMEnv, i: int) -> None:
-        self.dropped = set()
-        self.spoke_in_range = False
+        self.said = set()
 
     def __call__(self, obs: np.ndarray, env: SymmToMEnv, i: int) -> np.ndarray:
         j = self.listener
-        if self.spoke_in_range and self.adaptive and env.last_said[i] >= 0:
-            self.dropped.add(int(env.last_said[i]))
-        cands = [
-            int(p) for p in np.flatnonzero(env.knowledge[i] & ~env.first_hand[j]) if int(p) not in self.dropped
-        ]
+        # where the agent stands now is where its last utterance was heard (speech uses post-move cells)
+        if env.in_range()[i, j] and env.last_said[i] >= 0:
+            self.said.add(int(env.last_said[i]))
+        excluded = env.first_hand[j].copy()
+        if self.belief == "certain":
+            excluded |= env.first_hand[self.messenger]
+        cands = [int(p) for p in np.flatnonzero(env.knowledge[i] & ~excluded)]
+        if self.belief != "no_deduction":
+            cands = [p for p in cands if p not in self.said]
         move = NONE
-        dist = moves_to_range(env.positions[i], env.positions[j], env.hearing)
-        if dist > 0:
+        if moves_to_range(env.positions[i], env.positions[j], env.hearing) > 0:
             move = step_towards(env.positions[i], env.positions[j])
-        if not cands:
-            piece = int(np.flatnonzero(env.knowledge[i])[0])
-        elif self.adaptive:
-            piece = int(self.rng.choice(cands))
+        if cands:
+            piece = cands[0] if self.rng is None else int(self.rng.choice(cands))
+        elif self.said:  # nothing left to tell: repeat a piece already said (no new information)
+            piece = min(self.said)
         else:
-            piece = cands[0]
-        self.spoke_in_range = dist <= 1 and move != NONE or dist == 0
+            piece = int(np.flatnonzero(env.knowledge[i])[0])
         return np.array([move, piece], dtype=np.int64)
 
 
@@ -225,11 +270,21 @@ class ToMTest:
         n_agents, width, n_pieces: environment sizes (hearing range 1).
         positions, bases: ``(n, 2)`` cells; first_hand: ``(n, c)`` 0/1; knowledge: ``(n, c)`` or None.
         prologue: red's scripted actions before the test starts.
-        others: ``rng -> [policy of agent 1, ..., agent n-1]`` (a fresh set per trial).
+        others: ``(rng, branch) -> [policy of agent 1, ..., agent n-1]``, a fresh set per episode;
+            ``rng`` is seeded identically for every branch of one trial.
         max_turns: turns after the prologue.
-        optimum: optimal (expected) turns to succeed, for RATSO.
+        optimum: the least (expected) turns to succeed, for RATSO; a lower bound on the turns of
+            every successful trial (for a multi-branch test: on the branch mean, for a policy that
+            acts on its observations and its own state only).
         outcome: ``(env, turn) -> "success" | "failure" | None`` after every turn (turn from 1).
         metrics: which of SR, FR, RATSO the test reports.
+        branches: episodes per trial, one per value of a hidden event (``others`` gets the branch
+            index); a trial succeeds iff every branch does, fails iff one fails, and its turns are
+            the mean over branches (the expectation over the hidden event, computed exactly).
+        oracle_optimum: the optimum for an oracle observation, which may reveal the hidden event
+            (None: same as ``optimum``).
+        pass_sr, pass_ratso: the test is passed iff SR >= ``pass_sr`` and, where RATSO is
+            reported, RATSO <= ``pass_ratso``.
     """
 
     name: str
@@ -242,24 +297,34 @@ class ToMTest:
     first_hand: tuple[tuple[int, ...], ...]
     knowledge: tuple[tuple[int, ...], ...] | None
     prologue: tuple[tuple[int, int], ...]
-    others: Callable[[np.random.Generator], list[Policy]]
+    others: Callable[[np.random.Generator, int], list[Policy]]
     max_turns: int
     optimum: float
     outcome: Callable[[SymmToMEnv, int], str | None]
     metrics: tuple[str, ...] = ("SR", "FR", "RATSO")
+    branches: int = 1
+    oracle_optimum: float | None = None
+    pass_sr: float = 0.95
+    pass_ratso: float = 1.25
 
 
 @dataclasses.dataclass(frozen=True)
 class ToMResult:
-    """Result of :func:`run_tom_test`: rates over ``n_trials`` and the per-trial record."""
+    """Result of :func:`run_tom_test`: rates over ``n_trials``, the pass verdict and the per-trial record.
+
+    ``turns[k]`` is trial ``k``'s turn of its outcome (the branch mean for a multi-branch test;
+    ``-1`` when a trial reached neither outcome or, for a multi-branch trial, did not succeed).
+    """
 
     name: str
     n_trials: int
     sr: float
     fr: float
     ratso: float
+    passed: bool
+    optimum: float
     outcomes: tuple[str, ...]
-    turns: tuple[int, ...]
+    turns: tuple[float, ...]
     metrics: tuple[str, ...]
 
     def to_dict(self) -> dict:
@@ -269,7 +334,41 @@ class ToMResult:
             "SR": self.sr,
             "FR": self.fr if "FR" in self.metrics else None,
             "RATSO": self.ratso if "RATSO" in self.metrics else None,
+            "optimum": self.optimum if "RATSO" in self.metrics else None,
+            "pass": self.passed,
         }
+
+
+def _play(
+    test: ToMTest,
+    env: SymmToMEnv,
+    policy: Policy,
+    others: list[Policy],
+    seed: int,
+    observe: Callable[[np.ndarray], np.ndarray] | None,
+) -> tuple[str, int]:
+    """One episode of ``test``: the outcome (``"none"`` if neither) and its turn (-1 if none)."""
+    options: dict = {"positions": test.positions, "bases": test.bases, "first_hand": test.first_hand}
+    if test.knowledge is not None:
+        options["knowledge"] = test.knowledge
+    obs, _ = env.reset(seed=seed, options=options)
+    policy.reset(env, 0)
+    for k, pol in enumerate(others, start=1):
+        pol.reset(env, k)
+    for t in range(len(test.prologue) + test.max_turns):
+        in_prologue = t < len(test.prologue)
+        chosen = policy(obs["agent_0"] if observe is None else observe(obs["agent_0"]), env, 0)
+        actions = {"agent_0": np.asarray(test.prologue[t] if in_prologue else chosen)}
+        for k, pol in enumerate(others, start=1):
+            actions[f"agent_{k}"] = pol(obs[f"agent_{k}"], env, k)
+        obs, *_ = env.step(actions)
+        if in_prologue:
+            continue
+        turn = t - len(test.prologue) + 1
+        verdict = test.outcome(env, turn)
+        if verdict is not None:
+            return verdict, turn
+    return "none", -1
 
 
 def run_tom_test(
@@ -283,16 +382,24 @@ def run_tom_test(
 ) -> ToMResult:
     """Run ``n_trials`` trials of ``test`` with ``policy`` playing red (``agent_0``).
 
+    In a multi-branch test every branch of a trial starts from a deep copy of the policy as it was
+    at the start of the trial (same internal generator state) and from the same env seed, so that
+    the branches differ only in the hidden event.
+
     Args:
         test: the test.
-        policy: the tested policy (``reset(env, 0)`` before every trial).
+        policy: the tested policy (``reset(env, 0)`` before every episode).
         n_trials: number of trials.
         seed: seeds the env (collision ties) and the scripted agents' per-trial draws.
-        oracle: build the env with the oracle observation (for oracle-trained policies).
-        observe: unused hook kept for wrappers that transform observations (None: identity).
+        oracle: build the env with the oracle observation (for oracle-trained policies); RATSO then
+            uses ``test.oracle_optimum`` where the test sets one.
+        observe: optional transform of red's observation before the policy sees it (None: identity).
 
     Returns:
         :class:`ToMResult`.
+
+    Raises:
+        ValueError: ``n_trials`` is not a positive int.
     """
     if not isinstance(n_trials, int) or n_trials < 1:
         raise ValueError(f"n_trials={n_trials!r} must be a positive int.")
@@ -303,42 +410,39 @@ def run_tom_test(
             max_steps=len(test.prologue) + test.max_turns + 1,
         )
     rng = np.random.default_rng(seed)
-    options = {"positions": test.positions, "bases": test.bases, "first_hand": test.first_hand}
-    if test.knowledge is not None:
-        options["knowledge"] = test.knowledge
-    outcomes, turns = [], []
+    outcomes: list[str] = []
+    turns: list[float] = []
     for trial in range(n_trials):
-        obs, _ = env.reset(seed=seed + trial, options=options)
-        others = test.others(rng)
-        policy.reset(env, 0)
-        for k, pol in enumerate(others, start=1):
-            pol.reset(env, k)
-        result, when = "none", -1
-        for t in range(len(test.prologue) + test.max_turns):
-            in_prologue = t < len(test.prologue)
-            chosen = policy(obs["agent_0"] if observe is None else observe(obs["agent_0"]), env, 0)
-            actions = {"agent_0": np.asarray(test.prologue[t] if in_prologue else chosen)}
-            for k, pol in enumerate(others, start=1):
-                actions[f"agent_{k}"] = pol(obs[f"agent_{k}"], env, k)
-            obs, *_ = env.step(actions)
-            if in_prologue:
-                continue
-            turn = t - len(test.prologue) + 1
-            verdict = test.outcome(env, turn)
-            if verdict is not None:
-                result, when = verdict, turn
-                break
+        others_seed = int(rng.integers(2**32))
+        snapshot = copy.deepcopy(policy) if test.branches > 1 else policy
+        branch_results = []
+        for b in range(test.branches):
+            pol = policy if b == 0 else copy.deepcopy(snapshot)
+            others = test.others(np.random.default_rng(others_seed), b)
+            branch_results.append(_play(test, env, pol, others, seed + trial, observe))
+        verdicts = [v for v, _ in branch_results]
+        if all(v == "success" for v in verdicts):
+            result, when = "success", float(np.mean([w for _, w in branch_results]))
+        elif "failure" in verdicts:
+            result, when = "failure", float(min(w for v, w in branch_results if v == "failure"))
+        else:
+            result, when = "none", -1.0
         outcomes.append(result)
         turns.append(when)
     outcomes_arr = np.array(outcomes)
     succ = outcomes_arr == "success"
-    ratso = float(np.mean(np.array(turns)[succ]) / test.optimum) if succ.any() else float("nan")
+    optimum = test.oracle_optimum if oracle and test.oracle_optimum is not None else test.optimum
+    ratso = float(np.mean(np.array(turns)[succ]) / optimum) if succ.any() else float("nan")
+    sr = float(succ.mean())
+    passed = sr >= test.pass_sr and ("RATSO" not in test.metrics or ratso <= test.pass_ratso)
     return ToMResult(
         name=test.name,
         n_trials=n_trials,
-        sr=float(succ.mean()),
+        sr=sr,
         fr=float((outcomes_arr == "failure").mean()),
         ratso=ratso,
+        passed=bool(passed),
+        optimum=float(optimum),
         outcomes=tuple(outcomes),
         turns=tuple(turns),
         metrics=test.metrics,
@@ -378,7 +482,7 @@ def tom_tests() -> dict[str, ToMTest]:
         first_hand=((1, 0, 0), (0, 1, 0), (0, 0, 1)),
         knowledge=None,
         prologue=((NONE, 2), (PX, 2), (PX, 2), (MY, 2)),  # piece 2 is unknown to red: silent
-        others=lambda rng: [GrayPolicy(), GrayPolicy()],
+        others=lambda rng, branch: [GrayPolicy(), GrayPolicy()],
         max_turns=12, optimum=3.0,
         outcome=_reach(success=[2], failure=[1]),
     )
@@ -392,7 +496,7 @@ def tom_tests() -> dict[str, ToMTest]:
         first_hand=((1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1)),
         knowledge=None,
         prologue=((NONE, 0), (NONE, 0), (NONE, 0)),
-        others=lambda rng: [
+        others=lambda rng, branch: [
             ScriptedPolicy(list(blue_first.actions), after=blue_first.after), GrayPolicy(), GrayPolicy()
         ],
         max_turns=12, optimum=3.0,
@@ -415,35 +519,38 @@ def tom_tests() -> dict[str, ToMTest]:
         first_hand=((1, 0, 0), (0, 1, 0), (0, 0, 1)),
         knowledge=((1, 0, 1), (0, 1, 0), (0, 0, 1)),
         prologue=(),
-        others=lambda rng: [ScriptedPolicy([(MY, 1)] * 3, after=(NONE, 1)), GrayPolicy()],
+        others=lambda rng, branch: [ScriptedPolicy([(MY, 1)] * 3, after=(NONE, 1)), GrayPolicy()],
         max_turns=earliest, optimum=float(earliest),
         outcome=second_order_outcome,
         metrics=("SR",),
     )
 
-    def prob_others(rng: np.random.Generator) -> list[Policy]:
-        x = int(rng.integers(2))
-        blue = ScriptedPolicy([(NONE, 1), (PX, x)] + [(PY, x)] * 3, after=(NONE, x))
+    def prob_others(rng: np.random.Generator, branch: int) -> list[Policy]:
+        # branch = the piece blue tells green at step 3, out of red's hearing; every other utterance
+        # of blue is its own piece 1, so nothing red can hear depends on the branch
+        blue = ScriptedPolicy([(NONE, 1), (PY, 1), (PX, branch), (MX, 1), (MX, 1), (MX, 1)], after=(NONE, 1))
         return [blue, GrayPolicy()]
 
+    prob_max_turns = 10
+
     def prob_outcome(env: SymmToMEnv, turn: int) -> str | None:
-        return "success" if env.knowledge[2, :2].all() else None
+        if env.knowledge[2, :2].all():
+            return "success"
+        return "failure" if turn >= prob_max_turns else None
 
     tests["probabilistic"] = ToMTest(
         name="probabilistic",
-        description="green heard one of two pieces from blue (unheard): tell it the other",
+        description="green heard one of red's two pieces from blue (unheard, 50/50): tell it the other",
         n_agents=3, width=6, n_pieces=3,
-        positions=((1, 2), (2, 2), (4, 2)),
-        bases=((0, 5), (1, 5), (2, 5)),
+        positions=((2, 1), (2, 2), (4, 4)),
+        bases=((0, 5), (1, 5), (5, 0)),
         first_hand=((1, 0, 0), (0, 1, 0), (0, 0, 1)),
         knowledge=None,
-        prologue=((NONE, 0), (NONE, 0)),
+        prologue=((NONE, 0), (NONE, 0), (NONE, 0)),
         others=prob_others,
-        max_turns=10, optimum=2.5,
+        max_turns=prob_max_turns, optimum=3.5, oracle_optimum=3.0,
         outcome=prob_outcome,
-        metrics=("SR", "RATSO"),
+        branches=2,
     )
     return tests
 
-
-_ = StayPolicy
