@@ -29,6 +29,8 @@ ROW_SUM_TOL = 1e-6
 MAX_DENSE_ENTRIES = 1 << 30
 # Below this many S * A * S entries the backup uses a cached dense matrix (one BLAS call).
 DENSE_FAST_PATH_ENTRIES = 1 << 20
+# Up to this many state-action pairs the internal passes use cached action-major operators.
+AM_MAX_SA = 1 << 20
 
 
 def as_tensor(
@@ -403,6 +405,65 @@ class TabularMDP:
                 del coo, csr
             cache[key] = (mats[0], mats[1])
         return cache[key]
+
+    def _am_operators(self, dtype: th.dtype, k: int) -> tuple[th.Tensor, th.Tensor] | None:
+        """Action-major operators ``(M (A * S, S), M^T (S, A * S))`` (row ``a * S + s``) for
+        passes over ``k`` value vectors, or None above ``AM_MAX_SA`` state-action pairs.
+
+        The internal passes keep arrays as ``(..., A, S)`` so that sums and maxima over the few
+        actions and broadcasts of state values run over contiguous runs of states. The operator
+        is the dense matrix on small MDPs when a dense product is cheaper than the sparse one for
+        ``k`` columns (dense costs about 0.1 ns per multiply-add, CSR about 2.5 us more per call
+        plus 0.5 ns per stored entry and column), else an int32 CSR matrix. Both are cached.
+        """
+        S, A = self.n_states, self.n_actions
+        if S * A > AM_MAX_SA:
+            return None
+        cache = self._cache()
+        dense = self._dense_flat(dtype)
+        if dense is not None:
+            nnz = self._am_nnz()
+            if 0.1 * (S * A * S) * k <= 2500.0 + 0.5 * nnz * k:
+                key = ("dense_am", dtype, self.device)
+                if key not in cache:
+                    Mam = dense.view(S, A, S).transpose(0, 1).reshape(A * S, S).contiguous()
+                    cache[key] = (Mam, Mam.T)
+                return cache[key]
+        key = ("csr_am", dtype, self.device)
+        if key not in cache:
+            P, PT = self._csr(dtype)
+            perm = th.arange(S * A, device=self.device).view(S, A).T.reshape(-1)  # am row -> sm row
+            mats = []
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                rows = P.to_sparse_coo().coalesce()
+                r, c = rows.indices()
+                inv = th.empty_like(perm)
+                inv[perm] = th.arange(S * A, device=self.device)
+                ram = inv[r]
+                for a, b, shape in ((ram, c, (A * S, S)), (c, ram, (S, A * S))):
+                    csr = th.sparse_coo_tensor(
+                        th.stack([a, b]), rows.values(), shape, check_invariants=False
+                    ).coalesce().to_sparse_csr()
+                    idx_dtype = P.col_indices().dtype
+                    mats.append(
+                        th.sparse_csr_tensor(
+                            csr.crow_indices().to(idx_dtype),
+                            csr.col_indices().to(idx_dtype),
+                            csr.values(),
+                            shape,
+                            check_invariants=False,
+                        )
+                    )
+            cache[key] = (mats[0], mats[1])
+        return cache[key]
+
+    def _am_nnz(self) -> int:
+        """Number of non-zero transition entries (cached)."""
+        cache = self._cache()
+        if "nnz" not in cache:
+            cache["nnz"] = int((self.prob != 0).sum())
+        return cache["nnz"]
 
     def _operators(self, dtype: th.dtype) -> tuple[bool, th.Tensor, th.Tensor]:
         """``(is_dense, M, M^T)`` for the backup ``(S * A, S)`` and push-forward ``(S, S * A)``."""

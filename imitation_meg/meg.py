@@ -44,6 +44,8 @@ _GRID_AROUND = (-0.8, 0.8)  # first grid: x0 * 10**-0.8 .. x0 * 10**0.8 around t
 _MAX_DECADES = 15.0  # extend the grid up to beta * scale = 1e15
 _BRACKET_RTOL = 1e-11
 _BETAS_PER_PASS = 8
+# A refinement pass evaluates only the Hermite root once the bracket is this narrow (relative).
+_SINGLE_PROBE_REL = 1e-3
 # Above this many state-action pairs a pass is bandwidth-bound and evaluates one beta.
 _BATCH_MAX_SA = 1 << 15
 # Temporary-memory budget of one batched pass (about 16 (S, A) temporaries per beta).
@@ -201,14 +203,42 @@ class MEGObjective:
         return tuple(th.cat([o[j] for o in outs]) for j in range(4))  # type: ignore[return-value]
 
     def _weights(self) -> th.Tensor | None:
-        """Cached ``(H, S * A)`` occupancy when it fits in ``_W_BYTES``, else None (computed per step)."""
+        """Cached action-major ``(H, A * S)`` occupancy (column ``a * S + s``) when it fits in
+        ``_W_BYTES``, else None (computed per step)."""
         if self._W is None and not self._W_lean:
             H, S, A = self.mdp.horizon, self.mdp.n_states, self.mdp.n_actions
             if H * S * A * self.r.element_size() <= _W_BYTES:
-                self._W = self.sa_occupancy.reshape(H, S * A).contiguous()
+                self._W = self.sa_occupancy.transpose(-1, -2).reshape(H, A * S).contiguous()
             else:
                 self._W_lean = True
         return self._W
+
+    def _w_am(self, t: int, W: th.Tensor | None) -> tuple[th.Tensor, th.Tensor]:
+        """``(w[t]`` action-major ``(A * S,)``, its state marginal ``(S,))``."""
+        if W is not None:
+            return W[t], self._D[t]
+        w, wS = self._w(t)
+        return w.T.reshape(-1), wS
+
+    def _dense_backup(self) -> th.Tensor | None:
+        """The action-major ``M^T (S, A * S)`` when the backup of a few rows is one dense
+        ``addmm`` (small MDPs), else None (use :meth:`_backup`). Resolved once per pass."""
+        ops = self.mdp._am_operators(self.r.dtype, 1)
+        return ops[1] if ops is not None and not ops[0].is_sparse_csr else None
+
+    def _backup(self, C: th.Tensor, X: th.Tensor, out: th.Tensor) -> None:
+        """``out = C + gamma E[X]`` for rows ``X (R, S)`` into action-major ``out (R, A * S)``."""
+        mdp = self.mdp
+        S, A = mdp.n_states, mdp.n_actions
+        R = X.shape[0]
+        ops = mdp._am_operators(X.dtype, 1)
+        if ops is not None and not ops[0].is_sparse_csr:
+            th.addmm(C, X, ops[1], alpha=mdp.discount, out=out)
+        elif ops is not None:
+            th.add(C, (ops[0] @ X.T).T, alpha=mdp.discount, out=out)
+        else:
+            nxt = (mdp._operators(X.dtype)[1] @ X.T).view(S, A, R).permute(2, 1, 0)
+            th.add(C.view(R, A, S), nxt, alpha=mdp.discount, out=out.view(R, A, S))
 
     def _evaluate(self, betas: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
         """One fused backward pass for ``K`` betas.
@@ -218,9 +248,11 @@ class MEGObjective:
         E_pi_beta[G_t]``, ``d2Q_t = gamma E[h_{t+1}]`` and ``h_t = d2V_t = Var_pi_beta(G_t) +
         E_pi_beta[d2Q_t]``; the carry ``[V; g; h] (3K, S)`` goes through one backup per step,
         which also adds the constant ``[beta r; r; 0]`` (one ``addmm`` on small MDPs). The rows
-        ``[Q; G; d2Q]`` become ``[log pi; G - g; d2Q]`` in place, so that one ``addmv`` with the
-        occupancy accumulates ``L``, ``dL`` and the first part of ``d2L``. Every temporary is a
-        preallocated buffer and sums over the ``A`` actions are matrix-vector products.
+        ``[Q; G; d2Q]`` become ``[log pi; G - g; d2Q]`` in place, so that their product with the
+        occupancy accumulates ``L``, ``dL`` and the first part of ``d2L`` (on small MDPs one
+        batched product over all steps after the loop). Rows are action-major (``(K, A, S)``
+        blocks), every temporary is a preallocated buffer, and the softmax is one call (its
+        largest probability gives the log-partition). 14 torch calls per step on small MDPs.
         """
         mdp, r = self.mdp, self.r
         K = betas.numel()
@@ -228,62 +260,69 @@ class MEGObjective:
         self.passes += 1
         H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
         SA = S * A
-        gamma = mdp.discount
         W = self._weights()
-        dense, M, _ = mdp._operators(r.dtype)
         R = 3 * K
+        # Action-major rows: column a * S + s, so that the reductions over actions and the
+        # broadcasts of state values run over contiguous runs of states.
+        rf = r.T.reshape(SA)
         C = r.new_zeros(R, SA)  # the constant of the backup: [beta r; r; 0]
-        rf = r.reshape(SA)
         th.mul(betas.view(K, 1), rf, out=C[:K])
         C[K : 2 * K] = rf
-        X = r.new_zeros(R, S)  # carry [V; g; h] of step t + 1
-        Qb = r.new_empty(R, SA)  # [Q; G; d2Q] of step t, then [log pi; G - g; d2Q]
-        P = r.new_empty(K, S, A)
-        T = r.new_empty(K, S, A)
-        T2 = r.new_empty(2, K, S, A)
-        s = r.new_empty(K * S)
-        ones = r.new_ones(A)
+        # Small MDPs keep every step's rows (H, R, A * S) and carries (H + 1, R, S), so that the
+        # accumulations over the occupancy are two batched products after the loop; otherwise
+        # one slot of each is reused and accumulated per step.
+        hist = W is not None and H * R * (SA + S) * r.element_size() <= _W_BYTES
+        n = H if hist else 1
+        Qh = r.new_empty(n, R, SA)  # [Q; G; d2Q] of step t, then [log pi; G - g; d2Q]
+        Xh = r.new_zeros(n + 1, R, S)  # carries [V; g; h]
+        P = r.new_empty(K, A, S)
+        T = r.new_empty(K, A, S)
+        m = r.new_empty(K, 1, S)
+        z = r.new_empty(K, 1, S)
         acc = r.new_zeros(R)  # [L; dL; first part of d2L]
-        q = Qb[:K].view(K, S, A)
-        G = Qb[K : 2 * K].view(K, S, A)
-        GH = Qb[K : 3 * K].view(2, K, S, A)
-        Pf, Tf, T2f = P.view(K * S, A), T.view(K * S, A), T2.view(2 * K * S, A)
-        s3 = s.view(K, S, 1)
-        V = X[:K].view(K, S, 1)
-        ghf = X[K : 3 * K].view(2 * K * S)
-        g3 = X[K : 2 * K].view(K, S, 1)
-        h, hf = X[2 * K : 3 * K], X[2 * K : 3 * K].view(K * S)
-        d2L_acc = acc[2 * K : 3 * K]
-        MT = M.T if dense else None
+        Qs = Qh.unbind(0)
+        qs = Qh[:, :K].view(n, K, A, S).unbind(0)
+        Gs = Qh[:, K : 2 * K].view(n, K, A, S).unbind(0)
+        d2Qs = Qh[:, 2 * K :].view(n, K, A, S).unbind(0)
+        Xs = Xh.unbind(0)
+        Vs = Xh[:, :K].view(n + 1, K, 1, S).unbind(0)
+        gs = Xh[:, K : 2 * K].view(n + 1, K, 1, S).unbind(0)
+        hs = Xh[:, 2 * K :].view(n + 1, K, 1, S).unbind(0)
+        d2L_acc = acc[2 * K :]
+        gamma, MTd = mdp.discount, self._dense_backup()
         for t in range(H - 1, -1, -1):
+            i, j = (t, t + 1) if hist else (0, 0)  # this step's slot, the carry's slot
+            Qb, q, G, d2Q = Qs[i], qs[i], Gs[i], d2Qs[i]
             if t == H - 1:
                 Qb.copy_(C)
-            elif MT is not None:
-                th.addmm(C, X, MT, alpha=gamma, out=Qb)
+            elif MTd is not None:
+                th.addmm(C, Xs[j], MTd, alpha=gamma, out=Qb)
             else:
-                th.add(C, mdp.expect_next(X).view(R, SA), alpha=gamma, out=Qb)
-            if W is not None:
-                wf, wS = W[t], self._D[t]
-            else:
-                w, wS = self._w(t)
-                wf = w.reshape(SA)
-            m = q.amax(-1, keepdim=True)
+                self._backup(C, Xs[j], Qb)
+            th.amax(q, 1, keepdim=True, out=m)
+            th.softmax(q, 1, out=P)
+            # The largest probability is exp(0) / sum_a exp(q - m): z = -log sum_a exp(q - m).
+            th.amax(P, 1, keepdim=True, out=z)
+            z.log_()
+            th.sub(m, z, out=Vs[i])
             q.sub_(m)
-            th.exp(q, out=P)
-            th.mv(Pf, ones, out=s)
-            P.div_(s3)
-            s.log_()
-            th.add(m, s3, out=V)
-            q.sub_(s3)  # log pi_beta
-            th.mul(GH, P, out=T2)
-            th.mv(T2f, ones, out=ghf)  # [g; E_pi[d2Q]]
-            G.sub_(g3)  # G - g
-            th.mul(G, G, out=T)
+            q.add_(z)  # log pi_beta = (q - m) - log sum_a exp(q - m)
+            th.mul(G, P, out=T)
+            g = gs[i]
+            th.sum(T, 1, keepdim=True, out=g)  # g = E_pi[G]
+            G.sub_(g)  # G - g
+            th.addcmul(d2Q, G, G, out=T)
             T.mul_(P)
-            hf.addmv_(Tf, ones)  # h = E_pi[d2Q] + Var_pi(G)
-            acc.addmv_(Qb, wf)
-            d2L_acc.addmv_(h, wS, alpha=-1.0)
-        model_eu = X[K : 2 * K] @ mdp.initial_state_dist
+            th.sum(T, 1, keepdim=True, out=hs[i])  # h = E_pi[d2Q] + Var_pi(G)
+            if not hist:
+                wf, wS = (W[t], self._D[t]) if W is not None else self._w_am(t, None)
+                acc.addmv_(Qb, wf)
+                d2L_acc.addmv_(hs[i].view(K, S), wS, alpha=-1.0)
+        if hist:
+            assert W is not None
+            acc += th.bmm(Qh, W.unsqueeze(-1)).sum(0).view(R)
+            d2L_acc -= th.bmm(Xh[:H, 2 * K :], self._D.unsqueeze(-1)).sum(0).view(K)
+        model_eu = Xh[0, K : 2 * K] @ mdp.initial_state_dist
         return acc[:K], acc[K : 2 * K], acc[2 * K : 3 * K], model_eu
 
     def _evaluate_zero(self) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
@@ -298,46 +337,44 @@ class MEGObjective:
         H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
         SA = S * A
         W = self._weights()
-        dense, M, _ = mdp._operators(r.dtype)
-        C = r.new_zeros(2, SA)  # [0; r]
-        C[1] = r.reshape(SA)
-        X = r.new_zeros(2, S)  # [h; g] of step t + 1
+        C = r.new_zeros(2, SA)  # [0; r] (action-major)
+        C[1] = r.T.reshape(SA)
+        # The carry holds sums over actions, [A h; A g] (2, S), so that the means are plain
+        # sums: the backup and the accumulation take the 1 / A as a factor.
+        X = r.new_zeros(2, S)
         Qb = r.new_empty(2, SA)  # [d2Q; G], then [d2Q; G - g]
-        T = r.new_empty(S, A)
-        mean = r.new_full((A,), 1.0 / A)
+        T = r.new_empty(A, S)
         acc = r.new_zeros(2)  # [first part of d2L; dL]
-        G = Qb[1].view(S, A)
-        g, h = X[1], X[0]
+        d2Q, G = Qb[0].view(A, S), Qb[1].view(A, S)
+        h, g = X[0].view(1, S), X[1].view(1, S)
+        gamma, MTd, inv_a = mdp.discount / A, self._dense_backup(), 1.0 / A
         for t in range(H - 1, -1, -1):
             if t == H - 1:
                 Qb.copy_(C)
-            elif dense:
-                th.addmm(C, X, M.T, alpha=mdp.discount, out=Qb)
+            elif MTd is not None:
+                th.addmm(C, X, MTd, alpha=gamma, out=Qb)
             else:
-                th.add(C, mdp.expect_next(X).view(2, SA), alpha=mdp.discount, out=Qb)
-            if W is not None:
-                wf, wS = W[t], self._D[t]
-            else:
-                w, wS = self._w(t)
-                wf = w.reshape(SA)
-            th.mv(Qb.view(2 * S, A), mean, out=X.view(2 * S))  # [mean d2Q; g]
-            G.sub_(g.unsqueeze(-1))
-            th.mul(G, G, out=T)
-            h.addmv_(T, mean)
+                self._backup(C, X * inv_a, Qb)
+            wf, wS = (W[t], self._D[t]) if W is not None else self._w_am(t, None)
+            th.sum(G, 0, keepdim=True, out=g)
+            G.sub_(g, alpha=inv_a)
+            th.addcmul(d2Q, G, G, out=T)
+            th.sum(T, 0, keepdim=True, out=h)  # A h = sum_a d2Q + sum_a (G - g)^2
             acc.addmv_(Qb, wf)
-            acc[0:1].addmv_(h.unsqueeze(0), wS, alpha=-1.0)
+            acc[0:1].addmv_(X[0:1], wS, alpha=-inv_a)
         L = (-math.log(A)) * self._D.sum().reshape(1)  # sum_t sum_s D_t(s) log(1 / A)
-        return L, acc[1:2], acc[0:1], g.unsqueeze(0) @ mdp.initial_state_dist
+        return L, acc[1:2], acc[0:1], (X[1:2] @ mdp.initial_state_dist) * inv_a
 
     def _store_limits(self, Qh: th.Tensor, eus: th.Tensor) -> None:
         """Cache ``(L, model expected utility)`` at ``beta = +inf`` and ``-inf`` from the hard
-        Q-values ``Qh (H, 2, S, A)`` (max and min backups) and their initial values ``eus (2,)``."""
+        Q-values ``Qh (H, 2, A, S)`` (max and min backups, action-major) and their initial
+        values ``eus (2,)``."""
         H, S, A = self.mdp.horizon, self.mdp.n_states, self.mdp.n_actions
         W = self._weights()
         assert W is not None
-        w = W.view(H, S, A)
+        w = W.view(H, A, S).transpose(-1, -2)
         for j, sg in enumerate((1.0, -1.0)):
-            logp = _tie_log_policy(Qh[:, j], sg, TIE_TOL)
+            logp = _tie_log_policy(Qh[:, j].transpose(-1, -2), sg, TIE_TOL)
             L = float(th.where(w > 0, w * logp, th.zeros_like(w)).sum())
             self._limits[sg] = (L, float(eus[j]))
 
@@ -363,20 +400,20 @@ class MEGObjective:
         if self._limits_fit():
             # Both signs in one hard pass of U and -U (max backups): two ops per step, the tie
             # policies vectorised.
-            dense, M, _ = mdp._operators(r.dtype)
             A = mdp.n_actions
-            rf = th.stack([r.reshape(S * A), -r.reshape(S * A)])
-            Qh = r.new_empty(H, 2, S, A)
+            rf = th.stack([r.T.reshape(A * S), -r.T.reshape(A * S)])  # action-major
+            Qh = r.new_empty(H, 2, A, S)
             X = r.new_zeros(2, S)  # hard values of U and -U at step t + 1
+            MTd = self._dense_backup()
             for t in range(H - 1, -1, -1):
-                q = Qh[t].view(2, S * A)
+                q = Qh[t].view(2, A * S)
                 if t == H - 1:
                     q.copy_(rf)
-                elif dense:
-                    th.addmm(rf, X, M.T, alpha=mdp.discount, out=q)
+                elif MTd is not None:
+                    th.addmm(rf, X, MTd, alpha=mdp.discount, out=q)
                 else:
-                    th.add(rf, mdp.expect_next(X).view(2, S * A), alpha=mdp.discount, out=q)
-                th.amax(Qh[t], -1, out=X)
+                    self._backup(rf, X, q)
+                th.amax(Qh[t], 1, keepdim=True, out=X.view(2, 1, S))
             Qh[:, 1].neg_()
             X[1].neg_()
             self._store_limits(Qh, X @ mdp.initial_state_dist)
@@ -615,6 +652,7 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
                     converged=False, at_boundary=False)
 
     # 2. Refinement: Hermite root plus geometric probes around it.
+    single_tried = False
     for _ in range(60):
         if converged or hi - lo <= _BRACKET_RTOL * hi or newton_done():
             converged = True
@@ -629,7 +667,7 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
         rel = (hi - lo) / c
         if lo < cn < hi and cn != c:
             rel = min(rel, 4.0 * abs(cn - c) / c)
-        if n >= 3:
+        if n >= 3 and (rel > _SINGLE_PROBE_REL or single_tried):
             k = (n - 1) // 2
             # Offsets from rel down to rel**2 (the error of the next estimate), at least 1e-13.
             top = math.log10(max(rel, 1e-12))
@@ -637,6 +675,10 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
             xs = [c] + [c * (1 - o) for o in offs] + [c * (1 + o) for o in offs]
             xs = [x for x in xs if lo < x < hi]
         else:
+            # On a bracket this tight the Hermite root is exact to rounding (its error shrinks
+            # like the fourth power of the width): one beta (a cheaper pass) and the Newton
+            # decrement confirms it; once, after that the probes again.
+            single_tried = single_tried or n >= 3
             xs = [c]
         old = hi - lo
         run(xs)

@@ -147,7 +147,8 @@ def soft_value_iteration(
 
     Returns:
         :class:`SoftVIResult` with ``log_pi``/``Q`` of shape ``(K, H, S, A)`` and ``V`` of shape
-        ``(K, H, S)``.
+        ``(K, H, S)`` (for finite betas without autograd these are permuted views of internal
+        ``(H, A, S, K)`` buffers: index or ``reshape`` them, ``.contiguous()`` before ``view``).
 
     Raises:
         ValueError: if no utility is available, or on bad betas.
@@ -204,9 +205,11 @@ def _soft_backward(
     """Soft backward pass for finite betas ``(K,)``: ``(log_pi, Q)`` ``(K, H, S, A)``, ``V (K, H, S)``
     and, with ``with_pi`` (no autograd), the probabilities ``pi (K, H, S, A)``, else None.
 
-    Without autograd the outputs are written in place into preallocated tensors (no per-step
-    stacking; the backup adds ``beta r`` in the same ``addmm`` on small MDPs, and ``pi`` reuses
-    the step's ``exp``); with autograd the steps are stacked.
+    Without autograd the outputs are written in place into preallocated ``(H, A, S, K)``
+    buffers (contiguous per step, reductions over the leading action axis) and returned as
+    permuted views; the backup adds ``beta r`` in the same ``addmm`` / ``addmv`` (dense or CSR
+    action-major operator, whichever is cheaper for ``K`` columns), and ``pi`` reuses the step's
+    ``exp``. With autograd the steps are stacked.
     """
     K, H, S, A = b.numel(), mdp.horizon, mdp.n_states, mdp.n_actions
     gamma = mdp.discount
@@ -222,33 +225,44 @@ def _soft_backward(
             Ls.append(lp)
             V_next = v
         return th.stack(Ls[::-1], 1), th.stack(Qs[::-1], 1), th.stack(Vs[::-1], 1), None
-    Q = r.new_empty(K, H, S, A)
-    log_pi = r.new_empty(K, H, S, A)
-    V = r.new_empty(K, H, S)
-    pi = r.new_empty(K, H, S, A) if with_pi else r.new_empty(K, S, A)
-    dense, M, _ = mdp._operators(r.dtype)
-    scaled_f = scaled.reshape(K, S * A)
-    s = r.new_empty(K * S)
-    s2, s3 = s.view(K, S), s.view(K, S, 1)
+    # Working layout (H, A, S, K): each step's block is contiguous, the reductions over the few
+    # actions run over the leading axis and broadcasts of state values over actions are
+    # contiguous; the outputs are permuted views (K, H, S, A) of these buffers.
+    C = th.mul(r.T.unsqueeze(-1), b, out=r.new_empty(A, S, K))  # beta r, contiguous
+    Qw = r.new_empty(H, A, S, K)
+    LPw = r.new_empty(H, A, S, K)
+    Vw = r.new_empty(H, S, K)
+    PIw = r.new_empty(H, A, S, K) if with_pi else r.new_empty(1, A, S, K)
+    ops = mdp._am_operators(r.dtype, K)  # action-major (A * S, S) operator, or None (large S)
+    P = mdp._operators(r.dtype)[1] if ops is None else None  # state-major CSR (S * A, S)
+    Cf = C.view(A * S, K)
+    m = r.new_empty(1, S, K)
+    z = r.new_empty(1, S, K)
     for t in range(H - 1, -1, -1):
-        q, lp = Q[:, t], log_pi[:, t]
-        p = pi[:, t] if with_pi else pi
+        q, lp = Qw[t], LPw[t]
+        p = PIw[t] if with_pi else PIw[0]
         if t == H - 1:
-            q.copy_(scaled)
-        elif dense:
-            th.addmm(scaled_f, V[:, t + 1], M.T, alpha=gamma, out=q.view(K, S * A))
+            q.copy_(C)
+        elif ops is not None:
+            if K == 1:
+                th.addmv(Cf.view(A * S), ops[0], Vw[t + 1].view(S), alpha=gamma, out=q.view(A * S))
+            else:
+                th.addmm(Cf, ops[0], Vw[t + 1], alpha=gamma, out=q.view(A * S, K))
         else:
-            th.add(scaled, mdp.expect_next(V[:, t + 1]), alpha=gamma, out=q)
-        m = q.amax(-1, keepdim=True)
+            assert P is not None
+            nxt = (P @ Vw[t + 1].view(S)).view(S, A, 1) if K == 1 else (P @ Vw[t + 1]).view(S, A, K)
+            th.add(C, nxt.transpose(0, 1), alpha=gamma, out=q)
+        th.amax(q, 0, keepdim=True, out=m)
         th.sub(q, m, out=lp)
         th.exp(lp, out=p)
-        th.sum(p, -1, out=s2)
+        th.sum(p, 0, keepdim=True, out=z)
         if with_pi:
-            p.div_(s3)
-        s.log_()
-        lp.sub_(s3)
-        th.add(m, s3, out=V[:, t].unsqueeze(-1))
-    return log_pi, Q, V, (pi if with_pi else None)
+            p.div_(z)
+        z.log_()
+        lp.sub_(z)
+        th.add(m, z, out=Vw[t].unsqueeze(0))
+    log_pi, Q = LPw.permute(3, 0, 2, 1), Qw.permute(3, 0, 2, 1)
+    return log_pi, Q, Vw.permute(2, 0, 1), (PIw.permute(3, 0, 2, 1) if with_pi else None)
 
 
 def occupancy_measures(mdp: TabularMDP, policy: Any) -> th.Tensor:
@@ -283,26 +297,39 @@ def occupancy_measures(mdp: TabularMDP, policy: Any) -> th.Tensor:
             d = mdp.push_forward(d.unsqueeze(-1) * pt)
             rows.append(d)
         return th.stack(rows, -2)
-    K = pi.shape[0] if batch else 1
     A = mdp.n_actions
-    out = p0.new_empty(K, H + 1, S)
-    out[:, 0] = p0
-    # Lean loop: the state-action mass goes into one buffer, the dense product straight into
-    # the output row (CSR: one sparse product per step).
-    dense, M, MT = mdp._operators(mdp._op_dtype(pi))
-    mass = out.new_empty(K, S, A)
-    flat = mass.view(K, S * A)
-    pk = pi if batch else pi.unsqueeze(0)
+    # Working layout as in the backward pass: the policy as (H, A, S, K) (no copy for the
+    # permuted outputs of soft_value_iteration), D as (H + 1, S, K).
+    if batch:
+        pw = pi.permute(1, 3, 2, 0)
+    else:
+        pw = pi.transpose(-1, -2).unsqueeze(-1)
+        pw = pw if pw.ndim == 4 else pw.unsqueeze(0)
+    pw = pw.contiguous()
+    K = pw.shape[-1]
+    D = p0.new_empty(H + 1, S, K)
+    D[0] = p0.unsqueeze(-1)
+    dt = mdp._op_dtype(pi)
+    ops = mdp._am_operators(dt, K)
+    PT = mdp._operators(dt)[2] if ops is None else None
+    # Large MDPs: the state-action mass is written state-major (the CSR operator's row order).
+    mass_sm = p0.new_empty(S, A, K)
+    mass = mass_sm.transpose(0, 1) if ops is None else p0.new_empty(A, S, K)
+    stationary = pw.shape[0] == 1
     for t in range(H):
-        pt = pk[:, t] if pk.ndim == 4 else pk
-        th.mul(out[:, t].unsqueeze(-1), pt, out=mass)
-        if dense:
-            th.mm(flat, M, out=out[:, t + 1])
-        elif K == 1:
-            out[0, t + 1] = MT @ flat[0]
+        th.mul(D[t], pw[0] if stationary else pw[t], out=mass)
+        if ops is not None:
+            if K == 1:
+                th.mv(ops[1], mass.view(A * S), out=D[t + 1].view(S))
+            else:
+                th.mm(ops[1], mass.view(A * S, K), out=D[t + 1])
         else:
-            out[:, t + 1] = (MT @ flat.T).T
-    return out if batch else out[0]
+            assert PT is not None
+            if K == 1:
+                D[t + 1].view(S).copy_(PT @ mass_sm.view(S * A))
+            else:
+                D[t + 1] = PT @ mass_sm.view(S * A, K)
+    return D.permute(2, 0, 1) if batch else D[..., 0]
 
 
 def soft_state_visitation(

@@ -164,3 +164,52 @@ def test_solver_same_answer_for_any_batch_size(batch, rng):
     assert sol["converged"] and not sol["at_boundary"]
     assert sol["L"] + 12 * math.log(4) == pytest.approx(ref.meg, rel=1e-10)
     assert sol["beta"] == pytest.approx(ref.beta, rel=1e-8)
+
+
+@pytest.mark.parametrize("k", [1, 4, 64])
+def test_action_major_operators_match_dense_transition(k, rng):
+    """Whichever operator the cost rule picks (dense or CSR, action-major rows a * S + s), it is T."""
+    mdp = random_mdp(30, 3, 4, branching=2, seed=int(rng.integers(1000)))
+    S, A = mdp.n_states, mdp.n_actions
+    T_am = mdp.dense_transition().transpose(0, 1).reshape(A * S, S)
+    M, MT = mdp._am_operators(th.float64, k)
+    v = th.as_tensor(rng.standard_normal((S, k)))
+    m = th.as_tensor(rng.random((A * S, k)))
+    th.testing.assert_close(M @ v, T_am @ v, rtol=1e-12, atol=1e-12)
+    th.testing.assert_close(MT @ m, T_am.T @ m, rtol=1e-12, atol=1e-12)
+
+
+def test_soft_vi_layouts_agree_across_operator_choices(rng, monkeypatch):
+    """Dense action-major, CSR action-major and state-major CSR (large-MDP) passes agree."""
+    mdp = random_mdp(40, 3, 6, branching=3, seed=int(rng.integers(1000)))
+    betas = [0.3, 1.0, 2.5]
+    pi = policies.uniform(mdp)
+    ref = im.soft_value_iteration(mdp, betas)
+    D_ref = im.occupancy_measures(mdp, ref.pi)
+    D1_ref = im.occupancy_measures(mdp, pi)
+    for max_sa in (mdp_module.AM_MAX_SA, 0):  # CSR action-major (no dense), then state-major
+        monkeypatch.setattr(mdp_module, "DENSE_FAST_PATH_ENTRIES", 0)
+        monkeypatch.setattr(mdp_module, "AM_MAX_SA", max_sa)
+        m2 = mdp.with_horizon(6)
+        m2.__dict__["_op_cache"] = {}
+        res = im.soft_value_iteration(m2, betas)
+        th.testing.assert_close(res.log_pi, ref.log_pi, rtol=1e-12, atol=1e-12)
+        th.testing.assert_close(res.V, ref.V, rtol=1e-12, atol=1e-12)
+        th.testing.assert_close(im.occupancy_measures(m2, res.pi), D_ref, rtol=1e-12, atol=1e-12)
+        th.testing.assert_close(im.occupancy_measures(m2, pi), D1_ref, rtol=1e-12, atol=1e-12)
+
+
+def test_meg_pass_history_equals_per_step_accumulation(monkeypatch):
+    """The batched accumulation after the loop (small MDPs) equals the per-step one."""
+    import importlib
+
+    meg_module = importlib.import_module("imitation_meg.meg")
+
+    mdp = cliff_world(horizon=12)
+    pi = policies.epsilon_greedy(mdp, 0.3)
+    betas = th.tensor([0.05, 0.3, 2.0], dtype=th.float64)
+    full = MEGObjective(mdp, pi).evaluate2(betas)
+    monkeypatch.setattr(meg_module, "_W_BYTES", 0)  # no cached occupancy: per-step path
+    lean = MEGObjective(mdp, pi).evaluate2(betas)
+    for a, b in zip(full, lean):
+        th.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
