@@ -3,7 +3,8 @@ CartPole x IncentivizeLearningRate (gym combination, Definition 12).
 
 Each run lasts ``n_episodes`` CartPole episodes (or ``max_steps`` steps). Writes ``episodes.csv``
 (episode returns and lengths per env, agent, seed), ``summary.csv`` (mean return over the
-first and the last ``tail`` episodes, mean length of the last ``tail`` episodes),
+first and the last ``tail`` episodes, mean length of the last ``tail`` episodes, fraction of
+steps without E's penalty in the first and last ``tail`` episodes),
 ``results.json`` and one PNG per environment (average episode reward vs episode, mean over
 seeds) into ``results_dir``. The paper ran 10 seeds x 10,000 episodes on CartPole-v0.
 """
@@ -66,13 +67,15 @@ def main(cfg: Config) -> dict:
             lens = np.array([x[:n] for x in lengths]) if n else np.zeros((len(returns), 0))
             curves[(combo.__name__, name)] = mat.mean(axis=0) if n else np.zeros(0)
             tail, tail_len = (mat[:, -cfg.tail:], lens[:, -cfg.tail:]) if n else (mat, lens)
-            head = mat[:, : cfg.tail] if n else mat
+            head, head_len = (mat[:, : cfg.tail], lens[:, : cfg.tail]) if n else (mat, lens)
             summary.append({"env": combo.__name__, "agent": name, "episodes": n,
                             "mean_return_first": float(head.mean()) if head.size else float("nan"),
                             "mean_return_last": float(tail.mean()) if tail.size else float("nan"),
                             "mean_return_all": float(mat.mean()) if mat.size else float("nan"),
                             "mean_length_last": float(tail_len.mean()) if tail_len.size
                             else float("nan"),
+                            "match_first": _match(head, head_len),
+                            "match_last": _match(tail, tail_len),
                             "n_seeds": len(cfg.seeds)})
     write_csv(out / "episodes.csv", episodes)
     write_csv(out / "summary.csv", summary)
@@ -80,6 +83,16 @@ def main(cfg: Config) -> dict:
                                       "summary": summary})
     _figures(curves, out, cfg)
     return {"summary": summary}
+
+
+def _match(returns: np.ndarray, lengths: np.ndarray) -> float:
+    """Fraction of steps on which the joystick matched (reward +1) in these episodes.
+
+    CartPole's reward is +1 every step, so a step's combined reward is +1 (E's reward was not
+    -1) or -1 (penalised): matched steps = (return + length) / 2.
+    """
+    total = float(lengths.sum())
+    return float((returns.sum() + total) / (2 * total)) if total else float("nan")
 
 
 def _figures(curves: dict, out: pathlib.Path, cfg: Config) -> None:

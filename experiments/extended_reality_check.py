@@ -37,8 +37,11 @@ class Config:
 
 
 def _factory(name: str, cfg: Config, n_steps: int):
-    kwargs = dict(cfg.agent_kwargs.get(name, {}))
-    if name in ("DQN", "A2C", "PPO"):
+    """The factory of ``name`` (``"X"`` or ``"RC(X)"``); ``RC(X)`` wraps X built with X's
+    keywords, so the original and the reality-checked agent differ only by the wrapper."""
+    base = name[3:-1] if name.startswith("RC(") and name.endswith(")") else name
+    kwargs = dict(cfg.agent_kwargs.get(base, {}))
+    if base in ("DQN", "A2C", "PPO"):
         kwargs.setdefault("total_timesteps", n_steps)
     return agent_factory(name, kwargs)
 

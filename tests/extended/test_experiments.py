@@ -43,8 +43,13 @@ def test_cartpole_fast(tmp_path):
     assert len(out["summary"]) == 4 and all(r["episodes"] == 2 for r in out["summary"])
 
 
-def test_meg_fast(tmp_path):
-    out = _run_fast("meg", tmp_path)
+@pytest.fixture(scope="module")
+def meg_fast(tmp_path_factory):
+    return _run_fast("meg", tmp_path_factory.mktemp("meg_fast"))
+
+
+def test_meg_fast(meg_fast):
+    out = meg_fast
     rows = {(r["env"], r["policy"], r["measure"]): r for r in out["rows"]}
     closed = (1 + 0.25 * 3) * math.log(2)
     push = rows[("TemptingButton", "always push", "known utility")]
@@ -57,9 +62,9 @@ def test_meg_fast(tmp_path):
     assert uniform["meg"] == pytest.approx(0.0, abs=1e-9)
 
 
-def test_meg_fast_crying_baby_targets_come_apart(tmp_path):
+def test_meg_fast_crying_baby_targets_come_apart(meg_fast):
     """CryingBaby (frozen baby): the two targets rank the parent policies in opposite orders."""
-    out = _run_fast("meg", tmp_path)
+    out = meg_fast
     meg = {(r["policy"], r["measure"]): r["meg"] for r in out["rows"]
            if r["env"].startswith("CryingBaby")}
     laugh, nutri = "target baby_laughs", "target nutrition_in_2_8"
@@ -72,3 +77,32 @@ def test_meg_fast_crying_baby_targets_come_apart(tmp_path):
     assert meg[("feed iff nutrition < 5", nutri)] > meg[("feed iff nutrition < 5", laugh)] + 0.05
     assert meg[("uniform", laugh)] == pytest.approx(0.0, abs=1e-6)
     assert meg[("uniform", nutri)] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_reality_check_driver_builds_rc_agents_with_the_original_keywords():
+    """Regression: RC(X) once got none of X's ``agent_kwargs`` nor ``total_timesteps``."""
+    module = load_driver("extended_reality_check", ROOT / "experiments")
+    cfg = module.Config(agent_kwargs={"PPO": {"n_steps": 32}, "DQN": {"learning_starts": 7}})
+    ppo = module._factory("PPO", cfg, 300)(n_actions=2, n_obs=1, seed=0)
+    rc_ppo = module._factory("RC(PPO)", cfg, 300)(n_actions=2, n_obs=1, seed=0)
+    assert ppo.model.n_steps == rc_ppo.inner.model.n_steps == 32
+    assert ppo.total_timesteps == rc_ppo.inner.total_timesteps == 300
+    rc_dqn = module._factory("RC(DQN)", cfg, 300)(n_actions=2, n_obs=1, seed=0)
+    assert rc_dqn.inner.model.learning_starts == 7 and rc_dqn.inner.total_timesteps == 300
+
+
+def test_table1_merge_of_shards(tmp_path):
+    module = load_driver("extended_table1", ROOT / "experiments")
+    header = "agent,seed,n_steps,mean_reward,seconds\n"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "runs.csv").write_text(header + "Q,0,10,-0.4,0.1\nQ,1,10,-0.6,0.1\n")
+    (tmp_path / "b" / "runs.csv").write_text(header + "PPO,0,10,-0.2,0.1\n")
+    out = module.merge([str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "m"))
+    rows = {r["agent"]: r for r in out["summary"]}
+    assert rows["Q"]["mean"] == pytest.approx(-0.5) and rows["Q"]["n_seeds"] == 2
+    assert rows["Q"]["paper_stderr_convention"] == pytest.approx(0.1 / 2)
+    assert rows["PPO"]["n_seeds"] == 1 and (tmp_path / "m" / "table1.csv").exists()
+    (tmp_path / "b" / "runs.csv").write_text(header + "PPO,0,20,-0.2,0.1\n")
+    with pytest.raises(ValueError, match="n_steps"):
+        module.merge([str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "m2"))
