@@ -82,7 +82,8 @@ def test_meg_fast_crying_baby_targets_come_apart(meg_fast):
 def test_reality_check_driver_builds_rc_agents_with_the_original_keywords():
     """Regression: RC(X) once got none of X's ``agent_kwargs`` nor ``total_timesteps``."""
     module = load_driver("extended_reality_check", ROOT / "experiments")
-    cfg = module.Config(agent_kwargs={"PPO": {"n_steps": 32}, "DQN": {"learning_starts": 7}})
+    cfg = module.Config(agent_kwargs={"PPO": {"n_steps": 32, "batch_size": 32},
+                                     "DQN": {"learning_starts": 7}})
     ppo = module._factory("PPO", cfg, 300)(n_actions=2, n_obs=1, seed=0)
     rc_ppo = module._factory("RC(PPO)", cfg, 300)(n_actions=2, n_obs=1, seed=0)
     assert ppo.model.n_steps == rc_ppo.inner.model.n_steps == 32
@@ -106,3 +107,15 @@ def test_table1_merge_of_shards(tmp_path):
     (tmp_path / "b" / "runs.csv").write_text(header + "PPO,0,20,-0.2,0.1\n")
     with pytest.raises(ValueError, match="n_steps"):
         module.merge([str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "m2"))
+
+
+def test_rc_diagnosis_fast(tmp_path):
+    """Before PPO's first update the agent matches its identically seeded sim on every step
+    (original and RC alike); against a sim with another seed it does not."""
+    module = load_driver("extended_rc_diagnosis", ROOT / "experiments")
+    data = load_yaml(ROOT / "configs" / "extended_rc_diagnosis_fast.yaml")
+    out = module.main(load_config({**data, "results_dir": str(tmp_path)}, module.Config))
+    mean = {r["case"]: r["mean_reward"] for r in out["summary"]}
+    assert mean["original"] == 1.0 and mean["reality_check"] == 1.0
+    assert mean["original, decoupled sim"] < 1.0
+    assert (tmp_path / "runs.csv").exists() and (tmp_path / "results.json").exists()
