@@ -16,7 +16,7 @@ import time
 from imitation_meg import envs, policies
 from imitation_meg.config import progress, write_results
 from imitation_meg.plotting import plot_meg_series
-from imitation_meg.report import meg_summary
+from imitation_meg.report import SUMMARY_COLUMNS, meg_summary
 
 # Appendix D.1 of the paper (epsilon = 0.1 .. 0.9).
 PAPER_KNOWN = {0.1: 2.4, 0.2: 1.5, 0.3: 0.95, 0.4: 0.50, 0.5: 0.20, 0.6: 0.04, 0.7: 0.003, 0.8: 0.001, 0.9: 0.008}
@@ -53,13 +53,7 @@ def main(cfg: Config) -> dict:
                         mlp_seeds=cfg.mlp_seeds, seed=cfg.seed)
         rows.append({
             "epsilon": eps,
-            "known": s["known"],
-            "unknown_exact": s["unknown_exact"],
-            "mlp_mean": s.get("mlp_mean", float("nan")),
-            "mlp_2sigma": s.get("mlp_2sigma", float("nan")),
-            "mlp_best": s.get("mlp_best", float("nan")),
-            "certificate": s["certificate"],
-            "known_beta": s["known_beta"],
+            **{c: s[c] for c in SUMMARY_COLUMNS},
             "paper_known": PAPER_KNOWN.get(round(eps, 3), float("nan")),
             "paper_unknown_mlp": PAPER_UNKNOWN.get(round(eps, 3), float("nan")),
         })

@@ -21,7 +21,7 @@ import time
 from imitation_meg import envs, occupancy_measures, policies
 from imitation_meg.config import progress, write_results
 from imitation_meg.plotting import plot_grid_values, plot_meg_bars
-from imitation_meg.report import meg_summary
+from imitation_meg.report import SUMMARY_COLUMNS, meg_summary
 
 # Appendix D.1 of the paper (k = 1 .. 4): known utility, unknown utility (MLP) mean and spread.
 PAPER_KNOWN = {1: 37.8, 2: 21.4, 3: 16.8, 4: 18.9}
@@ -62,12 +62,7 @@ def main(cfg: Config) -> dict:
                         mlp_seeds=cfg.mlp_seeds, seed=cfg.seed)
         rows.append({
             "k": k,
-            "known": s["known"],
-            "unknown_exact": s["unknown_exact"],
-            "mlp_mean": s.get("mlp_mean", float("nan")),
-            "mlp_2sigma": s.get("mlp_2sigma", float("nan")),
-            "mlp_best": s.get("mlp_best", float("nan")),
-            "certificate": s["certificate"],
+            **{c: s[c] for c in SUMMARY_COLUMNS},
             "paper_known": PAPER_KNOWN.get(k, float("nan")),
             "paper_unknown_mlp": PAPER_UNKNOWN.get(k, float("nan")),
             "paper_unknown_spread": PAPER_UNKNOWN_SPREAD.get(k, float("nan")),

@@ -96,10 +96,9 @@ def _match(returns: np.ndarray, lengths: np.ndarray) -> float:
 
 
 def _figures(curves: dict, out: pathlib.Path, cfg: Config) -> None:
-    import matplotlib
+    from imitation_meg.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out.mkdir(parents=True, exist_ok=True)
     for env_name in sorted({k[0] for k in curves}):
@@ -111,9 +110,7 @@ def _figures(curves: dict, out: pathlib.Path, cfg: Config) -> None:
         ax.set_ylabel(f"episode reward (mean of {len(cfg.seeds)} seeds)")
         ax.set_title(env_name)
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / f"{env_name.replace('*', '_x_')}.png", dpi=100)
-        plt.close(fig)
+        save_figure(fig, out / f"{env_name.replace('*', '_x_')}.png", dpi=100)
 
 
 if __name__ == "__main__":

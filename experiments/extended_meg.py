@@ -85,10 +85,9 @@ def main(cfg: Config) -> dict:
 
 
 def _figure(rows: list[dict], path: pathlib.Path) -> None:
-    import matplotlib
+    from imitation_meg.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     known = [r for r in rows if r["measure"].startswith("known")]
     fig, ax = plt.subplots(figsize=(7, 3))
@@ -98,10 +97,7 @@ def _figure(rows: list[dict], path: pathlib.Path) -> None:
     ax.set_xticks(x, [f"{r['env'][:8]}\n{r['policy']}" for r in known], fontsize=6)
     ax.axhline(0, color="k", lw=0.5)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 if __name__ == "__main__":

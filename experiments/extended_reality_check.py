@@ -92,10 +92,9 @@ def main(cfg: Config) -> dict:
 
 
 def _figure(summary: list[dict], path: pathlib.Path, cfg: Config) -> None:
-    import matplotlib
+    from imitation_meg.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     keys = ["ignore_rewards"] + (["battery"] if cfg.battery_steps > 0 else [])
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3), squeeze=False)
@@ -108,10 +107,7 @@ def _figure(summary: list[dict], path: pathlib.Path, cfg: Config) -> None:
         ax.set_ylabel("mean reward per step")
         ax.axhline(0, color="k", lw=0.5)
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 if __name__ == "__main__":

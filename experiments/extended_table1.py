@@ -99,10 +99,9 @@ def merge(dirs: list[str], results_dir: str) -> dict:
 
 
 def _figure(summary: list[dict], path: pathlib.Path, cfg: Config) -> None:
-    import matplotlib
+    from imitation_meg.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     x = np.arange(len(summary))
     fig, ax = plt.subplots(figsize=(5, 3))
@@ -114,10 +113,7 @@ def _figure(summary: list[dict], path: pathlib.Path, cfg: Config) -> None:
     ax.set_ylabel("mean reward per step")
     ax.set_title(cfg.env)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 if __name__ == "__main__":

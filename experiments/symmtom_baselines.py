@@ -103,10 +103,9 @@ def main(cfg: Config) -> dict:
 
 
 def _plot(rows: list[dict], path: pathlib.Path) -> None:
-    import matplotlib
+    from imitation_meg.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     labels = list(dict.fromkeys(f"n{r['n']} w{r['w']} c{r['c']}" for r in rows))
     agents = list(dict.fromkeys(r["agent"] for r in rows))
@@ -119,9 +118,7 @@ def _plot(rows: list[dict], path: pathlib.Path) -> None:
     ax.set_xticks(np.arange(len(labels)) + width * (len(agents) - 1) / 2, labels, rotation=45, ha="right")
     ax.set_ylabel("reward per agent per episode")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 if __name__ == "__main__":

@@ -29,12 +29,12 @@ def pyplot() -> Any:
     return plt
 
 
-def save_figure(fig: Any, path: str | pathlib.Path) -> pathlib.Path:
+def save_figure(fig: Any, path: str | pathlib.Path, *, dpi: int = 120) -> pathlib.Path:
     """Lay out, save as PNG (creating folders) and close ``fig``; returns the path."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=dpi)
     pyplot().close(fig)
     return path
 

@@ -9,7 +9,18 @@ from imitation_meg.mdp import TabularMDP
 from imitation_meg.meg import meg
 from imitation_meg.unknown import meg_unknown
 
-__all__ = ["meg_summary"]
+__all__ = ["meg_summary", "SUMMARY_COLUMNS"]
+
+#: The table columns :func:`meg_summary` always returns (MLP columns are NaN when skipped).
+SUMMARY_COLUMNS = (
+    "known",
+    "unknown_exact",
+    "mlp_mean",
+    "mlp_2sigma",
+    "mlp_best",
+    "certificate",
+    "known_beta",
+)
 
 
 def meg_summary(
@@ -35,9 +46,9 @@ def meg_summary(
 
     Returns:
         A flat dict: ``known``, ``known_beta``, ``unknown_exact``, ``unknown_at_boundary``,
-        ``certificate`` (Gibbs upper bound), ``upper_bound`` (H log|A|) and, with the MLP,
-        ``mlp_mean``, ``mlp_2sigma`` (twice the sample std over seeds), ``mlp_best`` and
-        ``mlp_values``.
+        ``certificate`` (Gibbs upper bound), ``upper_bound`` (H log|A|), ``mlp_mean``,
+        ``mlp_2sigma`` (twice the sample std over seeds) and ``mlp_best`` (NaN without the MLP)
+        and, with the MLP, ``mlp_values``.
     """
     known = meg(policy, mdp, utility)
     exact = meg_unknown(policy, mdp)
@@ -48,6 +59,9 @@ def meg_summary(
         "unknown_at_boundary": exact.at_boundary,
         "certificate": exact.extra["certificate"],
         "upper_bound": mdp.horizon * math.log(mdp.n_actions),
+        "mlp_mean": math.nan,
+        "mlp_2sigma": math.nan,
+        "mlp_best": math.nan,
     }
     if mlp_steps > 0:
         mlp = meg_unknown(

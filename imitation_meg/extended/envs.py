@@ -90,7 +90,35 @@ class _SingleSimMatch(ExtendedEnv):
         self.sim.train(0, action, reward, 0)
 
 
-class AdversarialSequencePredictor(ExtendedEnv):
+class _AdversarialSequence(ExtendedEnv):
+    """Matching pennies against a sim of the agent; ``match_reward`` is the agent's reward on a match.
+
+    Each step the sim plays ``other = sim.act(previous agent bit)``; the agent gets
+    ``match_reward`` if its bit equals ``other`` and ``-match_reward`` otherwise, and observes
+    ``other``. The sim is trained on ``(previous agent bit, other, -reward, agent bit)``: it is
+    rewarded for what the agent is punished for.
+    """
+
+    n_actions, n_obs = 2, 2
+    match_reward = 1
+
+    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+        super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
+        self.sim = self.make_sim()
+        self.prev = 0
+
+    def reset(self) -> int:
+        return 0
+
+    def step(self, action: int) -> tuple[float, int]:
+        other = self.sim.act(self.prev)
+        reward = self.match_reward if action == other else -self.match_reward
+        self.sim.train(self.prev, other, -reward, action)
+        self.prev = action
+        return reward, other
+
+
+class AdversarialSequencePredictor(_AdversarialSequence):
     """The agent predicts the bit of an evader played by a sim of the agent (actions 2, obs 2).
 
     Each step the sim, as evader, plays ``e = sim.act(previous prediction)``; the agent gets +1 if
@@ -98,25 +126,10 @@ class AdversarialSequencePredictor(ExtendedEnv):
     ``(previous prediction, e, -reward, prediction)``: it is rewarded for evading.
     """
 
-    n_actions, n_obs = 2, 2
-
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
-        super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
-        self.sim = self.make_sim()
-        self.prev = 0
-
-    def reset(self) -> int:
-        return 0
-
-    def step(self, action: int) -> tuple[float, int]:
-        other = self.sim.act(self.prev)
-        reward = 1 if action == other else -1
-        self.sim.train(self.prev, other, -reward, action)
-        self.prev = action
-        return reward, other
+    match_reward = 1
 
 
-class AdversarialSequenceEvader(ExtendedEnv):
+class AdversarialSequenceEvader(_AdversarialSequence):
     """The agent evades a predictor played by a sim of the agent (actions 2, obs 2).
 
     Each step the sim, as predictor, plays ``p = sim.act(previous evasion)``; the agent gets -1 if
@@ -124,23 +137,7 @@ class AdversarialSequenceEvader(ExtendedEnv):
     ``(previous evasion, p, -reward, evasion)``: it is rewarded for predicting.
     """
 
-    n_actions, n_obs = 2, 2
-
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
-        super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
-        self.sim = self.make_sim()
-        self.prev = 0
-
-    def reset(self) -> int:
-        return 0
-
-    def step(self, action: int) -> tuple[float, int]:
-        other = self.sim.act(self.prev)
-        reward = -1 if action == other else 1
-        self.sim.train(self.prev, other, -reward, action)
-        self.prev = action
-        return reward, other
-
+    match_reward = -1
 
 class AfterImages(ExtendedEnv):
     """Random 3-bit images (obs 0..7); match against a sim that sees each image bled into the next.

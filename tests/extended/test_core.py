@@ -203,3 +203,17 @@ def test_slow_environment_rules_by_hand():
     np.testing.assert_array_equal(extended.run(envs.DejaVu, _const(1), 4).rewards, [0, 1, 1, 1])
     assert extended.run(envs.ReverseHistory, _const(0), 6).total_reward == 6.0
     assert extended.run(envs.PunishSlowAgent, _const(0), 5).total_reward == 5.0
+
+
+def test_adversarial_sequence_pair_are_mirror_images():
+    import functools
+
+    from imitation_meg.extended import agents, envs, run
+
+    for action in (0, 1):
+        factory = functools.partial(agents.Constant, action=action)
+        pred = run(envs.AdversarialSequencePredictor, factory, 50, seed=0)
+        evad = run(envs.AdversarialSequenceEvader, factory, 50, seed=0)
+        # A constant sim plays the agent's own bit: the predictor always matches, the evader never
+        # escapes.
+        assert pred.total_reward == 50 and evad.total_reward == -50
