@@ -385,25 +385,10 @@ class TabularMDP:
             cols = self.next_state.reshape(-1)[keep]
             vals = self.prob.reshape(-1)[keep].to(dtype)
             idx_dtype = th.int32 if max(S * A, rows.numel()) < 2**31 - 1 else th.int64
-            mats = []
-            for r, c, shape in ((rows, cols, (S * A, S)), (cols, rows, (S, S * A))):
-                with warnings.catch_warnings():  # "CSR support is in beta" and friends
-                    warnings.simplefilter("ignore", UserWarning)
-                    coo = th.sparse_coo_tensor(
-                        th.stack([r, c]), vals, shape, check_invariants=False
-                    ).coalesce()
-                    csr = coo.to_sparse_csr()
-                    mats.append(
-                        th.sparse_csr_tensor(
-                            csr.crow_indices().to(idx_dtype),
-                            csr.col_indices().to(idx_dtype),
-                            csr.values(),
-                            shape,
-                            check_invariants=False,
-                        )
-                    )
-                del coo, csr
-            cache[key] = (mats[0], mats[1])
+            cache[key] = (
+                _csr_matrix(rows, cols, vals, (S * A, S), idx_dtype),
+                _csr_matrix(cols, rows, vals, (S, S * A), idx_dtype),
+            )
         return cache[key]
 
     def _am_operators(self, dtype: th.dtype, k: int) -> tuple[th.Tensor, th.Tensor] | None:
@@ -433,29 +418,18 @@ class TabularMDP:
         if key not in cache:
             P, PT = self._csr(dtype)
             perm = th.arange(S * A, device=self.device).view(S, A).T.reshape(-1)  # am row -> sm row
-            mats = []
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 rows = P.to_sparse_coo().coalesce()
-                r, c = rows.indices()
-                inv = th.empty_like(perm)
-                inv[perm] = th.arange(S * A, device=self.device)
-                ram = inv[r]
-                for a, b, shape in ((ram, c, (A * S, S)), (c, ram, (S, A * S))):
-                    csr = th.sparse_coo_tensor(
-                        th.stack([a, b]), rows.values(), shape, check_invariants=False
-                    ).coalesce().to_sparse_csr()
-                    idx_dtype = P.col_indices().dtype
-                    mats.append(
-                        th.sparse_csr_tensor(
-                            csr.crow_indices().to(idx_dtype),
-                            csr.col_indices().to(idx_dtype),
-                            csr.values(),
-                            shape,
-                            check_invariants=False,
-                        )
-                    )
-            cache[key] = (mats[0], mats[1])
+            r, c = rows.indices()
+            inv = th.empty_like(perm)
+            inv[perm] = th.arange(S * A, device=self.device)
+            ram = inv[r]
+            idx_dtype = P.col_indices().dtype
+            cache[key] = (
+                _csr_matrix(ram, c, rows.values(), (A * S, S), idx_dtype),
+                _csr_matrix(c, ram, rows.values(), (S, A * S), idx_dtype),
+            )
         return cache[key]
 
     def _am_nnz(self) -> int:
@@ -615,3 +589,22 @@ class TabularMDP:
 
         return mdp_from_env(env_or_id, horizon=horizon, **make_kwargs)
 
+
+def _csr_matrix(
+    rows: th.Tensor, cols: th.Tensor, vals: th.Tensor, shape: tuple[int, int], idx_dtype: th.dtype
+) -> th.Tensor:
+    """A CSR matrix from COO triplets (duplicates summed) with ``idx_dtype`` indices."""
+    with warnings.catch_warnings():  # "CSR support is in beta" and friends
+        warnings.simplefilter("ignore", UserWarning)
+        csr = (
+            th.sparse_coo_tensor(th.stack([rows, cols]), vals, shape, check_invariants=False)
+            .coalesce()
+            .to_sparse_csr()
+        )
+        return th.sparse_csr_tensor(
+            csr.crow_indices().to(idx_dtype),
+            csr.col_indices().to(idx_dtype),
+            csr.values(),
+            shape,
+            check_invariants=False,
+        )
