@@ -42,6 +42,8 @@ __all__ = [
 # Grid and stopping settings of the 1-D solver.
 _GRID_AROUND = (-0.8, 0.8)  # first grid: x0 * 10**-0.8 .. x0 * 10**0.8 around the Newton step at 0
 _MAX_DECADES = 15.0  # extend the grid up to beta * scale = 1e15
+# beta * scale beyond which a soft policy counts as saturated (its limit reached to rounding).
+_SATURATED_X = 1e6
 _BRACKET_RTOL = 1e-11
 _BETAS_PER_PASS = 8
 # A refinement pass evaluates only the Hermite root once the bracket is this narrow (relative).
@@ -617,8 +619,10 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
         return x > 0 and d2 < 0 and abs(d / d2) <= _BRACKET_RTOL * x and lo <= x <= hi
 
     def saturated() -> bool:
-        L_inf = limit()[0]
-        return math.isfinite(L_inf) and best[1] >= L_inf - 1e-12 * max(1.0, abs(L_inf))
+        # L has stopped increasing to rounding at the largest beta seen (dL vanishes there).
+        # Reaching L(sign * inf) is not enough: where hard Q-values tie, finite betas break the
+        # ties by future entropy and L(beta) can rise past L(sign * inf) towards another limit.
+        return abs(best[2]) <= d_tol
 
     # 1. Bracketing, from the Newton step at beta = 0 (``x0``).
     x0 = f_lo / -fp_lo if fp_lo < 0 and math.isfinite(f_lo / -fp_lo) else 1.0 / scale
@@ -642,14 +646,17 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
                 break
             cand = x - fx / fpx if fpx < 0 else math.nan
             x = cand if math.isfinite(cand) and x < cand <= 100.0 * x else 10.0 * x
-    if math.isinf(hi) and not converged:
-        # f keeps its sign up to x_max: L still increases, the supremum is the limit.
+    root_hit = converged and abs(flat[0]) * scale < _SATURATED_X  # dL = 0 at a finite beta
+    if math.isinf(hi) and not root_hit:
+        # dL keeps the sign of dL(0) up to the largest beta: L increases towards beta = sign * inf.
+        # The supremum is the larger of L(sign * inf) and the limit of L(beta), which the last
+        # betas reach once dL vanishes to rounding (``saturated``).
         L_inf, eu_inf = limit()
         if math.isfinite(L_inf) and L_inf >= best[1] - 1e-12 * max(1.0, abs(best[1])):
             return dict(base, beta=sign * math.inf, L=max(L_inf, best[1]), grad=math.nan,
                         model_eu=eu_inf, converged=True, at_boundary=True)
         return dict(base, beta=best[0], L=best[1], grad=best[2], model_eu=best[3],
-                    converged=False, at_boundary=False)
+                    converged=saturated(), at_boundary=True)
 
     # 2. Refinement: Hermite root plus geometric probes around it.
     single_tried = False
@@ -698,11 +705,11 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
         return dict(base, beta=sign * math.inf, L=max(L_inf, best[1]), grad=math.nan,
                     model_eu=eu_inf, converged=True, at_boundary=True)
     # Near the root L is flat to rounding: report the root estimate when its L ties the best.
-    if flat[1] >= best[1] - 8 * np.finfo(np.float64).eps * max(1.0, abs(best[1])):
-        return dict(base, beta=flat[0], L=max(flat[1], best[1]), grad=flat[2], model_eu=flat[3],
-                    converged=converged, at_boundary=False)
-    return dict(base, beta=best[0], L=best[1], grad=best[2], model_eu=best[3],
-                converged=converged, at_boundary=False)
+    pick = flat if flat[1] >= best[1] - 8 * np.finfo(np.float64).eps * max(1.0, abs(best[1])) else best
+    # A "root" beyond beta * scale = 1e6 is where dL has vanished to rounding while L still tends
+    # to its beta -> sign * inf limit (tied hard Q-values): the supremum lies at infinity.
+    return dict(base, beta=pick[0], L=max(pick[1], best[1]), grad=pick[2], model_eu=pick[3],
+                converged=converged, at_boundary=abs(pick[0]) * scale >= _SATURATED_X)
 
 
 def meg(

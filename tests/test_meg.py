@@ -266,3 +266,23 @@ def test_both_limits_match_the_per_step_hard_pass(rng):
             assert L_fast == pytest.approx(L_slow, rel=1e-12) or L_fast == L_slow == -math.inf
             assert eu_fast == pytest.approx(eu_slow, rel=1e-12)
     assert math.isfinite(MEGObjective(mdp, policies.epsilon_greedy(mdp, 0.0)).evaluate_limit(1.0)[0])
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_supremum_beyond_the_tied_limit(k):
+    # A deterministic optimal policy on CliffWorld with a k-square goal region: hard Q-values tie,
+    # so L(beta) rises past L(+inf) (ties split evenly) towards the entropy-tie-broken limit.
+    # MEG is that supremum, reached at large beta, not L(+inf) and not an early stop.
+    mdp = cliff_world(horizon=30, goal_region=k)
+    pi = policies.optimal(mdp, tie_break="first")
+    res = im.meg(pi, mdp)
+    from imitation_meg.meg import MEGObjective
+
+    obj = MEGObjective(mdp, pi)
+    L_big = obj.evaluate(th.tensor([1e4], dtype=th.float64))[0]
+    L_inf = obj.evaluate_limit(1.0)[0]
+    expected = max(float(L_big[0]), L_inf) + 30 * math.log(4)
+    assert float(L_big[0]) > L_inf  # the case this test is about
+    # 1e-8 relative: the accuracy MEG promises; at beta ~ 1e6 L itself carries ~1e-7 rounding.
+    assert res.meg == pytest.approx(expected, rel=1e-8)
+    assert res.converged and res.at_boundary
