@@ -16,7 +16,7 @@ import time
 import numpy as np
 import torch as th
 
-from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.config import write_results
 from imitation_meg.extended import envs, run, self_reflection_measure
 from imitation_meg.extended.registry import agent_factory
 
@@ -83,10 +83,7 @@ def main(cfg: Config) -> dict:
                                  "seconds": round(time.perf_counter() - t0, 2)})
                 row[f"battery_{label}"] = float(np.mean(bvals))
         summary.append(row)
-    write_csv(out / "runs.csv", runs)
-    write_csv(out / "summary.csv", summary)
-    write_json(out / "results.json", {"config": cfg, "versions": library_versions(),
-                                      "runs": runs, "summary": summary})
+    write_results(out, cfg, {"runs": runs, "summary": summary})
     _figure(summary, out / "reality_check.png", cfg)
     return {"summary": summary, "runs": runs}
 
