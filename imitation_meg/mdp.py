@@ -22,6 +22,11 @@ from typing import Any
 import numpy as np
 import torch as th
 
+try:  # scipy's compiled CSR loops: a few microseconds less per call than torch's sparse kernels
+    from scipy.sparse import _sparsetools as _spt
+except ImportError:  # pragma: no cover - scipy is a dependency; torch's kernels are the fallback
+    _spt = None
+
 __all__ = ["TabularMDP", "as_tensor"]
 
 ROW_SUM_TOL = 1e-6
@@ -31,6 +36,9 @@ MAX_DENSE_ENTRIES = 1 << 30
 DENSE_FAST_PATH_ENTRIES = 1 << 20
 # Up to this many state-action pairs the internal passes use cached action-major operators.
 AM_MAX_SA = 1 << 20
+# CPU operators with at most this many stored entries use scipy's CSR loops, whose per-call cost
+# is a few microseconds below torch's sparse kernels; above it torch's are as fast or faster.
+SCIPY_MAX_NNZ = 1 << 17
 
 
 def as_tensor(
@@ -391,7 +399,9 @@ class TabularMDP:
             )
         return cache[key]
 
-    def _am_operators(self, dtype: th.dtype, k: int) -> tuple[th.Tensor, th.Tensor] | None:
+    def _am_operators(
+        self, dtype: th.dtype, k: int, *, scipy: bool | None = None
+    ) -> tuple[th.Tensor, th.Tensor] | None:
         """Action-major operators ``(M (A * S, S), M^T (S, A * S))`` (row ``a * S + s``) for
         passes over ``k`` value vectors, or None above ``AM_MAX_SA`` state-action pairs.
 
@@ -399,7 +409,9 @@ class TabularMDP:
         actions and broadcasts of state values run over contiguous runs of states. The operator
         is the dense matrix on small MDPs when a dense product is cheaper than the sparse one for
         ``k`` columns (dense costs about 0.1 ns per multiply-add, CSR about 2.5 us more per call
-        plus 0.5 ns per stored entry and column), else an int32 CSR matrix. Both are cached.
+        plus 0.5 ns per stored entry and column; with scipy's loops of :class:`AMProduct`
+        about 0.5 us per call), else an int32 CSR matrix. ``scipy``: whether the caller's CSR
+        products go through those loops (default: wherever they apply). Both are cached.
         """
         S, A = self.n_states, self.n_actions
         if S * A > AM_MAX_SA:
@@ -408,7 +420,8 @@ class TabularMDP:
         dense = self._dense_flat(dtype)
         if dense is not None:
             nnz = self._am_nnz()
-            if 0.1 * (S * A * S) * k <= 2500.0 + 0.5 * nnz * k:
+            call = 500.0 if (self._scipy_ok(nnz) if scipy is None else scipy) else 2500.0
+            if 0.1 * (S * A * S) * k <= call + 0.5 * nnz * k:
                 key = ("dense_am", dtype, self.device)
                 if key not in cache:
                     Mam = dense.view(S, A, S).transpose(0, 1).reshape(A * S, S).contiguous()
@@ -431,6 +444,23 @@ class TabularMDP:
                 _csr_matrix(c, ram, rows.values(), (S, A * S), idx_dtype),
             )
         return cache[key]
+
+    def _am_product(self, dtype: th.dtype, k: int) -> "AMProduct | None":
+        """The backup / push-forward products of :meth:`_am_operators` for ``k`` columns
+        (scipy's CSR loops for small sparse CPU operators), or None above ``AM_MAX_SA``."""
+        ops = self._am_operators(dtype, k)
+        if ops is None:
+            return None
+        cache = self._cache()
+        key = ("am_product", dtype, self.device, ops[0].is_sparse_csr)
+        if key not in cache:
+            use_scipy = ops[0].is_sparse_csr and self._scipy_ok(self._am_nnz())
+            cache[key] = AMProduct(ops[0], ops[1], use_scipy=use_scipy)
+        return cache[key]
+
+    def _scipy_ok(self, nnz: int) -> bool:
+        """Whether CSR products with ``nnz`` entries go through scipy's loops (CPU, small)."""
+        return _spt is not None and self.device.type == "cpu" and nnz <= SCIPY_MAX_NNZ
 
     def _am_nnz(self) -> int:
         """Number of non-zero transition entries (cached)."""
@@ -588,6 +618,91 @@ class TabularMDP:
         from imitation_meg.envs.convert import mdp_from_env
 
         return mdp_from_env(env_or_id, horizon=horizon, **make_kwargs)
+
+
+class AMProduct:
+    """Products with one MDP's action-major operators ``M (A * S, S)`` and ``M^T (S, A * S)``.
+
+    ``backup(out, x, c, alpha)``: ``out = c + alpha * M @ x``; ``push(out, x)``: ``out = M^T @ x``,
+    for ``x`` of shape ``(n,)`` or ``(n, k)``. Dense operators use one BLAS call; small sparse
+    operators on CPU (``uses_numpy``) run scipy's compiled CSR loops on numpy views of the
+    tensors (no copies; the scaled values ``alpha * M`` are cached per ``alpha``), and
+    :meth:`backup_np` takes numpy views made once by a caller that loops; others use torch's
+    sparse kernels (any device).
+    """
+
+    def __init__(self, M: th.Tensor, MT: th.Tensor, *, use_scipy: bool = False) -> None:
+        self.M, self.MT = M, MT
+        self._np: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
+        if use_scipy:
+            self._np = tuple(  # type: ignore[assignment]
+                (m.crow_indices().numpy(), m.col_indices().numpy(), m.values().numpy(), *m.shape)
+                for m in (M, MT)
+            )
+        self._scaled: dict[tuple[int, float], np.ndarray] = {}
+
+    @property
+    def uses_numpy(self) -> bool:
+        """Whether the products run through scipy's loops (CPU, small sparse operators)."""
+        return self._np is not None
+
+    def backup(self, out: th.Tensor, x: th.Tensor, c: th.Tensor, alpha: float = 1.0) -> None:
+        """``out = c + alpha * M @ x``."""
+        if self._np is not None and out.is_contiguous():
+            self._scipy(0, out.numpy(), x.numpy(), c.numpy(), alpha)
+        elif out.ndim == 1:
+            th.addmv(c, self.M, x, alpha=alpha, out=out)
+        else:
+            th.addmm(c, self.M, x, alpha=alpha, out=out)
+
+    def backup_np(self, out: np.ndarray, x: np.ndarray, c: np.ndarray, data: np.ndarray) -> None:
+        """:meth:`backup` on flat numpy views made once by a caller that loops (``uses_numpy``
+        only): ``out (n * k,)`` (a view of a C-contiguous ``(n, k)`` block) ``= c + M_alpha @ x``
+        with ``data = scaled(alpha)``."""
+        np.copyto(out, c)
+        n_row, n_col = self.M.shape
+        k = out.shape[0] // n_row
+        assert self._np is not None and _spt is not None
+        indptr, indices = self._np[0][:2]
+        if k == 1:
+            _spt.csr_matvec(n_row, n_col, indptr, indices, data, x, out)
+        else:
+            _spt.csr_matvecs(n_row, n_col, k, indptr, indices, data, x, out)
+
+    def scaled(self, alpha: float, which: int = 0) -> np.ndarray:
+        """The stored values of ``alpha * M`` (``which=1``: of ``M^T``), cached per ``alpha``."""
+        assert self._np is not None
+        data = self._np[which][2]
+        if alpha == 1.0:
+            return data
+        scaled = self._scaled.get((which, alpha))
+        if scaled is None:
+            scaled = self._scaled[(which, alpha)] = data * alpha
+        return scaled
+
+    def push(self, out: th.Tensor, x: th.Tensor) -> None:
+        """``out = M^T @ x``."""
+        if self._np is not None and out.is_contiguous():
+            self._scipy(1, out.numpy(), x.numpy(), None, 1.0)
+        elif out.ndim == 1:
+            th.mv(self.MT, x, out=out)
+        else:
+            th.mm(self.MT, x, out=out)
+
+    def _scipy(self, which: int, y: np.ndarray, x: np.ndarray, c: np.ndarray | None, alpha: float) -> None:
+        assert self._np is not None and _spt is not None and y.flags.c_contiguous
+        indptr, indices, _, n_row, n_col = self._np[which]
+        data = self.scaled(alpha, which)
+        if c is None:
+            y.fill(0.0)
+        else:
+            np.copyto(y, c)
+        xs = x.reshape(-1)
+        ys = y.reshape(-1)  # a view: y is C-contiguous
+        if y.ndim == 1 or y.shape[1] == 1:
+            _spt.csr_matvec(n_row, n_col, indptr, indices, data, xs, ys)
+        else:
+            _spt.csr_matvecs(n_row, n_col, y.shape[1], indptr, indices, data, xs, ys)
 
 
 def _csr_matrix(

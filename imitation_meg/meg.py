@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,8 @@ _BATCH_MAX_SA = 1 << 15
 _BATCH_BYTES = 1 << 28
 # The (H, S * A) occupancy is cached for the backward passes up to this size.
 _W_BYTES = 1 << 27
+# Pass workspaces up to this size are kept (per MDP) for the next pass with the same batch size.
+_WS_KEEP_BYTES = 1 << 22
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +151,7 @@ class MEGObjective:
             # Memory-lean form: state occupancy (H, S) and the policy, not (H, S, A).
             pi = as_policy(policy, mdp).to(mdp.dtype)
             self._pi = pi
-            self._D = occupancy_measures(mdp, pi)[:-1]
+            self._D = occupancy_measures(mdp, pi, validate=False)[:-1]
         else:
             raise ValueError("pass a policy (S, A) / (H, S, A) or sa_occupancy=(H, S, A).")
         gam = mdp.discount ** th.arange(H, dtype=mdp.dtype, device=mdp.device)
@@ -165,6 +168,7 @@ class MEGObjective:
         self._W: th.Tensor | None = None
         self._W_lean = False
         self._limits: dict[float, tuple[float, float]] = {}
+        self._limit_bound: float | None = None
         per_beta = 16 * S * A * self.r.element_size()
         self.batch = int(max(1, min(64, _BATCH_BYTES // max(per_beta, 1))))
 
@@ -194,14 +198,22 @@ class MEGObjective:
         L, dL, _, eu = self.evaluate2(betas)
         return L, dL, eu
 
-    def evaluate2(self, betas: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
-        """Like :meth:`evaluate`, with the exact second derivative.
+    def evaluate2(
+        self, betas: th.Tensor, *, second: bool = True
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+        """Like :meth:`evaluate`, with the exact second derivative (NaN with ``second=False``,
+        a cheaper pass: 9 instead of 12 calls per step).
 
         Returns:
             ``(L (K,), dL (K,), d2L (K,), model_expected_utility (K,))``.
         """
         betas = betas.to(dtype=self.mdp.dtype, device=self.mdp.device).reshape(-1)
-        outs = [self._evaluate(betas[i : i + self.batch]) for i in range(0, betas.numel(), self.batch)]
+        outs = [
+            self._evaluate(betas[i : i + self.batch], second=second)
+            for i in range(0, betas.numel(), self.batch)
+        ]
+        if len(outs) == 1:
+            return outs[0]
         return tuple(th.cat([o[j] for o in outs]) for j in range(4))  # type: ignore[return-value]
 
     def _weights(self) -> th.Tensor | None:
@@ -222,116 +234,151 @@ class MEGObjective:
         w, wS = self._w(t)
         return w.T.reshape(-1), wS
 
-    def _dense_backup(self) -> th.Tensor | None:
-        """The action-major ``M^T (S, A * S)`` when the backup of a few rows is one dense
-        ``addmm`` (small MDPs), else None (use :meth:`_backup`). Resolved once per pass."""
-        ops = self.mdp._am_operators(self.r.dtype, 1)
-        return ops[1] if ops is not None and not ops[0].is_sparse_csr else None
-
-    def _backup(self, C: th.Tensor, X: th.Tensor, out: th.Tensor) -> None:
-        """``out = C + gamma E[X]`` for rows ``X (R, S)`` into action-major ``out (R, A * S)``."""
+    def _backup(self, prod: Any, C: th.Tensor, X: th.Tensor, out: th.Tensor, alpha: float) -> None:
+        """``out = C + alpha E[X]`` for columns ``X (S, R)`` into action-major ``out (A * S, R)``
+        (``prod``: the MDP's action-major products, or None on large MDPs: state-major CSR)."""
+        if prod is not None:
+            prod.backup(out, X, C, alpha)
+            return
         mdp = self.mdp
-        S, A = mdp.n_states, mdp.n_actions
-        R = X.shape[0]
-        ops = mdp._am_operators(X.dtype, 1)
-        if ops is not None and not ops[0].is_sparse_csr:
-            th.addmm(C, X, ops[1], alpha=mdp.discount, out=out)
-        elif ops is not None:
-            th.add(C, (ops[0] @ X.T).T, alpha=mdp.discount, out=out)
-        else:
-            nxt = (mdp._operators(X.dtype)[1] @ X.T).view(S, A, R).permute(2, 1, 0)
-            th.add(C.view(R, A, S), nxt, alpha=mdp.discount, out=out.view(R, A, S))
+        S, A, R = mdp.n_states, mdp.n_actions, X.shape[1]
+        nxt = (mdp._operators(X.dtype)[1] @ X).view(S, A, R).transpose(0, 1)
+        th.add(C.view(A, S, R), nxt, alpha=alpha, out=out.view(A, S, R))
 
-    def _evaluate(self, betas: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
-        """One fused backward pass for ``K`` betas.
+    def _evaluate(
+        self, betas: th.Tensor, *, second: bool = True
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+        """One fused backward pass for ``K`` betas (without the ``d2`` columns and a NaN ``d2L``
+        when ``second`` is False).
 
         With ``Q_t = beta r + gamma E[V_{t+1}]`` and ``log pi_t = Q_t - V_t``, the derivatives of
         the soft values obey ``G_t = dQ_t/dbeta = r + gamma E[g_{t+1}]``, ``g_t = dV_t/dbeta =
         E_pi_beta[G_t]``, ``d2Q_t = gamma E[h_{t+1}]`` and ``h_t = d2V_t = Var_pi_beta(G_t) +
-        E_pi_beta[d2Q_t]``; the carry ``[V; g; h] (3K, S)`` goes through one backup per step,
-        which also adds the constant ``[beta r; r; 0]`` (one ``addmm`` on small MDPs). The rows
-        ``[Q; G; d2Q]`` become ``[log pi; G - g; d2Q]`` in place, so that their product with the
-        occupancy accumulates ``L``, ``dL`` and the first part of ``d2L`` (on small MDPs one
-        batched product over all steps after the loop). Rows are action-major (``(K, A, S)``
-        blocks), every temporary is a preallocated buffer, and the softmax is one call (its
-        largest probability gives the log-partition). 14 torch calls per step on small MDPs.
+        E_pi_beta[d2Q_t]``; the carry ``[V | g | h] (S, 3K)`` goes through one backup per step,
+        which also adds the constant ``[beta r | r | 0]`` (one sparse product; scipy's CSR loop
+        on small CPU MDPs). ``log pi`` is one ``log_softmax`` into its own buffer (``V`` is ``Q``
+        minus it at the best action: ``max Q - max log pi``), and the columns ``[G | d2Q]``
+        become ``[G - g | d2Q]`` in place, so that products with the occupancy accumulate
+        ``L``, ``dL`` and the first part of ``d2L`` (on small MDPs batched products over all
+        steps after the loop). Rows are action-major (``(A, S, 3K)`` blocks, reductions over the
+        leading action axis), and every temporary is a preallocated buffer (kept on the MDP for
+        the next pass with the same ``K`` on small MDPs). 12 calls per step.
         """
         mdp, r = self.mdp, self.r
         K = betas.numel()
         self.evaluations += K
         self.passes += 1
-        H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
-        SA = S * A
+        H, S = mdp.horizon, mdp.n_states
         W = self._weights()
-        R = 3 * K
-        # Action-major rows: column a * S + s, so that the reductions over actions and the
-        # broadcasts of state values run over contiguous runs of states.
-        rf = r.T.reshape(SA)
-        C = r.new_zeros(R, SA)  # the constant of the backup: [beta r; r; 0]
-        th.mul(betas.view(K, 1), rf, out=C[:K])
-        C[K : 2 * K] = rf
-        # Small MDPs keep every step's rows (H, R, A * S) and carries (H + 1, R, S), so that the
-        # accumulations over the occupancy are two batched products after the loop; otherwise
-        # one slot of each is reused and accumulated per step.
-        hist = W is not None and H * R * (SA + S) * r.element_size() <= _W_BYTES
-        n = H if hist else 1
-        Qh = r.new_empty(n, R, SA)  # [Q; G; d2Q] of step t, then [log pi; G - g; d2Q]
-        Xh = r.new_zeros(n + 1, R, S)  # carries [V; g; h]
-        P = r.new_empty(K, A, S)
-        T = r.new_empty(K, A, S)
-        m = r.new_empty(K, 1, S)
-        z = r.new_empty(K, 1, S)
-        acc = r.new_zeros(R)  # [L; dL; first part of d2L]
-        Qs = Qh.unbind(0)
-        qs = Qh[:, :K].view(n, K, A, S).unbind(0)
-        Gs = Qh[:, K : 2 * K].view(n, K, A, S).unbind(0)
-        d2Qs = Qh[:, 2 * K :].view(n, K, A, S).unbind(0)
-        Xs = Xh.unbind(0)
-        Vs = Xh[:, :K].view(n + 1, K, 1, S).unbind(0)
-        gs = Xh[:, K : 2 * K].view(n + 1, K, 1, S).unbind(0)
-        hs = Xh[:, 2 * K :].view(n + 1, K, 1, S).unbind(0)
+        ws = self._workspace(K, second)
+        hist, prod, C, Qh, Xh, LPh, P, T, m, z, acc, Cn = ws[:12]
+        Qs, qs, Gs, d2Qs, Xs, Vs, gs, hs, Qn, Xn = ws[12:]
+        rf = r.T.reshape(-1, 1)
+        C[:, :K] = rf * betas.view(1, K)
+        C[:, K : 2 * K] = rf
+        acc.zero_()
         d2L_acc = acc[2 * K :]
-        gamma, MTd = mdp.discount, self._dense_backup()
+        gamma = mdp.discount
+        data = prod.scaled(gamma) if Qn is not None else None
         for t in range(H - 1, -1, -1):
             i, j = (t, t + 1) if hist else (0, 0)  # this step's slot, the carry's slot
-            Qb, q, G, d2Q = Qs[i], qs[i], Gs[i], d2Qs[i]
+            Qb, q, G = Qs[i], qs[i], Gs[i]
             if t == H - 1:
                 Qb.copy_(C)
-            elif MTd is not None:
-                th.addmm(C, Xs[j], MTd, alpha=gamma, out=Qb)
+            elif Qn is not None:
+                prod.backup_np(Qn[i], Xn[j], Cn, data)
             else:
-                self._backup(C, Xs[j], Qb)
-            th.amax(q, 1, keepdim=True, out=m)
-            th.softmax(q, 1, out=P)
-            # The largest probability is exp(0) / sum_a exp(q - m): z = -log sum_a exp(q - m).
-            th.amax(P, 1, keepdim=True, out=z)
-            z.log_()
+                self._backup(prod, C, Xs[j], Qb, gamma)
+            lp = LPh[i]
+            th.amax(q, 0, keepdim=True, out=m)
+            th.log_softmax(q, 0, out=lp)
+            th.exp(lp, out=P)
+            # The best action's log-probability is -log sum_a exp(q - m): V = m - max_a log pi.
+            th.amax(lp, 0, keepdim=True, out=z)
             th.sub(m, z, out=Vs[i])
-            q.sub_(m)
-            q.add_(z)  # log pi_beta = (q - m) - log sum_a exp(q - m)
             th.mul(G, P, out=T)
             g = gs[i]
-            th.sum(T, 1, keepdim=True, out=g)  # g = E_pi[G]
+            th.sum(T, 0, keepdim=True, out=g)  # g = E_pi[G]
             G.sub_(g)  # G - g
-            th.addcmul(d2Q, G, G, out=T)
-            T.mul_(P)
-            th.sum(T, 1, keepdim=True, out=hs[i])  # h = E_pi[d2Q] + Var_pi(G)
+            if second:
+                th.addcmul(d2Qs[i], G, G, out=T)
+                T.mul_(P)
+                th.sum(T, 0, keepdim=True, out=hs[i])  # h = E_pi[d2Q] + Var_pi(G)
             if not hist:
                 wf, wS = (W[t], self._D[t]) if W is not None else self._w_am(t, None)
-                acc.addmv_(Qb, wf)
-                d2L_acc.addmv_(hs[i].view(K, S), wS, alpha=-1.0)
+                acc[K:].addmv_(Qb[:, K:].T, wf)
+                acc[:K].addmv_(lp.view(-1, K).T, wf)
+                if second:
+                    d2L_acc.addmv_(hs[i][0].T, wS, alpha=-1.0)
         if hist:
             assert W is not None
-            acc += th.bmm(Qh, W.unsqueeze(-1)).sum(0).view(R)
-            d2L_acc -= th.bmm(Xh[:H, 2 * K :], self._D.unsqueeze(-1)).sum(0).view(K)
-        model_eu = Xh[0, K : 2 * K] @ mdp.initial_state_dist
-        return acc[:K], acc[K : 2 * K], acc[2 * K : 3 * K], model_eu
+            Wb = W.unsqueeze(1)
+            acc[K:] += th.bmm(Wb, Qh[..., K:]).sum(0).view(-1)
+            acc[:K] += th.bmm(Wb, LPh.view(H, -1, K)).sum(0).view(-1)
+            if second:
+                d2L_acc -= th.bmm(self._D.unsqueeze(1), Xh[:H, :, 2 * K :]).sum(0).view(K)
+        model_eu = mdp.initial_state_dist @ Xh[0, :, K : 2 * K]
+        out = acc.clone()  # the workspace is reused by the next pass
+        d2L = out[2 * K : 3 * K] if second else th.full_like(out[:K], math.nan)
+        return out[:K], out[K : 2 * K], d2L, model_eu
+
+    def _workspace(self, K: int, second: bool = True) -> tuple[Any, ...]:
+        """Buffers and per-step views of a pass over ``K`` betas; kept on the MDP for the next
+        pass with the same ``K`` when small (creating them costs about as much as a few steps).
+
+        Small MDPs keep every step's rows (H, A * S, 3K) and carries (H + 1, S, 3K), so that the
+        accumulations over the occupancy are two batched products after the loop; otherwise one
+        slot of each is reused and accumulated per step. With scipy's products the numpy views
+        of every slot are made here, once.
+        """
+        mdp, r = self.mdp, self.r
+        H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+        blocks = 3 if second else 2  # [Q | G | d2Q] or [Q | G]
+        SA, R = S * A, blocks * K
+        W = self._weights()
+        hist = W is not None and H * R * (SA + S) * r.element_size() <= _W_BYTES
+        # Kept per MDP, layout, dtype and thread (the buffers are overwritten by every pass;
+        # the constant's utility block is refilled by each pass).
+        key = ("meg_workspace", K, second, hist, r.dtype, mdp.device, threading.get_ident())
+        cache = mdp._cache()
+        ws = cache.get(key)
+        if ws is not None:
+            return ws
+        n = H if hist else 1
+        prod = mdp._am_product(r.dtype, R)
+        C = r.new_zeros(SA, R)  # the constant of the backup: [beta r | r | 0]
+        Qh = r.new_empty(n, SA, R)  # [Q | G | d2Q] of step t, then [Q | G - g | d2Q]
+        Xh = r.new_empty(n + 1, S, R)  # carries [V | g | h] (slot n is never read)
+        Qv = Qh.view(n, A, S, R)
+        Xv = Xh.view(n + 1, 1, S, R)
+        numpy_views = prod is not None and prod.uses_numpy
+        LPh = r.new_empty(n, A, S, K)  # log pi of step t
+        ws = (
+            hist, prod, C, Qh, Xh, LPh,
+            r.new_empty(A, S, K), r.new_empty(A, S, K),  # P, T
+            r.new_empty(1, S, K), r.new_empty(1, S, K),  # m, z
+            r.new_empty(R),  # acc: [L | dL | first part of d2L]
+            C.numpy().reshape(-1) if numpy_views else None,
+            Qh.unbind(0),
+            *(Qv[..., c * K : (c + 1) * K].unbind(0) if c < blocks else None for c in range(3)),
+            Xh.unbind(0),
+            *(Xv[..., c * K : (c + 1) * K].unbind(0) if c < blocks else None for c in range(3)),
+            list(Qh.numpy().reshape(n, -1)) if numpy_views else None,
+            list(Xh.numpy().reshape(n + 1, -1)) if numpy_views else None,
+        )
+        if hist and (Qh.numel() + Xh.numel() + LPh.numel()) * r.element_size() <= _WS_KEEP_BYTES:
+            cache[key] = ws
+        return ws
 
     def _evaluate_zero(self) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
         """The pass at ``beta = 0`` (the uniform policy): ``log pi = -log A`` needs no softmax.
 
-        Carries ``[h; g] (2, S)`` only: ``G = r + gamma E[g']``, ``g = mean_a G``, ``d2Q = gamma
+        Carries ``[h | g] (S, 2)`` only: ``G = r + gamma E[g']``, ``g = mean_a G``, ``d2Q = gamma
         E[h']`` and ``h = mean_a (G - g)^2 + mean_a d2Q``. Same outputs as :meth:`_evaluate`.
+        The carries hold sums over actions, ``[A h | A g]``, so that the means are plain sums
+        (the backup and the accumulation take the ``1 / A`` as a factor). On small MDPs every
+        step's rows and carries are kept and accumulated after the loop, as in
+        :meth:`_evaluate`.
         """
         mdp, r = self.mdp, self.r
         self.evaluations += 1
@@ -339,44 +386,57 @@ class MEGObjective:
         H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
         SA = S * A
         W = self._weights()
-        C = r.new_zeros(2, SA)  # [0; r] (action-major)
-        C[1] = r.T.reshape(SA)
-        # The carry holds sums over actions, [A h; A g] (2, S), so that the means are plain
-        # sums: the backup and the accumulation take the 1 / A as a factor.
-        X = r.new_zeros(2, S)
-        Qb = r.new_empty(2, SA)  # [d2Q; G], then [d2Q; G - g]
+        hist = W is not None
+        n = H if hist else 1
+        C = r.new_zeros(SA, 2)  # [0 | r] (action-major)
+        C[:, 1] = r.T.reshape(SA)
+        Qh = r.new_empty(n, SA, 2)  # [d2Q | G], then [d2Q | G - g]
+        Xh = r.new_zeros(n + 1, S, 2)  # carries [A h | A g]
         T = r.new_empty(A, S)
-        acc = r.new_zeros(2)  # [first part of d2L; dL]
-        d2Q, G = Qb[0].view(A, S), Qb[1].view(A, S)
-        h, g = X[0].view(1, S), X[1].view(1, S)
-        gamma, MTd, inv_a = mdp.discount / A, self._dense_backup(), 1.0 / A
+        acc = r.new_zeros(2)  # [first part of d2L | dL]
+        Qv, Xv = Qh.view(n, A, S, 2), Xh.view(n + 1, 1, S, 2)
+        Qs, d2Qs, Gs = Qh.unbind(0), Qv[..., 0].unbind(0), Qv[..., 1].unbind(0)
+        Xs, hs, gs = Xh.unbind(0), Xv[..., 0].unbind(0), Xv[..., 1].unbind(0)
+        gamma, prod, inv_a = mdp.discount / A, mdp._am_product(r.dtype, 2), 1.0 / A
+        flat = prod is not None and prod.uses_numpy
+        Cn = C.numpy().reshape(-1) if flat else None
+        Qn = list(Qh.numpy().reshape(n, -1)) if flat else None
+        Xn = list(Xh.numpy().reshape(n + 1, -1)) if flat else None
+        data = prod.scaled(gamma) if flat else None
         for t in range(H - 1, -1, -1):
+            i, j = (t, t + 1) if hist else (0, 0)  # this step's slot, the carry's slot
+            Qb, G, g = Qs[i], Gs[i], gs[i]
             if t == H - 1:
                 Qb.copy_(C)
-            elif MTd is not None:
-                th.addmm(C, X, MTd, alpha=gamma, out=Qb)
+            elif Qn is not None and Xn is not None:
+                prod.backup_np(Qn[i], Xn[j], Cn, data)
             else:
-                self._backup(C, X * inv_a, Qb)
-            wf, wS = (W[t], self._D[t]) if W is not None else self._w_am(t, None)
+                self._backup(prod, C, Xs[j], Qb, gamma)
             th.sum(G, 0, keepdim=True, out=g)
             G.sub_(g, alpha=inv_a)
-            th.addcmul(d2Q, G, G, out=T)
-            th.sum(T, 0, keepdim=True, out=h)  # A h = sum_a d2Q + sum_a (G - g)^2
-            acc.addmv_(Qb, wf)
-            acc[0:1].addmv_(X[0:1], wS, alpha=-inv_a)
+            th.addcmul(d2Qs[i], G, G, out=T)
+            th.sum(T, 0, keepdim=True, out=hs[i])  # A h = sum_a d2Q + sum_a (G - g)^2
+            if not hist:
+                wf, wS = self._w_am(t, W)
+                acc.addmv_(Qb.T, wf)
+                acc[0:1].addmv_(Xs[i][:, 0:1].T, wS, alpha=-inv_a)
+        if hist:
+            assert W is not None
+            acc += th.bmm(W.unsqueeze(1), Qh).sum(0).view(2)
+            acc[0:1] -= inv_a * th.bmm(self._D.unsqueeze(1), Xh[:H, :, 0:1]).sum(0).view(1)
         L = (-math.log(A)) * self._D.sum().reshape(1)  # sum_t sum_s D_t(s) log(1 / A)
-        return L, acc[1:2], acc[0:1], (X[1:2] @ mdp.initial_state_dist) * inv_a
+        return L, acc[1:2], acc[0:1], (mdp.initial_state_dist @ Xh[0, :, 1:2]) * inv_a
 
     def _store_limits(self, Qh: th.Tensor, eus: th.Tensor) -> None:
         """Cache ``(L, model expected utility)`` at ``beta = +inf`` and ``-inf`` from the hard
-        Q-values ``Qh (H, 2, A, S)`` (max and min backups, action-major) and their initial
+        Q-values ``Qh (H, A, S, 2)`` (max and min backups, action-major) and their initial
         values ``eus (2,)``."""
         H, S, A = self.mdp.horizon, self.mdp.n_states, self.mdp.n_actions
         W = self._weights()
         assert W is not None
         w = W.view(H, A, S).transpose(-1, -2)
         for j, sg in enumerate((1.0, -1.0)):
-            logp = _tie_log_policy(Qh[:, j].transpose(-1, -2), sg, TIE_TOL)
+            logp = _tie_log_policy(Qh[..., j].transpose(-1, -2), sg, TIE_TOL)
             L = float(th.where(w > 0, w * logp, th.zeros_like(w)).sum())
             self._limits[sg] = (L, float(eus[j]))
 
@@ -385,6 +445,23 @@ class MEGObjective:
         mdp = self.mdp
         size = 2 * mdp.horizon * mdp.n_states * mdp.n_actions * self.r.element_size()
         return self._weights() is not None and size <= _W_BYTES
+
+    def limit_upper_bound(self) -> float:
+        """An upper bound on ``L`` at ``beta = +inf`` and ``-inf``, from the behaviour alone.
+
+        The limit policy is uniform over the tied best (worst) actions, so ``L`` there is
+        ``-inf`` unless each visited state's tie set contains the behaviour's support, and then
+        ``sum_a w log pi_inf <= -D log n`` with ``n`` the support's size:
+        ``L(+-inf) <= -sum_t sum_s D_t(s) log n_t(s)``. A behaviour with full support gets the
+        ``beta = 0`` value, which an interior optimum beats without a hard pass.
+        """
+        if self._limit_bound is None:
+            H, S, A = self.mdp.horizon, self.mdp.n_states, self.mdp.n_actions
+            W = self._weights()
+            sa = W.view(H, A, S) if W is not None else self.sa_occupancy.transpose(-1, -2)
+            n = (sa > 0).sum(1).clamp_(min=1).to(self.r.dtype)
+            self._limit_bound = float(-(self._D * n.log_()).sum())
+        return self._limit_bound
 
     def evaluate_limit(self, sign: float) -> tuple[float, float]:
         """``L`` and the model's expected utility at ``beta = sign * inf``.
@@ -403,22 +480,20 @@ class MEGObjective:
             # Both signs in one hard pass of U and -U (max backups): two ops per step, the tie
             # policies vectorised.
             A = mdp.n_actions
-            rf = th.stack([r.T.reshape(A * S), -r.T.reshape(A * S)])  # action-major
-            Qh = r.new_empty(H, 2, A, S)
-            X = r.new_zeros(2, S)  # hard values of U and -U at step t + 1
-            MTd = self._dense_backup()
+            rf = th.stack([r.T.reshape(A * S), -r.T.reshape(A * S)], 1)  # action-major (A S, 2)
+            Qh = r.new_empty(H, A, S, 2)
+            X = r.new_zeros(S, 2)  # hard values of U and -U at step t + 1
+            prod = mdp._am_product(r.dtype, 2)
             for t in range(H - 1, -1, -1):
-                q = Qh[t].view(2, A * S)
+                q = Qh[t].view(A * S, 2)
                 if t == H - 1:
                     q.copy_(rf)
-                elif MTd is not None:
-                    th.addmm(rf, X, MTd, alpha=mdp.discount, out=q)
                 else:
-                    self._backup(rf, X, q)
-                th.amax(Qh[t], 1, keepdim=True, out=X.view(2, 1, S))
-            Qh[:, 1].neg_()
-            X[1].neg_()
-            self._store_limits(Qh, X @ mdp.initial_state_dist)
+                    self._backup(prod, rf, X, q, mdp.discount)
+                th.amax(Qh[t], 0, keepdim=True, out=X.view(1, S, 2))
+            Qh[..., 1].neg_()
+            X[:, 1].neg_()
+            self._store_limits(Qh, mdp.initial_state_dist @ X)
             return self._limits[sign]
         V_next = r.new_zeros(S)
         L = 0.0
@@ -590,14 +665,18 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
     hi, f_hi, fp_hi = math.inf, math.nan, math.nan
     converged = False
 
-    def run(xs: list[float]) -> list[tuple[float, float, float]]:
+    def run(xs: list[float], light: bool = False) -> list[tuple[float, float, float]]:
+        # light: a pass without second derivatives (inside a finite bracket); f' at each point
+        # is then interpolated from the bracket's ends (it only scales the Newton decrement).
         nonlocal lo, f_lo, fp_lo, hi, f_hi, fp_hi, converged
         xs = sorted(set(xs))
         pts = th.tensor([sign * x for x in xs], dtype=dt, device=dev)
-        Lp, dLp, d2Lp, eup = (v.tolist() for v in obj.evaluate2(pts))
+        Lp, dLp, d2Lp, eup = (v.tolist() for v in obj.evaluate2(pts, second=not light))
         out = []
         for j, x in enumerate(xs):
             Lj, dj, d2j = Lp[j], dLp[j], d2Lp[j]
+            if light:
+                d2j = fp_lo + (fp_hi - fp_lo) * (x - lo) / (hi - lo)
             if Lj > best[1]:
                 best[:] = [sign * x, Lj, dj, eup[j], d2j]
             if abs(dj) < abs(flat[2]):
@@ -680,6 +759,8 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
             top = math.log10(max(rel, 1e-12))
             offs = np.logspace(max(-13.0, min(2.0 * top, top - 2.0)), top, k)
             xs = [c] + [c * (1 - o) for o in offs] + [c * (1 + o) for o in offs]
+            if len(xs) < n and lo < cn < hi and cn not in xs:
+                xs.append(cn)  # the Newton estimate fills the batch (same pass size as the grid)
             xs = [x for x in xs if lo < x < hi]
         else:
             # On a bracket this tight the Hermite root is exact to rounding (its error shrinks
@@ -688,7 +769,7 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
             single_tried = single_tried or n >= 3
             xs = [c]
         old = hi - lo
-        run(xs)
+        run(xs, light=n >= 3 and len(xs) == 1)
         if n < 3 and hi - lo > 0.5 * old:
             # The single estimate did not halve the bracket: bisect once (geometric when wide).
             m = math.sqrt(lo * hi) if lo > 0 and hi > 4 * lo else 0.5 * (lo + hi)
@@ -700,8 +781,10 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
     # The limit wins when it is at least as good: a finite beta whose soft policy has
     # saturated to the hard one (dL exactly 0) is reported as the exact limit.
     # (Not skipped for an interior root: where hard Q-values tie, L(beta) does not tend to L_inf.)
-    L_inf, eu_inf = limit()
-    if math.isfinite(L_inf) and L_inf >= best[1] - 1e-12 * max(1.0, abs(best[1])):
+    # The hard pass is skipped when the limit provably cannot win (see ``limit_upper_bound``).
+    tol_best = 1e-12 * max(1.0, abs(best[1]))
+    L_inf, eu_inf = limit() if obj.limit_upper_bound() >= best[1] - tol_best else (-math.inf, math.nan)
+    if math.isfinite(L_inf) and L_inf >= best[1] - tol_best:
         return dict(base, beta=sign * math.inf, L=max(L_inf, best[1]), grad=math.nan,
                     model_eu=eu_inf, converged=True, at_boundary=True)
     # Near the root L is flat to rounding: report the root estimate when its L ties the best.

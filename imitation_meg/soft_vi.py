@@ -62,10 +62,20 @@ class SoftVIResult:
 
     betas: th.Tensor
     log_pi: th.Tensor
-    Q: th.Tensor
     V: th.Tensor
+    # Q when the pass kept it; else ``log_pi + V`` is formed on first access (the fast pass
+    # writes only log_pi, pi and V).
+    _Q: th.Tensor | None = dataclasses.field(default=None, repr=False, compare=False)
     # The probabilities when the backward pass already computed them (saves one exp pass).
     _pi: th.Tensor | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def Q(self) -> th.Tensor:
+        """``(K, H, S, A)`` soft Q-values of ``beta * U`` (hard Q of ``U`` for infinite beta)."""
+        if self._Q is None:
+            object.__setattr__(self, "_Q", self.log_pi + self.V.unsqueeze(-1))
+        assert self._Q is not None
+        return self._Q
 
     @property
     def pi(self) -> th.Tensor:
@@ -167,11 +177,15 @@ def soft_value_iteration(
     all_finite = bool(finite.all())
     parts: dict[int, tuple[th.Tensor, th.Tensor, th.Tensor]] = {}
     if all_finite and not grad:
-        log_pi, Q, V, pi = _soft_backward(mdp, b, r, with_pi=True)
-        return SoftVIResult(betas=b, log_pi=log_pi, Q=Q, V=V, _pi=pi)
+        log_pi, V, pi = _soft_backward_fast(mdp, b, r)
+        return SoftVIResult(betas=b, log_pi=log_pi, V=V, _pi=pi)
     if bool(finite.any()):
         idx = finite.nonzero().flatten()
-        Lf_t, Qf_t, Vf_t, _ = _soft_backward(mdp, b[idx], r)
+        if grad:
+            Lf_t, Qf_t, Vf_t = _soft_backward(mdp, b[idx], r)
+        else:
+            Lf_t, Vf_t, _ = _soft_backward_fast(mdp, b[idx], r)
+            Qf_t = Lf_t + Vf_t.unsqueeze(-1)
         for j, k in enumerate(idx.tolist()):
             parts[k] = (Lf_t[j], Qf_t[j], Vf_t[j])
     for k in (~finite).nonzero().flatten().tolist():
@@ -188,7 +202,7 @@ def soft_value_iteration(
         V = r.new_empty(K, H, S)
         for k in range(K):
             log_pi[k], Q[k], V[k] = parts[k]
-    return SoftVIResult(betas=b, log_pi=log_pi, Q=Q, V=V)
+    return SoftVIResult(betas=b, log_pi=log_pi, V=V, _Q=Q)
 
 
 def _log_softmax_lse(q: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
@@ -200,72 +214,72 @@ def _log_softmax_lse(q: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
 
 
 def _soft_backward(
-    mdp: TabularMDP, b: th.Tensor, r: th.Tensor, *, with_pi: bool = False
-) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor | None]:
-    """Soft backward pass for finite betas ``(K,)``: ``(log_pi, Q)`` ``(K, H, S, A)``, ``V (K, H, S)``
-    and, with ``with_pi`` (no autograd), the probabilities ``pi (K, H, S, A)``, else None.
+    mdp: TabularMDP, b: th.Tensor, r: th.Tensor
+) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    """Soft backward pass for finite betas ``(K,)`` by stacked steps (differentiable):
+    ``(log_pi, Q)`` ``(K, H, S, A)`` and ``V (K, H, S)``."""
+    H = mdp.horizon
+    gamma = mdp.discount
+    scaled = b.view(-1, 1, 1) * r  # (K, S, A)
+    Qs, Vs, Ls = [], [], []
+    V_next: th.Tensor | None = None
+    for _t in range(H - 1, -1, -1):
+        q = scaled if V_next is None else scaled + gamma * mdp.expect_next(V_next)
+        lp, v = _log_softmax_lse(q)
+        Qs.append(q)
+        Vs.append(v)
+        Ls.append(lp)
+        V_next = v
+    return th.stack(Ls[::-1], 1), th.stack(Qs[::-1], 1), th.stack(Vs[::-1], 1)
 
-    Without autograd the outputs are written in place into preallocated ``(H, A, S, K)``
-    buffers (contiguous per step, reductions over the leading action axis) and returned as
-    permuted views; the backup adds ``beta r`` in the same ``addmm`` / ``addmv`` (dense or CSR
-    action-major operator, whichever is cheaper for ``K`` columns), and ``pi`` reuses the step's
-    ``exp``. With autograd the steps are stacked.
+
+def _soft_backward_fast(
+    mdp: TabularMDP, b: th.Tensor, r: th.Tensor
+) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    """Soft backward pass for finite betas ``(K,)`` without autograd: ``log_pi (K, H, S, A)``,
+    ``V (K, H, S)`` and ``pi (K, H, S, A)``, permuted views of ``(H, A, S, K)`` buffers.
+
+    Each step's block is contiguous, the reductions over the few actions run over its leading
+    axis and the broadcasts of state values over actions are contiguous. The backup (adding
+    ``beta r``) writes straight into the log-policy slot, which the step then turns into
+    ``log pi = (Q - m) - log sum_a exp(Q - m)`` in place; ``pi`` reuses the step's ``exp``.
     """
     K, H, S, A = b.numel(), mdp.horizon, mdp.n_states, mdp.n_actions
     gamma = mdp.discount
-    scaled = b.view(K, 1, 1) * r  # (K, S, A)
-    if r.requires_grad:
-        Qs, Vs, Ls = [], [], []
-        V_next: th.Tensor | None = None
-        for _t in range(H - 1, -1, -1):
-            q = scaled if V_next is None else scaled + gamma * mdp.expect_next(V_next)
-            lp, v = _log_softmax_lse(q)
-            Qs.append(q)
-            Vs.append(v)
-            Ls.append(lp)
-            V_next = v
-        return th.stack(Ls[::-1], 1), th.stack(Qs[::-1], 1), th.stack(Vs[::-1], 1), None
-    # Working layout (H, A, S, K): each step's block is contiguous, the reductions over the few
-    # actions run over the leading axis and broadcasts of state values over actions are
-    # contiguous; the outputs are permuted views (K, H, S, A) of these buffers.
     C = th.mul(r.T.unsqueeze(-1), b, out=r.new_empty(A, S, K))  # beta r, contiguous
-    Qw = r.new_empty(H, A, S, K)
     LPw = r.new_empty(H, A, S, K)
     Vw = r.new_empty(H, S, K)
-    PIw = r.new_empty(H, A, S, K) if with_pi else r.new_empty(1, A, S, K)
-    ops = mdp._am_operators(r.dtype, K)  # action-major (A * S, S) operator, or None (large S)
-    P = mdp._operators(r.dtype)[1] if ops is None else None  # state-major CSR (S * A, S)
+    PIw = r.new_empty(H, A, S, K)
+    prod = mdp._am_product(r.dtype, K)  # action-major (A * S, S) products, or None (large S)
+    P = mdp._operators(r.dtype)[1] if prod is None else None  # state-major CSR (S * A, S)
     Cf = C.view(A * S, K)
     m = r.new_empty(1, S, K)
     z = r.new_empty(1, S, K)
     for t in range(H - 1, -1, -1):
-        q, lp = Qw[t], LPw[t]
-        p = PIw[t] if with_pi else PIw[0]
+        lp, p = LPw[t], PIw[t]
         if t == H - 1:
-            q.copy_(C)
-        elif ops is not None:
+            lp.copy_(C)
+        elif prod is not None:
             if K == 1:
-                th.addmv(Cf.view(A * S), ops[0], Vw[t + 1].view(S), alpha=gamma, out=q.view(A * S))
+                prod.backup(lp.view(A * S), Vw[t + 1].view(S), Cf.view(A * S), gamma)
             else:
-                th.addmm(Cf, ops[0], Vw[t + 1], alpha=gamma, out=q.view(A * S, K))
+                prod.backup(lp.view(A * S, K), Vw[t + 1], Cf, gamma)
         else:
             assert P is not None
             nxt = (P @ Vw[t + 1].view(S)).view(S, A, 1) if K == 1 else (P @ Vw[t + 1]).view(S, A, K)
-            th.add(C, nxt.transpose(0, 1), alpha=gamma, out=q)
-        th.amax(q, 0, keepdim=True, out=m)
-        th.sub(q, m, out=lp)
+            th.add(C, nxt.transpose(0, 1), alpha=gamma, out=lp)
+        th.amax(lp, 0, keepdim=True, out=m)
+        lp.sub_(m)
         th.exp(lp, out=p)
         th.sum(p, 0, keepdim=True, out=z)
-        if with_pi:
-            p.div_(z)
+        p.div_(z)
         z.log_()
         lp.sub_(z)
         th.add(m, z, out=Vw[t].unsqueeze(0))
-    log_pi, Q = LPw.permute(3, 0, 2, 1), Qw.permute(3, 0, 2, 1)
-    return log_pi, Q, Vw.permute(2, 0, 1), (PIw.permute(3, 0, 2, 1) if with_pi else None)
+    return LPw.permute(3, 0, 2, 1), Vw.permute(2, 0, 1), PIw.permute(3, 0, 2, 1)
 
 
-def occupancy_measures(mdp: TabularMDP, policy: Any) -> th.Tensor:
+def occupancy_measures(mdp: TabularMDP, policy: Any, *, validate: bool = True) -> th.Tensor:
     """State occupancies ``D[t, s] = P(s_t = s)`` of a policy, for ``t = 0 .. H``.
 
     Args:
@@ -273,6 +287,8 @@ def occupancy_measures(mdp: TabularMDP, policy: Any) -> th.Tensor:
         policy: stationary ``(S, A)``, time-dependent ``(H, S, A)``, or batched
             ``(K, H, S, A)`` probabilities (validated with :func:`imitation_meg.policies.as_policy`
             unless batched).
+        validate: set False only for a policy that already passed ``as_policy`` (in the MDP's
+            dtype and device).
 
     Returns:
         ``(H + 1, S)`` (or ``(K, H + 1, S)`` for a batch). Row ``H`` is the post-horizon state,
@@ -284,7 +300,7 @@ def occupancy_measures(mdp: TabularMDP, policy: Any) -> th.Tensor:
         pi = policy.to(mdp.dtype)
         batch = True
     else:
-        pi = as_policy(policy, mdp).to(mdp.dtype)
+        pi = as_policy(policy, mdp).to(mdp.dtype) if validate else policy
         batch = False
     H, S = mdp.horizon, mdp.n_states
     p0 = mdp.initial_state_dist
@@ -310,19 +326,19 @@ def occupancy_measures(mdp: TabularMDP, policy: Any) -> th.Tensor:
     D = p0.new_empty(H + 1, S, K)
     D[0] = p0.unsqueeze(-1)
     dt = mdp._op_dtype(pi)
-    ops = mdp._am_operators(dt, K)
-    PT = mdp._operators(dt)[2] if ops is None else None
+    prod = mdp._am_product(dt, K)
+    PT = mdp._operators(dt)[2] if prod is None else None
     # Large MDPs: the state-action mass is written state-major (the CSR operator's row order).
     mass_sm = p0.new_empty(S, A, K)
-    mass = mass_sm.transpose(0, 1) if ops is None else p0.new_empty(A, S, K)
+    mass = mass_sm.transpose(0, 1) if prod is None else p0.new_empty(A, S, K)
     stationary = pw.shape[0] == 1
     for t in range(H):
         th.mul(D[t], pw[0] if stationary else pw[t], out=mass)
-        if ops is not None:
+        if prod is not None:
             if K == 1:
-                th.mv(ops[1], mass.view(A * S), out=D[t + 1].view(S))
+                prod.push(D[t + 1].view(S), mass.view(A * S))
             else:
-                th.mm(ops[1], mass.view(A * S, K), out=D[t + 1])
+                prod.push(D[t + 1], mass.view(A * S, K))
         else:
             assert PT is not None
             if K == 1:

@@ -286,3 +286,53 @@ def test_supremum_beyond_the_tied_limit(k):
     # 1e-8 relative: the accuracy MEG promises; at beta ~ 1e6 L itself carries ~1e-7 rounding.
     assert res.meg == pytest.approx(expected, rel=1e-8)
     assert res.converged and res.at_boundary
+
+
+def test_light_pass_matches_the_full_pass(rng):
+    from imitation_meg.meg import MEGObjective
+
+    for mdp in (cliff_world(horizon=9), random_mdp(30, 3, 7, discount=0.8, seed=5)):
+        pi = th.as_tensor(rng.dirichlet(np.ones(mdp.n_actions), size=(mdp.horizon, mdp.n_states)))
+        obj = MEGObjective(mdp, pi)
+        betas = th.tensor([0.05, 0.7, 3.0], dtype=th.float64)
+        full = obj.evaluate2(betas)
+        light = obj.evaluate2(betas, second=False)
+        for j in (0, 1, 3):  # L, dL, model expected utility
+            th.testing.assert_close(light[j], full[j], rtol=1e-12, atol=1e-12)
+        assert bool(th.isnan(light[2]).all()) and bool(th.isfinite(full[2]).all())
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.2, 1.0])
+def test_limit_upper_bound_bounds_both_limits(eps, rng):
+    from imitation_meg.meg import MEGObjective
+
+    for mdp in (cliff_world(horizon=8), cliff_world(horizon=8, goal_region=2), random_mdp(20, 3, 6, seed=2)):
+        pi = policies.epsilon_greedy(mdp, eps)
+        obj = MEGObjective(mdp, pi)
+        bound = obj.limit_upper_bound()
+        for sign in (1.0, -1.0):
+            assert obj.evaluate_limit(sign)[0] <= bound + 1e-12
+        if eps > 0:  # full support: the bound is L(0) = -H log A
+            assert bound == pytest.approx(-mdp.horizon * math.log(mdp.n_actions), rel=1e-12)
+    # A deterministic optimal policy with tie-free hard Q-values attains the bound (L(+inf) = 0).
+    mdp = cliff_world(horizon=8)
+    obj = MEGObjective(mdp, policies.optimal(mdp))
+    assert obj.evaluate_limit(1.0)[0] == pytest.approx(obj.limit_upper_bound(), abs=1e-12)
+
+
+def test_pass_workspaces_shared_on_one_mdp_keep_objectives_apart(rng):
+    # Workspaces are kept on the MDP: a second objective (another utility, another policy) on the
+    # same MDP must not see the first one's constants.
+    from imitation_meg.meg import MEGObjective
+
+    mdp = cliff_world(horizon=10)
+    U2 = th.as_tensor(rng.standard_normal(mdp.n_states))
+    pi1, pi2 = policies.epsilon_greedy(mdp, 0.2), policies.soft_optimal(mdp, 0.5, U2)
+    betas = th.tensor([0.1, 0.4, 2.0], dtype=th.float64)
+    first = MEGObjective(mdp, pi1).evaluate2(betas)
+    second = MEGObjective(mdp, pi2, U2).evaluate2(betas)
+    fresh = cliff_world(horizon=10)  # no shared cache
+    for got, ref in ((first, MEGObjective(fresh, pi1).evaluate2(betas)),
+                     (second, MEGObjective(fresh, pi2, U2).evaluate2(betas))):
+        for a, b in zip(got, ref):
+            th.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

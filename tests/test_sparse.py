@@ -213,3 +213,37 @@ def test_meg_pass_history_equals_per_step_accumulation(monkeypatch):
     lean = MEGObjective(mdp, pi).evaluate2(betas)
     for a, b in zip(full, lean):
         th.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [th.float64, th.float32])
+@pytest.mark.parametrize("k", [1, 5])
+def test_scipy_products_match_torch_kernels(dtype, k, rng):
+    """The scipy CSR loops (small CPU operators) compute the same products as torch's kernels."""
+    from imitation_meg.mdp import AMProduct
+
+    mdp = random_mdp(60, 3, 4, branching=3, seed=int(rng.integers(1000)))
+    S, A = mdp.n_states, mdp.n_actions
+    M, MT = mdp._am_operators(dtype, k, scipy=True)
+    assert M.is_sparse_csr and MT.is_sparse_csr  # 3 successors of 60 states: sparse wins
+    fast, ref = AMProduct(M, MT, use_scipy=True), AMProduct(M, MT, use_scipy=False)
+    assert fast.uses_numpy and not ref.uses_numpy
+    shape_x, shape_m = ((S,), (A * S,)) if k == 1 else ((S, k), (A * S, k))
+    x = th.as_tensor(rng.standard_normal(shape_x), dtype=dtype)
+    c = th.as_tensor(rng.standard_normal(shape_m), dtype=dtype)
+    m = th.as_tensor(rng.random(shape_m), dtype=dtype)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == th.float32 else dict(rtol=1e-12, atol=1e-12)
+    for alpha in (1.0, 0.9):
+        out_f, out_r = th.empty(shape_m, dtype=dtype), th.empty(shape_m, dtype=dtype)
+        fast.backup(out_f, x, c, alpha)
+        ref.backup(out_r, x, c, alpha)
+        th.testing.assert_close(out_f, out_r, **tol)
+        T_am = mdp.dense_transition().transpose(0, 1).reshape(A * S, S).to(dtype)
+        th.testing.assert_close(out_f, c + alpha * (T_am @ x), **tol)
+    out_f, out_r = th.empty(shape_x, dtype=dtype), th.empty(shape_x, dtype=dtype)
+    fast.push(out_f, m)
+    ref.push(out_r, m)
+    th.testing.assert_close(out_f, out_r, **tol)
+    # The flat numpy entry point used inside the passes.
+    flat = th.empty(A * S * k, dtype=dtype)
+    fast.backup_np(flat.numpy(), x.numpy().reshape(-1), c.numpy().reshape(-1), fast.scaled(0.5))
+    th.testing.assert_close(flat.view(shape_m), c + 0.5 * (T_am @ x), **tol)
