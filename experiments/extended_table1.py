@@ -21,6 +21,9 @@ from imitation_meg.extended.registry import agent_factory
 
 PAPER = {"Q": (-0.44858, 0.00044), "DQN": (-0.46687, 0.00137), "A2C": (-0.49820, 0.00045),
          "PPO": (-0.24217, 0.00793)}
+# "PPO-upstream" is our PPO fed the way the paper's library fed it (see
+# imitation_meg.extended.sb3_agents): compared with the paper's PPO value.
+PAPER["PPO-upstream"] = PAPER["PPO"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +44,8 @@ def main(cfg: Config) -> dict:
     out = pathlib.Path(cfg.results_dir)
     runs = []
     for name in cfg.agents:
-        kwargs = {"total_timesteps": cfg.n_steps} if name in ("DQN", "A2C", "PPO") else None
+        sb3 = name in ("DQN", "A2C", "PPO", "PPO-upstream")
+        kwargs = {"total_timesteps": cfg.n_steps} if sb3 else None
         for seed in cfg.seeds:
             t0 = time.perf_counter()
             res = run(env_cls, agent_factory(name, kwargs), cfg.n_steps, seed=seed)

@@ -456,11 +456,12 @@ class MEGObjective:
         ``beta = 0`` value, which an interior optimum beats without a hard pass.
         """
         if self._limit_bound is None:
-            H, S, A = self.mdp.horizon, self.mdp.n_states, self.mdp.n_actions
-            W = self._weights()
-            sa = W.view(H, A, S) if W is not None else self.sa_occupancy.transpose(-1, -2)
-            n = (sa > 0).sum(1).clamp_(min=1).to(self.r.dtype)
-            self._limit_bound = float(-(self._D * n.log_()).sum())
+            # Support sizes from the policy (no (H, S, A) occupancy is formed) or the occupancy.
+            src = self._pi if self._pi is not None else self._sa
+            assert src is not None
+            n = (src > 0).sum(-1).clamp_(min=1).to(self.r.dtype)  # (S,) or (H, S)
+            D = self._D if n.ndim == 2 else self._D.sum(0)
+            self._limit_bound = float(-(D * n.log_()).sum())
         return self._limit_bound
 
     def evaluate_limit(self, sign: float) -> tuple[float, float]:

@@ -1,5 +1,7 @@
 """Agent factories by name, for configs: ``"Q"``, ``"Random"``, ``"Constant0"``, ``"Constant1"``,
-``"DQN"``, ``"A2C"``, ``"PPO"`` and ``"RC(<name>)"`` for the reality check of any of them."""
+``"DQN"``, ``"A2C"``, ``"PPO"``, ``"PPO-upstream"`` (PPO fed the way the paper's library fed it,
+``upstream_rollouts=True``: for comparison with the paper only) and ``"RC(<name>)"`` for the
+reality check of any of them."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from imitation_meg.extended.transforms import reality_check
 
 __all__ = ["AGENT_NAMES", "agent_factory"]
 
-AGENT_NAMES = ("Q", "Random", "Constant0", "Constant1", "DQN", "A2C", "PPO")
+AGENT_NAMES = ("Q", "Random", "Constant0", "Constant1", "DQN", "A2C", "PPO", "PPO-upstream")
 
 
 def agent_factory(name: str, kwargs: Mapping[str, Any] | None = None) -> Callable[..., Any]:
@@ -38,4 +40,8 @@ def agent_factory(name: str, kwargs: Mapping[str, Any] | None = None) -> Callabl
         from imitation_meg.extended import sb3_agents
 
         return functools.partial(getattr(sb3_agents, name), **kwargs)
+    if name == "PPO-upstream":
+        from imitation_meg.extended import sb3_agents
+
+        return functools.partial(sb3_agents.PPO, upstream_rollouts=True, **kwargs)
     raise ValueError(f"unknown agent {name!r}; choose one of {AGENT_NAMES} or 'RC(<name>)'.")

@@ -175,21 +175,48 @@ class SB3Agent:
 
 
 class _OnPolicy(SB3Agent):
-    def _choose(self, obs: Any) -> int:
+    """A2C / PPO. ``upstream_rollouts=True`` reproduces how the paper's library fed its on-policy
+    agents (for comparison with its Table 1 only; not a correct learner): every rollout restarts
+    from the run's first observation (its patched ``learn()`` reset a replay env at each call),
+    and the stored log-probability and value are those of a *freshly sampled* action, not of the
+    replayed one (its patched ``forward`` swapped the action after sampling), so PPO's
+    importance ratio compares different actions. A2C's loss does not read stored log-probs.
+    """
+
+    def __init__(self, *, upstream_rollouts: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(upstream_rollouts, bool):
+            raise TypeError(f"upstream_rollouts must be a bool, got {upstream_rollouts!r}.")
+        self.upstream_rollouts = upstream_rollouts
+        self._first_obs: Any = None
+
+    def _sample(self, obs: Any, purpose: int) -> int:
         with th.no_grad():
             probs = self.model.policy.get_distribution(self._tensor(obs)).distribution.probs[0]
         cdf = np.cumsum(probs.double().numpy())
-        u = stream_uniform(self.seed, self.n_trainings, obs_key(obs), 4) * cdf[-1]
+        u = stream_uniform(self.seed, self.n_trainings, obs_key(obs), purpose) * cdf[-1]
         return int(min(np.searchsorted(cdf, u, side="right"), self.n_actions - 1))
+
+    def _choose(self, obs: Any) -> int:
+        return self._sample(obs, 4)
 
     def train(self, o_prev: Any, action: int, reward: float, o_next: Any) -> None:
         """Store the transition with the replayed action's value / log-prob; train when full."""
         policy, buffer = self.model.policy, self.model.rollout_buffer
+        start = self.n_trainings == 0
+        if self.upstream_rollouts:
+            if self._first_obs is None:
+                self._first_obs = o_prev
+            if buffer.pos == 0:  # a new rollout restarts from the run's first observation
+                o_prev, start = self._first_obs, True
+            logged = self._sample(o_prev, 7)  # the action whose log-prob is stored
+        else:
+            logged = action
         with th.no_grad():
             values, log_prob, _ = policy.evaluate_actions(self._tensor(o_prev),
-                                                          th.as_tensor([action]))
+                                                          th.as_tensor([logged]))
         buffer.add(self._buffer_obs(o_prev), np.array([action]), np.array([float(reward)]),
-                   np.array([self.n_trainings == 0]), values, log_prob)
+                   np.array([start]), values, log_prob)
         self.n_trainings += 1
         self.model.num_timesteps = self.n_trainings
         if buffer.full:
@@ -203,7 +230,8 @@ class _OnPolicy(SB3Agent):
 
 
 class PPO(_OnPolicy):
-    """SB3 PPO (SB3 defaults: n_steps 2048, batch 64, 10 epochs, lr 3e-4)."""
+    """SB3 PPO (SB3 defaults: n_steps 2048, batch 64, 10 epochs, lr 3e-4); see
+    :class:`_OnPolicy` for ``upstream_rollouts``."""
 
     algo_name = "PPO"
 

@@ -28,6 +28,7 @@ ALL_AGENTS = {
     "RC(QLearner)": extended.reality_check(agents.QLearner),
     **SMALL,
     "RC(PPO)": extended.reality_check(SMALL["PPO"]),
+    "PPO(upstream_rollouts)": functools.partial(SMALL["PPO"], upstream_rollouts=True),
 }
 
 
@@ -77,6 +78,38 @@ def test_buffer_holds_log_prob_of_replayed_action_and_train_runs(algo):
     assert agent.model._n_updates > 0
     assert not all(th.equal(p, q) for p, q in zip(params, agent.model.policy.parameters()))
     assert agent.model.rollout_buffer.pos == 0  # buffer reset after train()
+
+
+def test_upstream_rollouts_store_a_sampled_actions_log_prob_and_restart_at_the_first_obs():
+    # The paper's library: each rollout starts from the run's first observation, and the stored
+    # log-prob belongs to an action sampled afresh, not to the replayed one.
+    agent = make_agent(functools.partial(SMALL["PPO"], upstream_rollouts=True), n_actions=2,
+                       n_obs=3, seed=0)
+    n = agent.model.rollout_buffer.buffer_size
+    policy = agent.model.policy
+    mismatched = 0
+    for t in range(n + 3):
+        o = 2 if t == 0 else t % 2
+        obs_t, _ = policy.obs_to_tensor(np.asarray(o))
+        with th.no_grad():
+            logp = policy.get_distribution(obs_t).distribution.probs[0].log().numpy()
+        replayed = t % 2
+        pos = agent.model.rollout_buffer.pos
+        agent.train(o, replayed, 1.0, (t + 1) % 2)
+        buf = agent.model.rollout_buffer
+        if t < n - 1:  # the first rollout (the buffer trains and resets when it fills)
+            stored = buf.log_probs[pos, 0]
+            assert stored == pytest.approx(logp[0], abs=1e-5) or stored == pytest.approx(logp[1], abs=1e-5)
+            mismatched += abs(stored - logp[replayed]) > 1e-5
+        if t == n:  # first transition of the second rollout: observation 2, episode start
+            assert buf.observations[0, 0, 0] == 2 and buf.episode_starts[0, 0] == 1.0
+    assert mismatched > 0  # some stored log-probs are not the replayed action's
+    correct = make_agent(SMALL["PPO"], n_actions=2, n_obs=3, seed=0)
+    correct.train(2, 0, 1.0, 1)
+    correct.train(1, 1, 1.0, 0)
+    assert correct.model.rollout_buffer.observations[1, 0, 0] == 1
+    with pytest.raises(TypeError, match="upstream_rollouts"):
+        sb3_agents.PPO(upstream_rollouts=1)
 
 
 def test_dqn_trains_through_replay_buffer():
