@@ -36,9 +36,10 @@ MAX_DENSE_ENTRIES = 1 << 30
 DENSE_FAST_PATH_ENTRIES = 1 << 20
 # Up to this many state-action pairs the internal passes use cached action-major operators.
 AM_MAX_SA = 1 << 20
-# CPU operators with at most this many stored entries use scipy's CSR loops, whose per-call cost
-# is a few microseconds below torch's sparse kernels; above it torch's are as fast or faster.
-SCIPY_MAX_NNZ = 1 << 17
+# CPU products with at most this many multiply-adds (stored entries x columns) use scipy's CSR
+# loops, whose per-call cost is a few microseconds below torch's sparse kernels; above it the
+# call cost no longer matters and torch's kernels are as fast or faster.
+SCIPY_MAX_WORK = 1 << 17
 
 
 def as_tensor(
@@ -420,7 +421,7 @@ class TabularMDP:
         dense = self._dense_flat(dtype)
         if dense is not None:
             nnz = self._am_nnz()
-            call = 500.0 if (self._scipy_ok(nnz) if scipy is None else scipy) else 2500.0
+            call = 500.0 if (self._scipy_ok(nnz * k) if scipy is None else scipy) else 2500.0
             if 0.1 * (S * A * S) * k <= call + 0.5 * nnz * k:
                 key = ("dense_am", dtype, self.device)
                 if key not in cache:
@@ -452,15 +453,15 @@ class TabularMDP:
         if ops is None:
             return None
         cache = self._cache()
-        key = ("am_product", dtype, self.device, ops[0].is_sparse_csr)
+        use_scipy = ops[0].is_sparse_csr and self._scipy_ok(self._am_nnz() * k)
+        key = ("am_product", dtype, self.device, ops[0].is_sparse_csr, use_scipy)
         if key not in cache:
-            use_scipy = ops[0].is_sparse_csr and self._scipy_ok(self._am_nnz())
             cache[key] = AMProduct(ops[0], ops[1], use_scipy=use_scipy)
         return cache[key]
 
-    def _scipy_ok(self, nnz: int) -> bool:
-        """Whether CSR products with ``nnz`` entries go through scipy's loops (CPU, small)."""
-        return _spt is not None and self.device.type == "cpu" and nnz <= SCIPY_MAX_NNZ
+    def _scipy_ok(self, work: int) -> bool:
+        """Whether a CSR product of ``work`` multiply-adds goes through scipy's loops (CPU, small)."""
+        return _spt is not None and self.device.type == "cpu" and work <= SCIPY_MAX_WORK
 
     def _am_nnz(self) -> int:
         """Number of non-zero transition entries (cached)."""

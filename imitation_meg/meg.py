@@ -629,8 +629,11 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
     (batched) or safeguarded Newton expansion (one beta per pass). Refinement phase: the root of
     the cubic Hermite interpolant of ``f`` on the bracket (fourth-order accurate), surrounded by
     probes at geometrically spaced relative offsets that shrink the bracket to the estimate's
-    error in one pass. Stops when the bracket is ``1e-11`` relative, and compares with the exact
-    limit at ``beta = sign * inf``.
+    error in one pass (the Newton estimate fills the batch); on a tight bracket the Hermite root
+    alone, in a pass without second derivatives, confirmed by the Newton decrement. Stops when
+    the bracket is ``1e-11`` relative or the decrement is below that, and compares with the exact
+    limit at ``beta = sign * inf`` unless :meth:`MEGObjective.limit_upper_bound` shows the limit
+    cannot win.
     """
     mdp = obj.mdp
     dt, dev = mdp.dtype, mdp.device
