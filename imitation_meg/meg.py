@@ -337,9 +337,10 @@ class MEGObjective:
         SA, R = S * A, blocks * K
         W = self._weights()
         hist = W is not None and H * R * (SA + S) * r.element_size() <= _W_BYTES
-        # Kept per MDP, layout, dtype and thread (the buffers are overwritten by every pass;
-        # the constant's utility block is refilled by each pass).
-        key = ("meg_workspace", K, second, hist, r.dtype, mdp.device, threading.get_ident())
+        # Kept per MDP (whose operator cache copies with another horizon share: H is in the
+        # key), layout, dtype and thread; the buffers are overwritten by every pass and the
+        # constant's utility block is refilled by each pass.
+        key = ("meg_workspace", H, K, second, hist, r.dtype, mdp.device, threading.get_ident())
         cache = mdp._cache()
         ws = cache.get(key)
         if ws is not None:

@@ -336,3 +336,11 @@ def test_pass_workspaces_shared_on_one_mdp_keep_objectives_apart(rng):
                      (second, MEGObjective(fresh, pi2, U2).evaluate2(betas))):
         for a, b in zip(got, ref):
             th.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    # Copies with another horizon share the operator cache; their workspaces must not collide.
+    for H in (6, 14):
+        short = mdp.with_horizon(H)
+        pi = policies.epsilon_greedy(short, 0.2)
+        got = MEGObjective(short, pi).evaluate2(betas)
+        ref = MEGObjective(cliff_world(horizon=H), pi).evaluate2(betas)
+        for a, b in zip(got, ref):
+            th.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
