@@ -18,7 +18,7 @@ import time
 import numpy as np
 import torch as th
 
-from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.config import write_results
 from imitation_meg.extended import envs, run
 from imitation_meg.extended.gym_view import combine
 from imitation_meg.extended.registry import agent_factory
@@ -77,10 +77,7 @@ def main(cfg: Config) -> dict:
                             "match_first": _match(head, head_len),
                             "match_last": _match(tail, tail_len),
                             "n_seeds": len(cfg.seeds)})
-    write_csv(out / "episodes.csv", episodes)
-    write_csv(out / "summary.csv", summary)
-    write_json(out / "results.json", {"config": cfg, "versions": library_versions(),
-                                      "summary": summary})
+    write_results(out, cfg, {"episodes": episodes, "summary": summary})
     _figures(curves, out, cfg)
     return {"summary": summary}
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch as th
 
 import imitation_meg
-from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.config import write_results
 from imitation_meg.extended import agents, envs, run
 from imitation_meg.extended.meg_frames import (crying_baby_frame, crying_baby_policy, q_policy,
                                                tempting_button_frame)
@@ -78,8 +78,7 @@ def main(cfg: Config) -> dict:
                          "measure": f"target {tname}", "meg": float(tres.meg), "signed_meg": None,
                          "beta": None, "closed_form": None})
     out = pathlib.Path(cfg.results_dir)
-    write_csv(out / "meg.csv", rows)
-    write_json(out / "results.json", {"config": cfg, "versions": library_versions(), "rows": rows})
+    write_results(out, cfg, {"meg": rows})
     _figure(rows, out / "meg.png")
     return {"rows": rows}
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.config import write_results
 from imitation_meg.extended import envs, run
 from imitation_meg.extended.registry import agent_factory
 
@@ -84,15 +84,12 @@ def main(cfg: Config) -> dict:
                              "seconds": round(time.perf_counter() - t0, 1)})
                 print(rows[-1], flush=True)
     out = pathlib.Path(cfg.results_dir)
-    write_csv(out / "runs.csv", rows)
     means = {}
     for r in rows:
         means.setdefault((r["variant"], r["case"]), []).append(r["mean_reward"])
     summary = [{"variant": v, "case": c, "mean_reward": float(np.mean(m)), "n_seeds": len(m)}
                for (v, c), m in means.items()]
-    write_csv(out / "summary.csv", summary)
-    write_json(out / "results.json", {"config": cfg, "versions": library_versions(), "runs": rows,
-                                      "summary": summary})
+    write_results(out, cfg, {"runs": rows, "summary": summary})
     for s in summary:
         print(s)
     return {"runs": rows, "summary": summary}

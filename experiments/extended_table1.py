@@ -15,7 +15,7 @@ import time
 import numpy as np
 import torch as th
 
-from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.config import write_csv, write_results
 from imitation_meg.extended import envs, run
 from imitation_meg.extended.registry import agent_factory
 
@@ -72,10 +72,7 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 def _write(runs: list[dict], out: pathlib.Path, cfg: Config) -> dict:
     summary = summarize(runs)
-    write_csv(out / "runs.csv", runs)
-    write_csv(out / "table1.csv", summary)
-    write_json(out / "results.json", {"config": cfg, "versions": library_versions(),
-                                      "runs": runs, "summary": summary})
+    write_results(out, cfg, {"runs": runs, "table1": summary})
     _figure(summary, out / "table1.png", cfg)
     return {"summary": summary, "runs": runs}
 

@@ -670,6 +670,17 @@ class AMProduct:
         else:
             _spt.csr_matvecs(n_row, n_col, k, indptr, indices, data, x, out)
 
+    def push_np(self, out: np.ndarray, x: np.ndarray) -> None:
+        """:meth:`push` on flat numpy views (``uses_numpy`` only): ``out (S * k,) = M^T @ x``."""
+        assert self._np is not None and _spt is not None
+        indptr, indices, data, n_row, n_col = self._np[1]
+        out.fill(0.0)
+        k = out.shape[0] // n_row
+        if k == 1:
+            _spt.csr_matvec(n_row, n_col, indptr, indices, data, x, out)
+        else:
+            _spt.csr_matvecs(n_row, n_col, k, indptr, indices, data, x, out)
+
     def scaled(self, alpha: float, which: int = 0) -> np.ndarray:
         """The stored values of ``alpha * M`` (``which=1``: of ``M^T``), cached per ``alpha``."""
         assert self._np is not None

@@ -243,6 +243,8 @@ def _soft_backward_fast(
     axis and the broadcasts of state values over actions are contiguous. The backup (adding
     ``beta r``) writes straight into the log-policy slot, which the step then turns into
     ``log pi = (Q - m) - log sum_a exp(Q - m)`` in place; ``pi`` reuses the step's ``exp``.
+    Small CPU MDPs (scipy's products, see :class:`~imitation_meg.mdp.AMProduct`) run the same
+    steps as numpy ufuncs on views of the same buffers (:func:`_soft_steps_numpy`).
     """
     K, H, S, A = b.numel(), mdp.horizon, mdp.n_states, mdp.n_actions
     gamma = mdp.discount
@@ -251,6 +253,9 @@ def _soft_backward_fast(
     Vw = r.new_empty(H, S, K)
     PIw = r.new_empty(H, A, S, K)
     prod = mdp._am_product(r.dtype, K)  # action-major (A * S, S) products, or None (large S)
+    if prod is not None and prod.uses_numpy:
+        _soft_steps_numpy(prod, gamma, C.numpy(), LPw.numpy(), Vw.numpy(), PIw.numpy())
+        return LPw.permute(3, 0, 2, 1), Vw.permute(2, 0, 1), PIw.permute(3, 0, 2, 1)
     P = mdp._operators(r.dtype)[1] if prod is None else None  # state-major CSR (S * A, S)
     Cf = C.view(A * S, K)
     m = r.new_empty(1, S, K)
@@ -277,6 +282,33 @@ def _soft_backward_fast(
         lp.sub_(z)
         th.add(m, z, out=Vw[t].unsqueeze(0))
     return LPw.permute(3, 0, 2, 1), Vw.permute(2, 0, 1), PIw.permute(3, 0, 2, 1)
+
+
+def _soft_steps_numpy(prod: Any, gamma: float, C: np.ndarray, LP: np.ndarray, V: np.ndarray,
+                      PI: np.ndarray) -> None:
+    """The steps of :func:`_soft_backward_fast` as numpy ufuncs on numpy views of its buffers
+    (``C (A, S, K)``, ``LP, PI (H, A, S, K)``, ``V (H, S, K)``): on small CPU MDPs a numpy call
+    costs about 1 us less than a torch one and numpy's ``exp`` / ``log`` are about twice as
+    fast (CliffWorld 100x20, H = 110: 5.1 ms instead of 7.7 ms for the backward pass)."""
+    H = LP.shape[0]
+    m = np.empty_like(V[0])[None]
+    z = np.empty_like(m)
+    data = prod.scaled(gamma)
+    Cf = C.reshape(-1)
+    for t in range(H - 1, -1, -1):
+        lp, p = LP[t], PI[t]
+        if t == H - 1:
+            np.copyto(lp, C)
+        else:
+            prod.backup_np(lp.reshape(-1), V[t + 1].reshape(-1), Cf, data)
+        np.maximum.reduce(lp, axis=0, keepdims=True, out=m)
+        np.subtract(lp, m, out=lp)
+        np.exp(lp, out=p)
+        np.add.reduce(p, axis=0, keepdims=True, out=z)
+        np.divide(p, z, out=p)
+        np.log(z, out=z)
+        np.subtract(lp, z, out=lp)
+        np.add(m[0], z[0], out=V[t])
 
 
 def occupancy_measures(mdp: TabularMDP, policy: Any, *, validate: bool = True) -> th.Tensor:
@@ -332,6 +364,14 @@ def occupancy_measures(mdp: TabularMDP, policy: Any, *, validate: bool = True) -
     mass_sm = p0.new_empty(S, A, K)
     mass = mass_sm.transpose(0, 1) if prod is None else p0.new_empty(A, S, K)
     stationary = pw.shape[0] == 1
+    if prod is not None and prod.uses_numpy and pw.dtype == D.dtype == dt:
+        # Small CPU MDPs: the same steps as numpy calls on views of the same buffers.
+        Dn, Pn, Mn = D.numpy(), pw.numpy(), mass.numpy()
+        Mf = Mn.reshape(-1)
+        for t in range(H):
+            np.multiply(Dn[t], Pn[0] if stationary else Pn[t], out=Mn)
+            prod.push_np(Dn[t + 1].reshape(-1), Mf)
+        return D.permute(2, 0, 1) if batch else D[..., 0]
     for t in range(H):
         th.mul(D[t], pw[0] if stationary else pw[t], out=mass)
         if prod is not None:

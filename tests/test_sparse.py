@@ -243,7 +243,10 @@ def test_scipy_products_match_torch_kernels(dtype, k, rng):
     fast.push(out_f, m)
     ref.push(out_r, m)
     th.testing.assert_close(out_f, out_r, **tol)
-    # The flat numpy entry point used inside the passes.
+    # The flat numpy entry points used inside the passes.
     flat = th.empty(A * S * k, dtype=dtype)
     fast.backup_np(flat.numpy(), x.numpy().reshape(-1), c.numpy().reshape(-1), fast.scaled(0.5))
     th.testing.assert_close(flat.view(shape_m), c + 0.5 * (T_am @ x), **tol)
+    flat_s = th.full((S * k,), 7.0, dtype=dtype)  # push_np overwrites, it does not accumulate
+    fast.push_np(flat_s.numpy(), m.numpy().reshape(-1))
+    th.testing.assert_close(flat_s.view(shape_x), T_am.T @ m, **tol)
