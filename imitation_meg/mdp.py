@@ -400,9 +400,7 @@ class TabularMDP:
             )
         return cache[key]
 
-    def _am_operators(
-        self, dtype: th.dtype, k: int, *, scipy: bool | None = None
-    ) -> tuple[th.Tensor, th.Tensor] | None:
+    def _am_operators(self, dtype: th.dtype, k: int) -> tuple[th.Tensor, th.Tensor] | None:
         """Action-major operators ``(M (A * S, S), M^T (S, A * S))`` (row ``a * S + s``) for
         passes over ``k`` value vectors, or None above ``AM_MAX_SA`` state-action pairs.
 
@@ -410,9 +408,9 @@ class TabularMDP:
         actions and broadcasts of state values run over contiguous runs of states. The operator
         is the dense matrix on small MDPs when a dense product is cheaper than the sparse one for
         ``k`` columns (dense costs about 0.1 ns per multiply-add, CSR about 2.5 us more per call
-        plus 0.5 ns per stored entry and column; with scipy's loops of :class:`AMProduct`
-        about 0.5 us per call), else an int32 CSR matrix. ``scipy``: whether the caller's CSR
-        products go through those loops (default: wherever they apply). Both are cached.
+        plus 0.5 ns per stored entry and column; with scipy's loops of :class:`AMProduct`,
+        used wherever they apply, about 0.5 us per call), else an int32 CSR matrix. Both are
+        cached.
         """
         S, A = self.n_states, self.n_actions
         if S * A > AM_MAX_SA:
@@ -421,7 +419,7 @@ class TabularMDP:
         dense = self._dense_flat(dtype)
         if dense is not None:
             nnz = self._am_nnz()
-            call = 500.0 if (self._scipy_ok(nnz * k) if scipy is None else scipy) else 2500.0
+            call = 500.0 if self._scipy_ok(nnz * k) else 2500.0
             if 0.1 * (S * A * S) * k <= call + 0.5 * nnz * k:
                 key = ("dense_am", dtype, self.device)
                 if key not in cache:
@@ -661,25 +659,12 @@ class AMProduct:
         only): ``out (n * k,)`` (a view of a C-contiguous ``(n, k)`` block) ``= c + M_alpha @ x``
         with ``data = scaled(alpha)``."""
         np.copyto(out, c)
-        n_row, n_col = self.M.shape
-        k = out.shape[0] // n_row
-        assert self._np is not None and _spt is not None
-        indptr, indices = self._np[0][:2]
-        if k == 1:
-            _spt.csr_matvec(n_row, n_col, indptr, indices, data, x, out)
-        else:
-            _spt.csr_matvecs(n_row, n_col, k, indptr, indices, data, x, out)
+        self._accumulate(0, out, x, data)
 
     def push_np(self, out: np.ndarray, x: np.ndarray) -> None:
         """:meth:`push` on flat numpy views (``uses_numpy`` only): ``out (S * k,) = M^T @ x``."""
-        assert self._np is not None and _spt is not None
-        indptr, indices, data, n_row, n_col = self._np[1]
         out.fill(0.0)
-        k = out.shape[0] // n_row
-        if k == 1:
-            _spt.csr_matvec(n_row, n_col, indptr, indices, data, x, out)
-        else:
-            _spt.csr_matvecs(n_row, n_col, k, indptr, indices, data, x, out)
+        self._accumulate(1, out, x, self.scaled(1.0, 1))
 
     def scaled(self, alpha: float, which: int = 0) -> np.ndarray:
         """The stored values of ``alpha * M`` (``which=1``: of ``M^T``), cached per ``alpha``."""
@@ -702,19 +687,24 @@ class AMProduct:
             th.mm(self.MT, x, out=out)
 
     def _scipy(self, which: int, y: np.ndarray, x: np.ndarray, c: np.ndarray | None, alpha: float) -> None:
-        assert self._np is not None and _spt is not None and y.flags.c_contiguous
-        indptr, indices, _, n_row, n_col = self._np[which]
-        data = self.scaled(alpha, which)
+        """``y = c + alpha * (M or M^T) @ x`` (``c=None`` for zero) on C-contiguous numpy ``y``."""
+        assert y.flags.c_contiguous
         if c is None:
             y.fill(0.0)
         else:
             np.copyto(y, c)
-        xs = x.reshape(-1)
-        ys = y.reshape(-1)  # a view: y is C-contiguous
-        if y.ndim == 1 or y.shape[1] == 1:
+        self._accumulate(which, y.reshape(-1), x.reshape(-1), self.scaled(alpha, which))
+
+    def _accumulate(self, which: int, ys: np.ndarray, xs: np.ndarray, data: np.ndarray) -> None:
+        """``ys += (M or M^T with values data) @ xs`` on flat row-major ``(n, k)`` / ``(m, k)``
+        views, through scipy's ``csr_matvec`` (``k = 1``) or ``csr_matvecs``."""
+        assert self._np is not None and _spt is not None
+        indptr, indices, _, n_row, n_col = self._np[which]
+        k = ys.shape[0] // n_row
+        if k == 1:
             _spt.csr_matvec(n_row, n_col, indptr, indices, data, xs, ys)
         else:
-            _spt.csr_matvecs(n_row, n_col, y.shape[1], indptr, indices, data, xs, ys)
+            _spt.csr_matvecs(n_row, n_col, k, indptr, indices, data, xs, ys)
 
 
 def _csr_matrix(

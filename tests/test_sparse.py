@@ -223,7 +223,7 @@ def test_scipy_products_match_torch_kernels(dtype, k, rng):
 
     mdp = random_mdp(60, 3, 4, branching=3, seed=int(rng.integers(1000)))
     S, A = mdp.n_states, mdp.n_actions
-    M, MT = mdp._am_operators(dtype, k, scipy=True)
+    M, MT = mdp._am_operators(dtype, k)
     assert M.is_sparse_csr and MT.is_sparse_csr  # 3 successors of 60 states: sparse wins
     fast, ref = AMProduct(M, MT, use_scipy=True), AMProduct(M, MT, use_scipy=False)
     assert fast.uses_numpy and not ref.uses_numpy
