@@ -14,13 +14,34 @@ import pathlib
 import time
 
 from imitation_meg import envs, policies
-from imitation_meg.config import progress, write_results
 from imitation_meg.plotting import plot_meg_series
+from imitation_meg.progress import progress
 from imitation_meg.report import SUMMARY_COLUMNS, meg_summary
+from imitation_meg.results import write_results
 
 # Appendix D.1 of the paper (epsilon = 0.1 .. 0.9).
-PAPER_KNOWN = {0.1: 2.4, 0.2: 1.5, 0.3: 0.95, 0.4: 0.50, 0.5: 0.20, 0.6: 0.04, 0.7: 0.003, 0.8: 0.001, 0.9: 0.008}
-PAPER_UNKNOWN = {0.1: 26.1, 0.2: 17.4, 0.3: 11.0, 0.4: 6.2, 0.5: 2.9, 0.6: 1.0, 0.7: 0.10, 0.8: 0.10, 0.9: 0.091}
+PAPER_KNOWN = {
+    0.1: 2.4,
+    0.2: 1.5,
+    0.3: 0.95,
+    0.4: 0.50,
+    0.5: 0.20,
+    0.6: 0.04,
+    0.7: 0.003,
+    0.8: 0.001,
+    0.9: 0.008,
+}
+PAPER_UNKNOWN = {
+    0.1: 26.1,
+    0.2: 17.4,
+    0.3: 11.0,
+    0.4: 6.2,
+    0.5: 2.9,
+    0.6: 1.0,
+    0.7: 0.10,
+    0.8: 0.10,
+    0.9: 0.091,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,46 +70,76 @@ def main(cfg: Config) -> dict:
     rows = []
     for eps in progress(cfg.epsilons, cfg.progress, "epsilon"):
         pi = policies.epsilon_greedy(mdp, eps, tie_break=cfg.tie_break)
-        s = meg_summary(pi, mdp, mlp_steps=cfg.mlp_steps, mlp_lr=cfg.mlp_lr,
-                        mlp_seeds=cfg.mlp_seeds, seed=cfg.seed)
-        rows.append({
-            "epsilon": eps,
-            **{c: s[c] for c in SUMMARY_COLUMNS},
-            "paper_known": PAPER_KNOWN.get(round(eps, 3), float("nan")),
-            "paper_unknown_mlp": PAPER_UNKNOWN.get(round(eps, 3), float("nan")),
-        })
+        s = meg_summary(
+            pi,
+            mdp,
+            mlp_steps=cfg.mlp_steps,
+            mlp_lr=cfg.mlp_lr,
+            mlp_seeds=cfg.mlp_seeds,
+            seed=cfg.seed,
+        )
+        rows.append(
+            {
+                "epsilon": eps,
+                **{c: s[c] for c in SUMMARY_COLUMNS},
+                "paper_known": PAPER_KNOWN.get(round(eps, 3), float("nan")),
+                "paper_unknown_mlp": PAPER_UNKNOWN.get(round(eps, 3), float("nan")),
+            }
+        )
     sweep = []
     for H in progress(cfg.horizon_sweep, cfg.progress, "horizon sweep"):
         m = envs.cliff_world(width=cfg.width, height=cfg.height, horizon=H)
         for eps in cfg.epsilons:
             s = meg_summary(policies.epsilon_greedy(m, eps, tie_break=cfg.tie_break), m)
-            sweep.append({"horizon": H, "epsilon": eps, "known": s["known"],
-                          "unknown_exact": s["unknown_exact"]})
+            sweep.append(
+                {
+                    "horizon": H,
+                    "epsilon": eps,
+                    "known": s["known"],
+                    "unknown_exact": s["unknown_exact"],
+                }
+            )
     eps_list = [r["epsilon"] for r in rows]
     figures = [
         plot_meg_series(
-            out / "meg_vs_epsilon.png", eps_list,
-            {"known utility (exact)": [r["known"] for r in rows],
-             "unknown utility (exact)": [r["unknown_exact"] for r in rows],
-             f"unknown utility (MLP, mean of {cfg.mlp_seeds})": [r["mlp_mean"] for r in rows]},
-            errors={f"unknown utility (MLP, mean of {cfg.mlp_seeds})": [r["mlp_2sigma"] for r in rows]},
-            reference={"paper: known": [r["paper_known"] for r in rows],
-                       "paper: unknown (MLP)": [r["paper_unknown_mlp"] for r in rows]},
+            out / "meg_vs_epsilon.png",
+            eps_list,
+            {
+                "known utility (exact)": [r["known"] for r in rows],
+                "unknown utility (exact)": [r["unknown_exact"] for r in rows],
+                f"unknown utility (MLP, mean of {cfg.mlp_seeds})": [r["mlp_mean"] for r in rows],
+            },
+            errors={
+                f"unknown utility (MLP, mean of {cfg.mlp_seeds})": [r["mlp_2sigma"] for r in rows]
+            },
+            reference={
+                "paper: known": [r["paper_known"] for r in rows],
+                "paper: unknown (MLP)": [r["paper_unknown_mlp"] for r in rows],
+            },
             title=f"CliffWorld {cfg.width}x{cfg.height}, H={cfg.horizon}: epsilon-greedy policies",
         ),
         plot_meg_series(
-            out / "horizon_sweep.png", eps_list,
-            {f"known, H={H}": [r["known"] for r in sweep if r["horizon"] == H] for H in cfg.horizon_sweep},
+            out / "horizon_sweep.png",
+            eps_list,
+            {
+                f"known, H={H}": [r["known"] for r in sweep if r["horizon"] == H]
+                for H in cfg.horizon_sweep
+            },
             title="Known-utility MEG of epsilon-greedy policies by horizon",
         ),
     ]
-    return write_results(out, cfg, {"results": rows, "horizon_sweep": sweep},
-                         seconds=time.perf_counter() - t0, figures=[str(f) for f in figures])
+    return write_results(
+        out,
+        cfg,
+        {"results": rows, "horizon_sweep": sweep},
+        seconds=time.perf_counter() - t0,
+        figures=[str(f) for f in figures],
+    )
 
 
 if __name__ == "__main__":
     import sys
 
-    from imitation_meg.config import run_config
+    from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

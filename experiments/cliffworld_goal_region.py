@@ -19,9 +19,10 @@ import pathlib
 import time
 
 from imitation_meg import envs, occupancy_measures, policies
-from imitation_meg.config import progress, write_results
 from imitation_meg.plotting import plot_grid_values, plot_meg_bars
+from imitation_meg.progress import progress
 from imitation_meg.report import SUMMARY_COLUMNS, meg_summary
+from imitation_meg.results import write_results
 
 # Appendix D.1 of the paper (k = 1 .. 4): known utility, unknown utility (MLP) mean and spread.
 PAPER_KNOWN = {1: 37.8, 2: 21.4, 3: 16.8, 4: 18.9}
@@ -55,51 +56,88 @@ def main(cfg: Config) -> dict:
     out = pathlib.Path(cfg.results_dir)
     rows, figures = [], []
     for k in progress(cfg.goal_regions, cfg.progress, "goal region"):
-        mdp = envs.cliff_world(width=cfg.width, height=cfg.height, horizon=cfg.horizon,
-                               goal_region=k, goal_layout=cfg.goal_layout)
+        mdp = envs.cliff_world(
+            width=cfg.width,
+            height=cfg.height,
+            horizon=cfg.horizon,
+            goal_region=k,
+            goal_layout=cfg.goal_layout,
+        )
         pi = policies.optimal(mdp, tie_break=cfg.tie_break)
-        s = meg_summary(pi, mdp, mlp_steps=cfg.mlp_steps, mlp_lr=cfg.mlp_lr,
-                        mlp_seeds=cfg.mlp_seeds, seed=cfg.seed)
-        rows.append({
-            "k": k,
-            **{c: s[c] for c in SUMMARY_COLUMNS},
-            "paper_known": PAPER_KNOWN.get(k, float("nan")),
-            "paper_unknown_mlp": PAPER_UNKNOWN.get(k, float("nan")),
-            "paper_unknown_spread": PAPER_UNKNOWN_SPREAD.get(k, float("nan")),
-        })
+        s = meg_summary(
+            pi,
+            mdp,
+            mlp_steps=cfg.mlp_steps,
+            mlp_lr=cfg.mlp_lr,
+            mlp_seeds=cfg.mlp_seeds,
+            seed=cfg.seed,
+        )
+        rows.append(
+            {
+                "k": k,
+                **{c: s[c] for c in SUMMARY_COLUMNS},
+                "paper_known": PAPER_KNOWN.get(k, float("nan")),
+                "paper_unknown_mlp": PAPER_UNKNOWN.get(k, float("nan")),
+                "paper_unknown_spread": PAPER_UNKNOWN_SPREAD.get(k, float("nan")),
+            }
+        )
         if k in cfg.heatmaps:
             occ = occupancy_measures(mdp, pi)[:-1].sum(0) / cfg.horizon
-            figures.append(plot_grid_values(
-                out / f"occupancy_k{k}.png", occ.numpy(), mdp.metadata["grid_shape"],
-                marks=mdp.metadata["goal_cells"],
-                title=f"Occupancy of the optimal policy, goal region k={k} (H={cfg.horizon})",
-            ))
+            figures.append(
+                plot_grid_values(
+                    out / f"occupancy_k{k}.png",
+                    occ.numpy(),
+                    mdp.metadata["grid_shape"],
+                    marks=mdp.metadata["goal_cells"],
+                    title=f"Occupancy of the optimal policy, goal region k={k} (H={cfg.horizon})",
+                )
+            )
     sweep = []
     for H in progress(cfg.horizon_sweep, cfg.progress, "horizon sweep"):
         for k in cfg.goal_regions:
-            m = envs.cliff_world(width=cfg.width, height=cfg.height, horizon=H, goal_region=k,
-                                 goal_layout=cfg.goal_layout)
+            m = envs.cliff_world(
+                width=cfg.width,
+                height=cfg.height,
+                horizon=H,
+                goal_region=k,
+                goal_layout=cfg.goal_layout,
+            )
             s = meg_summary(policies.optimal(m, tie_break=cfg.tie_break), m)
-            sweep.append({"horizon": H, "k": k, "known": s["known"], "unknown_exact": s["unknown_exact"]})
+            sweep.append(
+                {"horizon": H, "k": k, "known": s["known"], "unknown_exact": s["unknown_exact"]}
+            )
     labels = [f"k={r['k']}" for r in rows]
     mlp_name = f"unknown (MLP, mean of {cfg.mlp_seeds})"
-    figures.insert(0, plot_meg_bars(
-        out / "meg_vs_goal_region.png", labels,
-        {"known utility (exact)": [r["known"] for r in rows],
-         "unknown utility (exact)": [r["unknown_exact"] for r in rows],
-         mlp_name: [r["mlp_mean"] for r in rows]},
-        errors={mlp_name: [r["mlp_2sigma"] for r in rows]},
-        reference={"paper: known": [r["paper_known"] for r in rows],
-                   "paper: unknown (MLP)": [r["paper_unknown_mlp"] for r in rows]},
-        title=f"Optimal policies, CliffWorld {cfg.width}x{cfg.height}, H={cfg.horizon}",
-    ))
-    return write_results(out, cfg, {"results": rows, "horizon_sweep": sweep},
-                         seconds=time.perf_counter() - t0, figures=[str(f) for f in figures])
+    figures.insert(
+        0,
+        plot_meg_bars(
+            out / "meg_vs_goal_region.png",
+            labels,
+            {
+                "known utility (exact)": [r["known"] for r in rows],
+                "unknown utility (exact)": [r["unknown_exact"] for r in rows],
+                mlp_name: [r["mlp_mean"] for r in rows],
+            },
+            errors={mlp_name: [r["mlp_2sigma"] for r in rows]},
+            reference={
+                "paper: known": [r["paper_known"] for r in rows],
+                "paper: unknown (MLP)": [r["paper_unknown_mlp"] for r in rows],
+            },
+            title=f"Optimal policies, CliffWorld {cfg.width}x{cfg.height}, H={cfg.horizon}",
+        ),
+    )
+    return write_results(
+        out,
+        cfg,
+        {"results": rows, "horizon_sweep": sweep},
+        seconds=time.perf_counter() - t0,
+        figures=[str(f) for f in figures],
+    )
 
 
 if __name__ == "__main__":
     import sys
 
-    from imitation_meg.config import run_config
+    from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

@@ -18,10 +18,10 @@ import time
 import numpy as np
 import torch as th
 
-from imitation_meg.config import write_results
 from imitation_meg.extended import envs, run
 from imitation_meg.extended.gym_view import combine
 from imitation_meg.extended.registry import agent_factory
+from imitation_meg.results import write_results
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,31 +52,52 @@ def main(cfg: Config) -> dict:
             returns, lengths = [], []
             for seed in cfg.seeds:
                 t0 = time.perf_counter()
-                res = run(combo, agent_factory(name, kwargs), cfg.max_steps, seed=seed,
-                          stop=lambda e: len(e.episode_returns) >= cfg.n_episodes)
+                res = run(
+                    combo,
+                    agent_factory(name, kwargs),
+                    cfg.max_steps,
+                    seed=seed,
+                    stop=lambda e: len(e.episode_returns) >= cfg.n_episodes,
+                )
                 rets = list(res.env.episode_returns)
                 returns.append(rets)
                 lengths.append(list(res.env.episode_lengths))
-                for i, (r, n_len) in enumerate(zip(rets, lengths[-1])):
-                    episodes.append({"env": combo.__name__, "agent": name, "seed": seed,
-                                     "episode": i, "return": r, "length": n_len})
-                print(f"{combo.__name__} {name} seed {seed}: {len(rets)} episodes, "
-                      f"{res.n_steps} steps, {time.perf_counter() - t0:.1f}s", flush=True)
+                for i, (r, n_len) in enumerate(zip(rets, lengths[-1], strict=True)):
+                    episodes.append(
+                        {
+                            "env": combo.__name__,
+                            "agent": name,
+                            "seed": seed,
+                            "episode": i,
+                            "return": r,
+                            "length": n_len,
+                        }
+                    )
+                print(
+                    f"{combo.__name__} {name} seed {seed}: {len(rets)} episodes, "
+                    f"{res.n_steps} steps, {time.perf_counter() - t0:.1f}s",
+                    flush=True,
+                )
             n = min(len(r) for r in returns)
             mat = np.array([r[:n] for r in returns]) if n else np.zeros((len(returns), 0))
             lens = np.array([x[:n] for x in lengths]) if n else np.zeros((len(returns), 0))
             curves[(combo.__name__, name)] = mat.mean(axis=0) if n else np.zeros(0)
-            tail, tail_len = (mat[:, -cfg.tail:], lens[:, -cfg.tail:]) if n else (mat, lens)
+            tail, tail_len = (mat[:, -cfg.tail :], lens[:, -cfg.tail :]) if n else (mat, lens)
             head, head_len = (mat[:, : cfg.tail], lens[:, : cfg.tail]) if n else (mat, lens)
-            summary.append({"env": combo.__name__, "agent": name, "episodes": n,
-                            "mean_return_first": float(head.mean()) if head.size else float("nan"),
-                            "mean_return_last": float(tail.mean()) if tail.size else float("nan"),
-                            "mean_return_all": float(mat.mean()) if mat.size else float("nan"),
-                            "mean_length_last": float(tail_len.mean()) if tail_len.size
-                            else float("nan"),
-                            "match_first": _match(head, head_len),
-                            "match_last": _match(tail, tail_len),
-                            "n_seeds": len(cfg.seeds)})
+            summary.append(
+                {
+                    "env": combo.__name__,
+                    "agent": name,
+                    "episodes": n,
+                    "mean_return_first": float(head.mean()) if head.size else float("nan"),
+                    "mean_return_last": float(tail.mean()) if tail.size else float("nan"),
+                    "mean_return_all": float(mat.mean()) if mat.size else float("nan"),
+                    "mean_length_last": float(tail_len.mean()) if tail_len.size else float("nan"),
+                    "match_first": _match(head, head_len),
+                    "match_last": _match(tail, tail_len),
+                    "n_seeds": len(cfg.seeds),
+                }
+            )
     write_results(out, cfg, {"episodes": episodes, "summary": summary})
     _figures(curves, out, cfg)
     return {"summary": summary}
@@ -113,6 +134,6 @@ def _figures(curves: dict, out: pathlib.Path, cfg: Config) -> None:
 if __name__ == "__main__":
     import sys
 
-    from imitation_meg.config import run_config
+    from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

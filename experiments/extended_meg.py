@@ -10,7 +10,6 @@ Closed form: "always push" and "never push" both have MEG = (1 + 0.25 (H - 1)) l
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import pathlib
 
@@ -18,10 +17,14 @@ import numpy as np
 import torch as th
 
 import imitation_meg
-from imitation_meg.config import write_results
 from imitation_meg.extended import agents, envs, run
-from imitation_meg.extended.meg_frames import (crying_baby_frame, crying_baby_policy, q_policy,
-                                               tempting_button_frame)
+from imitation_meg.extended.meg_frames import (
+    crying_baby_frame,
+    crying_baby_policy,
+    q_policy,
+    tempting_button_frame,
+)
+from imitation_meg.results import write_results
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,11 +38,13 @@ class Config:
 
 
 def _mdp(frame, utility=None):
-    return imitation_meg.TabularMDP(transition=frame.transition,
-                                    utility=frame.utility if utility is None else utility,
-                                    horizon=frame.horizon,
-                                    initial_state_dist=frame.initial_state_dist,
-                                    discount=1.0)
+    return imitation_meg.TabularMDP(
+        transition=frame.transition,
+        utility=frame.utility if utility is None else utility,
+        horizon=frame.horizon,
+        initial_state_dist=frame.initial_state_dist,
+        discount=1.0,
+    )
 
 
 def main(cfg: Config) -> dict:
@@ -50,33 +55,61 @@ def main(cfg: Config) -> dict:
     closed = (1 + 0.25 * (H - 1)) * math.log(2)
     q = run(envs.TemptingButton, agents.QLearner, cfg.q_train_steps, seed=cfg.seed).agent
     pi_q = q_policy(q.q, 2, 2, q.epsilon)
-    tb_policies = {"always push": np.array([[1.0, 0.0], [1.0, 0.0]]),
-                   "never push": np.array([[0.0, 1.0], [0.0, 1.0]]),
-                   "uniform": np.full((2, 2), 0.5),
-                   f"Q after {cfg.q_train_steps} steps": pi_q}
+    tb_policies = {
+        "always push": np.array([[1.0, 0.0], [1.0, 0.0]]),
+        "never push": np.array([[0.0, 1.0], [0.0, 1.0]]),
+        "uniform": np.full((2, 2), 0.5),
+        f"Q after {cfg.q_train_steps} steps": pi_q,
+    }
     for name, pi in tb_policies.items():
         sim_pushes = bool(pi[0, 0] > 0.5)
         mdp = _mdp(tempting_button_frame(H, sim_pushes=sim_pushes))
         res, sres = imitation_meg.meg(pi, mdp), imitation_meg.meg(pi, mdp, signed=True)
-        rows.append({"env": "TemptingButton", "policy": name, "measure": "known utility",
-                     "meg": res.meg, "signed_meg": sres.meg, "beta": res.beta,
-                     "closed_form": closed if name in ("always push", "never push") else None})
+        rows.append(
+            {
+                "env": "TemptingButton",
+                "policy": name,
+                "measure": "known utility",
+                "meg": res.meg,
+                "signed_meg": sres.meg,
+                "beta": res.beta,
+                "closed_form": closed if name in ("always push", "never push") else None,
+            }
+        )
     frame = crying_baby_frame(H)
     mdp = _mdp(frame)
-    parent = {"always feed": crying_baby_policy([1.0] * 10),
-              "never feed": crying_baby_policy([0.0] * 10),
-              "feed iff nutrition < 5": crying_baby_policy([1.0] * 5 + [0.0] * 5),
-              "uniform": crying_baby_policy([0.5] * 10)}
+    parent = {
+        "always feed": crying_baby_policy([1.0] * 10),
+        "never feed": crying_baby_policy([0.0] * 10),
+        "feed iff nutrition < 5": crying_baby_policy([1.0] * 5 + [0.0] * 5),
+        "uniform": crying_baby_policy([0.5] * 10),
+    }
     for name, pi in parent.items():
         res, sres = imitation_meg.meg(pi, mdp), imitation_meg.meg(pi, mdp, signed=True)
-        rows.append({"env": "CryingBaby(frozen baby)", "policy": name,
-                     "measure": "known utility (laugh)", "meg": res.meg, "signed_meg": sres.meg,
-                     "beta": res.beta, "closed_form": None})
+        rows.append(
+            {
+                "env": "CryingBaby(frozen baby)",
+                "policy": name,
+                "measure": "known utility (laugh)",
+                "meg": res.meg,
+                "signed_meg": sres.meg,
+                "beta": res.beta,
+                "closed_form": None,
+            }
+        )
         for tname, target in frame.targets.items():
             tres = imitation_meg.meg_target(pi, mdp, target)
-            rows.append({"env": "CryingBaby(frozen baby)", "policy": name,
-                         "measure": f"target {tname}", "meg": float(tres.meg), "signed_meg": None,
-                         "beta": None, "closed_form": None})
+            rows.append(
+                {
+                    "env": "CryingBaby(frozen baby)",
+                    "policy": name,
+                    "measure": f"target {tname}",
+                    "meg": float(tres.meg),
+                    "signed_meg": None,
+                    "beta": None,
+                    "closed_form": None,
+                }
+            )
     out = pathlib.Path(cfg.results_dir)
     write_results(out, cfg, {"meg": rows})
     _figure(rows, out / "meg.png")
@@ -102,6 +135,6 @@ def _figure(rows: list[dict], path: pathlib.Path) -> None:
 if __name__ == "__main__":
     import sys
 
-    from imitation_meg.config import run_config
+    from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.config import write_results
 from imitation_meg.extended import envs, run
 from imitation_meg.extended.registry import agent_factory
+from imitation_meg.results import write_results
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,18 +77,27 @@ def main(cfg: Config) -> dict:
                 frozen_at = (sim.inner.n_trainings + 1) if getattr(sim, "frozen", False) else None
                 n_win = cfg.n_steps // cfg.window
                 wins = res.rewards[: n_win * cfg.window].reshape(n_win, cfg.window).mean(axis=1)
-                rows.append({"variant": var.label, "case": label, "seed": seed,
-                             "mean_reward": res.mean_reward, "updates": _updates(res.agent),
-                             "sim_frozen_at": frozen_at,
-                             "windows": " ".join(f"{w:.3f}" for w in wins),
-                             "seconds": round(time.perf_counter() - t0, 1)})
+                rows.append(
+                    {
+                        "variant": var.label,
+                        "case": label,
+                        "seed": seed,
+                        "mean_reward": res.mean_reward,
+                        "updates": _updates(res.agent),
+                        "sim_frozen_at": frozen_at,
+                        "windows": " ".join(f"{w:.3f}" for w in wins),
+                        "seconds": round(time.perf_counter() - t0, 1),
+                    }
+                )
                 print(rows[-1], flush=True)
     out = pathlib.Path(cfg.results_dir)
     means = {}
     for r in rows:
         means.setdefault((r["variant"], r["case"]), []).append(r["mean_reward"])
-    summary = [{"variant": v, "case": c, "mean_reward": float(np.mean(m)), "n_seeds": len(m)}
-               for (v, c), m in means.items()]
+    summary = [
+        {"variant": v, "case": c, "mean_reward": float(np.mean(m)), "n_seeds": len(m)}
+        for (v, c), m in means.items()
+    ]
     write_results(out, cfg, {"runs": rows, "summary": summary})
     for s in summary:
         print(s)
@@ -98,6 +107,6 @@ def main(cfg: Config) -> dict:
 if __name__ == "__main__":
     import sys
 
-    from imitation_meg.config import run_config
+    from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

@@ -16,9 +16,9 @@ import time
 import numpy as np
 import torch as th
 
-from imitation_meg.config import write_results
 from imitation_meg.extended import envs, run, self_reflection_measure
 from imitation_meg.extended.registry import agent_factory
+from imitation_meg.results import write_results
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,17 +57,29 @@ def main(cfg: Config) -> dict:
             vals, tails = [], []
             for seed in cfg.seeds:
                 t0 = time.perf_counter()
-                res = run(envs.IgnoreRewards, _factory(wrap, cfg, cfg.ignore_rewards_steps),
-                          cfg.ignore_rewards_steps, seed=seed)
+                res = run(
+                    envs.IgnoreRewards,
+                    _factory(wrap, cfg, cfg.ignore_rewards_steps),
+                    cfg.ignore_rewards_steps,
+                    seed=seed,
+                )
                 vals.append(res.mean_reward)
-                tails.append(float(res.rewards[-cfg.tail_steps:].mean()))
+                tails.append(float(res.rewards[-cfg.tail_steps :].mean()))
                 sim = res.env.sim
-                runs.append({"agent": wrap, "env": "IgnoreRewards", "seed": seed,
-                             "n_steps": cfg.ignore_rewards_steps, "mean_reward": res.mean_reward,
-                             "tail_mean_reward": tails[-1],
-                             "sim_frozen_at": sim.inner.n_trainings
-                             if getattr(sim, "frozen", False) else None,
-                             "seconds": round(time.perf_counter() - t0, 2)})
+                runs.append(
+                    {
+                        "agent": wrap,
+                        "env": "IgnoreRewards",
+                        "seed": seed,
+                        "n_steps": cfg.ignore_rewards_steps,
+                        "mean_reward": res.mean_reward,
+                        "tail_mean_reward": tails[-1],
+                        "sim_frozen_at": sim.inner.n_trainings
+                        if getattr(sim, "frozen", False)
+                        else None,
+                        "seconds": round(time.perf_counter() - t0, 2),
+                    }
+                )
                 print(runs[-1], flush=True)
             row[f"ignore_rewards_{label}"] = float(np.mean(vals))
             row[f"ignore_rewards_{label}_tail"] = float(np.mean(tails))
@@ -75,12 +87,20 @@ def main(cfg: Config) -> dict:
                 bvals = []
                 for seed in cfg.battery_seeds:
                     t0 = time.perf_counter()
-                    m = self_reflection_measure(_factory(wrap, cfg, cfg.battery_steps),
-                                                cfg.battery_steps, seed=seed)
+                    m = self_reflection_measure(
+                        _factory(wrap, cfg, cfg.battery_steps), cfg.battery_steps, seed=seed
+                    )
                     bvals.append(m)
-                    runs.append({"agent": wrap, "env": "battery(50)", "seed": seed,
-                                 "n_steps": cfg.battery_steps, "mean_reward": m,
-                                 "seconds": round(time.perf_counter() - t0, 2)})
+                    runs.append(
+                        {
+                            "agent": wrap,
+                            "env": "battery(50)",
+                            "seed": seed,
+                            "n_steps": cfg.battery_steps,
+                            "mean_reward": m,
+                            "seconds": round(time.perf_counter() - t0, 2),
+                        }
+                    )
                 row[f"battery_{label}"] = float(np.mean(bvals))
         summary.append(row)
     write_results(out, cfg, {"runs": runs, "summary": summary})
@@ -96,7 +116,7 @@ def _figure(summary: list[dict], path: pathlib.Path, cfg: Config) -> None:
     keys = ["ignore_rewards"] + (["battery"] if cfg.battery_steps > 0 else [])
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3), squeeze=False)
     x = np.arange(len(summary))
-    for ax, key in zip(axes[0], keys):
+    for ax, key in zip(axes[0], keys, strict=True):
         ax.bar(x - 0.2, [s[f"{key}_original"] for s in summary], 0.4, label="original")
         ax.bar(x + 0.2, [s[f"{key}_reality_check"] for s in summary], 0.4, label="reality check")
         ax.set_xticks(x, [s["agent"] for s in summary])
@@ -110,6 +130,6 @@ def _figure(summary: list[dict], path: pathlib.Path, cfg: Config) -> None:
 if __name__ == "__main__":
     import sys
 
-    from imitation_meg.config import run_config
+    from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

@@ -23,10 +23,11 @@ import torch as th
 
 import imitation_meg as im
 from imitation_meg.adapters.sb3 import policy_table
-from imitation_meg.config import progress, write_results
+from imitation_meg.progress import progress
+from imitation_meg.results import write_results
+from imitation_meg.training import ALGOS, make_model
 
 ENVS = ("cliffworld", "frozenlake")
-ALGOS = ("ppo", "dqn", "a2c")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,28 +66,14 @@ def _make(env_name: str, horizon: int) -> tuple[Any, im.TabularMDP]:
     raise ValueError(f"unknown env {env_name!r}; choose from {ENVS}.")
 
 
-def _model(algo: str, venv: Any, seed: int, cfg: Config) -> Any:
-    import stable_baselines3 as sb3
-
-    common = dict(seed=seed, device="cpu", policy_kwargs={"net_arch": [64]}, verbose=0)
-    if algo == "ppo":
-        return sb3.PPO("MlpPolicy", venv, n_steps=64, batch_size=128, n_epochs=4,
-                       learning_rate=3e-3, gamma=0.99, **common)
-    if algo == "a2c":
-        return sb3.A2C("MlpPolicy", venv, n_steps=8, learning_rate=3e-3, gamma=0.99, **common)
-    if algo == "dqn":
-        return sb3.DQN("MlpPolicy", venv, learning_rate=1e-3, buffer_size=50_000,
-                       learning_starts=min(1_000, cfg.timesteps // 4), batch_size=64, gamma=0.99,
-                       train_freq=4, target_update_interval=500, exploration_fraction=0.3,
-                       exploration_final_eps=cfg.dqn_epsilon, **common)
-    raise ValueError(f"unknown algo {algo!r}; choose from {ALGOS}.")
-
-
 def _score(model: Any, algo: str, mdp: im.TabularMDP, cfg: Config) -> dict[str, float]:
     pi = policy_table(model, mdp, epsilon=cfg.dqn_epsilon if algo == "dqn" else None)
     known = im.meg(pi, mdp)
-    row = {"known": known.meg, "expected_return": known.expected_utility,
-           "optimal_return": float("nan")}
+    row = {
+        "known": known.meg,
+        "expected_return": known.expected_utility,
+        "optimal_return": float("nan"),
+    }
     if cfg.unknown:
         row["unknown_exact"] = im.meg_unknown(pi, mdp).meg
     return row
@@ -98,7 +85,7 @@ def _train_one(env_name: str, algo: str, seed: int, cfg: Config, bar: Any) -> li
     factory, mdp = _make(env_name, cfg.cliff_horizon)
     n_envs = 1 if algo == "dqn" else 8
     venv = make_vec_env(factory, n_envs=n_envs, seed=seed)
-    model = _model(algo, venv, seed, cfg)
+    model = make_model(algo, venv, seed, dqn_epsilon=cfg.dqn_epsilon, timesteps=cfg.timesteps)
     ckpt_dir = pathlib.Path(cfg.checkpoint_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     marks = np.linspace(0, cfg.timesteps, cfg.n_checkpoints + 1).astype(int)
@@ -109,16 +96,28 @@ def _train_one(env_name: str, algo: str, seed: int, cfg: Config, bar: Any) -> li
             model.learn(int(target - done), reset_num_timesteps=False)
             done = int(model.num_timesteps)
         model.save(ckpt_dir / f"{env_name}_{algo}_seed{seed}_{done}.zip")
-        rows.append({"env": env_name, "algo": algo, "seed": seed, "steps": done,
-                     **_score(model, algo, mdp, cfg)})
+        rows.append(
+            {
+                "env": env_name,
+                "algo": algo,
+                "seed": seed,
+                "steps": done,
+                **_score(model, algo, mdp, cfg),
+            }
+        )
         if bar is not None:
             bar.update(1)
     venv.close()
     return rows
 
 
-def _plot(path: pathlib.Path, rows: list[dict[str, Any]], env_name: str, cfg: Config,
-          reference: dict[str, float]) -> pathlib.Path:
+def _plot(
+    path: pathlib.Path,
+    rows: list[dict[str, Any]],
+    env_name: str,
+    cfg: Config,
+    reference: dict[str, float],
+) -> pathlib.Path:
     from imitation_meg.plotting import pyplot, save_figure
 
     plt = pyplot()
@@ -130,7 +129,9 @@ def _plot(path: pathlib.Path, rows: list[dict[str, Any]], env_name: str, cfg: Co
             continue
         steps = sorted({r["steps"] for r in sel})
 
-        def stat(key: str) -> tuple[np.ndarray, np.ndarray]:
+        def stat(
+            key: str, sel: list[dict[str, Any]] = sel, steps: list[int] = steps
+        ) -> tuple[np.ndarray, np.ndarray]:
             vals = [[r[key] for r in sel if r["steps"] == s] for s in steps]
             return np.array([np.mean(v) for v in vals]), np.array([np.std(v) for v in vals])
 
@@ -144,10 +145,16 @@ def _plot(path: pathlib.Path, rows: list[dict[str, Any]], env_name: str, cfg: Co
         ax_ret.plot(steps, m, color=colors.get(algo), label=algo.upper())
         ax_ret.fill_between(steps, m - s, m + s, color=colors.get(algo), alpha=0.15)
     ax_meg.axhline(reference["optimal_known"], color="gray", lw=0.8, ls=":", label="optimal policy")
-    ax_ret.axhline(reference["optimal_return"], color="gray", lw=0.8, ls=":", label="optimal policy")
-    ax_ret.axhline(reference["uniform_return"], color="gray", lw=0.8, ls="-.", label="uniform policy")
+    ax_ret.axhline(
+        reference["optimal_return"], color="gray", lw=0.8, ls=":", label="optimal policy"
+    )
+    ax_ret.axhline(
+        reference["uniform_return"], color="gray", lw=0.8, ls="-.", label="uniform policy"
+    )
     ax_meg.set(xlabel="training steps", ylabel="MEG (nats)", title=f"{env_name}: goal-directedness")
-    ax_ret.set(xlabel="training steps", ylabel="expected return (exact)", title=f"{env_name}: return")
+    ax_ret.set(
+        xlabel="training steps", ylabel="expected return (exact)", title=f"{env_name}: return"
+    )
     for ax in (ax_meg, ax_ret):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -174,8 +181,11 @@ def main(cfg: Config) -> dict:
     for env_name in cfg.envs:
         _, mdp = _make(env_name, cfg.cliff_horizon)
         opt = im.meg(im.policies.optimal(mdp), mdp)
-        references[env_name] = {"optimal_known": opt.meg, "optimal_return": opt.expected_utility,
-                                "uniform_return": opt.uniform_expected_utility}
+        references[env_name] = {
+            "optimal_known": opt.meg,
+            "optimal_return": opt.expected_utility,
+            "uniform_return": opt.uniform_expected_utility,
+        }
         for algo in cfg.algos:
             for seed in cfg.seeds:
                 rows.extend(_train_one(env_name, algo, seed, cfg, bar))
@@ -183,15 +193,23 @@ def main(cfg: Config) -> dict:
         bar.close()
     for r in rows:
         r["optimal_return"] = references[r["env"]]["optimal_return"]
-    figures = [str(_plot(out / f"meg_during_training_{e}.png", rows, e, cfg, references[e]))
-               for e in cfg.envs]
-    return write_results(out, cfg, {"results": rows}, references=references, figures=figures,
-                         seconds=time.perf_counter() - t0)
+    figures = [
+        str(_plot(out / f"meg_during_training_{e}.png", rows, e, cfg, references[e]))
+        for e in cfg.envs
+    ]
+    return write_results(
+        out,
+        cfg,
+        {"results": rows},
+        references=references,
+        figures=figures,
+        seconds=time.perf_counter() - t0,
+    )
 
 
 if __name__ == "__main__":
     import sys
 
-    from imitation_meg.config import run_config
+    from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.results import library_versions, write_csv, write_json
 from imitation_meg.symmtom import parallel_env
 from imitation_meg.symmtom.agents import HeuristicPolicy, RandomPolicy, run_episodes
 
@@ -55,7 +55,10 @@ def markdown_table(rows: list[dict]) -> str:
     for r in rows:
         by_cfg.setdefault((r["n"], r["w"], r["c"]), {})[r["agent"]] = r
     for (n, w, c), per in by_cfg.items():
-        cells = [f"{per[a]['reward_mean']:.2f} ± {per[a]['reward_se']:.2f}" if a in per else "" for a in agents]
+        cells = [
+            f"{per[a]['reward_mean']:.2f} ± {per[a]['reward_se']:.2f}" if a in per else ""
+            for a in agents
+        ]
         lines.append(f"| {n} | {w} | {c} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -85,18 +88,27 @@ def main(cfg: Config) -> dict:
                 "episodes": len(rewards),
                 "seeds": len(cfg.seeds),
                 "reward_mean": float(rewards.mean()),
-                "reward_se": float(rewards.std(ddof=1) / np.sqrt(len(rewards))) if len(rewards) > 1 else float("nan"),
-                "reward_seed_std": float(seed_means.std(ddof=1)) if len(seed_means) > 1 else float("nan"),
+                "reward_se": float(rewards.std(ddof=1) / np.sqrt(len(rewards)))
+                if len(rewards) > 1
+                else float("nan"),
+                "reward_seed_std": float(seed_means.std(ddof=1))
+                if len(seed_means) > 1
+                else float("nan"),
             }
             for k, v in logs.items():
                 if k != "reward":
                     row[f"{k}_per_agent"] = float(np.mean(v))
             row["seconds"] = time.perf_counter() - start
             rows.append(row)
-            print(f"n={n} w={w} c={c} {name:9s} {row['reward_mean']:7.2f} ± {row['reward_se']:.2f}", flush=True)
+            print(
+                f"n={n} w={w} c={c} {name:9s} {row['reward_mean']:7.2f} ± {row['reward_se']:.2f}",
+                flush=True,
+            )
     table = markdown_table(rows)
     write_csv(out_dir / "baselines.csv", rows)
-    write_json(out_dir / "baselines.json", {"config": cfg, "versions": library_versions(), "rows": rows})
+    write_json(
+        out_dir / "baselines.json", {"config": cfg, "versions": library_versions(), "rows": rows}
+    )
     (out_dir / "baselines.md").write_text(table + "\n")
     _plot(rows, out_dir / "baselines.png")
     return {"rows": rows, "table": table}
@@ -114,8 +126,12 @@ def _plot(rows: list[dict], path: pathlib.Path) -> None:
     for k, a in enumerate(agents):
         sel = [r for r in rows if r["agent"] == a]
         x = np.array([labels.index(f"n{r['n']} w{r['w']} c{r['c']}") for r in sel]) + k * width
-        ax.bar(x, [r["reward_mean"] for r in sel], width, yerr=[r["reward_se"] for r in sel], label=a)
-    ax.set_xticks(np.arange(len(labels)) + width * (len(agents) - 1) / 2, labels, rotation=45, ha="right")
+        ax.bar(
+            x, [r["reward_mean"] for r in sel], width, yerr=[r["reward_se"] for r in sel], label=a
+        )
+    ax.set_xticks(
+        np.arange(len(labels)) + width * (len(agents) - 1) / 2, labels, rotation=45, ha="right"
+    )
     ax.set_ylabel("reward per agent per episode")
     ax.legend()
     save_figure(fig, path, dpi=100)
@@ -124,6 +140,6 @@ def _plot(rows: list[dict], path: pathlib.Path) -> None:
 if __name__ == "__main__":
     import sys
 
-    from imitation_meg.config import run_config
+    from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

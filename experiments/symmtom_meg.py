@@ -14,7 +14,7 @@ import pathlib
 import torch as th
 
 import imitation_meg as im
-from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.results import library_versions, write_csv, write_json
 from imitation_meg.symmtom.tabular import build_tabular, markov_heuristic, uniform_policy
 
 
@@ -35,17 +35,31 @@ def main(cfg: Config) -> dict:
         tab = build_tabular(partner)
         mdp = tab.to_mdp()
         for agent in cfg.agents:
-            pi = markov_heuristic(tab.states, 0, tab.width, tab.bases) if agent == "heuristic" else uniform_policy(tab.states)
+            pi = (
+                markov_heuristic(tab.states, 0, tab.width, tab.bases)
+                if agent == "heuristic"
+                else uniform_policy(tab.states)
+            )
             res = im.meg(pi, mdp)
-            row = {"partner": partner, "agent": agent, "S": len(tab.states), "A": 10, "H": tab.horizon,
-                   "meg_reward": float(res.meg), "beta_reward": float(res.beta)}
+            row = {
+                "partner": partner,
+                "agent": agent,
+                "S": len(tab.states),
+                "A": 10,
+                "H": tab.horizon,
+                "meg_reward": float(res.meg),
+                "beta_reward": float(res.beta),
+            }
             for name in cfg.targets:
                 row[f"meg_{name}"] = float(im.meg_target(pi, mdp, tab.targets[name]).meg)
             rows.append(row)
             print(row, flush=True)
     cols = ["meg_reward", *[f"meg_{t}" for t in cfg.targets]]
     lines = ["| partner | agent | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
-    lines += [f"| {r['partner']} | {r['agent']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |" for r in rows]
+    lines += [
+        f"| {r['partner']} | {r['agent']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |"
+        for r in rows
+    ]
     table = "\n".join(lines)
     out_dir = pathlib.Path(cfg.results_dir)
     write_csv(out_dir / "meg.csv", rows)
@@ -57,6 +71,6 @@ def main(cfg: Config) -> dict:
 if __name__ == "__main__":
     import sys
 
-    from imitation_meg.config import run_config
+    from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import torch as th
 
-from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.results import library_versions, write_csv, write_json
 from imitation_meg.symmtom import parallel_env
 from imitation_meg.symmtom.agents import run_episodes
 
@@ -46,24 +46,52 @@ def main(cfg: Config) -> dict:
             for seed in cfg.seeds:
                 start = time.perf_counter()
                 model = train_ppo(
-                    n_agents=n, width=w, n_pieces=c, oracle=oracle, frame_stack=cfg.frame_stack,
-                    total_timesteps=cfg.total_timesteps, mode=cfg.mode, others=cfg.others, seed=seed,
+                    n_agents=n,
+                    width=w,
+                    n_pieces=c,
+                    oracle=oracle,
+                    frame_stack=cfg.frame_stack,
+                    total_timesteps=cfg.total_timesteps,
+                    mode=cfg.mode,
+                    others=cfg.others,
+                    seed=seed,
                 )
                 env = parallel_env(n_agents=n, width=w, n_pieces=c, oracle=oracle)
-                out = run_episodes(env, SB3Policy(model, frame_stack=cfg.frame_stack), cfg.eval_episodes, seed=1000 + seed)
+                out = run_episodes(
+                    env,
+                    SB3Policy(model, frame_stack=cfg.frame_stack),
+                    cfg.eval_episodes,
+                    seed=1000 + seed,
+                )
                 per_seed.append(out["reward"].mean(axis=1))
-                print(f"n={n} w={w} c={c} oracle={oracle} seed={seed}: {per_seed[-1].mean():.2f} "
-                      f"({time.perf_counter() - start:.0f}s)", flush=True)
+                print(
+                    f"n={n} w={w} c={c} oracle={oracle} seed={seed}: {per_seed[-1].mean():.2f} "
+                    f"({time.perf_counter() - start:.0f}s)",
+                    flush=True,
+                )
             rewards = np.concatenate(per_seed)
-            rows.append({
-                "n": n, "w": w, "c": c, "agent": f"ppo{'-oracle' if oracle else ''}-fs{cfg.frame_stack}",
-                "mode": cfg.mode, "timesteps": cfg.total_timesteps, "seeds": len(cfg.seeds),
-                "episodes": len(rewards), "reward_mean": float(rewards.mean()),
-                "reward_se": float(rewards.std(ddof=1) / np.sqrt(len(rewards))) if len(rewards) > 1 else float("nan"),
-            })
+            rows.append(
+                {
+                    "n": n,
+                    "w": w,
+                    "c": c,
+                    "agent": f"ppo{'-oracle' if oracle else ''}-fs{cfg.frame_stack}",
+                    "mode": cfg.mode,
+                    "timesteps": cfg.total_timesteps,
+                    "seeds": len(cfg.seeds),
+                    "episodes": len(rewards),
+                    "reward_mean": float(rewards.mean()),
+                    "reward_se": float(rewards.std(ddof=1) / np.sqrt(len(rewards)))
+                    if len(rewards) > 1
+                    else float("nan"),
+                }
+            )
     lines = ["| n | w | c | agent | timesteps | seeds | reward |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['n']} | {r['w']} | {r['c']} | {r['agent']} | {r['timesteps']} | {r['seeds']} | "
-              f"{r['reward_mean']:.2f} ± {r['reward_se']:.2f} |" for r in rows]
+    lines += [
+        f"| {r['n']} | {r['w']} | {r['c']} | {r['agent']} | {r['timesteps']} | {r['seeds']} | "
+        f"{r['reward_mean']:.2f} ± {r['reward_se']:.2f} |"
+        for r in rows
+    ]
     table = "\n".join(lines)
     write_csv(out_dir / "ppo.csv", rows)
     write_json(out_dir / "ppo.json", {"config": cfg, "versions": library_versions(), "rows": rows})
@@ -74,6 +102,6 @@ def main(cfg: Config) -> dict:
 if __name__ == "__main__":
     import sys
 
-    from imitation_meg.config import run_config
+    from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

@@ -8,9 +8,10 @@ per piece blue may have told green), so its cost per trial is twice the others'.
 from __future__ import annotations
 
 import dataclasses
+import math
 import pathlib
 
-from imitation_meg.config import library_versions, write_csv, write_json
+from imitation_meg.results import library_versions, write_csv, write_json
 from imitation_meg.symmtom.agents import HeuristicPolicy, RandomPolicy
 from imitation_meg.symmtom.tom import (
     BeliefGreedyPolicy,
@@ -23,7 +24,10 @@ from imitation_meg.symmtom.tom import (
 SCRIPTED = {
     "zeroth_order": (lambda: BeliefGreedyPolicy("true"), lambda: BeliefGreedyPolicy("no_memory")),
     "first_order": (lambda: BeliefGreedyPolicy("true"), lambda: BeliefGreedyPolicy("no_others")),
-    "second_order": (lambda: MeetPredictedPolicy(second_order=True), lambda: MeetPredictedPolicy(second_order=False)),
+    "second_order": (
+        lambda: MeetPredictedPolicy(second_order=True),
+        lambda: MeetPredictedPolicy(second_order=False),
+    ),
     "probabilistic": (
         lambda: ProbabilisticSpeakerPolicy(belief="uncertain"),
         lambda: ProbabilisticSpeakerPolicy(belief="certain"),
@@ -50,7 +54,9 @@ def _policy(agent: str, test: str, seed: int):
         return HeuristicPolicy()
     if agent == "random":
         return RandomPolicy(seed)
-    raise ValueError(f"unknown agent {agent!r}; use scripted_correct, scripted_wrong, heuristic or random.")
+    raise ValueError(
+        f"unknown agent {agent!r}; use scripted_correct, scripted_wrong, heuristic or random."
+    )
 
 
 def main(cfg: Config) -> dict:
@@ -60,7 +66,10 @@ def main(cfg: Config) -> dict:
         for agent in cfg.agents:
             res = run_tom_test(test, _policy(agent, name, cfg.seed), cfg.trials, seed=cfg.seed)
             rows.append({"agent": agent, **res.to_dict()})
-    fmt = lambda v: "–" if v is None else ("nan" if v != v else f"{v:.2f}")  # noqa: E731
+
+    def fmt(v: float | None) -> str:
+        return "–" if v is None else ("nan" if math.isnan(v) else f"{v:.2f}")
+
     lines = ["| test | agent | SR | FR | RATSO | optimum | pass |", "|---|---|---|---|---|---|---|"]
     lines += [
         f"| {r['test']} | {r['agent']} | {fmt(r['SR'])} | {fmt(r['FR'])} | {fmt(r['RATSO'])} | {fmt(r['optimum'])} "
@@ -78,6 +87,6 @@ def main(cfg: Config) -> dict:
 if __name__ == "__main__":
     import sys
 
-    from imitation_meg.config import run_config
+    from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

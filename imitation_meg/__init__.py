@@ -13,26 +13,26 @@ Example:
 __version__ = "0.1.0"
 
 from imitation_meg import envs, policies, soft_vi
+from imitation_meg.known import MEGResult, meg, meg_one_step
 from imitation_meg.mdp import TabularMDP
-from imitation_meg.meg import MEGResult, meg, meg_one_step
-from imitation_meg.soft_vi import occupancy_measures, soft_value_iteration
 from imitation_meg.report import meg_summary
+from imitation_meg.soft_vi import occupancy_measures, soft_value_iteration
 from imitation_meg.trajectories import meg_from_trajectories
 from imitation_meg.unknown import meg_target, meg_unknown
 
 __all__ = [
-    "__version__",
-    "TabularMDP",
     "MEGResult",
-    "meg",
-    "meg_one_step",
-    "meg_unknown",
-    "meg_target",
-    "meg_summary",
-    "meg_from_trajectories",
-    "soft_value_iteration",
-    "occupancy_measures",
+    "TabularMDP",
+    "__version__",
     "envs",
+    "meg",
+    "meg_from_trajectories",
+    "meg_one_step",
+    "meg_summary",
+    "meg_target",
+    "meg_unknown",
+    "occupancy_measures",
     "policies",
+    "soft_value_iteration",
     "soft_vi",
 ]

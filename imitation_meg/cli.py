@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import math
 import pathlib
 import sys
@@ -15,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["main", "build_parser", "format_table", "train_cliff_ppo"]
+__all__ = ["build_parser", "format_table", "main"]
 
 
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
@@ -42,9 +43,9 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None =
 
     cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    line = "  ".join(c.rjust(w) for c, w in zip(columns, widths))
+    line = "  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))
     sep = "  ".join("-" * w for w in widths)
-    body = ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    body = ["  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join([line, sep, *body])
 
 
@@ -74,15 +75,14 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _demo_ppo(mdp: Any, args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     """Train a small PPO on seals' CliffWorld for a few seconds and score it beside the others."""
-    try:
-        import stable_baselines3  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("stable_baselines3") is None:
         print("\n(stable-baselines3 is not installed: skipping the PPO part of the demo.)")
         return
     import torch as th
 
     import imitation_meg as im
     from imitation_meg.adapters.sb3 import policy_table
+    from imitation_meg.training import train_cliff_ppo
 
     # A 64-unit MLP trains fastest on one thread; more threads only contend on small machines.
     th.set_num_threads(1)
@@ -92,7 +92,11 @@ def _demo_ppo(mdp: Any, args: argparse.Namespace, rows: list[dict[str, Any]]) ->
     )
     t0 = time.perf_counter()
     model = train_cliff_ppo(
-        width=10, height=4, horizon=mdp.horizon, total_timesteps=args.ppo_steps, seed=args.seed,
+        width=10,
+        height=4,
+        horizon=mdp.horizon,
+        total_timesteps=args.ppo_steps,
+        seed=args.seed,
         progress=True,
     )
     pi = policy_table(model, mdp)
@@ -100,40 +104,6 @@ def _demo_ppo(mdp: Any, args: argparse.Namespace, rows: list[dict[str, Any]]) ->
     print(f"trained in {time.perf_counter() - t0:.1f} s; its policy table scored exactly:\n")
     rows.append(_known_row(f"PPO ({args.ppo_steps} steps)", res))
     print(format_table(rows))
-
-
-def train_cliff_ppo(
-    *,
-    width: int = 10,
-    height: int = 4,
-    horizon: int = 30,
-    total_timesteps: int = 16_384,
-    seed: int = 0,
-    progress: bool = False,
-) -> Any:
-    """A small PPO on seals' ``CliffWorldEnv`` (one-hot observations), as the demo trains it.
-
-    Settings: 8 environments, ``n_steps=64``, ``batch_size=128``, 4 epochs, learning rate 3e-3,
-    ``gamma=0.99``, one hidden layer of 64 units, CPU. About 6 s for 16k steps on one core.
-    """
-    from seals.diagnostics.cliff_world import CliffWorldEnv
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.env_util import make_vec_env
-
-    venv = make_vec_env(
-        lambda: CliffWorldEnv(width=width, height=height, horizon=horizon, use_xy_obs=False),
-        n_envs=8,
-        seed=seed,
-    )
-    model = PPO(
-        "MlpPolicy", venv, n_steps=64, batch_size=128, n_epochs=4, learning_rate=3e-3,
-        gamma=0.99, seed=seed, device="cpu", policy_kwargs={"net_arch": [64]},
-    )
-    try:
-        model.learn(total_timesteps, progress_bar=progress)
-    except ImportError:  # progress bars need tqdm and rich
-        model.learn(total_timesteps)
-    return model
 
 
 def _known_row(name: str, res: Any) -> dict[str, Any]:
@@ -167,7 +137,11 @@ def _score_mdp(args: argparse.Namespace) -> Any:
             goal_region=args.goal_region if args.goal_region is not None else 1,
             goal_layout=args.goal_layout,
         )
-    given = [f"--{n.replace('_', '-')}" for n in ("width", "height", "goal_region") if getattr(args, n) is not None]
+    given = [
+        f"--{n.replace('_', '-')}"
+        for n in ("width", "height", "goal_region")
+        if getattr(args, n) is not None
+    ]
     if given:
         raise ValueError(f"{', '.join(given)} only apply to --cliff-world, not to --env.")
     return im.TabularMDP.from_env(args.env, horizon=args.horizon)
@@ -179,7 +153,9 @@ def _score_policy(args: argparse.Namespace, mdp: Any) -> tuple[Any, str]:
     name = args.policy
     if name in BUILTIN_POLICIES:
         if args.algo is not None:
-            raise ValueError(f"--algo applies to a saved model, not to the built-in policy {name!r}.")
+            raise ValueError(
+                f"--algo applies to a saved model, not to the built-in policy {name!r}."
+            )
         if args.vec_normalize is not None:
             raise ValueError(f"--vec-normalize applies to a saved model, not to {name!r}.")
         if name == "epsilon-greedy":
@@ -187,7 +163,9 @@ def _score_policy(args: argparse.Namespace, mdp: Any) -> tuple[Any, str]:
                 raise ValueError("--policy epsilon-greedy needs --epsilon (in [0, 1]).")
             return policies.epsilon_greedy(mdp, args.epsilon), f"epsilon-greedy {args.epsilon:g}"
         if args.epsilon is not None:
-            raise ValueError(f"--epsilon applies to epsilon-greedy and DQN policies, not to {name!r}.")
+            raise ValueError(
+                f"--epsilon applies to epsilon-greedy and DQN policies, not to {name!r}."
+            )
         return (policies.uniform(mdp) if name == "uniform" else policies.optimal(mdp)), name
     if args.algo is None:
         raise ValueError(
@@ -197,7 +175,11 @@ def _score_policy(args: argparse.Namespace, mdp: Any) -> tuple[Any, str]:
     from imitation_meg.adapters.sb3 import policy_table
 
     pi = policy_table(
-        name, mdp, algo=args.algo, epsilon=args.epsilon, env=args.env,
+        name,
+        mdp,
+        algo=args.algo,
+        epsilon=args.epsilon,
+        env=args.env,
         vec_normalize=args.vec_normalize,
     )
     label = f"{args.algo.upper()} {pathlib.Path(name).name}"
@@ -214,14 +196,16 @@ def _result_dict(res: Any) -> dict[str, Any]:
 
 def _score(args: argparse.Namespace) -> int:
     import imitation_meg as im
-    from imitation_meg.config import library_versions, write_json
+    from imitation_meg.results import library_versions, write_json
 
     if args.mode != "target" and args.target is not None:
         raise ValueError("--target applies to --mode target only.")
     if args.signed and args.mode != "known":
         raise ValueError("--signed applies to --mode known only (it needs the utility's sign).")
     if args.rollouts is not None and args.rollouts < 1:
-        raise ValueError(f"--rollouts must be a positive number of trajectories, got {args.rollouts}.")
+        raise ValueError(
+            f"--rollouts must be a positive number of trajectories, got {args.rollouts}."
+        )
     if args.n_boot < 0:
         raise ValueError(f"--n-boot must be >= 0, got {args.n_boot}.")
     mdp = _score_mdp(args)
@@ -251,8 +235,14 @@ def _score(args: argparse.Namespace) -> int:
     ]
     if args.mode != "known":
         rows.append(
-            {"policy": label, "mode": "known", "MEG": known.meg, "normalized": known.normalized,
-             "upper bound": known.upper_bound, "converged": known.converged}
+            {
+                "policy": label,
+                "mode": "known",
+                "MEG": known.meg,
+                "normalized": known.normalized,
+                "upper bound": known.upper_bound,
+                "converged": known.converged,
+            }
         )
     estimate = None
     if args.rollouts is not None:
@@ -265,14 +255,24 @@ def _score(args: argparse.Namespace) -> int:
         elif args.mode == "target":
             kwargs["target"] = target
         estimate = meg_from_trajectories(
-            data, mdp, signed=args.signed, n_boot=args.n_boot, rng=args.seed + 1, progress=True,
+            data,
+            mdp,
+            signed=args.signed,
+            n_boot=args.n_boot,
+            rng=args.seed + 1,
+            progress=True,
             **kwargs,
         )
         rows.append(
-            {"policy": f"{label}, {args.rollouts} rollouts", "mode": rows[0]["mode"],
-             "MEG": estimate.meg, "normalized": estimate.meg / res.upper_bound if res.upper_bound else 0.0,
-             "upper bound": res.upper_bound, "converged": estimate.result.converged,
-             f"{estimate.confidence:.0%} interval": f"[{estimate.low:.4f}, {estimate.high:.4f}]"}
+            {
+                "policy": f"{label}, {args.rollouts} rollouts",
+                "mode": rows[0]["mode"],
+                "MEG": estimate.meg,
+                "normalized": estimate.meg / res.upper_bound if res.upper_bound else 0.0,
+                "upper bound": res.upper_bound,
+                "converged": estimate.result.converged,
+                f"{estimate.confidence:.0%} interval": f"[{estimate.low:.4f}, {estimate.high:.4f}]",
+            }
         )
     print(
         f"MEG of {label} in {mdp.name} (S={mdp.n_states}, |A|={mdp.n_actions}, H={mdp.horizon}; "
@@ -288,14 +288,19 @@ def _score(args: argparse.Namespace) -> int:
             f"{estimate.n_boot} bootstrap replicates; it is biased upwards at small sample sizes.)"
         )
     if args.json:
-        config = {k: v for k, v in vars(args).items() if k not in ("func",)}
+        config = {k: v for k, v in vars(args).items() if k != "func"}
         payload: dict[str, Any] = {
             "meg": res.meg,
             "mode": args.mode,
             "target": target,
             "policy": label,
-            "mdp": {"name": mdp.name, "n_states": mdp.n_states, "n_actions": mdp.n_actions,
-                    "horizon": mdp.horizon, "upper_bound": res.upper_bound},
+            "mdp": {
+                "name": mdp.name,
+                "n_states": mdp.n_states,
+                "n_actions": mdp.n_actions,
+                "horizon": mdp.horizon,
+                "upper_bound": res.upper_bound,
+            },
             "config": config,
             "library_versions": library_versions(),
             "result": _result_dict(res),
@@ -319,33 +324,62 @@ def _add_score_parser(sub: Any) -> None:
         ),
     )
     env = score.add_mutually_exclusive_group(required=True)
-    env.add_argument("--env", metavar="ENV_ID", help="gymnasium / seals id, e.g. seals/CliffWorld7x4-v0")
+    env.add_argument(
+        "--env", metavar="ENV_ID", help="gymnasium / seals id, e.g. seals/CliffWorld7x4-v0"
+    )
     env.add_argument("--cliff-world", action="store_true", help="the paper's CliffWorld builder")
-    score.add_argument("--horizon", type=int, help="horizon H (default: the environment's; 30 for --cliff-world)")
+    score.add_argument(
+        "--horizon", type=int, help="horizon H (default: the environment's; 30 for --cliff-world)"
+    )
     score.add_argument("--width", type=int, help="--cliff-world columns (default 10)")
     score.add_argument("--height", type=int, help="--cliff-world rows (default 4)")
     score.add_argument("--goal-region", type=int, help="--cliff-world goal squares k (default 1)")
-    score.add_argument("--goal-layout", choices=("column", "row"), default="column",
-                       help="--cliff-world goal region layout (default column)")
-    score.add_argument("--policy", required=True,
-                       help="MODEL.zip (with --algo) or one of " + ", ".join(BUILTIN_POLICIES))
-    score.add_argument("--algo", choices=("ppo", "a2c", "dqn"), help="algorithm that saved MODEL.zip")
+    score.add_argument(
+        "--goal-layout",
+        choices=("column", "row"),
+        default="column",
+        help="--cliff-world goal region layout (default column)",
+    )
+    score.add_argument(
+        "--policy",
+        required=True,
+        help="MODEL.zip (with --algo) or one of " + ", ".join(BUILTIN_POLICIES),
+    )
+    score.add_argument(
+        "--algo", choices=("ppo", "a2c", "dqn"), help="algorithm that saved MODEL.zip"
+    )
     score.add_argument("--epsilon", type=float, help="epsilon for epsilon-greedy and DQN policies")
-    score.add_argument("--vec-normalize", metavar="PKL", help="VecNormalize statistics the model was trained with")
-    score.add_argument("--mode", choices=MODES, default="known", help="utility: known (env reward, default), "
-                       "unknown (all utilities of the state) or target")
-    score.add_argument("--target", choices=TARGETS, help="target variable for --mode target (default goal)")
+    score.add_argument(
+        "--vec-normalize", metavar="PKL", help="VecNormalize statistics the model was trained with"
+    )
+    score.add_argument(
+        "--mode",
+        choices=MODES,
+        default="known",
+        help="utility: known (env reward, default), unknown (all utilities of the state) or target",
+    )
+    score.add_argument(
+        "--target", choices=TARGETS, help="target variable for --mode target (default goal)"
+    )
     score.add_argument("--signed", action="store_true", help="signed known-utility MEG")
-    score.add_argument("--rollouts", type=int, metavar="N",
-                       help="also estimate MEG from N sampled trajectories with a bootstrap interval")
-    score.add_argument("--n-boot", type=int, default=200, help="bootstrap replicates for --rollouts (default 200)")
+    score.add_argument(
+        "--rollouts",
+        type=int,
+        metavar="N",
+        help="also estimate MEG from N sampled trajectories with a bootstrap interval",
+    )
+    score.add_argument(
+        "--n-boot", type=int, default=200, help="bootstrap replicates for --rollouts (default 200)"
+    )
     score.add_argument("--seed", type=int, default=0, help="seed for --rollouts (default 0)")
-    score.add_argument("--json", metavar="FILE", help="write config, library versions and results as JSON")
+    score.add_argument(
+        "--json", metavar="FILE", help="write config, library versions and results as JSON"
+    )
     score.set_defaults(func=_score)
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from imitation_meg.config import run_config
+    from imitation_meg.runners import run_config
 
     run_config(args.config)
     return 0
@@ -362,7 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="score reference policies on the paper's CliffWorld")
     demo.add_argument("--horizon", type=int, default=30, help="horizon H (default 30)")
     demo.add_argument("--no-ppo", action="store_true", help="skip training and scoring a small PPO")
-    demo.add_argument("--ppo-steps", type=int, default=16_384, help="PPO training steps (default 16384)")
+    demo.add_argument(
+        "--ppo-steps", type=int, default=16_384, help="PPO training steps (default 16384)"
+    )
     demo.add_argument("--seed", type=int, default=0, help="PPO seed (default 0)")
     demo.set_defaults(func=_demo)
 

@@ -22,12 +22,15 @@ from typing import Any
 import numpy as np
 import torch as th
 
+from imitation_meg._env_tables import read_env_tables
+from imitation_meg._validation import as_tensor, check_finite
+
 try:  # scipy's compiled CSR loops: a few microseconds less per call than torch's sparse kernels
     from scipy.sparse import _sparsetools as _spt
 except ImportError:  # pragma: no cover - scipy is a dependency; torch's kernels are the fallback
     _spt = None
 
-__all__ = ["TabularMDP", "as_tensor"]
+__all__ = ["TabularMDP"]
 
 ROW_SUM_TOL = 1e-6
 # Dense conversions above this many entries are refused (8 GiB in float64).
@@ -40,54 +43,6 @@ AM_MAX_SA = 1 << 20
 # loops, whose per-call cost is a few microseconds below torch's sparse kernels; above it the
 # call cost no longer matters and torch's kernels are as fast or faster.
 SCIPY_MAX_WORK = 1 << 17
-
-
-def as_tensor(
-    x: Any,
-    *,
-    name: str,
-    dtype: th.dtype | None = None,
-    device: th.device | str | None = None,
-) -> th.Tensor:
-    """Convert a numpy array, tensor, list or scalar to a tensor, with a clear error otherwise.
-
-    Args:
-        x: the value to convert.
-        name: the argument's name, used in error messages.
-        dtype: target dtype (``None`` keeps the input's).
-        device: target device (``None`` keeps the input's, CPU for non-tensors).
-
-    Returns:
-        A tensor on ``device`` with ``dtype``.
-
-    Raises:
-        TypeError: if ``x`` cannot be read as a numeric array.
-    """
-    if isinstance(x, th.Tensor):
-        t = x
-    else:
-        try:
-            arr = np.array(x, copy=True) if isinstance(x, np.ndarray) and not x.flags.writeable else np.asarray(x)
-        except Exception as e:  # noqa: BLE001 - re-raised with context
-            raise TypeError(f"{name} must be array-like, got {type(x).__name__}: {e}") from e
-        if arr.dtype == object or not (
-            np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_
-        ):
-            raise TypeError(
-                f"{name} must be a numeric array or tensor, got dtype {arr.dtype} "
-                f"({type(x).__name__}); pass a numpy array or torch tensor of numbers."
-            )
-        t = th.as_tensor(arr)
-    return t.to(device=device if device is not None else t.device, dtype=dtype or t.dtype)
-
-
-def _check_finite(t: th.Tensor, name: str) -> None:
-    if t.is_floating_point() and not bool(th.isfinite(t).all()):
-        bad = (~th.isfinite(t)).nonzero()[:5].tolist()
-        raise ValueError(
-            f"{name} contains NaN or infinite values (first offending indices {bad}); "
-            "replace them with finite numbers."
-        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -170,13 +125,15 @@ class TabularMDP:
             p0 = th.zeros(S, dtype=dtype, device=device)
             p0[0] = 1.0
         else:
-            p0 = as_tensor(initial_state_dist, name="initial_state_dist", dtype=dtype, device=device)
+            p0 = as_tensor(
+                initial_state_dist, name="initial_state_dist", dtype=dtype, device=device
+            )
             if p0.shape != (S,):
                 raise ValueError(
                     f"initial_state_dist must have shape ({S},) to match the {S} states, "
                     f"got {tuple(p0.shape)}."
                 )
-            _check_finite(p0, "initial_state_dist")
+            check_finite(p0, "initial_state_dist")
             if bool((p0 < 0).any()):
                 raise ValueError(
                     "initial_state_dist has negative entries at states "
@@ -209,9 +166,8 @@ class TabularMDP:
         if isinstance(transition, (tuple, list)) and len(transition) == 2:
             ns = as_tensor(transition[0], name="transition next_state", device=device)
             pr = as_tensor(transition[1], name="transition prob", dtype=dtype, device=device)
-            if ns.is_floating_point():
-                if not bool((ns == ns.round()).all()):
-                    raise TypeError("transition next_state must hold integer state indices.")
+            if ns.is_floating_point() and not bool((ns == ns.round()).all()):
+                raise TypeError("transition next_state must hold integer state indices.")
             ns = ns.to(th.int64)
             if ns.ndim != 3 or pr.shape != ns.shape:
                 raise ValueError(
@@ -219,11 +175,11 @@ class TabularMDP:
                     f"(S, A, B); got {tuple(ns.shape)} and {tuple(pr.shape)}."
                 )
             S = ns.shape[0]
-            _check_finite(pr, "transition prob")
+            check_finite(pr, "transition prob")
             if bool(((ns < 0) | (ns >= S)).any()):
-                bad = ns[(ns < 0) | (ns >= S)][:5].tolist()
+                outside = ns[(ns < 0) | (ns >= S)][:5].tolist()
                 raise ValueError(
-                    f"transition next_state has indices outside [0, {S}): {bad}; "
+                    f"transition next_state has indices outside [0, {S}): {outside}; "
                     "every successor must be a valid state index."
                 )
         else:
@@ -233,12 +189,12 @@ class TabularMDP:
                     f"dense transition must have shape (S, A, S), got {tuple(T.shape)}; "
                     "or pass a pair (next_state, prob) of shape (S, A, B)."
                 )
-            _check_finite(T, "transition")
+            check_finite(T, "transition")
             ns, pr = self.dense_to_sparse(T)
         if bool((pr < 0).any()):
-            idx = (pr < 0).nonzero()[:5].tolist()
+            neg = (pr < 0).nonzero()[:5].tolist()
             raise ValueError(
-                f"transition has negative probabilities at (s, a, k) {idx}; probabilities must be >= 0."
+                f"transition has negative probabilities at (s, a, k) {neg}; probabilities must be >= 0."
             )
         sums = pr.sum(-1)
         bad = (sums - 1).abs() > ROW_SUM_TOL
@@ -250,7 +206,9 @@ class TabularMDP:
                 "each T[s, a, :] must be a probability distribution."
             )
         if ns.shape[0] == 0 or ns.shape[1] == 0:
-            raise ValueError(f"the MDP needs at least one state and one action, got {tuple(ns.shape[:2])}.")
+            raise ValueError(
+                f"the MDP needs at least one state and one action, got {tuple(ns.shape[:2])}."
+            )
         return _Transitions(next_state=ns.contiguous(), prob=pr.contiguous())
 
     @staticmethod
@@ -287,7 +245,7 @@ class TabularMDP:
                 f"{name} must have shape ({S},), ({S}, {A}) or ({S}, {A}, {S}) for this MDP, "
                 f"got {tuple(u.shape)}."
             )
-        _check_finite(u, name)
+        check_finite(u, name)
         return u
 
     # ------------------------------------------------------------------ properties
@@ -353,7 +311,9 @@ class TabularMDP:
             return u.unsqueeze(1).expand(S, A)
         if u.ndim == 2:
             return u
-        sa = th.arange(S, device=self.device).view(S, 1, 1) * A + th.arange(A, device=self.device).view(1, A, 1)
+        sa = th.arange(S, device=self.device).view(S, 1, 1) * A + th.arange(
+            A, device=self.device
+        ).view(1, A, 1)
         flat = u.reshape(S * A, S)
         vals = flat[sa.expand_as(self.next_state).reshape(-1), self.next_state.reshape(-1)]
         return (vals.view_as(self.prob) * self.prob).sum(-1)
@@ -428,7 +388,7 @@ class TabularMDP:
                 return cache[key]
         key = ("csr_am", dtype, self.device)
         if key not in cache:
-            P, PT = self._csr(dtype)
+            P, _PT = self._csr(dtype)
             perm = th.arange(S * A, device=self.device).view(S, A).T.reshape(-1)  # am row -> sm row
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
@@ -444,7 +404,7 @@ class TabularMDP:
             )
         return cache[key]
 
-    def _am_product(self, dtype: th.dtype, k: int) -> "AMProduct | None":
+    def _am_product(self, dtype: th.dtype, k: int) -> AMProduct | None:
         """The backup / push-forward products of :meth:`_am_operators` for ``k`` columns
         (scipy's CSR loops for small sparse CPU operators), or None above ``AM_MAX_SA``."""
         ops = self._am_operators(dtype, k)
@@ -535,7 +495,9 @@ class TabularMDP:
         return (MT @ flat.T).T.reshape(*lead, S)
 
     # ------------------------------------------------------------------ conversions
-    def to(self, device: th.device | str | None = None, dtype: th.dtype | None = None) -> "TabularMDP":
+    def to(
+        self, device: th.device | str | None = None, dtype: th.dtype | None = None
+    ) -> TabularMDP:
         """A copy of this MDP on another device and/or float dtype."""
         new = object.__new__(TabularMDP)
         new.__dict__.update(self.__dict__)
@@ -559,13 +521,13 @@ class TabularMDP:
             new.observation_matrix = self.observation_matrix.to(device)
         return new
 
-    def with_utility(self, utility: Any) -> "TabularMDP":
+    def with_utility(self, utility: Any) -> TabularMDP:
         """A copy of this MDP with another utility attached (transitions shared)."""
         new = self.to()
         new.utility = None if utility is None else self.validate_utility(utility)
         return new
 
-    def with_horizon(self, horizon: int) -> "TabularMDP":
+    def with_horizon(self, horizon: int) -> TabularMDP:
         """A copy of this MDP with another horizon (transitions shared)."""
         new = TabularMDP(
             (self.next_state, self.prob),
@@ -592,7 +554,15 @@ class TabularMDP:
 
     # ------------------------------------------------------------------ environments
     @classmethod
-    def from_env(cls, env_or_id: Any, *, horizon: int | None = None, **make_kwargs: Any) -> "TabularMDP":
+    def from_env(
+        cls,
+        env_or_id: Any,
+        *,
+        horizon: int | None = None,
+        dtype: th.dtype = th.float64,
+        device: th.device | str | None = None,
+        **make_kwargs: Any,
+    ) -> TabularMDP:
         """Build a tabular MDP from a seals tabular environment or a gymnasium toy-text one.
 
         seals environments (``TabularModelPOMDP`` and relatives) are read through
@@ -607,16 +577,27 @@ class TabularMDP:
                 ``"FrozenLake-v1"``); ids are built with ``gymnasium.make(id, **make_kwargs)``.
             horizon: number of decisions; default the environment's ``horizon``, else
                 ``env.spec.max_episode_steps``.
-            **make_kwargs: forwarded to ``gymnasium.make`` when an id is given; also ``dtype``
-                and ``device`` are taken from here for the MDP.
+            dtype: float dtype of the MDP.
+            device: torch device of the MDP.
+            **make_kwargs: forwarded to ``gymnasium.make`` when an id is given.
 
         Raises:
             ValueError: non-tabular environment, missing horizon.
             TypeError: non-Discrete action space, or an argument of the wrong kind.
         """
-        from imitation_meg.envs.convert import mdp_from_env
-
-        return mdp_from_env(env_or_id, horizon=horizon, **make_kwargs)
+        t = read_env_tables(env_or_id, horizon=horizon, **make_kwargs)
+        return cls(
+            t.transition,
+            t.utility,
+            t.horizon,
+            t.initial_state_dist,
+            1.0,
+            dtype=dtype,
+            device=device,
+            observation_matrix=t.observation_matrix,
+            name=t.name,
+            metadata=t.metadata,
+        )
 
 
 class AMProduct:
@@ -686,7 +667,9 @@ class AMProduct:
         else:
             th.mm(self.MT, x, out=out)
 
-    def _scipy(self, which: int, y: np.ndarray, x: np.ndarray, c: np.ndarray | None, alpha: float) -> None:
+    def _scipy(
+        self, which: int, y: np.ndarray, x: np.ndarray, c: np.ndarray | None, alpha: float
+    ) -> None:
         """``y = c + alpha * (M or M^T) @ x`` (``c=None`` for zero) on C-contiguous numpy ``y``."""
         assert y.flags.c_contiguous
         if c is None:

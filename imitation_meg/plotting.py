@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["plot_meg_series", "plot_meg_bars", "plot_grid_values", "pyplot", "save_figure"]
+__all__ = ["plot_grid_values", "plot_meg_bars", "plot_meg_series", "pyplot", "save_figure"]
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
@@ -100,11 +100,27 @@ def plot_meg_bars(
     pos = np.arange(len(labels))
     for i, (name, ys) in enumerate(series.items()):
         err = None if errors is None else errors.get(name)
-        ax.bar(pos + (i - (n - 1) / 2) * width, ys, width, yerr=err, capsize=3,
-               color=_COLORS[i % len(_COLORS)], alpha=0.85, label=name)
+        ax.bar(
+            pos + (i - (n - 1) / 2) * width,
+            ys,
+            width,
+            yerr=err,
+            capsize=3,
+            color=_COLORS[i % len(_COLORS)],
+            alpha=0.85,
+            label=name,
+        )
     for i, (name, ys) in enumerate((reference or {}).items()):
-        ax.plot(pos + (i - (n - 1) / 2) * width, ys, linestyle="none", marker="D", mfc="white",
-                mec="black", ms=6, label=name)
+        ax.plot(
+            pos + (i - (n - 1) / 2) * width,
+            ys,
+            linestyle="none",
+            marker="D",
+            mfc="white",
+            mec="black",
+            ms=6,
+            label=name,
+        )
     ax.set_xticks(pos, labels)
     ax.set_ylabel(ylabel)
     if title:
@@ -144,11 +160,20 @@ def plot_grid_values(
     fig, ax = plt.subplots(figsize=(1.0 + 0.55 * w, 0.8 + 0.55 * h))
     im = ax.imshow(arr.reshape(h, w), cmap=cmap)
     for r, c in marks:
-        ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec="yellow", lw=2, ls="--"))
+        ax.add_patch(
+            plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec="yellow", lw=2, ls="--")
+        )
     for r in range(h):
         for c in range(w):
-            ax.text(c, r, f"{arr[r * w + c]:.2f}", ha="center", va="center", fontsize=6,
-                    color="white" if arr[r * w + c] < arr.max() / 2 else "black")
+            ax.text(
+                c,
+                r,
+                f"{arr[r * w + c]:.2f}",
+                ha="center",
+                va="center",
+                fontsize=6,
+                color="white" if arr[r * w + c] < arr.max() / 2 else "black",
+            )
     ax.set_xticks(range(w))
     ax.set_yticks(range(h))
     fig.colorbar(im, ax=ax, fraction=0.03)

@@ -12,59 +12,19 @@ from typing import Any
 
 import torch as th
 
-from imitation_meg.mdp import TabularMDP, as_tensor
+from imitation_meg._validation import POLICY_ROW_TOL, as_policy
+from imitation_meg.mdp import TabularMDP
 from imitation_meg.soft_vi import hard_value_iteration, soft_value_iteration
 
 __all__ = [
     "POLICY_ROW_TOL",
-    "as_policy",
-    "uniform",
-    "optimal",
     "anti_optimal",
+    "as_policy",
     "epsilon_greedy",
+    "optimal",
     "soft_optimal",
+    "uniform",
 ]
-
-POLICY_ROW_TOL = 1e-5
-
-
-def as_policy(policy: Any, mdp: TabularMDP, *, name: str = "policy") -> th.Tensor:
-    """Validate a policy against an MDP and return it as a renormalised tensor.
-
-    Args:
-        policy: ``(S, A)`` stationary or ``(H, S, A)`` time-dependent probabilities.
-        mdp: the MDP the policy acts in.
-        name: argument name for messages.
-
-    Returns:
-        A tensor of the same shape in ``mdp.dtype`` on ``mdp.device`` whose rows sum to 1.
-
-    Raises:
-        TypeError: non-numeric input.
-        ValueError: wrong shape, NaN/inf, negative entries, or rows not summing to 1 within 1e-5.
-    """
-    pi = as_tensor(policy, name=name, dtype=th.float64, device=mdp.device)
-    S, A, H = mdp.n_states, mdp.n_actions, mdp.horizon
-    if tuple(pi.shape) not in ((S, A), (H, S, A)):
-        raise ValueError(
-            f"{name} must have shape ({S}, {A}) (stationary) or ({H}, {S}, {A}) "
-            f"(time-dependent, horizon {H}) for {mdp.name}, got {tuple(pi.shape)}."
-        )
-    if not bool(th.isfinite(pi).all()):
-        raise ValueError(f"{name} contains NaN or infinite entries; pass probabilities.")
-    if bool((pi < 0).any()):
-        idx = (pi < 0).nonzero()[:5].tolist()
-        raise ValueError(f"{name} has negative probabilities at {idx}; entries must be >= 0.")
-    sums = pi.sum(-1)
-    bad = (sums - 1).abs() > POLICY_ROW_TOL
-    if bool(bad.any()):
-        idx = bad.nonzero()[:5].tolist()
-        vals = [round(float(sums[tuple(i)]), 8) for i in idx]
-        raise ValueError(
-            f"{name} rows {idx} sum to {vals}, not 1 (tolerance {POLICY_ROW_TOL}); each "
-            "pi[..., s, :] must be a distribution over actions (normalise with pi / pi.sum(-1))."
-        )
-    return (pi / sums.unsqueeze(-1)).to(mdp.dtype)
 
 
 def uniform(mdp: TabularMDP) -> th.Tensor:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from imitation_meg.known import meg
 from imitation_meg.mdp import TabularMDP
-from imitation_meg.meg import meg
 from imitation_meg.unknown import meg_unknown
 
-__all__ = ["meg_summary", "SUMMARY_COLUMNS"]
+__all__ = ["SUMMARY_COLUMNS", "meg_summary"]
 
 #: The table columns :func:`meg_summary` always returns (MLP columns are NaN when skipped).
 SUMMARY_COLUMNS = (
@@ -65,7 +65,13 @@ def meg_summary(
     }
     if mlp_steps > 0:
         mlp = meg_unknown(
-            policy, mdp, utility_model="mlp", steps=mlp_steps, lr=mlp_lr, restarts=mlp_seeds, seed=seed
+            policy,
+            mdp,
+            utility_model="mlp",
+            steps=mlp_steps,
+            lr=mlp_lr,
+            restarts=mlp_seeds,
+            seed=seed,
         )
         out.update(
             mlp_mean=mlp.extra["mean"],

@@ -14,7 +14,7 @@ hard backup (max / min) and split probability evenly over the actions whose hard
 ``tie_tol * (1 + max|Q_t|)`` of the best (worst); their ``Q`` and ``V`` are the hard values of ``U``.
 (Where hard Q-values tie exactly, large finite betas break the tie towards actions with more
 future entropy, so the finite-beta policies approach the +-inf policy only where there are no
-ties; MEG compares both, see :mod:`imitation_meg.meg`.)
+ties; MEG compares both, see :mod:`imitation_meg.known`.)
 
 Everything is differentiable with respect to the utility through autograd.
 
@@ -31,18 +31,19 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.mdp import TabularMDP, as_tensor
+from imitation_meg._validation import as_betas, as_policy
+from imitation_meg.mdp import TabularMDP
 
 __all__ = [
-    "SoftVIResult",
     "TIE_TOL",
-    "soft_value_iteration",
+    "SoftVIResult",
+    "as_betas",
     "hard_value_iteration",
+    "mce_occupancy_measures",
+    "mce_partition_fh",
     "occupancy_measures",
     "soft_state_visitation",
-    "as_betas",
-    "mce_partition_fh",
-    "mce_occupancy_measures",
+    "soft_value_iteration",
 ]
 
 #: Relative tolerance under which hard Q-values count as tied (beta = +-inf).
@@ -81,25 +82,6 @@ class SoftVIResult:
     def pi(self) -> th.Tensor:
         """``(K, H, S, A)`` policy probabilities."""
         return self._pi if self._pi is not None else self.log_pi.exp()
-
-
-def as_betas(betas: Any, *, dtype: th.dtype, device: th.device) -> th.Tensor:
-    """Read a scalar or 1-D sequence of rationality parameters as a ``(K,)`` tensor.
-
-    Raises:
-        ValueError: NaN entries or more than one dimension.
-        TypeError: non-numeric input.
-    """
-    b = as_tensor(betas, name="betas", dtype=dtype, device=device)
-    if b.ndim == 0:
-        b = b.reshape(1)
-    if b.ndim != 1:
-        raise ValueError(f"betas must be a scalar or a 1-D sequence, got shape {tuple(b.shape)}.")
-    if bool(th.isnan(b).any()):
-        raise ValueError("betas contains NaN; pass real numbers or +-inf.")
-    if b.numel() == 0:
-        raise ValueError("betas is empty; pass at least one rationality parameter.")
-    return b
 
 
 def _tie_log_policy(Q: th.Tensor, sign: float, tie_tol: float) -> th.Tensor:
@@ -284,8 +266,9 @@ def _soft_backward_fast(
     return LPw.permute(3, 0, 2, 1), Vw.permute(2, 0, 1), PIw.permute(3, 0, 2, 1)
 
 
-def _soft_steps_numpy(prod: Any, gamma: float, C: np.ndarray, LP: np.ndarray, V: np.ndarray,
-                      PI: np.ndarray) -> None:
+def _soft_steps_numpy(
+    prod: Any, gamma: float, C: np.ndarray, LP: np.ndarray, V: np.ndarray, PI: np.ndarray
+) -> None:
     """The steps of :func:`_soft_backward_fast` as numpy ufuncs on numpy views of its buffers
     (``C (A, S, K)``, ``LP, PI (H, A, S, K)``, ``V (H, S, K)``): on small CPU MDPs a numpy call
     costs about 1 us less than a torch one and numpy's ``exp`` / ``log`` are about twice as
@@ -326,8 +309,6 @@ def occupancy_measures(mdp: TabularMDP, policy: Any, *, validate: bool = True) -
         ``(H + 1, S)`` (or ``(K, H + 1, S)`` for a batch). Row ``H`` is the post-horizon state,
         which no decision follows (imitation's convention).
     """
-    from imitation_meg.policies import as_policy
-
     if isinstance(policy, th.Tensor) and policy.ndim == 4:
         pi = policy.to(mdp.dtype)
         batch = True
@@ -419,7 +400,9 @@ def soft_state_visitation(
     r = mdp.reward_sa(utility).detach()
     b = as_betas(betas, dtype=r.dtype, device=r.device)
     if not bool(th.isfinite(b).all()):
-        raise ValueError("soft_state_visitation takes finite betas; use soft_value_iteration for +-inf.")
+        raise ValueError(
+            "soft_state_visitation takes finite betas; use soft_value_iteration for +-inf."
+        )
     H, S = mdp.horizon, mdp.n_states
     per_beta = H * S * r.element_size()
     chunk = int(max(1, min(b.numel(), max_bytes // max(per_beta, 1))))

@@ -35,8 +35,10 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.mdp import TabularMDP, as_tensor
-from imitation_meg.meg import meg
+from imitation_meg._validation import ImitationMEGWarning, as_policy, as_tensor
+from imitation_meg.known import meg
+from imitation_meg.mdp import TabularMDP
+from imitation_meg.results import to_jsonable
 
 __all__ = [
     "TrajectoryLengthWarning",
@@ -51,7 +53,7 @@ __all__ = [
 _UTILITY_TOL = 1e-9
 
 
-class TrajectoryLengthWarning(UserWarning):
+class TrajectoryLengthWarning(ImitationMEGWarning):
     """Trajectories are longer than the MDP's horizon; only their first ``H`` decisions are used."""
 
 
@@ -90,24 +92,24 @@ class TrajectoryMEGResult:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the point result expanded, replicates as a list)."""
         res = self.result
-        if dataclasses.is_dataclass(res) and not isinstance(res, type):
-            res = dataclasses.asdict(res)
-        elif hasattr(res, "__dict__"):
-            res = {k: v for k, v in vars(res).items() if not k.startswith("_")}
-        return {
-            "meg": self.meg,
-            "low": self.low,
-            "high": self.high,
-            "n_trajectories": self.n_trajectories,
-            "confidence": self.confidence,
-            "n_boot": self.n_boot,
-            "mode": self.mode,
-            "n_padded": self.n_padded,
-            "n_cut": self.n_cut,
-            "horizon": self.horizon,
-            "result": res,
-            "replicates": [float(x) for x in self.replicates],
-        }
+        if hasattr(res, "to_dict"):
+            res = res.to_dict()
+        return to_jsonable(
+            {
+                "meg": self.meg,
+                "low": self.low,
+                "high": self.high,
+                "n_trajectories": self.n_trajectories,
+                "confidence": self.confidence,
+                "n_boot": self.n_boot,
+                "mode": self.mode,
+                "n_padded": self.n_padded,
+                "n_cut": self.n_cut,
+                "horizon": self.horizon,
+                "result": res,
+                "replicates": self.replicates,
+            }
+        )  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------------- extraction
@@ -180,7 +182,9 @@ def _from_trajectory(
     where = f"trajectory {i}"
     acts = _int_array(np.asarray(traj.acts), f"{where} acts")
     if acts.ndim != 1:
-        raise ValueError(f"{where}: acts must be one integer action per step, got shape {acts.shape}.")
+        raise ValueError(
+            f"{where}: acts must be one integer action per step, got shape {acts.shape}."
+        )
     T = acts.shape[0]
     infos = getattr(traj, "infos", None)
     if (
@@ -189,7 +193,9 @@ def _from_trajectory(
         and T > 0
         and all(isinstance(info, Mapping) and state_key in info for info in infos)
     ):
-        states = _int_array(np.array([info[state_key] for info in infos]), f"{where} infos[{state_key!r}]")
+        states = _int_array(
+            np.array([info[state_key] for info in infos]), f"{where} infos[{state_key!r}]"
+        )
         final: int | None = None
         last = infos[-1]
         if "new_state" in last:
@@ -221,11 +227,15 @@ def _split_raw(trajectories: tuple[Any, Any]) -> list[tuple[np.ndarray, np.ndarr
                 "raw trajectories must be (states (N, T) or (N, T + 1), actions (N, T)) integer "
                 f"arrays; got shapes {tuple(s.shape)} and {tuple(a.shape)}."
             )
-        return list(zip(s, a))
-    if isinstance(states, Sequence) and isinstance(actions, Sequence) and len(states) == len(actions):
+        return list(zip(s, a, strict=True))
+    if (
+        isinstance(states, Sequence)
+        and isinstance(actions, Sequence)
+        and len(states) == len(actions)
+    ):
         return [
             (_int_array(s, f"states[{i}]").reshape(-1), _int_array(a, f"actions[{i}]").reshape(-1))
-            for i, (s, a) in enumerate(zip(states, actions))
+            for i, (s, a) in enumerate(zip(states, actions, strict=True))
         ]
     raise TypeError(
         "raw trajectories must be a pair (states, actions) of (N, T) arrays or of equal-length "
@@ -254,8 +264,10 @@ def trajectory_state_actions(
             state or several states, inconsistent lengths.
         TypeError: input of the wrong kind.
     """
-    if isinstance(trajectories, tuple) and len(trajectories) == 2 and not any(
-        _is_trajectory(x) for x in trajectories
+    if (
+        isinstance(trajectories, tuple)
+        and len(trajectories) == 2
+        and not any(_is_trajectory(x) for x in trajectories)
     ):
         out: list[tuple[np.ndarray, np.ndarray, int | None]] = []
         for i, (s, a) in enumerate(_split_raw(trajectories)):
@@ -287,7 +299,9 @@ def trajectory_state_actions(
     S, A = mdp.n_states, mdp.n_actions
     for i, (s, a, final) in enumerate(out):
         if s.size and (s.min() < 0 or s.max() >= S):
-            raise ValueError(f"trajectory {i}: states {s[(s < 0) | (s >= S)][:5].tolist()} outside [0, {S}).")
+            raise ValueError(
+                f"trajectory {i}: states {s[(s < 0) | (s >= S)][:5].tolist()} outside [0, {S})."
+            )
         if final is not None and not 0 <= final < S:
             raise ValueError(f"trajectory {i}: final state {final} outside [0, {S}).")
         if a.size and (a.min() < 0 or a.max() >= A):
@@ -375,7 +389,9 @@ def _occupancy(coded: _Coded, weights: np.ndarray, mdp: TabularMDP) -> th.Tensor
     w = np.bincount(coded.codes[obs], weights=wrep[obs], minlength=H * S * A).reshape(H, S, A)
     padm = coded.pad_codes >= 0
     if padm.any():
-        ws = np.bincount(coded.pad_codes[padm], weights=wrep[padm], minlength=H * S).reshape(H, S, 1)
+        ws = np.bincount(coded.pad_codes[padm], weights=wrep[padm], minlength=H * S).reshape(
+            H, S, 1
+        )
         w = w + ws / A
     return th.as_tensor(w / total, dtype=mdp.dtype, device=mdp.device)
 
@@ -419,7 +435,6 @@ def sample_trajectories(
         ``(states (n, H + 1), actions (n, H))`` int64 arrays, ready for
         :func:`meg_from_trajectories` as a ``(states, actions)`` pair.
     """
-    from imitation_meg.policies import as_policy
 
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be a positive number of trajectories, got {n!r}.")
@@ -464,7 +479,11 @@ def _scorer(
     mdp: TabularMDP, utility: Any, features: Any, target: Any, signed: bool
 ) -> tuple[str, Any]:
     """The mode and a function ``w (H, S, A) -> result with .meg``."""
-    given = [n for n, v in (("utility", utility), ("features", features), ("target", target)) if v is not None]
+    given = [
+        n
+        for n, v in (("utility", utility), ("features", features), ("target", target))
+        if v is not None
+    ]
     if len(given) > 1:
         raise ValueError(
             f"pass at most one of utility= (known), features= (unknown) or target= (target), got {given}."
@@ -472,7 +491,9 @@ def _scorer(
     if features is None and target is None:
         return "known", lambda w: meg(None, mdp, utility, signed=signed, sa_occupancy=w)
     if signed:
-        raise ValueError("signed=True applies to known-utility MEG only (it needs the utility's sign).")
+        raise ValueError(
+            "signed=True applies to known-utility MEG only (it needs the utility's sign)."
+        )
     try:
         from imitation_meg import unknown  # issue 3 (unknown-utility MEG)
     except ImportError as e:
@@ -568,13 +589,17 @@ def meg_from_trajectories(
     r = mdp.reward_sa(utility) if mode == "known" else None
     coded = _encode(items, mdp, r)
     N = len(items)
-    if coded.n_padded and mode == "unknown" and not isinstance(features, str):
-        if as_tensor(features, name="features").ndim > 2:
-            raise ValueError(
-                f"{coded.n_padded} trajectories end early in absorbing states, and state-action "
-                "features let the fitted utility depend on the unobserved actions there; use "
-                "(S, F) state features or full-length trajectories."
-            )
+    if (
+        coded.n_padded
+        and mode == "unknown"
+        and not isinstance(features, str)
+        and as_tensor(features, name="features").ndim > 2
+    ):
+        raise ValueError(
+            f"{coded.n_padded} trajectories end early in absorbing states, and state-action "
+            "features let the fitted utility depend on the unobserved actions there; use "
+            "(S, F) state features or full-length trajectories."
+        )
     point = score(_occupancy(coded, np.ones(N), mdp))
 
     reps = np.empty(int(n_boot))
@@ -608,4 +633,3 @@ def meg_from_trajectories(
         n_cut=coded.n_cut,
         horizon=mdp.horizon,
     )
-

@@ -24,54 +24,32 @@ from several random restarts.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch as th
 from torch import nn
 
-from imitation_meg.mdp import TabularMDP, as_tensor
-from imitation_meg.meg import MEGResult, as_sa_occupancy, sa_occupancy_of
-from imitation_meg.soft_vi import soft_value_iteration
+from imitation_meg._validation import as_tensor
+from imitation_meg.algorithm2 import meg_algorithm2
+from imitation_meg.known import MEGResult
+from imitation_meg.likelihood import (
+    behaviour_occupancy,
+    class_result,
+    gibbs_certificate,
+    log_likelihood,
+)
+from imitation_meg.mdp import TabularMDP
 
 __all__ = [
-    "meg_unknown",
-    "meg_target",
-    "target_features",
     "gibbs_certificate",
     "log_likelihood",
-    "default_utility_model",
+    "meg_target",
+    "meg_unknown",
+    "target_features",
 ]
 
 _NEWTON_MAX_FEATURES = 256
-
-
-# --------------------------------------------------------------------------- building blocks
-def _occupancy(mdp: TabularMDP, policy: Any, sa_occupancy: Any) -> th.Tensor:
-    if sa_occupancy is not None:
-        return as_sa_occupancy(sa_occupancy, mdp)
-    if policy is None:
-        raise ValueError("pass a policy (S, A) / (H, S, A) or sa_occupancy=(H, S, A).")
-    return sa_occupancy_of(mdp, policy)
-
-
-def gibbs_certificate(mdp: TabularMDP, sa_occupancy: th.Tensor) -> float:
-    """Upper bound on every MEG of a behaviour: ``sum_t E[log|A| - H(pi_t(. | s_t))]``.
-
-    By Gibbs' inequality no model's log-likelihood exceeds the behaviour's own, so this bounds
-    known- and unknown-utility MEG alike. ``pi_t`` is read off the occupancy
-    ``w[t, s, a] / sum_a w[t, s, a]``.
-
-    Args:
-        mdp: the MDP.
-        sa_occupancy: ``(H, S, A)`` state-action occupancy.
-    """
-    w = sa_occupancy
-    ws = w.sum(-1, keepdim=True)
-    cond = th.where(ws > 0, w / ws.clamp_min(1e-300), th.zeros_like(w))
-    own = th.where(w > 0, w * cond.clamp_min(1e-300).log(), th.zeros_like(w)).sum()
-    return float(mdp.horizon * math.log(mdp.n_actions) + own)
 
 
 def _features_sa(mdp: TabularMDP, features: Any) -> th.Tensor | None:
@@ -89,8 +67,10 @@ def _features_sa(mdp: TabularMDP, features: Any) -> th.Tensor | None:
     if phi.ndim == 4 and phi.shape[:3] == (S, A, S):
         F = phi.shape[-1]
         flat = phi.reshape(S * A, S, F)
-        sa = (th.arange(S, device=mdp.device).view(S, 1, 1) * A
-              + th.arange(A, device=mdp.device).view(1, A, 1)).expand_as(mdp.next_state)
+        sa = (
+            th.arange(S, device=mdp.device).view(S, 1, 1) * A
+            + th.arange(A, device=mdp.device).view(1, A, 1)
+        ).expand_as(mdp.next_state)
         vals = flat[sa.reshape(-1), mdp.next_state.reshape(-1)].view(*mdp.prob.shape, F)
         return (vals * mdp.prob.unsqueeze(-1)).sum(-2)
     raise ValueError(
@@ -99,71 +79,10 @@ def _features_sa(mdp: TabularMDP, features: Any) -> th.Tensor | None:
     )
 
 
-def log_likelihood(mdp: TabularMDP, reward_sa: th.Tensor, sa_occupancy: th.Tensor) -> th.Tensor:
-    """``E[sum_t log pi_t(a_t | s_t)]`` of the soft-optimal policy of ``reward_sa`` (beta = 1).
-
-    Differentiable with respect to ``reward_sa (S, A)``.
-
-    Args:
-        mdp: the MDP.
-        reward_sa: ``(S, A)`` per-step reward.
-        sa_occupancy: ``(H, S, A)`` behaviour occupancy.
-
-    Returns:
-        A scalar tensor.
-    """
-    log_pi = soft_value_iteration(mdp, 1.0, utility=reward_sa).log_pi[0]
-    return (sa_occupancy * log_pi).sum()
-
-
 def _reward_of(theta: th.Tensor, phi: th.Tensor | None, S: int, A: int) -> th.Tensor:
     if phi is None:
         return theta.unsqueeze(1).expand(S, A)
     return phi @ theta
-
-
-def _result(
-    mdp: TabularMDP,
-    w: th.Tensor,
-    reward: th.Tensor,
-    L: float,
-    *,
-    grad_norm: float,
-    converged: bool,
-    at_boundary: bool,
-    evaluations: int,
-    extra: dict[str, Any],
-) -> MEGResult:
-    H, A = mdp.horizon, mdp.n_actions
-    bound = H * math.log(A)
-    value = min(max(L + bound, 0.0), bound)
-    if value <= 1e-12 * max(1.0, bound):  # rounding of L + H log|A| around 0
-        value = 0.0
-    r = reward.detach()
-    spread = float((r.max() - r.min()))
-    gam = mdp.discount ** th.arange(H, dtype=mdp.dtype, device=mdp.device)
-    eu = float((gam.view(H, 1, 1) * w * r).sum())
-    sv = soft_value_iteration(mdp, [1.0, 0.0], utility=r)
-    pis = sv.pi  # (2, H, S, A)
-    from imitation_meg.soft_vi import occupancy_measures
-
-    D = occupancy_measures(mdp, pis)[:, :-1]  # (2, H, S)
-    eus = (gam.view(1, H, 1, 1) * D.unsqueeze(-1) * pis * r).sum((1, 2, 3))
-    return MEGResult(
-        meg=float(value),
-        beta=spread,
-        upper_bound=bound,
-        normalized=float(value / bound) if bound > 0 else 0.0,
-        expected_utility=eu,
-        model_expected_utility=float(eus[0]),
-        uniform_expected_utility=float(eus[1]),
-        log_likelihood=float(L),
-        grad=float(grad_norm),
-        converged=bool(converged),
-        at_boundary=bool(at_boundary),
-        evaluations=evaluations,
-        extra=dict(extra, utility=r.cpu(), certificate=gibbs_certificate(mdp, w)),
-    )
 
 
 # --------------------------------------------------------------------------- exact linear classes
@@ -194,7 +113,8 @@ def meg_unknown(
         utility_model: a differentiable class instead (paper Algorithm 2): a ``torch.nn.Module``
             mapping the ``(S, O)`` observation matrix to ``(S,)`` state utilities, an imitation
             ``RewardNet`` (evaluated on every ``(s, a, s')``), or ``"mlp"`` for the paper's
-            one-hidden-layer 256-unit MLP. Gives a lower bound; see :func:`_meg_model`.
+            one-hidden-layer 256-unit MLP. Gives a lower bound; see
+            :func:`imitation_meg.algorithm2.meg_algorithm2`.
         tol: relative tolerance of the exact solver (gradient norm and limit improvements).
         max_iter: L-BFGS iteration budget of the exact solver.
         steps, lr, restarts, seed, progress: settings of the differentiable-class ascent.
@@ -223,13 +143,30 @@ def meg_unknown(
         raise ValueError(f"tol must be a relative tolerance in (0, 1), got {tol!r}.")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
-    w = _occupancy(mdp, policy, sa_occupancy)
+    w = behaviour_occupancy(mdp, policy, sa_occupancy)
     if utility_model is not None:
         if features is not None:
-            raise ValueError("pass either features= (exact linear class) or utility_model=, not both.")
-        return _meg_model(
-            mdp, w, utility_model, steps=steps, lr=lr, restarts=restarts, seed=seed, progress=progress
+            raise ValueError(
+                "pass either features= (exact linear class) or utility_model=, not both."
+            )
+        res = meg_algorithm2(
+            None,
+            mdp,
+            utility_model,
+            sa_occupancy=w,
+            steps=steps,
+            lr=lr,
+            restarts=restarts,
+            seed=seed,
+            progress=progress,
         )
+        if res.extra.get("state_only"):
+            # The class of every state utility contains any state-only model: its exact optimum
+            # bounds the model's value, and the gap says how far the ascent fell short.
+            exact = _meg_linear(mdp, w, None, tol=1e-10, max_iter=2000)
+            res.extra["exact"] = exact.meg
+            res.extra["gap_to_exact"] = exact.meg - max(res.extra["restart_values"])
+        return res
     phi = _features_sa(mdp, features)
     res = _meg_linear(mdp, w, phi, tol=tol, max_iter=max_iter)
     return _with_known_candidate(res, mdp, w, phi)
@@ -260,7 +197,7 @@ def _with_known_candidate(
     r = _in_class(mdp, phi)
     if r is None:
         return res
-    from imitation_meg.meg import meg
+    from imitation_meg.known import meg
 
     known = meg(None, mdp, r, sa_occupancy=w)
     res.extra["known_utility_meg"] = known.meg
@@ -381,7 +318,7 @@ def _meg_linear(
             # is already reached to within the gradient tolerance.
             at_boundary = float(theta.abs().max()) * 1e-3 > 1.0
     reward = _reward_of(theta, phi, S, A)
-    return _result(
+    return class_result(
         mdp,
         w,
         reward,
@@ -431,7 +368,9 @@ def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
     t = as_tensor(target, name="target", device=mdp.device)
     if t.ndim == 2:
         if t.shape[0] != S:
-            raise ValueError(f"a probabilistic target must have shape ({S}, K), got {tuple(t.shape)}.")
+            raise ValueError(
+                f"a probabilistic target must have shape ({S}, K), got {tuple(t.shape)}."
+            )
         t = t.to(mdp.dtype)
         if bool((t < 0).any()) or bool(((t.sum(1) - 1).abs() > 1e-6).any()):
             raise ValueError("a probabilistic target's rows must be distributions P(T = k | s).")
@@ -440,9 +379,8 @@ def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
         raise ValueError(
             f"target must give one value per state: shape ({S},), got {tuple(t.shape)}."
         )
-    if t.is_floating_point():
-        if not bool((t == t.round()).all()):
-            raise TypeError("target values must be integers (labels); relabel them with np.unique.")
+    if t.is_floating_point() and not bool((t == t.round()).all()):
+        raise TypeError("target values must be integers (labels); relabel them with np.unique.")
     _, inv = th.unique(t.to(th.int64), return_inverse=True)
     K = int(inv.max()) + 1
     return th.nn.functional.one_hot(inv, K).to(mdp.dtype)
@@ -471,153 +409,3 @@ def meg_target(
     res = meg_unknown(policy, mdp, features=phi, sa_occupancy=sa_occupancy, tol=tol)
     res.extra["target_values"] = int(phi.shape[1])
     return res
-
-
-# --------------------------------------------------------------------------- differentiable classes
-def default_utility_model(n_inputs: int, hidden: int = 256, *, seed: int = 0) -> nn.Module:
-    """The paper's utility network: one hidden layer of 256 ReLU units, scalar output."""
-    gen = th.Generator().manual_seed(seed)
-    model = nn.Sequential(nn.Linear(n_inputs, hidden), nn.ReLU(), nn.Linear(hidden, 1))
-    with th.no_grad():
-        for p in model.parameters():
-            bound = 1.0 / math.sqrt(p.shape[-1] if p.ndim > 1 else hidden)
-            p.uniform_(-bound, bound, generator=gen)
-    return model.double()
-
-
-def _observations(mdp: TabularMDP) -> th.Tensor:
-    if mdp.observation_matrix is not None:
-        return mdp.observation_matrix.to(mdp.dtype)
-    return th.eye(mdp.n_states, dtype=mdp.dtype, device=mdp.device)
-
-
-def _model_reward_fn(mdp: TabularMDP, model: Any) -> tuple[Callable[[], th.Tensor], bool]:
-    """A closure giving the model's per-step ``(S, A)`` reward, and whether it is state-only."""
-    obs = _observations(mdp)
-    try:  # imitation RewardNet: evaluate on every (s, a, s') of the sparse transitions
-        from imitation.rewards.reward_nets import RewardNet
-    except ImportError:  # pragma: no cover - imitation not installed
-        RewardNet = ()  # type: ignore[assignment]
-    if RewardNet and isinstance(model, RewardNet):
-        from imitation_meg.adapters.mce_irl import reward_net_sa
-
-        return (lambda: reward_net_sa(model, mdp)), False
-    if not isinstance(model, nn.Module):
-        raise TypeError(
-            f"utility_model must be a torch.nn.Module, an imitation RewardNet or 'mlp', got "
-            f"{type(model).__name__}."
-        )
-    S, A = mdp.n_states, mdp.n_actions
-    param = next(model.parameters(), None)
-    dtype = param.dtype if param is not None else mdp.dtype
-    x = obs.to(dtype)
-
-    def fn() -> th.Tensor:
-        out = model(x)
-        if out.ndim == 2 and out.shape[1] == 1:
-            out = out[:, 0]
-        if out.shape != (S,):
-            raise ValueError(
-                f"utility_model must map the ({S}, {x.shape[1]}) observation matrix to ({S},) "
-                f"utilities, got output shape {tuple(out.shape)}."
-            )
-        return out.to(mdp.dtype).unsqueeze(1).expand(S, A)
-
-    return fn, True
-
-
-def _meg_model(
-    mdp: TabularMDP,
-    w: th.Tensor,
-    utility_model: Any,
-    *,
-    steps: int,
-    lr: float,
-    restarts: int,
-    seed: int,
-    progress: bool,
-) -> MEGResult:
-    import copy
-
-    if isinstance(utility_model, str):
-        if utility_model != "mlp":
-            raise ValueError(f"utility_model={utility_model!r}: the only named model is 'mlp'.")
-        factory = lambda k: default_utility_model(_observations(mdp).shape[1], seed=seed + k)  # noqa: E731
-    else:
-        base = utility_model
-
-        def factory(k: int) -> Any:
-            model = copy.deepcopy(base)
-            if k > 0:  # restart k: re-initialise the parameters from a derived seed
-                gen = th.Generator().manual_seed(seed + k)
-                with th.no_grad():
-                    for p in model.parameters():
-                        p.copy_((th.rand(p.shape, generator=gen, dtype=p.dtype) * 2 - 1) / math.sqrt(max(p.shape[-1], 1)))
-            return model
-
-    for nm, v in (("steps", steps), ("restarts", restarts)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{nm} must be a positive integer, got {v!r}.")
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr}.")
-    H, A = mdp.horizon, mdp.n_actions
-    bound = H * math.log(A)
-    bar = None
-    if progress:
-        try:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=restarts * steps, desc="MEG (utility model)", leave=False)
-        except ImportError:  # pragma: no cover
-            bar = None
-    values: list[float] = []
-    best = (-math.inf, None)
-    state_only = True
-    for k in range(restarts):
-        model = factory(k)
-        reward_fn, state_only = _model_reward_fn(mdp, model)
-        log_beta = th.zeros((), dtype=mdp.dtype, requires_grad=True)
-        sign = th.ones((), dtype=mdp.dtype)
-        params = [p for p in model.parameters() if p.requires_grad] + [log_beta]
-        opt = th.optim.Adam(params, lr=lr)
-        best_k = -math.inf
-        for _step in range(steps):
-            opt.zero_grad()
-            r = sign * log_beta.exp() * reward_fn()
-            L = log_likelihood(mdp, r, w)
-            (-L).backward()
-            Lv = float(L.detach())
-            if Lv > best_k:
-                best_k = Lv
-                if Lv > best[0]:
-                    best = (Lv, r.detach().clone())
-            opt.step()
-            if bar is not None:
-                bar.update(1)
-        values.append(max(min(best_k + bound, bound), 0.0))
-    if bar is not None:
-        bar.close()
-    Lbest, reward = best
-    assert reward is not None
-    vals = np.asarray(values)
-    extra: dict[str, Any] = {
-        "restart_values": vals.tolist(),
-        "mean": float(vals.mean()),
-        "std": float(vals.std(ddof=1)) if vals.size > 1 else 0.0,
-        "lower_bound": True,
-    }
-    if state_only:
-        exact = _meg_linear(mdp, w, None, tol=1e-10, max_iter=2000)
-        extra["exact"] = exact.meg
-        extra["gap_to_exact"] = exact.meg - max(values)
-    return _result(
-        mdp,
-        w,
-        reward,
-        Lbest,
-        grad_norm=math.nan,
-        converged=False,
-        at_boundary=False,
-        evaluations=restarts * steps,
-        extra=extra,
-    )

@@ -11,14 +11,23 @@ import numpy as np
 import pytest
 
 import imitation_meg
-from imitation_meg import bench
-from imitation_meg.config import load_config, load_driver
+from imitation_meg.config import load_config
+from imitation_meg.runners import load_driver
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="module")
+def bench():
+    """The benchmark's helper module (in benchmarks/, outside the installed package)."""
+    load_driver("benchmark", ROOT / "benchmarks")  # puts benchmarks/ on sys.path
+    import bench as module
+
+    return module
+
+
 def test_benchmark_fast_config_end_to_end(tmp_path):
-    driver = load_driver("benchmark", ROOT / "experiments")
+    driver = load_driver("benchmark", ROOT / "benchmarks")
     cfg = load_config(ROOT / "configs" / "benchmark_fast.yaml", driver.Config)
     cfg = dataclasses.replace(cfg, results_dir=str(tmp_path))
     out = driver.main(cfg)
@@ -54,7 +63,7 @@ def test_benchmark_fast_config_end_to_end(tmp_path):
     assert len(json.loads((tmp_path / "results.json").read_text())["rows"]) == len(rows)
 
 
-def test_imitation_baseline_matches_exact_meg():
+def test_imitation_baseline_matches_exact_meg(bench):
     from imitation_meg import policies
     from imitation_meg.envs import cliff_world
 
@@ -67,7 +76,7 @@ def test_imitation_baseline_matches_exact_meg():
 
 
 def test_benchmark_config_rejects_bad_grid(tmp_path):
-    driver = load_driver("benchmark", ROOT / "experiments")
+    driver = load_driver("benchmark", ROOT / "benchmarks")
     cfg = driver.Config(cliff_grids=((10, 4),), results_dir=str(tmp_path))
     with pytest.raises(ValueError, match="triples"):
         driver.main(cfg)

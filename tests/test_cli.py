@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import subprocess
+import sys
+import warnings
 
+import pytest
+import torch as th
+
+import imitation_meg as im
 from imitation_meg.cli import format_table, main
 
 
@@ -31,15 +39,6 @@ def test_format_table_aligns_and_formats():
 
 
 # ---------------------------------------------------------------------------------- score
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import warnings  # noqa: E402
-
-import pytest  # noqa: E402
-import torch as th  # noqa: E402
-
-import imitation_meg as im  # noqa: E402
 
 CLIFF = "seals/CliffWorld7x4-v0"
 
@@ -47,7 +46,7 @@ CLIFF = "seals/CliffWorld7x4-v0"
 @pytest.fixture(scope="module")
 def saved_models(tmp_path_factory):
     """A PPO and a DQN trained briefly with plain SB3 and saved with model.save()."""
-    import seals  # noqa: F401
+    import seals  # noqa: F401 (registers the seals environment ids)
     import stable_baselines3 as sb3
 
     th.set_num_threads(1)
@@ -69,9 +68,21 @@ def test_score_saved_ppo_end_to_end_in_a_subprocess(saved_models, tmp_path):
 
     d, ppo, _ = saved_models
     out = tmp_path / "ppo.json"
-    cmd = [sys.executable, "-m", "imitation_meg.cli", "score", "--env", CLIFF, "--algo", "ppo",
-           "--policy", str(d / "ppo.zip"), "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    cmd = [
+        sys.executable,
+        "-m",
+        "imitation_meg.cli",
+        "score",
+        "--env",
+        CLIFF,
+        "--algo",
+        "ppo",
+        "--policy",
+        str(d / "ppo.zip"),
+        "--json",
+        str(out),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     payload = json.loads(out.read_text())
     mdp = im.TabularMDP.from_env(CLIFF)
@@ -81,8 +92,13 @@ def test_score_saved_ppo_end_to_end_in_a_subprocess(saved_models, tmp_path):
     assert payload["result"]["expected_utility"] == pytest.approx(exact.expected_utility, abs=1e-9)
     assert payload["config"]["env"] == CLIFF and payload["config"]["algo"] == "ppo"
     assert {"torch", "stable-baselines3", "gymnasium", "seals"} <= set(payload["library_versions"])
-    assert payload["mdp"] == {"name": CLIFF, "n_states": 28, "n_actions": 4, "horizon": 9,
-                              "upper_bound": pytest.approx(9 * math.log(4))}
+    assert payload["mdp"] == {
+        "name": CLIFF,
+        "n_states": 28,
+        "n_actions": 4,
+        "horizon": 9,
+        "upper_bound": pytest.approx(9 * math.log(4)),
+    }
     assert "PPO ppo.zip" in proc.stdout and f"{exact.meg:.4f}" in proc.stdout
 
 
@@ -91,12 +107,29 @@ def test_score_dqn_with_epsilon_and_rollouts(saved_models, tmp_path, capsys):
 
     d, _, dqn = saved_models
     out = tmp_path / "dqn.json"
-    argv = ["score", "--env", CLIFF, "--algo", "dqn", "--policy", str(d / "dqn.zip"), "--epsilon", "0.2",
-            "--rollouts", "200", "--n-boot", "20", "--json", str(out)]
+    argv = [
+        "score",
+        "--env",
+        CLIFF,
+        "--algo",
+        "dqn",
+        "--policy",
+        str(d / "dqn.zip"),
+        "--epsilon",
+        "0.2",
+        "--rollouts",
+        "200",
+        "--n-boot",
+        "20",
+        "--json",
+        str(out),
+    ]
     assert main(argv) == 0
     payload = json.loads(out.read_text())
     mdp = im.TabularMDP.from_env(CLIFF)
-    assert payload["meg"] == pytest.approx(im.meg(policy_table(dqn, mdp, epsilon=0.2), mdp).meg, abs=1e-9)
+    assert payload["meg"] == pytest.approx(
+        im.meg(policy_table(dqn, mdp, epsilon=0.2), mdp).meg, abs=1e-9
+    )
     est = payload["trajectory_estimate"]
     assert est["n_trajectories"] == 200 and est["n_boot"] == 20 and est["low"] <= est["high"]
     assert "95% interval" in capsys.readouterr().out
@@ -105,8 +138,24 @@ def test_score_dqn_with_epsilon_and_rollouts(saved_models, tmp_path, capsys):
 @pytest.mark.parametrize("mode, target", [("unknown", None), ("target", "goal")])
 def test_score_builtin_policy_modes(mode, target, tmp_path):
     out = tmp_path / "r.json"
-    argv = ["score", "--cliff-world", "--width", "4", "--height", "2", "--horizon", "4",
-            "--policy", "epsilon-greedy", "--epsilon", "0.3", "--mode", mode, "--json", str(out)]
+    argv = [
+        "score",
+        "--cliff-world",
+        "--width",
+        "4",
+        "--height",
+        "2",
+        "--horizon",
+        "4",
+        "--policy",
+        "epsilon-greedy",
+        "--epsilon",
+        "0.3",
+        "--mode",
+        mode,
+        "--json",
+        str(out),
+    ]
     if target:
         argv += ["--target", target]
     assert main(argv) == 0
@@ -123,7 +172,9 @@ def test_score_builtin_policy_modes(mode, target, tmp_path):
 
 def test_score_builtins_known(capsys):
     assert main(["score", "--cliff-world", "--horizon", "10", "--policy", "uniform"]) == 0
-    assert main(["score", "--cliff-world", "--horizon", "10", "--policy", "optimal", "--signed"]) == 0
+    assert (
+        main(["score", "--cliff-world", "--horizon", "10", "--policy", "optimal", "--signed"]) == 0
+    )
     out = capsys.readouterr().out
     assert "uniform" in out and "optimal" in out
 
@@ -134,15 +185,33 @@ def test_score_builtins_known(capsys):
         (["--env", CLIFF, "--policy", "model.zip"], "pass --algo ppo|a2c|dqn"),
         (["--env", CLIFF, "--policy", "missing.zip", "--algo", "ppo"], "no SB3 model file"),
         (["--cliff-world", "--policy", "epsilon-greedy"], "needs --epsilon"),
-        (["--cliff-world", "--policy", "epsilon-greedy", "--epsilon", "2"], r"epsilon must lie in \[0, 1\]"),
+        (
+            ["--cliff-world", "--policy", "epsilon-greedy", "--epsilon", "2"],
+            r"epsilon must lie in \[0, 1\]",
+        ),
         (["--cliff-world", "--policy", "optimal", "--epsilon", "0.1"], "--epsilon applies to"),
-        (["--cliff-world", "--policy", "optimal", "--algo", "ppo"], "--algo applies to a saved model"),
-        (["--env", CLIFF, "--width", "5", "--policy", "uniform"], "--width only apply to --cliff-world"),
+        (
+            ["--cliff-world", "--policy", "optimal", "--algo", "ppo"],
+            "--algo applies to a saved model",
+        ),
+        (
+            ["--env", CLIFF, "--width", "5", "--policy", "uniform"],
+            "--width only apply to --cliff-world",
+        ),
         (["--env", "CartPole-v1", "--policy", "uniform"], "is not tabular"),
         (["--env", "NoSuchEnv-v0", "--policy", "uniform"], "could not make environment"),
-        (["--cliff-world", "--policy", "uniform", "--target", "row"], "--target applies to --mode target"),
-        (["--cliff-world", "--policy", "uniform", "--mode", "unknown", "--signed"], "--signed applies to --mode known"),
-        (["--cliff-world", "--policy", "uniform", "--rollouts", "0"], "--rollouts must be a positive"),
+        (
+            ["--cliff-world", "--policy", "uniform", "--target", "row"],
+            "--target applies to --mode target",
+        ),
+        (
+            ["--cliff-world", "--policy", "uniform", "--mode", "unknown", "--signed"],
+            "--signed applies to --mode known",
+        ),
+        (
+            ["--cliff-world", "--policy", "uniform", "--rollouts", "0"],
+            "--rollouts must be a positive",
+        ),
         (["--env", "FrozenLake-v1", "--policy", "uniform", "--mode", "target"], "no grid_shape"),
         (["--cliff-world", "--goal-region", "9", "--policy", "uniform"], "goal_region=9"),
     ],

@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from imitation_meg.config import load_config, run_config, write_csv, write_json
+from imitation_meg.config import load_config
+from imitation_meg.results import write_csv, write_json
+from imitation_meg.runners import run_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +27,9 @@ class Outer:
 
 
 def test_load_config_builds_nested_frozen_dataclasses():
-    cfg = load_config({"experiment": "x", "name": "n", "values": [1, 2.5], "inner": {"a": 3}}, Outer)
+    cfg = load_config(
+        {"experiment": "x", "name": "n", "values": [1, 2.5], "inner": {"a": 3}}, Outer
+    )
     assert cfg == Outer(name="n", values=(1.0, 2.5), inner=Inner(a=3, b=1.0))
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.name = "m"  # type: ignore[misc]
@@ -60,7 +64,9 @@ def test_run_config_errors(tmp_path):
 
 
 def test_writers_handle_infinities(tmp_path):
-    path = write_json(tmp_path / "r.json", {"a": float("inf"), "b": [float("nan")], "c": Inner(a=1)})
+    path = write_json(
+        tmp_path / "r.json", {"a": float("inf"), "b": [float("nan")], "c": Inner(a=1)}
+    )
     assert json.loads(path.read_text()) == {"a": "inf", "b": [None], "c": {"a": 1, "b": 1.0}}
     csv = write_csv(tmp_path / "r.csv", [{"x": 1, "y": 2.0}, {"x": 3, "z": "q"}])
     assert csv.read_text().splitlines() == ["x,y,z", "1,2.0,", "3,,q"]

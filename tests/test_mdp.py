@@ -40,7 +40,9 @@ def test_sparse_backup_matches_dense(rng):
     expected = th.einsum("sat,kt->ksa", T, V)
     th.testing.assert_close(mdp.expect_next(V), expected, rtol=1e-12, atol=1e-12)
     m = th.as_tensor(rng.random((2, 1100, 3)))
-    th.testing.assert_close(mdp.push_forward(m), th.einsum("ksa,sat->kt", m, T), rtol=1e-12, atol=1e-12)
+    th.testing.assert_close(
+        mdp.push_forward(m), th.einsum("ksa,sat->kt", m, T), rtol=1e-12, atol=1e-12
+    )
 
 
 def test_defaults_and_dtype():
@@ -64,27 +66,35 @@ def test_reward_reductions():
 @pytest.mark.parametrize(
     "kwargs, exc, match",
     [
-        (dict(transition=np.ones((3, 2))), ValueError, r"shape \(S, A, S\)"),
-        (dict(transition=np.full((3, 2, 3), np.nan)), ValueError, "NaN or infinite"),
-        (dict(transition=-_chain_dense()), ValueError, "negative probabilities"),
-        (dict(transition=_chain_dense() * 0.5), ValueError, "sum to .* not 1"),
-        (dict(transition="abc"), TypeError, "numeric"),
-        (dict(horizon=0), ValueError, "horizon must be >= 1"),
-        (dict(horizon=2.5), TypeError, "horizon must be an integer"),
-        (dict(discount=1.5), ValueError, r"discount must lie in \[0, 1\]"),
-        (dict(discount=-0.1), ValueError, r"discount must lie in \[0, 1\]"),
-        (dict(initial_state_dist=[0.5, 0.2, 0.2]), ValueError, "sums to 0.9"),
-        (dict(initial_state_dist=[1.5, -0.5, 0.0]), ValueError, "negative entries"),
-        (dict(initial_state_dist=[1.0, 0.0]), ValueError, r"shape \(3,\)"),
-        (dict(initial_state_dist=[np.inf, 0, 0]), ValueError, "NaN or infinite"),
-        (dict(utility=np.ones(4)), ValueError, "utility must have shape"),
-        (dict(utility=[0.0, np.nan, 1.0]), ValueError, "NaN or infinite"),
-        (dict(transition=(np.zeros((3, 2, 1), int) + 5, np.ones((3, 2, 1)))), ValueError, "outside"),
-        (dict(transition=(np.zeros((3, 2, 1), int), np.ones((3, 2, 2)))), ValueError, "equal shape"),
+        ({"transition": np.ones((3, 2))}, ValueError, r"shape \(S, A, S\)"),
+        ({"transition": np.full((3, 2, 3), np.nan)}, ValueError, "NaN or infinite"),
+        ({"transition": -_chain_dense()}, ValueError, "negative probabilities"),
+        ({"transition": _chain_dense() * 0.5}, ValueError, "sum to .* not 1"),
+        ({"transition": "abc"}, TypeError, "numeric"),
+        ({"horizon": 0}, ValueError, "horizon must be >= 1"),
+        ({"horizon": 2.5}, TypeError, "horizon must be an integer"),
+        ({"discount": 1.5}, ValueError, r"discount must lie in \[0, 1\]"),
+        ({"discount": -0.1}, ValueError, r"discount must lie in \[0, 1\]"),
+        ({"initial_state_dist": [0.5, 0.2, 0.2]}, ValueError, "sums to 0.9"),
+        ({"initial_state_dist": [1.5, -0.5, 0.0]}, ValueError, "negative entries"),
+        ({"initial_state_dist": [1.0, 0.0]}, ValueError, r"shape \(3,\)"),
+        ({"initial_state_dist": [np.inf, 0, 0]}, ValueError, "NaN or infinite"),
+        ({"utility": np.ones(4)}, ValueError, "utility must have shape"),
+        ({"utility": [0.0, np.nan, 1.0]}, ValueError, "NaN or infinite"),
+        (
+            {"transition": (np.zeros((3, 2, 1), int) + 5, np.ones((3, 2, 1)))},
+            ValueError,
+            "outside",
+        ),
+        (
+            {"transition": (np.zeros((3, 2, 1), int), np.ones((3, 2, 2)))},
+            ValueError,
+            "equal shape",
+        ),
     ],
 )
 def test_validation_errors(kwargs, exc, match):
-    args = dict(transition=_chain_dense(), utility=[0.0, 0.0, 1.0], horizon=3)
+    args = {"transition": _chain_dense(), "utility": [0.0, 0.0, 1.0], "horizon": 3}
     args.update(kwargs)
     with pytest.raises(exc, match=match):
         im.TabularMDP(**args)

@@ -56,14 +56,14 @@ def test_mouse_as_an_mdp_with_transition_utility():
 # ----------------------------------------------------------------------------- an independent solver
 def _np_loglik(beta, T, r, H, p0, pi):
     """E_pi[sum_t log pi_beta] with plain numpy (dense T, loops), for cross-checking."""
-    S, A = r.shape
+    S, _A = r.shape
     V = np.zeros(S)
     logps = []
     for _ in range(H):
         Q = beta * r + T @ V
         V = logsumexp(Q, axis=1)
         logps.append(Q - V[:, None])
-    logps = logps[::-1]
+    logps.reverse()
     d, total = p0.copy(), 0.0
     for t in range(H):
         total += np.sum(d[:, None] * pi[t] * logps[t])
@@ -76,9 +76,11 @@ def _np_meg(pi, mdp, bounds):
     r = mdp.reward_sa().numpy()
     H, A = mdp.horizon, mdp.n_actions
     p0 = mdp.initial_state_dist.numpy()
-    pi = np.broadcast_to(np.asarray(pi), (H,) + r.shape)
+    pi = np.broadcast_to(np.asarray(pi), (H, *r.shape))
     opt = minimize_scalar(
-        lambda b: -_np_loglik(b, T, r, H, p0, pi), bounds=bounds, method="bounded",
+        lambda b: -_np_loglik(b, T, r, H, p0, pi),
+        bounds=bounds,
+        method="bounded",
         options={"xatol": 1e-12, "maxiter": 500},
     )
     return -opt.fun + H * math.log(A), opt.x
@@ -158,7 +160,7 @@ def test_time_dependent_policy_and_discount(rng):
     res = im.meg(pi, mdp)
     assert 0 < res.meg < res.upper_bound and res.converged
     # dL/dbeta vanishes at the optimum under discounting too (checked by finite differences).
-    from imitation_meg.meg import MEGObjective
+    from imitation_meg.known import MEGObjective
 
     obj = MEGObjective(mdp, pi)
     h = 1e-5 * max(1.0, abs(res.beta))
@@ -212,32 +214,37 @@ def test_meg_validation_errors():
 def test_property_bounds_and_invariance(seed, S, A, H, mix, a, b):
     rng = np.random.default_rng(seed)
     mdp = random_mdp(S, A, H, seed=rng, utility="state_action")
-    pi = mix * policies.optimal(mdp) + (1 - mix) * th.as_tensor(rng.dirichlet(np.ones(A), size=(H, S)))
+    pi = mix * policies.optimal(mdp) + (1 - mix) * th.as_tensor(
+        rng.dirichlet(np.ones(A), size=(H, S))
+    )
     res = im.meg(pi, mdp)
     assert 0.0 <= res.meg <= H * math.log(A) + 1e-12
     assert math.isfinite(res.meg) and res.converged
     moved = im.meg(pi, mdp, a * mdp.utility + b)
     assert moved.meg == pytest.approx(res.meg, rel=1e-7, abs=1e-9)
     cert = float(
-        (im.occupancy_measures(mdp, pi)[:-1] * (math.log(A) + (th.where(pi > 0, pi * pi.log(), th.zeros_like(pi))).sum(-1))).sum()
+        (
+            im.occupancy_measures(mdp, pi)[:-1]
+            * (math.log(A) + (th.where(pi > 0, pi * pi.log(), th.zeros_like(pi))).sum(-1))
+        ).sum()
     )
     assert res.meg <= cert + 1e-9  # Gibbs upper certificate
 
 
 # ----------------------------------------------------------------------------- solver internals
 def test_zero_pass_matches_the_general_pass(rng):
-    from imitation_meg.meg import MEGObjective
+    from imitation_meg.known import MEGObjective
 
     for mdp in (cliff_world(horizon=9), random_mdp(30, 3, 7, discount=0.8, seed=3)):
         pi = th.as_tensor(rng.dirichlet(np.ones(mdp.n_actions), size=(mdp.horizon, mdp.n_states)))
         obj = MEGObjective(mdp, pi)
         general = obj._evaluate(th.zeros(1, dtype=th.float64))
-        for x, y in zip(obj._evaluate_zero(), general):
+        for x, y in zip(obj._evaluate_zero(), general, strict=True):
             th.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
 
 
 def test_cubic_roots_on_the_unit_interval_match_numpy(rng):
-    from imitation_meg.meg import _cubic_roots_01
+    from imitation_meg.known import _cubic_roots_01
 
     for _ in range(2000):
         c = rng.standard_normal(4) * 10.0 ** rng.uniform(-3, 3, 4)
@@ -252,7 +259,7 @@ def test_cubic_roots_on_the_unit_interval_match_numpy(rng):
 
 
 def test_both_limits_match_the_per_step_hard_pass(rng):
-    from imitation_meg.meg import MEGObjective
+    from imitation_meg.known import MEGObjective
 
     mdp = cliff_world(horizon=7)
     for eps in (0.0, 0.3):
@@ -265,7 +272,9 @@ def test_both_limits_match_the_per_step_hard_pass(rng):
             L_slow, eu_slow = slow.evaluate_limit(sign)
             assert L_fast == pytest.approx(L_slow, rel=1e-12) or L_fast == L_slow == -math.inf
             assert eu_fast == pytest.approx(eu_slow, rel=1e-12)
-    assert math.isfinite(MEGObjective(mdp, policies.epsilon_greedy(mdp, 0.0)).evaluate_limit(1.0)[0])
+    assert math.isfinite(
+        MEGObjective(mdp, policies.epsilon_greedy(mdp, 0.0)).evaluate_limit(1.0)[0]
+    )
 
 
 @pytest.mark.parametrize("k", [2, 3])
@@ -276,7 +285,7 @@ def test_supremum_beyond_the_tied_limit(k):
     mdp = cliff_world(horizon=30, goal_region=k)
     pi = policies.optimal(mdp, tie_break="first")
     res = im.meg(pi, mdp)
-    from imitation_meg.meg import MEGObjective
+    from imitation_meg.known import MEGObjective
 
     obj = MEGObjective(mdp, pi)
     L_big = obj.evaluate(th.tensor([1e4], dtype=th.float64))[0]
@@ -289,7 +298,7 @@ def test_supremum_beyond_the_tied_limit(k):
 
 
 def test_light_pass_matches_the_full_pass(rng):
-    from imitation_meg.meg import MEGObjective
+    from imitation_meg.known import MEGObjective
 
     for mdp in (cliff_world(horizon=9), random_mdp(30, 3, 7, discount=0.8, seed=5)):
         pi = th.as_tensor(rng.dirichlet(np.ones(mdp.n_actions), size=(mdp.horizon, mdp.n_states)))
@@ -304,9 +313,13 @@ def test_light_pass_matches_the_full_pass(rng):
 
 @pytest.mark.parametrize("eps", [0.0, 0.2, 1.0])
 def test_limit_upper_bound_bounds_both_limits(eps, rng):
-    from imitation_meg.meg import MEGObjective
+    from imitation_meg.known import MEGObjective
 
-    for mdp in (cliff_world(horizon=8), cliff_world(horizon=8, goal_region=2), random_mdp(20, 3, 6, seed=2)):
+    for mdp in (
+        cliff_world(horizon=8),
+        cliff_world(horizon=8, goal_region=2),
+        random_mdp(20, 3, 6, seed=2),
+    ):
         pi = policies.epsilon_greedy(mdp, eps)
         obj = MEGObjective(mdp, pi)
         bound = obj.limit_upper_bound()
@@ -323,7 +336,7 @@ def test_limit_upper_bound_bounds_both_limits(eps, rng):
 def test_pass_workspaces_shared_on_one_mdp_keep_objectives_apart(rng):
     # Workspaces are kept on the MDP: a second objective (another utility, another policy) on the
     # same MDP must not see the first one's constants.
-    from imitation_meg.meg import MEGObjective
+    from imitation_meg.known import MEGObjective
 
     mdp = cliff_world(horizon=10)
     U2 = th.as_tensor(rng.standard_normal(mdp.n_states))
@@ -332,9 +345,11 @@ def test_pass_workspaces_shared_on_one_mdp_keep_objectives_apart(rng):
     first = MEGObjective(mdp, pi1).evaluate2(betas)
     second = MEGObjective(mdp, pi2, U2).evaluate2(betas)
     fresh = cliff_world(horizon=10)  # no shared cache
-    for got, ref in ((first, MEGObjective(fresh, pi1).evaluate2(betas)),
-                     (second, MEGObjective(fresh, pi2, U2).evaluate2(betas))):
-        for a, b in zip(got, ref):
+    for got, ref in (
+        (first, MEGObjective(fresh, pi1).evaluate2(betas)),
+        (second, MEGObjective(fresh, pi2, U2).evaluate2(betas)),
+    ):
+        for a, b in zip(got, ref, strict=True):
             th.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     # Copies with another horizon share the operator cache; their workspaces must not collide.
     for H in (6, 14):
@@ -342,5 +357,5 @@ def test_pass_workspaces_shared_on_one_mdp_keep_objectives_apart(rng):
         pi = policies.epsilon_greedy(short, 0.2)
         got = MEGObjective(short, pi).evaluate2(betas)
         ref = MEGObjective(cliff_world(horizon=H), pi).evaluate2(betas)
-        for a, b in zip(got, ref):
+        for a, b in zip(got, ref, strict=True):
             th.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

@@ -8,7 +8,7 @@ import re
 import pytest
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
-BLOCKS = re.findall(r"<!-- runnable -->\s*```python\n(.*?)```", README.read_text(), re.S)
+BLOCKS = re.findall(r"<!-- runnable -->\s*```python\n(.*?)```", README.read_text(), re.DOTALL)
 
 
 def test_readme_has_runnable_examples():

@@ -7,7 +7,7 @@ import math
 import gymnasium as gym
 import numpy as np
 import pytest
-import seals  # noqa: F401 - registers the seals ids
+import seals  # noqa: F401 (registers the seals environment ids)
 import torch as th
 from imitation.algorithms import mce_irl
 
@@ -88,7 +88,9 @@ def test_extreme_betas_are_finite_and_match_the_limit(beta):
         res = im.soft_value_iteration(mdp, [beta, math.copysign(math.inf, beta)])
         assert th.isfinite(res.log_pi[0]).all() and th.isfinite(res.V[0]).all()
         assert not th.isnan(res.log_pi).any() and not th.isnan(res.Q).any()
-        th.testing.assert_close(res.pi[0].sum(-1), th.ones(mdp.horizon, mdp.n_states, dtype=th.float64))
+        th.testing.assert_close(
+            res.pi[0].sum(-1), th.ones(mdp.horizon, mdp.n_states, dtype=th.float64)
+        )
     # Without ties in the hard Q the finite-beta policy has converged to the hard limit.
     # (CliffWorld has exact ties, which finite betas break by future entropy.)
     th.testing.assert_close(res.pi[0], res.pi[1], atol=1e-12, rtol=0)
@@ -128,8 +130,12 @@ def test_soft_vi_is_differentiable_in_the_utility():
         up, dn = u.detach().clone(), u.detach().clone()
         up[s] += eps
         dn[s] -= eps
-        fp = float((im.soft_value_iteration(mdp, 0.7, utility=up).V[0, 0] * mdp.initial_state_dist).sum())
-        fm = float((im.soft_value_iteration(mdp, 0.7, utility=dn).V[0, 0] * mdp.initial_state_dist).sum())
+        fp = float(
+            (im.soft_value_iteration(mdp, 0.7, utility=up).V[0, 0] * mdp.initial_state_dist).sum()
+        )
+        fm = float(
+            (im.soft_value_iteration(mdp, 0.7, utility=dn).V[0, 0] * mdp.initial_state_dist).sum()
+        )
         assert float(grad[s]) == pytest.approx((fp - fm) / (2 * eps), rel=1e-6)
 
 

@@ -12,7 +12,7 @@ import imitation_meg as im
 from imitation_meg import mdp as mdp_module
 from imitation_meg import policies
 from imitation_meg.envs import cliff_world, random_mdp
-from imitation_meg.meg import MEGObjective
+from imitation_meg.known import MEGObjective, sa_occupancy_of
 from imitation_meg.soft_vi import soft_state_visitation
 
 
@@ -55,9 +55,15 @@ def test_soft_vi_occupancy_and_meg_agree_across_paths(discount, rng, monkeypatch
     small = random_mdp(40, 3, 7, discount=discount, seed=3)
     pi = rng.dirichlet(np.ones(3), size=(7, 40))
     betas = [0.0, 0.5, -2.0, math.inf]
-    dense = (im.soft_value_iteration(small, betas), im.occupancy_measures(small, pi), im.meg(pi, small))
+    dense = (
+        im.soft_value_iteration(small, betas),
+        im.occupancy_measures(small, pi),
+        im.meg(pi, small),
+    )
     _force_sparse(monkeypatch)
-    sp = im.TabularMDP((small.next_state, small.prob), small.utility, 7, small.initial_state_dist, discount)
+    sp = im.TabularMDP(
+        (small.next_state, small.prob), small.utility, 7, small.initial_state_dist, discount
+    )
     sparse = (im.soft_value_iteration(sp, betas), im.occupancy_measures(sp, pi), im.meg(pi, sp))
     th.testing.assert_close(sparse[0].log_pi, dense[0].log_pi, rtol=1e-11, atol=1e-11)
     th.testing.assert_close(sparse[0].V, dense[0].V, rtol=1e-11, atol=1e-11)
@@ -76,7 +82,12 @@ def test_soft_vi_gradient_through_csr_path(monkeypatch):
         up, dn = u.detach().clone(), u.detach().clone()
         up[s] += eps
         dn[s] -= eps
-        f = lambda x: float(im.soft_value_iteration(mdp, 0.7, utility=x).V[0, 0] @ mdp.initial_state_dist)
+
+        def f(x):
+            return float(
+                im.soft_value_iteration(mdp, 0.7, utility=x).V[0, 0] @ mdp.initial_state_dist
+            )
+
         assert float(grad[s]) == pytest.approx((f(up) - f(dn)) / (2 * eps), rel=1e-6)
 
 
@@ -97,7 +108,10 @@ def test_soft_state_visitation_matches_full_outputs(monkeypatch):
 def test_float32_error_bounds():
     mdp = cliff_world(horizon=30)
     m32 = mdp.to(dtype=th.float32)
-    assert m32.prob.dtype == th.float32 and m32.expect_next(m32.utility.view(1, -1)).dtype == th.float32
+    assert (
+        m32.prob.dtype == th.float32
+        and m32.expect_next(m32.utility.view(1, -1)).dtype == th.float32
+    )
     betas = [0.1, 1.0, 3.0]
     r64 = im.soft_value_iteration(mdp, betas)
     r32 = im.soft_value_iteration(m32, betas)
@@ -120,7 +134,7 @@ def test_mixed_dtype_inputs_promote():
     assert mdp.expect_next(v32).dtype == th.float64
     m32 = mdp.to(dtype=th.float32)
     assert m32.expect_next(th.ones(1, 30, dtype=th.float64)).dtype == th.float64
-    with pytest.raises(TypeError, match="float64 or th.float32"):
+    with pytest.raises(TypeError, match=r"float64 or th\.float32"):
         mdp.to(dtype=th.float16)
 
 
@@ -129,11 +143,11 @@ def test_meg_objective_stores_state_occupancy_only(rng):
     pi = rng.dirichlet(np.ones(3), size=50)
     obj = MEGObjective(mdp, pi)
     assert obj._D.shape == (8, 50) and obj._sa is None  # (H, S), not (H, S, A)
-    ref = im.meg.__globals__["sa_occupancy_of"](mdp, pi)
+    ref = sa_occupancy_of(mdp, pi)
     th.testing.assert_close(obj.sa_occupancy, ref)
     via_sa = MEGObjective(mdp, sa_occupancy=ref)
     b = th.tensor([0.0, 0.7, -1.3], dtype=th.float64)
-    for x, y in zip(obj.evaluate(b), via_sa.evaluate(b)):
+    for x, y in zip(obj.evaluate(b), via_sa.evaluate(b), strict=True):
         th.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
     assert obj.expected_utility == pytest.approx(via_sa.expected_utility, rel=1e-12)
 
@@ -158,7 +172,7 @@ def test_solver_same_answer_for_any_batch_size(batch, rng):
     ref = im.meg(pi, mdp)
     obj = MEGObjective(mdp, pi)
     obj.batch = batch
-    from imitation_meg.meg import _solve
+    from imitation_meg.known import _solve
 
     sol = _solve(obj)
     assert sol["converged"] and not sol["at_boundary"]
@@ -203,7 +217,7 @@ def test_meg_pass_history_equals_per_step_accumulation(monkeypatch):
     """The batched accumulation after the loop (small MDPs) equals the per-step one."""
     import importlib
 
-    meg_module = importlib.import_module("imitation_meg.meg")
+    meg_module = importlib.import_module("imitation_meg.known")
 
     mdp = cliff_world(horizon=12)
     pi = policies.epsilon_greedy(mdp, 0.3)
@@ -211,7 +225,7 @@ def test_meg_pass_history_equals_per_step_accumulation(monkeypatch):
     full = MEGObjective(mdp, pi).evaluate2(betas)
     monkeypatch.setattr(meg_module, "_W_BYTES", 0)  # no cached occupancy: per-step path
     lean = MEGObjective(mdp, pi).evaluate2(betas)
-    for a, b in zip(full, lean):
+    for a, b in zip(full, lean, strict=True):
         th.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
@@ -231,7 +245,7 @@ def test_scipy_products_match_torch_kernels(dtype, k, rng):
     x = th.as_tensor(rng.standard_normal(shape_x), dtype=dtype)
     c = th.as_tensor(rng.standard_normal(shape_m), dtype=dtype)
     m = th.as_tensor(rng.random(shape_m), dtype=dtype)
-    tol = dict(rtol=1e-5, atol=1e-5) if dtype == th.float32 else dict(rtol=1e-12, atol=1e-12)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == th.float32 else {"rtol": 1e-12, "atol": 1e-12}
     for alpha in (1.0, 0.9):
         out_f, out_r = th.empty(shape_m, dtype=dtype), th.empty(shape_m, dtype=dtype)
         fast.backup(out_f, x, c, alpha)

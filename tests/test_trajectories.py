@@ -39,7 +39,7 @@ def test_occupancy_by_hand():
 
 def test_sampler_matches_exact_occupancy(small):
     mdp, pi = small
-    from imitation_meg.meg import sa_occupancy_of
+    from imitation_meg.known import sa_occupancy_of
 
     w = empirical_occupancy(sample_trajectories(mdp, pi, 40_000, rng=0), mdp)
     np.testing.assert_allclose(w.numpy(), sa_occupancy_of(mdp, pi).numpy(), atol=0.01)
@@ -51,7 +51,8 @@ def test_estimate_converges_and_interval_covers(small):
     errors = []
     for n in (30, 300, 3_000, 30_000):
         errs = [
-            meg_from_trajectories(sample_trajectories(mdp, pi, n, rng=seed), mdp, n_boot=0).meg - exact
+            meg_from_trajectories(sample_trajectories(mdp, pi, n, rng=seed), mdp, n_boot=0).meg
+            - exact
             for seed in range(5)
         ]
         errors.append(np.sqrt(np.mean(np.square(errs))))
@@ -66,10 +67,18 @@ def test_estimate_converges_and_interval_covers(small):
 def test_small_sample_bias_is_upwards():
     mdp = im.envs.cliff_world(width=4, height=2, horizon=4)
     u = im.policies.uniform(mdp)
-    small = [meg_from_trajectories(sample_trajectories(mdp, u, 10, rng=s), mdp, n_boot=0).meg for s in range(30)]
-    large = [meg_from_trajectories(sample_trajectories(mdp, u, 1000, rng=s), mdp, n_boot=0).meg for s in range(5)]
+    small = [
+        meg_from_trajectories(sample_trajectories(mdp, u, 10, rng=s), mdp, n_boot=0).meg
+        for s in range(30)
+    ]
+    large = [
+        meg_from_trajectories(sample_trajectories(mdp, u, 1000, rng=s), mdp, n_boot=0).meg
+        for s in range(5)
+    ]
     assert im.meg(u, mdp).meg == 0.0
-    assert 0.01 < np.mean(small) < 0.2  # exact value 0: every estimate is >= 0, the mean clearly positive
+    assert (
+        0.01 < np.mean(small) < 0.2
+    )  # exact value 0: every estimate is >= 0, the mean clearly positive
     assert np.mean(large) < np.mean(small) / 10
 
 
@@ -105,7 +114,7 @@ def test_padding_in_absorbing_states_adds_nothing():
     full = meg_from_trajectories((states, actions), mdp, n_boot=0)
     # Cut every trajectory where the gym episode would have terminated.
     cut_s, cut_a = [], []
-    for s, a in zip(states, actions):
+    for s, a in zip(states, actions, strict=True):
         ends = [t for t in range(1, len(s)) if int(s[t]) in term]
         T = ends[0] if ends else len(a)
         cut_s.append(s[: T + 1])
@@ -113,7 +122,9 @@ def test_padding_in_absorbing_states_adds_nothing():
     padded = meg_from_trajectories((cut_s, cut_a), mdp, n_boot=0)
     assert padded.n_padded > 500
     # The padded steps change the empirical occupancy (uniform instead of 0.7 / 0.1 actions) ...
-    assert not th.allclose(empirical_occupancy((cut_s, cut_a), mdp), empirical_occupancy((states, actions), mdp))
+    assert not th.allclose(
+        empirical_occupancy((cut_s, cut_a), mdp), empirical_occupancy((states, actions), mdp)
+    )
     # ... but not MEG: every model is uniform in an absorbing state, so those steps cancel.
     # Whatever the actions there, each padded step contributes log(1/|A|) to every model's
     # log-likelihood, which H log|A| cancels.
@@ -124,21 +135,28 @@ def test_padding_in_absorbing_states_adds_nothing():
 
 def test_gym_frozen_lake_rollouts_reproduce_the_exact_value():
     """Real gymnasium episodes (terminating early) as imitation trajectories; integer observations."""
+    import gymnasium as gym
     from imitation.algorithms.mce_irl import TabularPolicy
     from imitation.data import rollout
     from imitation.data.wrappers import RolloutInfoWrapper
     from stable_baselines3.common.vec_env import DummyVecEnv
-    import gymnasium as gym
 
     H = 20
     mdp = im.TabularMDP.from_env("FrozenLake-v1", horizon=H)
     pi = _frozen_lake_policy(mdp)
-    venv = DummyVecEnv([lambda: RolloutInfoWrapper(gym.make("FrozenLake-v1", max_episode_steps=H))] * 8)
-    policy = TabularPolicy(venv.observation_space, venv.action_space, pi.numpy(), np.random.default_rng(0))
+    venv = DummyVecEnv(
+        [lambda: RolloutInfoWrapper(gym.make("FrozenLake-v1", max_episode_steps=H))] * 8
+    )
+    policy = TabularPolicy(
+        venv.observation_space, venv.action_space, pi.numpy(), np.random.default_rng(0)
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trajs = rollout.generate_trajectories(
-            policy, venv, rollout.make_sample_until(min_episodes=3_000), rng=np.random.default_rng(1)
+            policy,
+            venv,
+            rollout.make_sample_until(min_episodes=3_000),
+            rng=np.random.default_rng(1),
         )
     assert any(len(t.acts) < H for t in trajs)
     est = meg_from_trajectories(trajs, mdp, n_boot=100, rng=2, confidence=0.99)
@@ -149,7 +167,7 @@ def test_gym_frozen_lake_rollouts_reproduce_the_exact_value():
 
 def _seals_trajectories(mdp, pi, n, *, seed=1):
     import gymnasium as gym
-    import seals  # noqa: F401
+    import seals  # noqa: F401 (registers the seals environment ids)
     from imitation.algorithms.mce_irl import TabularPolicy
     from imitation.data import rollout
     from imitation.data.wrappers import RolloutInfoWrapper
@@ -163,7 +181,9 @@ def _seals_trajectories(mdp, pi, n, *, seed=1):
 
     class OnVectors(TabularPolicy):
         def predict(self, observation, state=None, episode_start=None, deterministic=False):
-            return tab.predict(np.asarray(observation).argmax(-1), state, episode_start, deterministic)
+            return tab.predict(
+                np.asarray(observation).argmax(-1), state, episode_start, deterministic
+            )
 
     policy = OnVectors(tab.observation_space, tab.action_space, tab.pi, tab.rng)
     with warnings.catch_warnings():
@@ -188,7 +208,7 @@ def test_seals_infos_give_the_states_and_reproduce_the_exact_value():
     bare = [dataclasses.replace(t, infos=None) for t in trajs[:50]]
     items_info = trajectory_state_actions(trajs[:50], mdp)
     items_obs = trajectory_state_actions(bare, mdp)
-    for (s1, a1, f1), (s2, a2, f2) in zip(items_info, items_obs):
+    for (s1, a1, f1), (s2, a2, f2) in zip(items_info, items_obs, strict=True):
         np.testing.assert_array_equal(s1, s2)
         np.testing.assert_array_equal(a1, a2)
         assert f1 == f2
@@ -209,7 +229,7 @@ def test_unknown_and_target_modes_use_the_empirical_occupancy(small):
 
 
 def test_signed(small):
-    mdp, pi = small
+    mdp, _pi = small
     anti = im.policies.anti_optimal(mdp)
     data = sample_trajectories(mdp, anti, 200, rng=0)
     assert meg_from_trajectories(data, mdp, signed=True, n_boot=0).meg < 0
@@ -255,7 +275,7 @@ def test_short_and_long_trajectories(small):
     mdp, pi = small
     states, actions = sample_trajectories(mdp, pi, 5, rng=0)
     # Short, final state known but not absorbing: a truncated episode.
-    with pytest.raises(ValueError, match="stops after 2 of H=4 decisions .* not absorbing"):
+    with pytest.raises(ValueError, match=r"stops after 2 of H=4 decisions .* not absorbing"):
         meg_from_trajectories((states[:, :3], actions[:, :2]), mdp)
     # Short, final state unknown.
     with pytest.raises(ValueError, match="final state is unknown"):
@@ -265,7 +285,9 @@ def test_short_and_long_trajectories(small):
     with pytest.warns(TrajectoryLengthWarning, match="only their first 4 decisions"):
         est = meg_from_trajectories((long_s, long_a), mdp, n_boot=0)
     assert est.n_cut == 5
-    assert est.meg == pytest.approx(meg_from_trajectories((long_s[:, :5], long_a[:, :4]), mdp, n_boot=0).meg)
+    assert est.meg == pytest.approx(
+        meg_from_trajectories((long_s[:, :5], long_a[:, :4]), mdp, n_boot=0).meg
+    )
 
 
 def test_absorbing_end_with_action_dependent_utility_is_refused():
@@ -291,7 +313,9 @@ def test_observation_lookup_errors():
     mdp = im.TabularMDP(T, np.zeros(3), 2, observation_matrix=obs_matrix)
 
     def traj(obs, acts):
-        return SimpleNamespace(obs=np.asarray(obs, dtype=np.float32), acts=np.asarray(acts), infos=None, terminal=True)
+        return SimpleNamespace(
+            obs=np.asarray(obs, dtype=np.float32), acts=np.asarray(acts), infos=None, terminal=True
+        )
 
     with pytest.raises(ValueError, match=r"ambiguous: states \[1, 2\]"):
         meg_from_trajectories([traj([[1, 0], [0, 1], [0, 1]], [1, 0])], mdp)

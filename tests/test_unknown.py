@@ -18,7 +18,7 @@ from imitation_meg.unknown import gibbs_certificate, target_features
 
 # ----------------------------------------------------------------------------- independent solver
 def _np_soft(theta_sa, T, H):
-    S, A = theta_sa.shape
+    S, _A = theta_sa.shape
     V = np.zeros(S)
     logps = []
     for _ in range(H):
@@ -50,8 +50,13 @@ def _np_state_meg(pi, mdp):
         D_th = _np_occ([np.exp(lp) for lp in logps], T, p0)
         return -L, -(D_pi.sum(0) - D_th.sum(0))
 
-    opt = minimize(negL, np.zeros(S), jac=True, method="L-BFGS-B",
-                   options={"maxiter": 20000, "ftol": 1e-15, "gtol": 1e-12, "maxcor": 50})
+    opt = minimize(
+        negL,
+        np.zeros(S),
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": 20000, "ftol": 1e-15, "gtol": 1e-12, "maxcor": 50},
+    )
     return -opt.fun + H * math.log(A)
 
 
@@ -80,13 +85,20 @@ def test_brute_force_on_small_random_mdps():
         p0 = mdp.initial_state_dist.numpy()
         D = _np_occ(pi, T, p0)
 
-        def negL(theta):
+        def negL(theta, phi=phi, T=T, D=D, pi=pi):
             logps = _np_soft(phi @ theta, T, 3)
             return -sum(np.sum(D[t][:, None] * pi[t] * logps[t]) for t in range(3))
 
         best = min(
-            (minimize(negL, x0, method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-14, "maxiter": 20000})
-             for x0 in (np.zeros(2), rng.standard_normal(2))),
+            (
+                minimize(
+                    negL,
+                    x0,
+                    method="Nelder-Mead",
+                    options={"xatol": 1e-10, "fatol": 1e-14, "maxiter": 20000},
+                )
+                for x0 in (np.zeros(2), rng.standard_normal(2))
+            ),
             key=lambda o: o.fun,
         )
         ours = im.meg_unknown(pi, mdp, features=phi)
@@ -102,7 +114,9 @@ def test_feature_shapes_agree(rng):
     c = im.meg_unknown(pi, mdp, features=np.broadcast_to(phi_s[:, None, None, :], (6, 3, 6, 2))).meg
     assert a == pytest.approx(b, rel=1e-9) and a == pytest.approx(c, rel=1e-9)
     # The identity over states is the default class.
-    assert im.meg_unknown(pi, mdp).meg == pytest.approx(im.meg_unknown(pi, mdp, features=np.eye(6)).meg, rel=1e-7)
+    assert im.meg_unknown(pi, mdp).meg == pytest.approx(
+        im.meg_unknown(pi, mdp, features=np.eye(6)).meg, rel=1e-7
+    )
 
 
 def test_equality_cases():
@@ -124,7 +138,7 @@ def test_unknown_at_least_known_even_with_tied_optimal_policy():
 
 
 def res_occ(mdp, pi):
-    from imitation_meg.meg import sa_occupancy_of
+    from imitation_meg.known import sa_occupancy_of
 
     return sa_occupancy_of(mdp, pi)
 

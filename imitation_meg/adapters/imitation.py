@@ -22,7 +22,9 @@ def _check_spaces(policy: Any, mdp: TabularMDP, what: str) -> None:
 
     act = policy.action_space
     if not isinstance(act, gym.spaces.Discrete):
-        raise TypeError(f"{what} has a {type(act).__name__} action space; MEG needs Discrete actions.")
+        raise TypeError(
+            f"{what} has a {type(act).__name__} action space; MEG needs Discrete actions."
+        )
     if int(act.n) != mdp.n_actions:
         raise ValueError(
             f"{what} chooses among {int(act.n)} actions but {mdp.name} has {mdp.n_actions}."
@@ -54,7 +56,7 @@ def tabular_policy_table(policy: Any, mdp: TabularMDP) -> th.Tensor:
             f"{what} covers {pi.shape[0]} steps but {mdp.name} has horizon {mdp.horizon}; "
             f"score it with mdp.with_horizon({pi.shape[0]})."
         )
-    from imitation_meg.policies import as_policy
+    from imitation_meg._validation import as_policy
 
     return as_policy(pi[: mdp.horizon], mdp, name="TabularPolicy.pi")
 
@@ -114,7 +116,7 @@ def load_policy(policy_type: str, env: Any, **kwargs: Any) -> Any:
         venv = env
     elif isinstance(env, str):
         if env.startswith("seals/"):
-            import seals  # noqa: F401
+            import seals  # noqa: F401 (registers the seals environment ids)
 
         venv = DummyVecEnv([lambda: gym.make(env)])
     else:

@@ -18,66 +18,17 @@ import dataclasses
 import math
 from typing import Any
 
-import numpy as np
 import torch as th
 from torch import nn
 
+from imitation_meg._validation import as_sa_occupancy
+from imitation_meg.algorithm2 import check_reward_net, reward_net_sa
+from imitation_meg.known import MEGResult, meg, sa_occupancy_of
+from imitation_meg.likelihood import log_likelihood
 from imitation_meg.mdp import TabularMDP
-from imitation_meg.meg import MEGResult, meg, sa_occupancy_of, as_sa_occupancy
-from imitation_meg.unknown import log_likelihood, meg_unknown
+from imitation_meg.unknown import meg_unknown
 
-__all__ = ["reward_net_sa", "linear_features", "score_mce_irl", "MCEIRLScore"]
-
-
-def _check_reward_net(reward_net: Any) -> None:
-    from imitation.rewards.reward_nets import RewardNet
-
-    if not isinstance(reward_net, RewardNet):
-        raise TypeError(
-            f"expected an imitation RewardNet, got {type(reward_net).__name__}; build one with "
-            "imitation.rewards.reward_nets.BasicRewardNet(obs_space, action_space, ...)."
-        )
-
-
-def _obs_matrix(mdp: TabularMDP) -> np.ndarray:
-    if mdp.observation_matrix is not None:
-        return mdp.observation_matrix.detach().cpu().numpy()
-    return np.eye(mdp.n_states, dtype=np.float32)
-
-
-def reward_net_sa(reward_net: Any, mdp: TabularMDP) -> th.Tensor:
-    """Evaluate a ``RewardNet`` on every transition of ``mdp`` and return ``r(s, a)`` ``(S, A)``.
-
-    ``r(s, a) = sum_k prob[s, a, k] * R(obs[s], a, obs[next_state[s, a, k]], done=False)``, in the
-    MDP's dtype; differentiable with respect to the net's parameters.
-
-    Raises:
-        TypeError: if ``reward_net`` is not an imitation ``RewardNet``.
-        ValueError: if the net's observation size does not match the MDP's observations.
-    """
-    _check_reward_net(reward_net)
-    S, A, B = mdp.next_state.shape
-    obs = _obs_matrix(mdp)
-    expected = reward_net.observation_space.shape
-    if tuple(obs.shape[1:]) != tuple(expected):
-        raise ValueError(
-            f"the reward net expects observations of shape {expected}, but the MDP's "
-            f"observation_matrix rows have shape {obs.shape[1:]}; build the net from the same env."
-        )
-    s_idx = np.repeat(np.arange(S), A * B)
-    a_idx = np.tile(np.repeat(np.arange(A), B), S)
-    ns_idx = mdp.next_state.reshape(-1).cpu().numpy()
-    state, action, next_state, done = reward_net.preprocess(
-        obs[s_idx], a_idx, obs[ns_idx], np.zeros(S * A * B, dtype=bool)
-    )
-    param = next(reward_net.parameters(), None)
-    if param is not None:  # preprocess yields float32; follow the net's own dtype
-        state, action, next_state, done = (
-            x.to(param.dtype) if x.is_floating_point() else x
-            for x in (state, action, next_state, done)
-        )
-    rew = reward_net(state, action, next_state, done).reshape(S, A, B).to(mdp.dtype)
-    return (rew * mdp.prob).sum(-1)
+__all__ = ["MCEIRLScore", "linear_features", "reward_net_sa", "score_mce_irl"]
 
 
 def linear_features(reward_net: Any, mdp: TabularMDP) -> th.Tensor | None:
@@ -87,13 +38,14 @@ def linear_features(reward_net: Any, mdp: TabularMDP) -> th.Tensor | None:
     inputs, so its class is exactly ``{Phi @ theta}`` with ``Phi`` the per-step expectation of
     those inputs plus a constant.
     """
-    _check_reward_net(reward_net)
+    check_reward_net(reward_net)
     linears = [m for m in reward_net.modules() if isinstance(m, nn.Linear)]
     others = [
         m
         for m in reward_net.modules()
-        if not isinstance(m, (nn.Linear, nn.Sequential, nn.Flatten)) and m is not reward_net
-        and type(m).__name__ not in ("SqueezeLayer",)
+        if not isinstance(m, (nn.Linear, nn.Sequential, nn.Flatten))
+        and m is not reward_net
+        and type(m).__name__ != "SqueezeLayer"
     ]
     if len(linears) != 1 or others:
         return None
@@ -101,10 +53,10 @@ def linear_features(reward_net: Any, mdp: TabularMDP) -> th.Tensor | None:
     # The net is affine: evaluate its inputs through a probe copy whose layer is the identity.
     probe = copy.deepcopy(reward_net)
     F = lin.in_features
-    S, A = mdp.n_states, mdp.n_actions
+    _S, _A = mdp.n_states, mdp.n_actions
     cols = []
     with th.no_grad():
-        target = [m for m in probe.modules() if isinstance(m, nn.Linear)][0]
+        target = next(m for m in probe.modules() if isinstance(m, nn.Linear))
         for j in range(F + 1):  # F unit vectors and the bias
             target.weight.zero_()
             target.bias.zero_()
@@ -191,8 +143,13 @@ def score_mce_irl(
         mdp = TabularMDP.from_env(mce_irl.env)
         if mce_irl.discount != 1.0:
             mdp = TabularMDP(
-                (mdp.next_state, mdp.prob), mdp.utility, mdp.horizon, mdp.initial_state_dist,
-                mce_irl.discount, observation_matrix=mdp.observation_matrix, name=mdp.name,
+                (mdp.next_state, mdp.prob),
+                mdp.utility,
+                mdp.horizon,
+                mdp.initial_state_dist,
+                mce_irl.discount,
+                observation_matrix=mdp.observation_matrix,
+                name=mdp.name,
             )
     if sa_occupancy is not None:
         w = as_sa_occupancy(sa_occupancy, mdp)
@@ -214,8 +171,14 @@ def score_mce_irl(
         exact = True
     else:
         unknown = meg_unknown(
-            None, mdp, sa_occupancy=w, utility_model=copy.deepcopy(net).double(),
-            steps=steps, lr=lr, restarts=restarts, seed=seed,
+            None,
+            mdp,
+            sa_occupancy=w,
+            utility_model=copy.deepcopy(net).double(),
+            steps=steps,
+            lr=lr,
+            restarts=restarts,
+            seed=seed,
         )
         exact = False
     all_states = meg_unknown(None, mdp, sa_occupancy=w)

@@ -38,12 +38,12 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.mdp import TabularMDP, as_tensor
-from imitation_meg.policies import as_policy
+from imitation_meg._validation import ImitationMEGWarning, as_policy, as_tensor
+from imitation_meg.mdp import TabularMDP
 
 __all__ = [
-    "ObservationAliasingWarning",
     "SB3_ALGOS",
+    "ObservationAliasingWarning",
     "load_model",
     "policy_table",
     "resolve_mdp",
@@ -59,7 +59,7 @@ _ROW_TOL = 1e-5
 _DEFAULT_BATCH = 1 << 16
 
 
-class ObservationAliasingWarning(UserWarning):
+class ObservationAliasingWarning(ImitationMEGWarning):
     """Several states give the same observation, so the policy must act alike in them.
 
     The policy table is still exact (it is what the policy does in each state); the warning is
@@ -229,14 +229,18 @@ def load_model(path: str | os.PathLike[str], algo: str | type, *, device: str = 
     if p.is_dir():
         p = p / "model.zip"
     if not p.is_file():
-        raise FileNotFoundError(f"no SB3 model file at {str(path)!r}; pass the .zip written by model.save().")
+        raise FileNotFoundError(
+            f"no SB3 model file at {str(path)!r}; pass the .zip written by model.save()."
+        )
     if isinstance(algo, str):
         key = algo.lower()
         if key not in SB3_ALGOS:
-            raise ValueError(f"algo must be one of {list(SB3_ALGOS)} (or an SB3 class), got {algo!r}.")
+            raise ValueError(
+                f"algo must be one of {list(SB3_ALGOS)} (or an SB3 class), got {algo!r}."
+            )
         import stable_baselines3 as sb3
 
-        cls = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN}[key]
+        cls: Any = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN}[key]
     elif isinstance(algo, type) and hasattr(algo, "load"):
         cls = algo
     else:
@@ -387,8 +391,12 @@ def policy_table(
         return nontrainable_policy_table(obj, mdp)
     if _is_sb3_policy(obj):
         return _sb3_policy_table(
-            obj, mdp, epsilon=epsilon, observations=observations,
-            vec_normalize=_resolve_vec_normalize(vec_normalize), batch_size=batch_size,
+            obj,
+            mdp,
+            epsilon=epsilon,
+            observations=observations,
+            vec_normalize=_resolve_vec_normalize(vec_normalize),
+            batch_size=batch_size,
         )
     if callable(obj):
         _no_epsilon(epsilon, "a callable policy")
@@ -429,7 +437,9 @@ def _load_named(
             raise ValueError("load_kwargs= applies to imitation load_policy names, not .zip files.")
         return load_model(text, algo, device=device)
     if algo is not None:
-        raise FileNotFoundError(f"no SB3 model file at {text!r}; pass the .zip written by model.save().")
+        raise FileNotFoundError(
+            f"no SB3 model file at {text!r}; pass the .zip written by model.save()."
+        )
     from imitation_meg.adapters.imitation import load_policy, policy_names
 
     names = policy_names()

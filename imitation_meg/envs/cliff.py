@@ -19,7 +19,7 @@ import torch as th
 
 from imitation_meg.mdp import TabularMDP
 
-__all__ = ["cliff_world", "goal_region_cells", "grid_target", "DEFAULT_HORIZON"]
+__all__ = ["DEFAULT_HORIZON", "cliff_world", "goal_region_cells", "grid_target"]
 
 #: Default horizon for the paper's 10x4 grid (the paper does not state one; see the README's
 #: horizon sweep for how the numbers move with H).
@@ -27,7 +27,10 @@ DEFAULT_HORIZON = 30
 
 
 def goal_region_cells(
-    width: int, height: int, goal_region: int | Sequence[tuple[int, int]], goal_layout: str = "column"
+    width: int,
+    height: int,
+    goal_region: int | Sequence[tuple[int, int]],
+    goal_layout: str = "column",
 ) -> list[tuple[int, int]]:
     """The ``(row, col)`` cells of a goal region.
 
@@ -128,9 +131,9 @@ def cliff_world(
         height=int(height),
         horizon=int(horizon) if isinstance(horizon, (int, np.integer)) else 1,
         use_xy_obs=False,
-        rew_default=rew_default,
-        rew_goal=rew_goal,
-        rew_cliff=rew_cliff,
+        rew_default=rew_default,  # type: ignore[arg-type]  # seals annotates int, uses floats
+        rew_goal=rew_goal,  # type: ignore[arg-type]
+        rew_cliff=rew_cliff,  # type: ignore[arg-type]
         fail_p=fail_p,
     )
     cells = goal_region_cells(int(width), int(height), goal_region, goal_layout)
@@ -173,7 +176,7 @@ def grid_target(mdp: TabularMDP, kind: str | Callable[[int, int], Any] = "cell")
             f"{mdp.name} has no grid_shape in its metadata; grid targets need an MDP built by "
             "imitation_meg.envs.cliff_world (or pass an integer target array)."
         )
-    height, width = shape
+    _height, width = shape
     rows, cols = np.divmod(np.arange(mdp.n_states), width)
     if kind == "row":
         return rows.astype(np.int64)
@@ -183,9 +186,11 @@ def grid_target(mdp: TabularMDP, kind: str | Callable[[int, int], Any] = "cell")
         return np.arange(mdp.n_states, dtype=np.int64)
     if kind == "goal":
         goal = {(int(r), int(c)) for r, c in mdp.metadata.get("goal_cells", [])}
-        return np.array([int((r, c) in goal) for r, c in zip(rows, cols)], dtype=np.int64)
+        return np.array(
+            [int((r, c) in goal) for r, c in zip(rows, cols, strict=True)], dtype=np.int64
+        )
     if callable(kind):
-        values = [kind(int(r), int(c)) for r, c in zip(rows, cols)]
+        values = [kind(int(r), int(c)) for r, c in zip(rows, cols, strict=True)]
         _, inverse = np.unique(np.asarray(values, dtype=object).astype(str), return_inverse=True)
         return inverse.astype(np.int64)
     raise ValueError(f"kind must be 'row', 'column', 'cell', 'goal' or a callable, got {kind!r}.")

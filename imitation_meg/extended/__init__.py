@@ -17,8 +17,11 @@ imports stable_baselines3 lazily; the gymnasium view and the paper's gym combina
 
 from imitation_meg.extended import agents, envs
 from imitation_meg.extended.core import Agent, ExtendedEnv, make_agent
-from imitation_meg.extended.measure import (battery, self_reflection_benchmark,
-                                            self_reflection_measure)
+from imitation_meg.extended.measure import (
+    battery,
+    self_reflection_benchmark,
+    self_reflection_measure,
+)
 from imitation_meg.extended.runner import RunResult, run
 from imitation_meg.extended.transforms import RealityCheck, minus_rewards, reality_check
 

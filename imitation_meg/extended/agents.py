@@ -18,7 +18,7 @@ import numpy as np
 
 from imitation_meg.extended.core import obs_key, stream_uniform
 
-__all__ = ["Constant", "Random", "ObservationMap", "QLearner"]
+__all__ = ["Constant", "ObservationMap", "QLearner", "Random"]
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -48,8 +48,14 @@ class Constant:
         ValueError: if ``action`` is negative or not below ``n_actions``.
     """
 
-    def __init__(self, action: int = 0, *, n_actions: int | None = None, n_obs: int | None = None,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        action: int = 0,
+        *,
+        n_actions: int | None = None,
+        n_obs: int | None = None,
+        seed: int = 0,
+    ) -> None:
         self.action = _check_int("action", action, 0)
         if n_actions is not None and self.action >= _check_int("n_actions", n_actions, 1):
             raise ValueError(
@@ -105,8 +111,14 @@ class ObservationMap:
         ValueError: if ``actions`` has the wrong length or holds an invalid action.
     """
 
-    def __init__(self, actions: Sequence[int], *, n_actions: int | None = None,
-                 n_obs: int | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        actions: Sequence[int],
+        *,
+        n_actions: int | None = None,
+        n_obs: int | None = None,
+        seed: int = 0,
+    ) -> None:
         self.actions = tuple(_check_int("actions[i]", a, 0) for a in actions)
         if n_obs is not None and len(self.actions) != n_obs:
             raise ValueError(
@@ -145,13 +157,23 @@ class QLearner:
         ValueError: for out-of-range hyperparameters.
     """
 
-    def __init__(self, *, n_actions: int = 2, n_obs: int | None = None, seed: int = 0,
-                 learning_rate: float = 0.1, gamma: float = 0.9, epsilon: float = 0.1) -> None:
+    def __init__(
+        self,
+        *,
+        n_actions: int = 2,
+        n_obs: int | None = None,
+        seed: int = 0,
+        learning_rate: float = 0.1,
+        gamma: float = 0.9,
+        epsilon: float = 0.1,
+    ) -> None:
         self.n_actions = _check_int("n_actions", n_actions, 1)
         self.seed = _check_seed(seed)
-        for name, v, lo, hi in (("learning_rate", learning_rate, 0.0, 1.0),
-                                ("gamma", gamma, 0.0, 1.0),
-                                ("epsilon", epsilon, 0.0, 1.0)):
+        for name, v, lo, hi in (
+            ("learning_rate", learning_rate, 0.0, 1.0),
+            ("gamma", gamma, 0.0, 1.0),
+            ("epsilon", epsilon, 0.0, 1.0),
+        ):
             in_range = isinstance(v, (int, float)) and lo <= v <= hi
             if not in_range or (name == "learning_rate" and v == 0):
                 raise ValueError(f"{name} must lie in [{lo}, {hi}] (learning_rate > 0), got {v!r}.")

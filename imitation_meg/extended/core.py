@@ -36,10 +36,10 @@ __all__ = [
     "AgentFactory",
     "ExtendedEnv",
     "accepted_kwargs",
+    "check_action",
     "make_agent",
     "obs_key",
     "stream_uniform",
-    "check_action",
 ]
 
 _MASK64 = (1 << 64) - 1

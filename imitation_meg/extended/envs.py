@@ -23,15 +23,17 @@ from typing import Any
 from imitation_meg.extended.core import Agent, ExtendedEnv
 
 __all__ = [
-    "AdversarialSequencePredictor",
+    "ALL_ENVIRONMENTS",
+    "FAST_ENVIRONMENTS",
+    "SLOW_ENVIRONMENTS",
     "AdversarialSequenceEvader",
+    "AdversarialSequencePredictor",
     "AfterImages",
     "CensoredObservation",
     "CryingBaby",
     "CryingBaby2",
     "DejaVu",
     "DelayedRewards",
-    "PunishNondeterministicAgent",
     "FalseMemories",
     "FlipEveryOther",
     "IgnoreActions",
@@ -43,17 +45,15 @@ __all__ = [
     "IncentivizeZero",
     "LimitedMemory",
     "NthRewardMultipliedByN",
+    "PunishNondeterministicAgent",
+    "PunishSlowAgent",
     "Repeater",
     "ReverseHistory",
-    "PunishSlowAgent",
     "SelfRecognition",
     "ShiftedRewards",
     "TemptingButton",
     "TemptingButtonVariation",
     "ThirdActionForbidden",
-    "ALL_ENVIRONMENTS",
-    "SLOW_ENVIRONMENTS",
-    "FAST_ENVIRONMENTS",
     "get_env",
 ]
 
@@ -138,6 +138,7 @@ class AdversarialSequenceEvader(_AdversarialSequence):
     """
 
     match_reward = -1
+
 
 class AfterImages(ExtendedEnv):
     """Random 3-bit images (obs 0..7); match against a sim that sees each image bled into the next.
@@ -456,10 +457,15 @@ class IncentivizeLearningRate(_SingleSimMatch):
         probe = self.make_sim()
         lr = getattr(probe, "learning_rate", None)
         self.has_learning_rate = (
-            isinstance(lr, (int, float)) and not isinstance(lr, bool)
+            isinstance(lr, (int, float))
+            and not isinstance(lr, bool)
             and self.factory_accepts("learning_rate")
         )
-        self.sim = self.make_sim(learning_rate=lr / 2) if self.has_learning_rate else probe
+        self.sim = (
+            self.make_sim(learning_rate=float(lr) / 2)  # type: ignore[arg-type]  # checked above
+            if self.has_learning_rate
+            else probe
+        )
 
     def decide(self, action: int) -> float:
         if not self.has_learning_rate:
@@ -528,7 +534,7 @@ class LimitedMemory(ExtendedEnv):
 
     def step(self, action: int) -> tuple[float, int]:
         reward = _match(action, self._sim_for(self.window).act(0))
-        self.window = (self.window + ((action, reward),))[-self.MEMORY :]
+        self.window = ((*self.window, (action, reward)))[-self.MEMORY :]
         return reward, 0
 
 

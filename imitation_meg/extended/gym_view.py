@@ -30,7 +30,7 @@ from imitation_meg.extended.core import Agent, ExtendedEnv, check_action, make_a
 from imitation_meg.extended.envs import ALL_ENVIRONMENTS, get_env
 from imitation_meg.extended.runner import RunResult
 
-__all__ = ["ExtendedGymEnv", "register_gym_ids", "gym_id", "combine", "run_gym", "NAMESPACE"]
+__all__ = ["NAMESPACE", "ExtendedGymEnv", "combine", "gym_id", "register_gym_ids", "run_gym"]
 
 NAMESPACE = "imitation_meg_extended"
 
@@ -56,11 +56,14 @@ class ExtendedGymEnv(gym.Env):
         TypeError: if ``agent_factory`` is missing or not callable.
     """
 
-    metadata = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's convention
 
-    def __init__(self, env_cls: type[ExtendedEnv] | str,
-                 agent_factory: Callable[..., Any] | None = None,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        env_cls: type[ExtendedEnv] | str,
+        agent_factory: Callable[..., Any] | None = None,
+        seed: int = 0,
+    ) -> None:
         if agent_factory is None or not callable(agent_factory):
             raise TypeError(
                 "an extended environment needs the agent factory: gymnasium.make(id, "
@@ -73,11 +76,12 @@ class ExtendedGymEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(self.env_cls.n_actions)
         self.env: ExtendedEnv | None = None
 
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[int, dict]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[int, dict]:
         super().reset(seed=seed)
         self.env = self.env_cls(self.agent_factory, seed=self._seed if seed is None else seed)
-        return int(self.env.reset()), {}
+        return int(self.env.reset()), {}  # type: ignore[call-overload]  # Discrete observations
 
     def step(self, action: Any) -> tuple[int, float, bool, bool, dict]:
         if self.env is None:
@@ -93,7 +97,11 @@ def register_gym_ids() -> list[str]:
     for env in ALL_ENVIRONMENTS:
         env_id = gym_id(env)
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=ExtendedGymEnv, kwargs={"env_cls": env.__name__})
+            gym.register(
+                id=env_id,
+                entry_point=ExtendedGymEnv,  # type: ignore[arg-type]  # env_cls comes from kwargs
+                kwargs={"env_cls": env.__name__},
+            )
         ids.append(env_id)
     return ids
 
@@ -124,8 +132,9 @@ class _ProxySim:
 
     def train(self, o_prev: Any, action: int, reward: float, o_next: Any) -> None:
         c = self.combo
-        self.real.train(c.encode(c.prev_obs, o_prev), c.a_g * c.n_e + action, reward,
-                        c.encode(c.next_g, o_next))
+        self.real.train(
+            c.encode(c.prev_obs, o_prev), c.a_g * c.n_e + action, reward, c.encode(c.next_g, o_next)
+        )
 
 
 def combine(gym_env_id: str, env_cls: type[ExtendedEnv], **make_kwargs: Any) -> type[ExtendedEnv]:
@@ -152,7 +161,7 @@ def combine(gym_env_id: str, env_cls: type[ExtendedEnv], **make_kwargs: Any) -> 
         )
     probe = gym.make(gym_env_id, **make_kwargs)
     if not isinstance(probe.action_space, gym.spaces.Discrete):
-        raise ValueError(
+        raise ValueError(  # noqa: TRY004 - an environment id whose space is wrong: a bad value
             f"{gym_env_id!r} has action space {probe.action_space}; Definition 12 needs a "
             "Discrete action space."
         )
@@ -184,8 +193,12 @@ def combine(gym_env_id: str, env_cls: type[ExtendedEnv], **make_kwargs: Any) -> 
             self.inner = env_cls(agent_factory, seed=seed, agent_maker=self._make_proxy)
 
         def metadata(self) -> dict[str, Any]:
-            return {"n_actions": self.n_actions, "n_obs": None, "obs_shape": self.obs_shape,
-                    "seed": self.seed}
+            return {
+                "n_actions": self.n_actions,
+                "n_obs": None,
+                "obs_shape": self.obs_shape,
+                "seed": self.seed,
+            }
 
         def _make_proxy(self, **overrides: Any) -> Agent:
             agent = make_agent(self.agent_factory, **{**self.metadata(), **overrides})
@@ -196,7 +209,7 @@ def combine(gym_env_id: str, env_cls: type[ExtendedEnv], **make_kwargs: Any) -> 
             e[int(o_e)] = 1.0
             return np.concatenate([_flat_obs(g_obs_space, o_g), e])
 
-        def reset(self) -> np.ndarray:
+        def reset(self) -> np.ndarray:  # type: ignore[override]  # array observations
             o_g, _ = self.g.reset(seed=self.seed)
             self.prev_obs = o_g
             return self.encode(o_g, self.inner.reset())
@@ -224,8 +237,9 @@ def combine(gym_env_id: str, env_cls: type[ExtendedEnv], **make_kwargs: Any) -> 
     return Combination
 
 
-def run_gym(env: str | gym.Env, agent_factory: Callable[..., Any], n_steps: int, *,
-            seed: int = 0) -> RunResult:
+def run_gym(
+    env: str | gym.Env, agent_factory: Callable[..., Any], n_steps: int, *, seed: int = 0
+) -> RunResult:
     """Run an agent in an ordinary gymnasium env with the lockstep loop (reset on episode end).
 
     Args:
@@ -243,7 +257,9 @@ def run_gym(env: str | gym.Env, agent_factory: Callable[..., Any], n_steps: int,
     """
     g = gym.make(env) if isinstance(env, str) else env
     if not isinstance(g.action_space, gym.spaces.Discrete):
-        raise ValueError(f"run_gym needs a Discrete action space, got {g.action_space}.")
+        raise ValueError(  # noqa: TRY004 - documented as ValueError (a bad environment)
+            f"run_gym needs a Discrete action space, got {g.action_space}."
+        )
     if not isinstance(n_steps, int) or n_steps < 0:
         raise ValueError(f"n_steps must be a non-negative int, got {n_steps!r}.")
     n_actions = int(g.action_space.n)
@@ -251,8 +267,11 @@ def run_gym(env: str | gym.Env, agent_factory: Callable[..., Any], n_steps: int,
         meta: dict[str, Any] = {"n_obs": int(g.observation_space.n)}
         conv: Callable[[Any], Any] = int
     else:
-        meta = {"n_obs": None, "obs_shape": tuple(g.observation_space.shape)}
-        conv = lambda o: np.asarray(o, dtype=np.float32)  # noqa: E731
+        meta = {"n_obs": None, "obs_shape": tuple(g.observation_space.shape or ())}
+
+        def conv(o: Any) -> Any:
+            return np.asarray(o, dtype=np.float32)
+
     agent = make_agent(agent_factory, n_actions=n_actions, seed=seed, **meta)
     obs = conv(g.reset(seed=seed)[0])
     observations, rewards, actions = [obs], [], []
@@ -267,7 +286,13 @@ def run_gym(env: str | gym.Env, agent_factory: Callable[..., Any], n_steps: int,
         rewards.append(float(r))
         actions.append(a)
         obs = o2
-    return RunResult(env_name=str(getattr(g.spec, "id", type(g).__name__)), seed=seed,
-                     n_steps=n_steps,
-                     rewards=np.asarray(rewards), actions=np.asarray(actions, dtype=np.int64),
-                     observations=observations, env=g, agent=agent)
+    return RunResult(
+        env_name=str(getattr(g.spec, "id", type(g).__name__)),
+        seed=seed,
+        n_steps=n_steps,
+        rewards=np.asarray(rewards),
+        actions=np.asarray(actions, dtype=np.int64),
+        observations=observations,
+        env=g,
+        agent=agent,
+    )

@@ -29,7 +29,7 @@ def battery(*, include_slow: bool = False) -> tuple[type[ExtendedEnv], ...]:
     for env in ALL_ENVIRONMENTS:
         if env.slow and not include_slow:
             continue
-        out.extend((env, minus_rewards(env)))
+        out.extend((env, minus_rewards(env)))  # type: ignore[arg-type]  # classes hash
     return tuple(out)
 
 
@@ -64,7 +64,8 @@ def self_reflection_measure(
     Raises:
         ValueError: if ``n_steps`` is not positive.
     """
-    results = self_reflection_benchmark(agent_factory, n_steps, seed=seed,
-                                        include_slow=include_slow)
+    results = self_reflection_benchmark(
+        agent_factory, n_steps, seed=seed, include_slow=include_slow
+    )
     total = sum(r.total_reward for r in results.values())
     return total / (len(results) * n_steps)

@@ -25,8 +25,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["Frame", "tempting_button_frame", "crying_baby_frame", "crying_baby_state",
-           "crying_baby_policy", "q_policy"]
+__all__ = [
+    "Frame",
+    "crying_baby_frame",
+    "crying_baby_policy",
+    "crying_baby_state",
+    "q_policy",
+    "tempting_button_frame",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +106,10 @@ def crying_baby_frame(horizon: int, *, laugh_prob: Sequence[float] = (1.0, 0.0))
     p0 = np.zeros(S)
     p0[crying_baby_state(5, 0)] = 1.0
     states = np.arange(S)
-    targets = {"baby_laughs": (states % 2 == 0).astype(np.int64),
-               "nutrition_in_2_8": ((states // 2 > 2) & (states // 2 < 8)).astype(np.int64)}
+    targets = {
+        "baby_laughs": (states % 2 == 0).astype(np.int64),
+        "nutrition_in_2_8": ((states // 2 > 2) & (states // 2 < 8)).astype(np.int64),
+    }
     return Frame(T, U, p0, horizon, targets)
 
 

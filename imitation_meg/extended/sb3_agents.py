@@ -23,17 +23,17 @@ an agent is built.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch as th
 
 from imitation_meg.extended.core import obs_key, stream_uniform
 
-__all__ = ["SB3Agent", "DQN", "A2C", "PPO"]
+__all__ = ["A2C", "DQN", "PPO", "SB3Agent"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _seeded_buffers() -> tuple[type, type]:
     """Subclasses of SB3's buffers that draw indices from ``self.rng`` instead of ``np.random``."""
     from stable_baselines3.common.buffers import ReplayBuffer, RolloutBuffer
@@ -102,12 +102,19 @@ class SB3Agent:
     """
 
     algo_name = ""
-    defaults: dict[str, Any] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, *, n_actions: int = 2, n_obs: int | None = 1,
-                 obs_shape: tuple[int, ...] | None = None, seed: int = 0,
-                 learning_rate: float | None = None, total_timesteps: int = 100_000,
-                 **sb3_kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        n_actions: int = 2,
+        n_obs: int | None = 1,
+        obs_shape: tuple[int, ...] | None = None,
+        seed: int = 0,
+        learning_rate: float | None = None,
+        total_timesteps: int = 100_000,
+        **sb3_kwargs: Any,
+    ) -> None:
         import stable_baselines3 as sb3
         from stable_baselines3.common.logger import Logger
 
@@ -213,10 +220,17 @@ class _OnPolicy(SB3Agent):
         else:
             logged = action
         with th.no_grad():
-            values, log_prob, _ = policy.evaluate_actions(self._tensor(o_prev),
-                                                          th.as_tensor([logged]))
-        buffer.add(self._buffer_obs(o_prev), np.array([action]), np.array([float(reward)]),
-                   np.array([start]), values, log_prob)
+            values, log_prob, _ = policy.evaluate_actions(
+                self._tensor(o_prev), th.as_tensor([logged])
+            )
+        buffer.add(
+            self._buffer_obs(o_prev),
+            np.array([action]),
+            np.array([float(reward)]),
+            np.array([start]),
+            values,
+            log_prob,
+        )
         self.n_trainings += 1
         self.model.num_timesteps = self.n_trainings
         if buffer.full:
@@ -251,7 +265,11 @@ class DQN(SB3Agent):
     """
 
     algo_name = "DQN"
-    defaults = {"learning_starts": 1000, "buffer_size": 10_000, "target_update_interval": 1000}
+    defaults: ClassVar[dict[str, Any]] = {
+        "learning_starts": 1000,
+        "buffer_size": 10_000,
+        "target_update_interval": 1000,
+    }
 
     def _choose(self, obs: Any) -> int:
         key = obs_key(obs)
@@ -266,9 +284,14 @@ class DQN(SB3Agent):
     def train(self, o_prev: Any, action: int, reward: float, o_next: Any) -> None:
         """Add to the replay buffer; SB3 ``_on_step`` (target update) and ``train`` on schedule."""
         model = self.model
-        model.replay_buffer.add(self._buffer_obs(o_prev), self._buffer_obs(o_next),
-                                np.array([action]),
-                                np.array([float(reward)]), np.array([False]), [{}])
+        model.replay_buffer.add(
+            self._buffer_obs(o_prev),
+            self._buffer_obs(o_next),
+            np.array([action]),
+            np.array([float(reward)]),
+            np.array([False]),
+            [{}],
+        )
         self.n_trainings += 1
         model.num_timesteps = self.n_trainings
         model._current_progress_remaining = self._progress()

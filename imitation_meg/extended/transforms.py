@@ -16,10 +16,10 @@ from typing import Any
 
 from imitation_meg.extended.core import Agent, ExtendedEnv, make_agent
 
-__all__ = ["minus_rewards", "reality_check", "RealityCheck"]
+__all__ = ["RealityCheck", "minus_rewards", "reality_check"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def minus_rewards(env_cls: type[ExtendedEnv]) -> type[ExtendedEnv]:
     """Return the environment class equal to ``env_cls`` with the agent's rewards negated.
 

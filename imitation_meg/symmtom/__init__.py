@@ -18,8 +18,8 @@ from imitation_meg.symmtom.env import (
 
 __all__ = [
     "LOG_KEYS",
-    "MOVE_NAMES",
     "MOVES",
+    "MOVE_NAMES",
     "SymmToMEnv",
     "SymmToMWarning",
     "observation_size",

@@ -16,14 +16,14 @@ import numpy as np
 from imitation_meg.symmtom.env import LOG_KEYS, MOVES, SymmToMEnv
 
 __all__ = [
+    "HeuristicPolicy",
     "Policy",
     "RandomPolicy",
-    "HeuristicPolicy",
     "ScriptedPolicy",
     "StayPolicy",
     "central_cells",
-    "step_towards",
     "run_episodes",
+    "step_towards",
 ]
 
 
@@ -69,8 +69,8 @@ class ScriptedPolicy:
     """Plays a fixed list of (move, piece) actions, then repeats ``after`` (default: stay, piece 0)."""
 
     def __init__(self, actions: Sequence[tuple[int, int]], after: tuple[int, int] = (0, 0)) -> None:
-        self.actions = [tuple(a) for a in actions]
-        self.after = tuple(after)
+        self.actions: list[tuple[int, int]] = [(int(a[0]), int(a[1])) for a in actions]
+        self.after: tuple[int, int] = (int(after[0]), int(after[1]))
         self.t = 0
 
     def reset(self, env: SymmToMEnv, i: int) -> None:
@@ -184,7 +184,9 @@ def run_episodes(
             pol.reset(env, i)
         infos: dict = {}
         while env.agents:
-            actions = {a: policies[env.agent_index[a]](obs[a], env, env.agent_index[a]) for a in env.agents}
+            actions = {
+                a: policies[env.agent_index[a]](obs[a], env, env.agent_index[a]) for a in env.agents
+            }
             obs, _, _, _, infos = env.step(actions)
             if callback is not None:
                 callback(env)

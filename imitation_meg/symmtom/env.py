@@ -38,24 +38,25 @@ Observation of agent ``i`` (non-oracle), concatenated, float32 of size ``c (2n -
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
 from gymnasium.utils import seeding
 from pettingzoo import ParallelEnv
 
+from imitation_meg._validation import ImitationMEGWarning
+
 __all__ = [
+    "LOG_KEYS",
     "MOVES",
     "MOVE_NAMES",
-    "LOG_KEYS",
     "SymmToMEnv",
     "SymmToMWarning",
-    "parallel_env",
     "observation_size",
+    "parallel_env",
     "resolve_moves",
     "transition",
 ]
@@ -80,7 +81,7 @@ LOG_KEYS = (
 _RESET_OPTION_KEYS = ("positions", "bases", "first_hand", "knowledge", "step")
 
 
-class SymmToMWarning(UserWarning):
+class SymmToMWarning(ImitationMEGWarning):
     """Allowed-but-suspicious use of the SymmToM environment."""
 
 
@@ -171,7 +172,11 @@ class SymmToMEnv(ParallelEnv):
             more agents than cells, or an unknown render mode.
     """
 
-    metadata = {"render_modes": ["ansi", "rgb_array"], "name": "symmtom_v0", "is_parallelizable": True}
+    metadata: ClassVar[dict[str, Any]] = {
+        "render_modes": ["ansi", "rgb_array"],
+        "name": "symmtom_v0",
+        "is_parallelizable": True,
+    }
 
     def __init__(
         self,
@@ -184,13 +189,22 @@ class SymmToMEnv(ParallelEnv):
         render_mode: str | None = None,
         max_steps: int | None = None,
     ) -> None:
-        for name, value in (("n_agents", n_agents), ("width", width), ("n_pieces", n_pieces), ("hearing", hearing)):
+        for name, value in (
+            ("n_agents", n_agents),
+            ("width", width),
+            ("n_pieces", n_pieces),
+            ("hearing", hearing),
+        ):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}.")
+                raise TypeError(
+                    f"{name} must be an int, got {value!r} of type {type(value).__name__}."
+                )
         if n_agents < 2:
             raise ValueError(f"n_agents={n_agents} is too small; SymmToM needs at least 2 agents.")
         if n_pieces < 1:
-            raise ValueError(f"n_pieces={n_pieces} must be at least 1 (the paper uses n, 2n or 3n).")
+            raise ValueError(
+                f"n_pieces={n_pieces} must be at least 1 (the paper uses n, 2n or 3n)."
+            )
         if hearing < 1:
             raise ValueError(f"hearing={hearing} must be at least 1 (agents never share a cell).")
         if 2 * hearing + 1 >= width:
@@ -217,8 +231,13 @@ class SymmToMEnv(ParallelEnv):
             )
         if max_steps is None:
             max_steps = 5 * width
-        if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
+        if (
+            isinstance(max_steps, bool)
+            or not isinstance(max_steps, (int, np.integer))
+            or max_steps < 1
+        ):
             raise ValueError(f"max_steps={max_steps!r} must be a positive int (default 5 * width).")
+        self._space_cache: dict[tuple[str, str], gymnasium.spaces.Space] = {}
         self.n_agents = int(n_agents)
         self.width = int(width)
         self.n_pieces = int(n_pieces)
@@ -248,17 +267,26 @@ class SymmToMEnv(ParallelEnv):
         """Length of one observation vector."""
         return observation_size(self.n_agents, self.n_pieces, oracle=self.oracle)
 
-    @functools.lru_cache(maxsize=None)
     def observation_space(self, agent: str) -> gymnasium.spaces.Box:
-        """``Box(-1, 1, (obs_size,), float32)`` (all entries are bits or scaled offsets)."""
-        self._check_agent(agent)
-        return gymnasium.spaces.Box(-1.0, 1.0, shape=(self.obs_size,), dtype=np.float32)
+        """``Box(-1, 1, (obs_size,), float32)`` (all entries are bits or scaled offsets).
 
-    @functools.lru_cache(maxsize=None)
+        The same object on every call for an agent (PettingZoo's API test checks it).
+        """
+        self._check_agent(agent)
+        key = ("obs", agent)
+        if key not in self._space_cache:
+            self._space_cache[key] = gymnasium.spaces.Box(
+                -1.0, 1.0, shape=(self.obs_size,), dtype=np.float32
+            )
+        return self._space_cache[key]  # type: ignore[return-value]
+
     def action_space(self, agent: str) -> gymnasium.spaces.MultiDiscrete:
         """``MultiDiscrete([5, c])``: (move, piece), both uniformly sampled by ``.sample()``."""
         self._check_agent(agent)
-        return gymnasium.spaces.MultiDiscrete([5, self.n_pieces])
+        key = ("act", agent)
+        if key not in self._space_cache:
+            self._space_cache[key] = gymnasium.spaces.MultiDiscrete([5, self.n_pieces])
+        return self._space_cache[key]  # type: ignore[return-value]
 
     def _check_agent(self, agent: str) -> None:
         if agent not in self.agent_index:
@@ -341,7 +369,9 @@ class SymmToMEnv(ParallelEnv):
         arr = np.asarray(value, dtype=np.int64)
         n, w = self.n_agents, self.width
         if arr.shape != (n, 2) or (arr < 0).any() or (arr >= w).any():
-            raise ValueError(f"options[{name!r}] must be {n} cells (x, y) with 0 <= x, y < {w}, got {value!r}.")
+            raise ValueError(
+                f"options[{name!r}] must be {n} cells (x, y) with 0 <= x, y < {w}, got {value!r}."
+            )
         if len({tuple(p) for p in arr.tolist()}) != n:
             raise ValueError(f"options[{name!r}] must hold distinct cells, got {arr.tolist()}.")
         return arr
@@ -349,7 +379,9 @@ class SymmToMEnv(ParallelEnv):
     # ------------------------------------------------------------------ step
     def _parse_actions(self, actions: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         if not isinstance(actions, Mapping):
-            raise TypeError(f"actions must be a dict agent -> (move, piece), got {type(actions).__name__}.")
+            raise TypeError(
+                f"actions must be a dict agent -> (move, piece), got {type(actions).__name__}."
+            )
         missing = [a for a in self.agents if a not in actions]
         if missing:
             raise ValueError(f"actions lack agents {missing}; every live agent acts each step.")
@@ -357,8 +389,12 @@ class SymmToMEnv(ParallelEnv):
         pieces = np.zeros(self.n_agents, dtype=np.int64)
         for a in self.agents:
             act = np.asarray(actions[a]).reshape(-1)
-            if act.shape != (2,) or not np.issubdtype(act.dtype, np.integer) and not np.all(act == np.round(act)):
-                raise ValueError(f"action of {a} must be (move, piece) integers, got {actions[a]!r}.")
+            if act.shape != (2,) or (
+                not np.issubdtype(act.dtype, np.integer) and not np.all(act == np.round(act))
+            ):
+                raise ValueError(
+                    f"action of {a} must be (move, piece) integers, got {actions[a]!r}."
+                )
             m, p = int(act[0]), int(act[1])
             if not (0 <= m < 5 and 0 <= p < self.n_pieces):
                 raise ValueError(
@@ -379,8 +415,15 @@ class SymmToMEnv(ParallelEnv):
         moves, pieces = self._parse_actions(actions)
         assert self._np_random is not None
         out = transition(
-            self.positions, self.knowledge, self.first_hand, self.bases, moves, pieces,
-            width=self.width, hearing=self.hearing, rng=self._np_random,
+            self.positions,
+            self.knowledge,
+            self.first_hand,
+            self.bases,
+            moves,
+            pieces,
+            width=self.width,
+            hearing=self.hearing,
+            rng=self._np_random,
         )
         self.last_moves = out["positions"] - self.positions
         self.positions = out["positions"]
@@ -546,5 +589,11 @@ def parallel_env(
 ) -> SymmToMEnv:
     """Build a SymmToM PettingZoo ``ParallelEnv`` (see :class:`SymmToMEnv` for the arguments)."""
     return SymmToMEnv(
-        n_agents, width, n_pieces, hearing=hearing, oracle=oracle, render_mode=render_mode, max_steps=max_steps
+        n_agents,
+        width,
+        n_pieces,
+        hearing=hearing,
+        oracle=oracle,
+        render_mode=render_mode,
+        max_steps=max_steps,
     )

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from imitation_meg.symmtom.env import SymmToMEnv
+__all__ = ["AGENT_COLORS", "GridState", "render_ansi", "render_rgb"]
 
-__all__ = ["render_ansi", "render_rgb", "AGENT_COLORS"]
+
+class GridState(Protocol):
+    """What a rendering reads of the environment (a ``SymmToMEnv`` has all of it)."""
+
+    width: int
+    n_agents: int
+    n_pieces: int
+    max_steps: int
+    timestep: int
+    bases: np.ndarray  # (n, 2) int
+    positions: np.ndarray  # (n, 2) int
+    knowledge: np.ndarray  # (n, c) bool
+    first_hand: np.ndarray  # (n, c) bool
+    last_said: np.ndarray  # (n,) int, -1 for silence
+    last_rewards: np.ndarray  # (n,) float
+
 
 #: RGB colours of agents 0, 1, ... (cycled when there are more agents).
 AGENT_COLORS = np.array(
@@ -18,7 +32,7 @@ AGENT_COLORS = np.array(
 )
 
 
-def render_ansi(env: SymmToMEnv) -> str:
+def render_ansi(env: GridState) -> str:
     """Grid with agents ``0..9`` (``A..`` beyond), bases ``a..``, then knowledge and speech.
 
     Row ``y = w - 1`` is printed first so that ``+y`` points up. A base under its own or another
@@ -36,7 +50,8 @@ def render_ansi(env: SymmToMEnv) -> str:
     lines.append("+" + "-" * w + "+")
     for i in range(n):
         know = "".join(
-            "F" if env.first_hand[i, p] else ("k" if env.knowledge[i, p] else ".") for p in range(env.n_pieces)
+            "F" if env.first_hand[i, p] else ("k" if env.knowledge[i, p] else ".")
+            for p in range(env.n_pieces)
         )
         said = "-" if env.last_said[i] < 0 else str(int(env.last_said[i]))
         lines.append(
@@ -46,7 +61,7 @@ def render_ansi(env: SymmToMEnv) -> str:
     return "\n".join(lines)
 
 
-def render_rgb(env: SymmToMEnv, *, cell: int = 24) -> np.ndarray:
+def render_rgb(env: GridState, *, cell: int = 24) -> np.ndarray:
     """An ``(H, W, 3)`` uint8 image: grid (agents filled, bases as frames, a dot for effective
     speech) on the left; a knowledge panel (rows agents, columns pieces; full colour first hand,
     pale second hand, grey unknown) on the right.

@@ -20,7 +20,7 @@ from imitation_meg.symmtom.agents import HeuristicPolicy, Policy, RandomPolicy
 from imitation_meg.symmtom.env import SymmToMEnv
 from imitation_meg.symmtom.wrappers import FrameBuffer, SingleAgentEnv
 
-__all__ = ["SB3Policy", "SharedParameterVecEnv", "train_ppo", "make_others"]
+__all__ = ["SB3Policy", "SharedParameterVecEnv", "make_others", "train_ppo"]
 
 
 class SB3Policy:
@@ -71,7 +71,9 @@ class SharedParameterVecEnv(VecEnv):
     def reset(self) -> np.ndarray:
         obs, _ = self.env.reset(seed=self._seed)
         self._seed = None
-        return np.stack([b.reset(obs[a]) for b, a in zip(self.buffers, self.env.possible_agents)])
+        return np.stack(
+            [b.reset(obs[a]) for b, a in zip(self.buffers, self.env.possible_agents, strict=True)]
+        )
 
     def step_async(self, actions: np.ndarray) -> None:
         self._actions = np.asarray(actions, dtype=np.int64).reshape(self.num_envs, 2)
@@ -79,8 +81,10 @@ class SharedParameterVecEnv(VecEnv):
     def step_wait(self):
         assert self._actions is not None
         names = self.env.possible_agents
-        obs, rew, _, truncs, infos = self.env.step({a: self._actions[k] for k, a in enumerate(names)})
-        stacked = np.stack([b.push(obs[a]) for b, a in zip(self.buffers, names)])
+        obs, rew, _, truncs, infos = self.env.step(
+            {a: self._actions[k] for k, a in enumerate(names)}
+        )
+        stacked = np.stack([b.push(obs[a]) for b, a in zip(self.buffers, names, strict=True)])
         dones = np.array([truncs[a] for a in names])
         out_infos = [dict(infos[a]) for a in names]
         if dones.all():
@@ -121,7 +125,9 @@ def make_others(kind: str, seed: int) -> Policy:
         return RandomPolicy(seed)
     if kind == "heuristic":
         return HeuristicPolicy()
-    raise ValueError(f"others={kind!r}; use 'random' or 'heuristic' (or pass policies to SingleAgentEnv).")
+    raise ValueError(
+        f"others={kind!r}; use 'random' or 'heuristic' (or pass policies to SingleAgentEnv)."
+    )
 
 
 def train_ppo(
@@ -164,7 +170,12 @@ def train_ppo(
         venv = DummyVecEnv([lambda: single])
     else:
         raise ValueError(f"mode={mode!r}; use 'shared' or 'single'.")
-    kwargs = {"n_steps": 5 * width * 8, "batch_size": 10 * width, "policy_kwargs": {"net_arch": [64, 64]}, "verbose": 0}
+    kwargs: dict[str, Any] = {
+        "n_steps": 5 * width * 8,
+        "batch_size": 10 * width,
+        "policy_kwargs": {"net_arch": [64, 64]},
+        "verbose": 0,
+    }
     kwargs.update(ppo_kwargs or {})
     model = PPO("MlpPolicy", venv, seed=seed, device="cpu", **kwargs)
     model.learn(total_timesteps=total_timesteps)

@@ -53,8 +53,12 @@ class SymmToMTabular:
         from imitation_meg import TabularMDP
 
         return TabularMDP(
-            (self.next_state, self.prob), utility=self.reward, horizon=self.horizon,
-            initial_state_dist=self.initial_state_dist, discount=1.0, name="symmtom_n2_w4_c2",
+            (self.next_state, self.prob),
+            utility=self.reward,
+            horizon=self.horizon,
+            initial_state_dist=self.initial_state_dist,
+            discount=1.0,
+            name="symmtom_n2_w4_c2",
         )
 
 
@@ -108,11 +112,14 @@ def build_tabular(
     """
     if width < 4:
         raise ValueError(f"width={width} needs 2*1+1 < width; use width >= 4.")
-    n, c, A = 2, 2, 10
+    _n, c, A = 2, 2, 10
     cells = [(x, y) for x in range(width) for y in range(width)]
     states = np.array(
-        [(*p0, *p1, k0, k1, r) for p0, p1 in itertools.permutations(cells, 2)
-         for k0, k1, r in itertools.product((0, 1), repeat=3)],
+        [
+            (*p0, *p1, k0, k1, r)
+            for p0, p1 in itertools.permutations(cells, 2)
+            for k0, k1, r in itertools.product((0, 1), repeat=3)
+        ],
         dtype=np.int64,
     )
     index = {tuple(s): i for i, s in enumerate(states.tolist())}
@@ -153,17 +160,32 @@ def build_tabular(
                         outcomes = [first, alt]
                     nxt, pr, rew = [], [], 0.0
                     for new_pos in outcomes:
-                        out = transition(pos, know, first_hand, bases_arr, moves, pieces,
-                                         width=width, hearing=1, rng=None, new_positions=new_pos)
+                        out = transition(
+                            pos,
+                            know,
+                            first_hand,
+                            bases_arr,
+                            moves,
+                            pieces,
+                            width=width,
+                            hearing=1,
+                            rng=None,
+                            new_positions=new_pos,
+                        )
                         nk = out["knowledge"]
-                        ns = (*out["positions"][0], *out["positions"][1], int(nk[0, 1]), int(nk[1, 0]),
-                              int(out["correct_base_use"][0]))
+                        ns = (
+                            *out["positions"][0],
+                            *out["positions"][1],
+                            int(nk[0, 1]),
+                            int(nk[1, 0]),
+                            int(out["correct_base_use"][0]),
+                        )
                         nxt.append(index[tuple(int(v) for v in ns)])
                         pr.append(1.0 / len(outcomes))
                         rew += out["reward"][0] / len(outcomes)
                     cache[ck] = (nxt, pr, rew)
                 nxt, pr, rew = cache[ck]
-                for k, (ns_i, q) in enumerate(zip(nxt, pr)):
+                for k, (ns_i, q) in enumerate(zip(nxt, pr, strict=True)):
                     next_state[s, a0, 2 * a1 + k] = ns_i
                     prob[s, a0, 2 * a1 + k] += p1 * q
                 reward[s, a0] += p1 * rew
@@ -174,4 +196,6 @@ def build_tabular(
         "other_knowledge": states[:, 5].copy(),
         "recharged": states[:, 6].copy(),
     }
-    return SymmToMTabular(states, next_state, prob, reward, p0, targets, 5 * width, width, bases_arr)
+    return SymmToMTabular(
+        states, next_state, prob, reward, p0, targets, 5 * width, width, bases_arr
+    )

@@ -74,15 +74,15 @@ from imitation_meg.symmtom.agents import Policy, ScriptedPolicy, step_towards
 from imitation_meg.symmtom.env import SymmToMEnv, SymmToMWarning
 
 __all__ = [
-    "ToMTest",
-    "ToMResult",
-    "run_tom_test",
-    "tom_tests",
-    "moves_to_range",
     "BeliefGreedyPolicy",
+    "GrayPolicy",
     "MeetPredictedPolicy",
     "ProbabilisticSpeakerPolicy",
-    "GrayPolicy",
+    "ToMResult",
+    "ToMTest",
+    "moves_to_range",
+    "run_tom_test",
+    "tom_tests",
 ]
 
 NONE, PX, MX, PY, MY = range(5)
@@ -105,7 +105,9 @@ class GrayPolicy:
         return np.array([NONE, int(own[0]) if len(own) else 0], dtype=np.int64)
 
 
-def _greedy_target(i: int, belief: np.ndarray, positions: np.ndarray, hearing: int) -> tuple[int, float]:
+def _greedy_target(
+    i: int, belief: np.ndarray, positions: np.ndarray, hearing: int
+) -> tuple[int, float]:
     """Best agent for ``i`` to meet: the largest believed gain / (moves to range + 1); ``-1`` if none."""
     best, best_rate = -1, 0.0
     for j in range(len(positions)):
@@ -225,7 +227,12 @@ class ProbabilisticSpeakerPolicy:
     """
 
     def __init__(
-        self, *, belief: str = "uncertain", listener: int = 2, messenger: int = 1, seed: int | None = None
+        self,
+        *,
+        belief: str = "uncertain",
+        listener: int = 2,
+        messenger: int = 1,
+        seed: int | None = None,
     ) -> None:
         if belief not in ("uncertain", "no_deduction", "certain"):
             raise ValueError(f"belief={belief!r}; use 'uncertain', 'no_deduction' or 'certain'.")
@@ -348,7 +355,11 @@ def _play(
     observe: Callable[[np.ndarray], np.ndarray] | None,
 ) -> tuple[str, int]:
     """One episode of ``test``: the outcome (``"none"`` if neither) and its turn (-1 if none)."""
-    options: dict = {"positions": test.positions, "bases": test.bases, "first_hand": test.first_hand}
+    options: dict = {
+        "positions": test.positions,
+        "bases": test.bases,
+        "first_hand": test.first_hand,
+    }
     if test.knowledge is not None:
         options["knowledge"] = test.knowledge
     obs, _ = env.reset(seed=seed, options=options)
@@ -406,7 +417,10 @@ def run_tom_test(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SymmToMWarning)
         env = SymmToMEnv(
-            test.n_agents, test.width, test.n_pieces, oracle=oracle,
+            test.n_agents,
+            test.width,
+            test.n_pieces,
+            oracle=oracle,
             max_steps=len(test.prologue) + test.max_turns + 1,
         )
     rng = np.random.default_rng(seed)
@@ -449,7 +463,9 @@ def run_tom_test(
     )
 
 
-def _reach(success: Sequence[int], failure: Sequence[int]) -> Callable[[SymmToMEnv, int], str | None]:
+def _reach(
+    success: Sequence[int], failure: Sequence[int]
+) -> Callable[[SymmToMEnv, int], str | None]:
     def outcome(env: SymmToMEnv, turn: int) -> str | None:
         near = env.in_range()[0]
         if any(near[j] for j in success):
@@ -461,7 +477,9 @@ def _reach(success: Sequence[int], failure: Sequence[int]) -> Callable[[SymmToME
     return outcome
 
 
-def _earliest_meeting(start: tuple[int, int], path: Sequence[tuple[int, int]], width: int, hearing: int) -> int:
+def _earliest_meeting(
+    start: tuple[int, int], path: Sequence[tuple[int, int]], width: int, hearing: int
+) -> int:
     """Earliest turn ``t >= 1`` at which a walker from ``start`` can be within range of ``path[t-1]``."""
     for t in range(1, 10 * width):
         target = np.array(path[min(t, len(path)) - 1])
@@ -476,30 +494,38 @@ def tom_tests() -> dict[str, ToMTest]:
     tests["zeroth_order"] = ToMTest(
         name="zeroth_order",
         description="remember a piece heard 4 turns ago: go to the agent that still has something new",
-        n_agents=3, width=6, n_pieces=3,
+        n_agents=3,
+        width=6,
+        n_pieces=3,
         positions=((1, 3), (0, 3), (5, 5)),
         bases=((0, 0), (1, 0), (2, 0)),
         first_hand=((1, 0, 0), (0, 1, 0), (0, 0, 1)),
         knowledge=None,
         prologue=((NONE, 2), (PX, 2), (PX, 2), (MY, 2)),  # piece 2 is unknown to red: silent
         others=lambda rng, branch: [GrayPolicy(), GrayPolicy()],
-        max_turns=12, optimum=3.0,
+        max_turns=12,
+        optimum=3.0,
         outcome=_reach(success=[2], failure=[1]),
     )
     blue_first = ScriptedPolicy([(NONE, 1), (MX, 0), (NONE, 1)], after=(NONE, 1))
     tests["first_order"] = ToMTest(
         name="first_order",
         description="assume blue told gray L what it knows (unheard): go to gray R instead",
-        n_agents=4, width=6, n_pieces=4,
+        n_agents=4,
+        width=6,
+        n_pieces=4,
         positions=((3, 2), (2, 3), (0, 3), (5, 5)),
         bases=((0, 0), (1, 0), (2, 0), (3, 0)),
         first_hand=((1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1)),
         knowledge=None,
         prologue=((NONE, 0), (NONE, 0), (NONE, 0)),
         others=lambda rng, branch: [
-            ScriptedPolicy(list(blue_first.actions), after=blue_first.after), GrayPolicy(), GrayPolicy()
+            ScriptedPolicy(list(blue_first.actions), after=blue_first.after),
+            GrayPolicy(),
+            GrayPolicy(),
         ],
-        max_turns=12, optimum=3.0,
+        max_turns=12,
+        optimum=3.0,
         outcome=_reach(success=[3], failure=[1, 2]),
     )
     blue_path = [(0, 3), (0, 2), (0, 1)]
@@ -513,14 +539,17 @@ def tom_tests() -> dict[str, ToMTest]:
     tests["second_order"] = ToMTest(
         name="second_order",
         description="predict that blue (unaware red knows piece 2) heads for gray G: meet blue there",
-        n_agents=3, width=6, n_pieces=3,
+        n_agents=3,
+        width=6,
+        n_pieces=3,
         positions=((5, 3), (0, 4), (0, 0)),
         bases=((5, 0), (4, 0), (3, 0)),
         first_hand=((1, 0, 0), (0, 1, 0), (0, 0, 1)),
         knowledge=((1, 0, 1), (0, 1, 0), (0, 0, 1)),
         prologue=(),
         others=lambda rng, branch: [ScriptedPolicy([(MY, 1)] * 3, after=(NONE, 1)), GrayPolicy()],
-        max_turns=earliest, optimum=float(earliest),
+        max_turns=earliest,
+        optimum=float(earliest),
         outcome=second_order_outcome,
         metrics=("SR",),
     )
@@ -528,7 +557,9 @@ def tom_tests() -> dict[str, ToMTest]:
     def prob_others(rng: np.random.Generator, branch: int) -> list[Policy]:
         # branch = the piece blue tells green at step 3, out of red's hearing; every other utterance
         # of blue is its own piece 1, so nothing red can hear depends on the branch
-        blue = ScriptedPolicy([(NONE, 1), (PY, 1), (PX, branch), (MX, 1), (MX, 1), (MX, 1)], after=(NONE, 1))
+        blue = ScriptedPolicy(
+            [(NONE, 1), (PY, 1), (PX, branch), (MX, 1), (MX, 1), (MX, 1)], after=(NONE, 1)
+        )
         return [blue, GrayPolicy()]
 
     prob_max_turns = 10
@@ -541,16 +572,19 @@ def tom_tests() -> dict[str, ToMTest]:
     tests["probabilistic"] = ToMTest(
         name="probabilistic",
         description="green heard one of red's two pieces from blue (unheard, 50/50): tell it the other",
-        n_agents=3, width=6, n_pieces=3,
+        n_agents=3,
+        width=6,
+        n_pieces=3,
         positions=((2, 1), (2, 2), (4, 4)),
         bases=((0, 5), (1, 5), (5, 0)),
         first_hand=((1, 0, 0), (0, 1, 0), (0, 0, 1)),
         knowledge=None,
         prologue=((NONE, 0), (NONE, 0), (NONE, 0)),
         others=prob_others,
-        max_turns=prob_max_turns, optimum=3.5, oracle_optimum=3.0,
+        max_turns=prob_max_turns,
+        optimum=3.5,
+        oracle_optimum=3.0,
         outcome=prob_outcome,
         branches=2,
     )
     return tests
-

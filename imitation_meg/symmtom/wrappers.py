@@ -54,7 +54,7 @@ class SingleAgentEnv(gymnasium.Env):
         frame_stack: number of stacked observations.
     """
 
-    metadata = {"render_modes": ["ansi", "rgb_array"]}
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"]}  # noqa: RUF012 - gymnasium's convention
 
     def __init__(
         self,
@@ -65,7 +65,9 @@ class SingleAgentEnv(gymnasium.Env):
         frame_stack: int = 1,
     ) -> None:
         if not isinstance(env, SymmToMEnv):
-            raise TypeError(f"env must be a SymmToMEnv, got {type(env).__name__}; build one with parallel_env().")
+            raise TypeError(
+                f"env must be a SymmToMEnv, got {type(env).__name__}; build one with parallel_env()."
+            )
         n = env.n_agents
         if not (0 <= learner < n):
             raise ValueError(f"learner={learner} is not an agent index in 0..{n - 1}.")
@@ -81,7 +83,9 @@ class SingleAgentEnv(gymnasium.Env):
         self.others = list(others)
         self.other_idx = [j for j in range(n) if j != learner]
         self.buffer = FrameBuffer(env.obs_size, frame_stack)
-        self.observation_space = gymnasium.spaces.Box(-1.0, 1.0, (frame_stack * env.obs_size,), np.float32)
+        self.observation_space = gymnasium.spaces.Box(
+            -1.0, 1.0, (frame_stack * env.obs_size,), np.float32
+        )
         self.action_space = gymnasium.spaces.MultiDiscrete([5, env.n_pieces])
         self.render_mode = env.render_mode
         self._obs: dict[str, np.ndarray] = {}
@@ -91,7 +95,7 @@ class SingleAgentEnv(gymnasium.Env):
         if self._random_others and seed is not None:
             self.others = [RandomPolicy(seed + 1)] * (self.env.n_agents - 1)
         self._obs, infos = self.env.reset(seed=seed, options=options)
-        for j, pol in zip(self.other_idx, self.others):
+        for j, pol in zip(self.other_idx, self.others, strict=True):
             pol.reset(self.env, j)
         name = self.env.possible_agents[self.learner]
         return self.buffer.reset(self._obs[name]), infos[name]
@@ -99,7 +103,7 @@ class SingleAgentEnv(gymnasium.Env):
     def step(self, action: np.ndarray):
         names = self.env.possible_agents
         actions = {names[self.learner]: np.asarray(action, dtype=np.int64)}
-        for j, pol in zip(self.other_idx, self.others):
+        for j, pol in zip(self.other_idx, self.others, strict=True):
             actions[names[j]] = pol(self._obs[names[j]], self.env, j)
         self._obs, rewards, terms, truncs, infos = self.env.step(actions)
         me = names[self.learner]

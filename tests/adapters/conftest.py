@@ -14,7 +14,7 @@ LAKE = "FrozenLake-v1"
 
 
 def _train(algo: str, env_id: str, steps: int):
-    import seals  # noqa: F401 - registers the seals ids
+    import seals  # noqa: F401 (registers the seals environment ids)
     import stable_baselines3 as sb3
 
     kw = {"seed": 0, "device": "cpu", "policy_kwargs": {"net_arch": [32]}}
@@ -24,8 +24,13 @@ def _train(algo: str, env_id: str, steps: int):
         model = sb3.A2C("MlpPolicy", env_id, n_steps=8, **kw)
     else:
         model = sb3.DQN(
-            "MlpPolicy", env_id, learning_starts=200, buffer_size=2_000, train_freq=4,
-            target_update_interval=200, **kw,
+            "MlpPolicy",
+            env_id,
+            learning_starts=200,
+            buffer_size=2_000,
+            train_freq=4,
+            target_update_interval=200,
+            **kw,
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

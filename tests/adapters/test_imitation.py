@@ -27,7 +27,7 @@ def _tabular_policy(mdp, pi):
 
 def test_tabular_policy_from_mce_partition_fh():
     import gymnasium as gym
-    import seals  # noqa: F401
+    import seals  # noqa: F401 (registers the seals environment ids)
     from imitation.algorithms.mce_irl import mce_partition_fh
 
     env = gym.make(CLIFF).unwrapped
@@ -45,7 +45,7 @@ def test_tabular_policy_horizon_and_shape_checks():
     mdp = im.TabularMDP.from_env(CLIFF)
     pi = np.full((mdp.horizon + 3, mdp.n_states, mdp.n_actions), 0.25)
     assert tabular_policy_table(_tabular_policy(mdp, pi), mdp).shape[0] == mdp.horizon
-    with pytest.raises(ValueError, match="covers 3 steps but .* has horizon 9"):
+    with pytest.raises(ValueError, match=r"covers 3 steps but .* has horizon 9"):
         policy_table(_tabular_policy(mdp, pi[:3]), mdp)
     with pytest.raises(ValueError, match="pi of shape"):
         policy_table(_tabular_policy(mdp, pi[:, :5]), mdp)
@@ -71,11 +71,15 @@ def test_load_policy_names(ppo_lake, tmp_path):
 
 def test_load_policy_errors():
     mdp = im.TabularMDP.from_env(LAKE)
-    with pytest.raises(ValueError, match="neither an existing .zip file nor an imitation load_policy name"):
+    with pytest.raises(
+        ValueError, match=r"neither an existing \.zip file nor an imitation load_policy name"
+    ):
         policy_table("no-such-policy", LAKE)
     with pytest.raises(ValueError, match="needs the environment: pass env="):
         policy_table("random", mdp)
-    th.testing.assert_close(policy_table("random", mdp, env=LAKE), th.full((16, 4), 0.25, dtype=th.float64))
+    th.testing.assert_close(
+        policy_table("random", mdp, env=LAKE), th.full((16, 4), 0.25, dtype=th.float64)
+    )
     with pytest.raises(ValueError, match="could not load 'ppo'"):
         policy_table("ppo", LAKE)  # no path
     with pytest.raises(ValueError, match="unknown imitation policy name"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-import seals  # noqa: F401
+import seals  # noqa: F401 (registers the seals environment ids)
 import torch as th
 from imitation.algorithms.mce_irl import MCEIRL, mce_occupancy_measures, mce_partition_fh
 from imitation.rewards.reward_nets import BasicRewardNet
@@ -39,18 +39,27 @@ def test_linear_features_reproduce_the_net(env):
     net = BasicRewardNet(env.observation_space, env.action_space, hid_sizes=[])
     mdp = im.TabularMDP.from_env(env)
     phi = linear_features(net, mdp)
-    lin = [m for m in net.modules() if isinstance(m, th.nn.Linear)][0]
+    lin = next(m for m in net.modules() if isinstance(m, th.nn.Linear))
     theta = th.cat([lin.weight[0], lin.bias]).detach().double()
     th.testing.assert_close(phi @ theta, reward_net_sa(net, mdp).detach(), rtol=1e-5, atol=1e-6)
-    assert linear_features(BasicRewardNet(env.observation_space, env.action_space, hid_sizes=[4]), mdp) is None
+    assert (
+        linear_features(BasicRewardNet(env.observation_space, env.action_space, hid_sizes=[4]), mdp)
+        is None
+    )
 
 
 def test_score_trained_mce_irl(env):
     th.manual_seed(0)
     _, _, expert_pi = mce_partition_fh(env)
     om, _ = mce_occupancy_measures(env, pi=expert_pi)
-    net = BasicRewardNet(env.observation_space, env.action_space, hid_sizes=[],
-                         use_action=False, use_done=False, use_next_state=False)
+    net = BasicRewardNet(
+        env.observation_space,
+        env.action_space,
+        hid_sizes=[],
+        use_action=False,
+        use_done=False,
+        use_next_state=False,
+    )
     mce = MCEIRL(om.sum(0), env, net, rng=np.random.default_rng(0), log_interval=None)
     mce.train(max_iter=50)
     score = score_mce_irl(mce, expert_policy=expert_pi)

@@ -27,7 +27,7 @@ def _one_state_probs(model, obs) -> np.ndarray:
 
 def _cliff_obs(s: int) -> np.ndarray:
     """What seals' CliffWorld emits in state s, read from the environment itself."""
-    import seals  # noqa: F401
+    import seals  # noqa: F401 (registers the seals environment ids)
 
     return gym.make(CLIFF).unwrapped.obs_from_state(s)
 
@@ -95,7 +95,9 @@ def test_dqn_ties_are_split_evenly(dqn_lake):
 def test_saved_zip_with_algo(ppo_lake, dqn_lake, tmp_path):
     ppo_lake.save(tmp_path / "ppo.zip")
     dqn_lake.save(tmp_path / "dqn.zip")
-    th.testing.assert_close(policy_table(str(tmp_path / "ppo.zip"), LAKE, algo="ppo"), policy_table(ppo_lake, LAKE))
+    th.testing.assert_close(
+        policy_table(str(tmp_path / "ppo.zip"), LAKE, algo="ppo"), policy_table(ppo_lake, LAKE)
+    )
     th.testing.assert_close(
         policy_table(tmp_path / "dqn.zip", LAKE, algo="dqn", epsilon=0.1),
         policy_table(dqn_lake, LAKE, epsilon=0.1),
@@ -106,12 +108,12 @@ def test_saved_zip_with_algo(ppo_lake, dqn_lake, tmp_path):
         policy_table(str(tmp_path / "ppo.zip"), LAKE, algo="sac")
     with pytest.raises(FileNotFoundError, match="no SB3 model file"):
         policy_table(str(tmp_path / "missing.zip"), LAKE, algo="ppo")
-    with pytest.raises(ValueError, match="algo= only applies to a .zip path"):
+    with pytest.raises(ValueError, match=r"algo= only applies to a \.zip path"):
         policy_table(ppo_lake, LAKE, algo="ppo")
 
 
 def test_dqn_needs_epsilon(dqn_lake):
-    with pytest.raises(ValueError, match="DQN has no action distribution.*pass epsilon="):
+    with pytest.raises(ValueError, match=r"DQN has no action distribution.*pass epsilon="):
         policy_table(dqn_lake, LAKE)
     with pytest.raises(ValueError, match=r"epsilon must lie in \[0, 1\]"):
         policy_table(dqn_lake, LAKE, epsilon=1.5)
@@ -128,7 +130,7 @@ def test_continuous_actions_are_refused():
     import stable_baselines3 as sb3
 
     model = sb3.PPO("MlpPolicy", "Pendulum-v1", device="cpu", seed=0)
-    with pytest.raises(TypeError, match="Box action space.*continuous actions"):
+    with pytest.raises(TypeError, match=r"Box action space.*continuous actions"):
         policy_table(model, im.TabularMDP.from_env(LAKE))
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import pathlib
 
 import pytest
 
-from imitation_meg.config import load_config, load_driver, load_yaml
+from imitation_meg.config import load_config, load_yaml
+from imitation_meg.runners import load_driver
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -24,16 +26,22 @@ def test_epsilon_study_fast(tmp_path):
     res = _run("cliffworld_epsilon", tmp_path)
     rows = res["results"]
     known = [r["known"] for r in rows]
-    assert all(a > b for a, b in zip(known, known[1:]))  # strictly decreasing in epsilon
+    assert all(a > b for a, b in itertools.pairwise(known))  # strictly decreasing in epsilon
     unknown = [r["unknown_exact"] for r in rows]
-    assert all(a > b for a, b in zip(unknown, unknown[1:]))
+    assert all(a > b for a, b in itertools.pairwise(unknown))
     for r in rows:
         assert r["unknown_exact"] >= r["known"] - 1e-9
         assert r["mlp_best"] <= r["unknown_exact"] + 1e-9
         assert r["mlp_mean"] <= r["unknown_exact"] + 1e-9
         assert r["unknown_exact"] <= r["certificate"] + 1e-9
         assert not math.isnan(r["paper_known"])
-    for f in ("results.csv", "results.json", "horizon_sweep.csv", "meg_vs_epsilon.png", "horizon_sweep.png"):
+    for f in (
+        "results.csv",
+        "results.json",
+        "horizon_sweep.csv",
+        "meg_vs_epsilon.png",
+        "horizon_sweep.png",
+    ):
         assert (tmp_path / f).stat().st_size > 0
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["config"]["horizon"] == 8 and "torch" in saved["versions"]
@@ -61,8 +69,10 @@ def test_unknown_config_keys_are_rejected(tmp_path):
 def test_sb3_training_fast(tmp_path):
     module = load_driver("sb3_training", ROOT / "experiments")
     data = load_yaml(ROOT / "configs" / "sb3_training_fast.yaml")
-    cfg = load_config({**data, "results_dir": str(tmp_path), "checkpoint_dir": str(tmp_path / "ck")},
-                      module.Config)
+    cfg = load_config(
+        {**data, "results_dir": str(tmp_path), "checkpoint_dir": str(tmp_path / "ck")},
+        module.Config,
+    )
     res = module.main(cfg)
     rows = res["results"]
     assert len(rows) == 2 * 2 * 1 * 3  # envs x algos x seeds x (checkpoints + initial)

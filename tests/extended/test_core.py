@@ -12,6 +12,7 @@ from imitation_meg import extended
 from imitation_meg.extended import agents, envs
 from imitation_meg.extended.core import make_agent, stream_uniform
 
+
 def _const(a: int):
     return functools.partial(agents.Constant, action=a)
 
@@ -66,8 +67,9 @@ def test_ignore_rewards_reward_ignoring_agent_scores_one(action):
     assert extended.run(envs.IgnoreRewards, agents.Random, 50, seed=4).total_reward == 50.0
 
 
-@pytest.mark.parametrize("factory", [_const(0), _const(1), agents.Random,
-                                     functools.partial(agents.Random, n_actions=2)])
+@pytest.mark.parametrize(
+    "factory", [_const(0), _const(1), agents.Random, functools.partial(agents.Random, n_actions=2)]
+)
 def test_measure_is_exactly_zero_for_reward_independent_agents(factory):
     assert extended.self_reflection_measure(factory, 30, seed=1) == 0.0
 
@@ -170,7 +172,7 @@ def test_incentivize_learning_rate_halves_and_punishes_without_lr():
 def test_stream_uniform_is_pure_and_uniformish():
     assert stream_uniform(1, 2, 3) == stream_uniform(1, 2, 3)
     xs = np.array([stream_uniform(0, i) for i in range(4000)])
-    assert 0 <= xs.min() and xs.max() < 1
+    assert xs.min() >= 0 and xs.max() < 1
     assert xs.mean() == pytest.approx(0.5, abs=0.02)
 
 

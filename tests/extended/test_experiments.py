@@ -8,7 +8,8 @@ import pathlib
 
 import pytest
 
-from imitation_meg.config import load_config, load_driver, load_yaml
+from imitation_meg.config import load_config, load_yaml
+from imitation_meg.runners import load_driver
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -65,8 +66,11 @@ def test_meg_fast(meg_fast):
 def test_meg_fast_crying_baby_targets_come_apart(meg_fast):
     """CryingBaby (frozen baby): the two targets rank the parent policies in opposite orders."""
     out = meg_fast
-    meg = {(r["policy"], r["measure"]): r["meg"] for r in out["rows"]
-           if r["env"].startswith("CryingBaby")}
+    meg = {
+        (r["policy"], r["measure"]): r["meg"]
+        for r in out["rows"]
+        if r["env"].startswith("CryingBaby")
+    }
     laugh, nutri = "target baby_laughs", "target nutrition_in_2_8"
     assert all(v is not None and math.isfinite(v) for v in meg.values())
     # Always feeding makes the baby laugh at every later state: (H - 1) ln 2 with H = 4 ...
@@ -82,8 +86,9 @@ def test_meg_fast_crying_baby_targets_come_apart(meg_fast):
 def test_reality_check_driver_builds_rc_agents_with_the_original_keywords():
     """Regression: RC(X) once got none of X's ``agent_kwargs`` nor ``total_timesteps``."""
     module = load_driver("extended_reality_check", ROOT / "experiments")
-    cfg = module.Config(agent_kwargs={"PPO": {"n_steps": 32, "batch_size": 32},
-                                     "DQN": {"learning_starts": 7}})
+    cfg = module.Config(
+        agent_kwargs={"PPO": {"n_steps": 32, "batch_size": 32}, "DQN": {"learning_starts": 7}}
+    )
     ppo = module._factory("PPO", cfg, 300)(n_actions=2, n_obs=1, seed=0)
     rc_ppo = module._factory("RC(PPO)", cfg, 300)(n_actions=2, n_obs=1, seed=0)
     assert ppo.model.n_steps == rc_ppo.inner.model.n_steps == 32

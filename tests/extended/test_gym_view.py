@@ -43,7 +43,7 @@ def test_cartpole_ignore_rewards_combination_rewards():
     res = extended.run(combo, functools.partial(agents.Constant, action=3), 300, seed=0)
     assert res.total_reward == 300.0
     rets, lens = res.env.episode_returns, res.env.episode_lengths
-    assert rets and all(r == n for r, n in zip(rets, lens))
+    assert rets and all(r == n for r, n in zip(rets, lens, strict=True))
     # A joystick-mismatching agent: alternate joysticks vs a sim trained the same (reward 0) ...
     rnd = extended.run(combo, agents.Random, 300, seed=0)
     assert set(np.unique(rnd.rewards)) <= {1.0, -1.0}

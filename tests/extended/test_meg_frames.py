@@ -5,9 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from imitation_meg.extended.meg_frames import (crying_baby_frame, crying_baby_policy,
-                                               crying_baby_state, q_policy,
-                                               tempting_button_frame)
+from imitation_meg.extended.meg_frames import (
+    crying_baby_frame,
+    crying_baby_policy,
+    crying_baby_state,
+    q_policy,
+    tempting_button_frame,
+)
 
 
 def test_tempting_button_frame():

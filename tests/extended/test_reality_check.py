@@ -13,8 +13,15 @@ from imitation_meg.extended.core import make_agent
 
 
 def _transitions(rng, n, n_obs=3, n_actions=2):
-    return [(int(rng.integers(n_obs)), int(rng.integers(n_actions)), float(rng.integers(-1, 2)),
-             int(rng.integers(n_obs))) for _ in range(n)]
+    return [
+        (
+            int(rng.integers(n_obs)),
+            int(rng.integers(n_actions)),
+            float(rng.integers(-1, 2)),
+            int(rng.integers(n_obs)),
+        )
+        for _ in range(n)
+    ]
 
 
 def test_freezes_on_first_contradicting_transition():
@@ -87,8 +94,10 @@ def test_attributes_and_learning_rate_pass_through():
 
 def test_reality_check_improves_q_on_ignore_rewards():
     rc_q = extended.reality_check(agents.QLearner)
-    q = [extended.run(envs.IgnoreRewards, agents.QLearner, 1000, seed=s).mean_reward
-         for s in range(3)]
+    q = [
+        extended.run(envs.IgnoreRewards, agents.QLearner, 1000, seed=s).mean_reward
+        for s in range(3)
+    ]
     rc = [extended.run(envs.IgnoreRewards, rc_q, 1000, seed=s).mean_reward for s in range(3)]
     assert min(rc) > max(q) + 0.3
 
@@ -110,8 +119,13 @@ def test_ppo_and_its_ignore_rewards_sim_agree_until_first_update_then_rc_sim_fre
     """
     from imitation_meg.extended.registry import agent_factory
 
-    kw = {"n_steps": 16, "batch_size": 16, "n_epochs": 2, "learning_rate": 0.05,
-          "total_timesteps": 160}
+    kw = {
+        "n_steps": 16,
+        "batch_size": 16,
+        "n_epochs": 2,
+        "learning_rate": 0.05,
+        "total_timesteps": 160,
+    }
     for name in ("PPO", "RC(PPO)"):
         res = extended.run(envs.IgnoreRewards, agent_factory(name, kw), 16, seed=3)
         np.testing.assert_array_equal(res.rewards, np.ones(16))
@@ -120,6 +134,7 @@ def test_ppo_and_its_ignore_rewards_sim_agree_until_first_update_then_rc_sim_fre
     assert sim.frozen and sim.inner.n_trainings >= 16
     frozen_at = sim.inner.n_trainings  # index of the first contradicting transition
     assert np.all(res.rewards[:frozen_at] == 1.0) and res.rewards[frozen_at] == -1.0
-    later = res.actions[frozen_at + 1:]
-    np.testing.assert_array_equal(res.rewards[frozen_at + 1:],
-                                  np.where(later == sim.first_action, 1.0, -1.0))
+    later = res.actions[frozen_at + 1 :]
+    np.testing.assert_array_equal(
+        res.rewards[frozen_at + 1 :], np.where(later == sim.first_action, 1.0, -1.0)
+    )

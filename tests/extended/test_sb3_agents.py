@@ -17,8 +17,13 @@ sb3_agents = pytest.importorskip("imitation_meg.extended.sb3_agents")
 SMALL = {
     "PPO": functools.partial(sb3_agents.PPO, n_steps=16, batch_size=8, n_epochs=2),
     "A2C": functools.partial(sb3_agents.A2C, n_steps=5),
-    "DQN": functools.partial(sb3_agents.DQN, learning_starts=10, train_freq=2,
-                             target_update_interval=8, total_timesteps=200),
+    "DQN": functools.partial(
+        sb3_agents.DQN,
+        learning_starts=10,
+        train_freq=2,
+        target_update_interval=8,
+        total_timesteps=200,
+    ),
 }
 ALL_AGENTS = {
     "Constant": functools.partial(agents.Constant, action=1),
@@ -58,7 +63,7 @@ def test_act_is_pure():
     assert len(set(first)) == 1
     before = [p.clone() for p in agent.model.policy.parameters()]
     agent.act(1)
-    assert all(th.equal(p, q) for p, q in zip(before, agent.model.policy.parameters()))
+    assert all(th.equal(p, q) for p, q in zip(before, agent.model.policy.parameters(), strict=True))
 
 
 @pytest.mark.parametrize("algo", ["PPO", "A2C"])
@@ -76,15 +81,18 @@ def test_buffer_holds_log_prob_of_replayed_action_and_train_runs(algo):
     for _ in range(n - 1):
         agent.train(0, 0, 1.0, 1)
     assert agent.model._n_updates > 0
-    assert not all(th.equal(p, q) for p, q in zip(params, agent.model.policy.parameters()))
+    assert not all(
+        th.equal(p, q) for p, q in zip(params, agent.model.policy.parameters(), strict=True)
+    )
     assert agent.model.rollout_buffer.pos == 0  # buffer reset after train()
 
 
 def test_upstream_rollouts_store_a_sampled_actions_log_prob_and_restart_at_the_first_obs():
     # The paper's library: each rollout starts from the run's first observation, and the stored
     # log-prob belongs to an action sampled afresh, not to the replayed one.
-    agent = make_agent(functools.partial(SMALL["PPO"], upstream_rollouts=True), n_actions=2,
-                       n_obs=3, seed=0)
+    agent = make_agent(
+        functools.partial(SMALL["PPO"], upstream_rollouts=True), n_actions=2, n_obs=3, seed=0
+    )
     n = agent.model.rollout_buffer.buffer_size
     policy = agent.model.policy
     mismatched = 0
@@ -99,7 +107,9 @@ def test_upstream_rollouts_store_a_sampled_actions_log_prob_and_restart_at_the_f
         buf = agent.model.rollout_buffer
         if t < n - 1:  # the first rollout (the buffer trains and resets when it fills)
             stored = buf.log_probs[pos, 0]
-            assert stored == pytest.approx(logp[0], abs=1e-5) or stored == pytest.approx(logp[1], abs=1e-5)
+            assert stored == pytest.approx(logp[0], abs=1e-5) or stored == pytest.approx(
+                logp[1], abs=1e-5
+            )
             mismatched += abs(stored - logp[replayed]) > 1e-5
         if t == n:  # first transition of the second rollout: observation 2, episode start
             assert buf.observations[0, 0, 0] == 2 and buf.episode_starts[0, 0] == 1.0
@@ -119,7 +129,9 @@ def test_dqn_trains_through_replay_buffer():
         agent.train(t % 2, 0, 1.0, (t + 1) % 2)
     assert agent.model.replay_buffer.pos == 40
     assert agent.model._n_updates > 0
-    assert not all(th.equal(p, q) for p, q in zip(params, agent.model.q_net.parameters()))
+    assert not all(
+        th.equal(p, q) for p, q in zip(params, agent.model.q_net.parameters(), strict=True)
+    )
 
 
 @pytest.mark.parametrize("algo", ["PPO", "A2C", "DQN"])

@@ -27,7 +27,7 @@ def make(n=2, w=6, c=2, *, positions, bases=None, first_hand=None, knowledge=Non
     opts = {"positions": positions, "bases": bases, "first_hand": first_hand}
     if knowledge is not None:
         opts["knowledge"] = np.asarray(knowledge, dtype=bool) | first_hand
-    obs, infos = env.reset(seed=seed, options=opts)
+    obs, _infos = env.reset(seed=seed, options=opts)
     return env, obs
 
 
@@ -74,7 +74,9 @@ def test_reset_invariants(seed, n, w, c):
     assert env.agents == [f"agent_{i}" for i in range(n)]
     assert len({tuple(p) for p in env.positions.tolist()}) == n
     assert len({tuple(p) for p in env.bases.tolist()}) == n
-    assert ((env.positions >= 0) & (env.positions < w)).all() and ((env.bases >= 0) & (env.bases < w)).all()
+    assert ((env.positions >= 0) & (env.positions < w)).all() and (
+        (env.bases >= 0) & (env.bases < w)
+    ).all()
     assert (env.first_hand.sum(axis=0) == 1).all()
     assert set(env.first_hand.sum(axis=1).tolist()) <= {c // n, -(-c // n)}
     assert (env.knowledge == env.first_hand).all()
@@ -96,18 +98,22 @@ def test_seeding_reproducible_and_only_through_reset():
         return trace
 
     a, b, c = rollout(7), rollout(7), rollout(8)
-    assert all((x == y).all() for x, y in zip(a, b))
+    assert all((x == y).all() for x, y in zip(a, b, strict=True))
     assert not (a[0] == c[0]).all()
     np.random.seed(0)  # global seeding must not matter
     d = rollout(7)
-    assert all((x == y).all() for x, y in zip(a, d))
+    assert all((x == y).all() for x, y in zip(a, d, strict=True))
 
 
 def test_pettingzoo_parallel_api_test():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SymmToMWarning)
-        pettingzoo_test.parallel_api_test(parallel_env(n_agents=3, width=6, n_pieces=3), num_cycles=100)
-        pettingzoo_test.parallel_api_test(parallel_env(n_agents=4, width=6, n_pieces=8, oracle=True), num_cycles=50)
+        pettingzoo_test.parallel_api_test(
+            parallel_env(n_agents=3, width=6, n_pieces=3), num_cycles=100
+        )
+        pettingzoo_test.parallel_api_test(
+            parallel_env(n_agents=4, width=6, n_pieces=8, oracle=True), num_cycles=50
+        )
 
 
 def test_seed_test_of_pettingzoo():
@@ -164,7 +170,14 @@ def test_rewards_use_positions_after_movement():
 
 @pytest.mark.parametrize(
     ("hearing", "other", "hears"),
-    [(1, (3, 3), True), (1, (1, 3), True), (1, (4, 2), False), (1, (2, 4), False), (2, (4, 4), True), (2, (5, 2), False)],
+    [
+        (1, (3, 3), True),
+        (1, (1, 3), True),
+        (1, (4, 2), False),
+        (1, (2, 4), False),
+        (2, (4, 4), True),
+        (2, (5, 2), False),
+    ],
 )
 def test_hearing_range_is_chebyshev(hearing, other, hears):
     env, _ = make(w=8, hearing=hearing, positions=[(2, 2), other])
@@ -191,9 +204,13 @@ def test_recharge_gives_c_times_n_minus_1_and_forgets_second_hand(n, c):
 
 def test_recharge_needs_complete_knowledge_at_start_of_step():
     know = np.array([[1, 0, 1], [0, 1, 0], [0, 0, 1]], dtype=bool)
-    env, _ = make(n=3, c=3, positions=[(0, 0), (1, 0), (4, 4)], bases=[(0, 0), (5, 5), (5, 4)], knowledge=know)
+    env, _ = make(
+        n=3, c=3, positions=[(0, 0), (1, 0), (4, 4)], bases=[(0, 0), (5, 5), (5, 4)], knowledge=know
+    )
     _, rew, *_ = act(env, (NONE, 0), (NONE, 1), (NONE, 2))
-    assert rew["agent_0"] == 2.0  # heard piece 1 (+1), told piece 0 to agent 1 (+1); no recharge yet
+    assert (
+        rew["agent_0"] == 2.0
+    )  # heard piece 1 (+1), told piece 0 to agent 1 (+1); no recharge yet
     _, rew, *_ = act(env, (NONE, 1), (MX + 1, 1), (NONE, 2))  # agent 1 walks away (+y)
     assert rew["agent_0"] == 6.0
 
@@ -213,7 +230,10 @@ def test_base_without_knowledge_or_foreign_base_gives_nothing():
     assert env.positions[2].tolist() == [4, 1]
     assert rew["agent_2"] == 0 and info["agent_2"]["incorrect_base_use"] == 1
     _, rew, _, _, info = act(env, (NONE, 0), (NONE, 1), (NONE, 2))  # staying is not a new arrival
-    assert info["agent_2"]["incorrect_base_use"] == 0 and info["agent_2"]["totals"]["incorrect_base_use"] == 1
+    assert (
+        info["agent_2"]["incorrect_base_use"] == 0
+        and info["agent_2"]["totals"]["incorrect_base_use"] == 1
+    )
 
 
 # ----------------------------------------------------------------------------- movement
@@ -266,20 +286,31 @@ def test_conflict_for_one_cell_resolved_by_env_generator():
 # ----------------------------------------------------------------------------- observation, episode
 def test_observation_layout_by_hand():
     fh = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=bool)
-    env, obs = make(n=3, c=3, positions=[(0, 2), (1, 3), (5, 5)], bases=[(2, 2), (1, 0), (5, 0)], first_hand=fh)
+    env, obs = make(
+        n=3, c=3, positions=[(0, 2), (1, 3), (5, 5)], bases=[(2, 2), (1, 0), (5, 0)], first_hand=fh
+    )
     obs, *_ = act(env, (PX, 0), (NONE, 1), (MY, 2))
     # after: agent 0 at (1, 2), agent 1 at (1, 3), agent 2 at (5, 4); 1 told 0 nothing (piece 1 said? no: piece 1)
     o = obs["agent_0"]
     s = 5.0
-    expected = np.concatenate([
-        [1, 0, 0],  # own first-hand
-        [1, 0, 0, 0, 0, -1],  # moves of 0, 1, 2
-        [0 / s, 1 / s, 4 / s, 2 / s],  # others relative to self
-        [0, 1, 0, 0, 0, 1],  # others' first-hand
-        [1 / s, 0, 0, -3 / s, 0, -4 / s],  # own base rel. self, then each other's base rel. that other
-        [0, 1, 0, 0, 0, 0],  # heard: agent 1 said piece 1; agent 2 out of range
-        [0, 0, 0, 0],  # walls +x, -x, +y, -y
-    ])
+    expected = np.concatenate(
+        [
+            [1, 0, 0],  # own first-hand
+            [1, 0, 0, 0, 0, -1],  # moves of 0, 1, 2
+            [0 / s, 1 / s, 4 / s, 2 / s],  # others relative to self
+            [0, 1, 0, 0, 0, 1],  # others' first-hand
+            [
+                1 / s,
+                0,
+                0,
+                -3 / s,
+                0,
+                -4 / s,
+            ],  # own base rel. self, then each other's base rel. that other
+            [0, 1, 0, 0, 0, 0],  # heard: agent 1 said piece 1; agent 2 out of range
+            [0, 0, 0, 0],  # walls +x, -x, +y, -y
+        ]
+    )
     np.testing.assert_allclose(o, expected.astype(np.float32), atol=1e-6)
     o2 = obs["agent_2"]
     np.testing.assert_allclose(o2[-4:], [1, 0, 0, 0])
@@ -290,7 +321,9 @@ def test_oracle_appends_current_knowledge():
     obs, *_ = act(env, (NONE, 0), (NONE, 1))
     np.testing.assert_array_equal(obs["agent_1"][-4:], [1, 1, 1, 1])
     env, obs = make(positions=[(1, 1), (3, 1)], oracle=True)
-    np.testing.assert_array_equal(obs["agent_1"][-4:], [0, 1, 1, 0])  # self first: agent 1 knows piece 1
+    np.testing.assert_array_equal(
+        obs["agent_1"][-4:], [0, 1, 1, 0]
+    )  # self first: agent 1 knows piece 1
 
 
 @pytest.mark.parametrize("w", [6, 12])
@@ -299,7 +332,7 @@ def test_truncation_at_five_w(w):
     env.reset(seed=0)
     steps = 0
     while env.agents:
-        _, _, term, trunc, info = env.step({a: env.action_space(a).sample() for a in env.agents})
+        _, _, term, trunc, _info = env.step({a: env.action_space(a).sample() for a in env.agents})
         steps += 1
         assert not any(term.values())
         assert all(trunc.values()) == (steps == 5 * w)
@@ -331,7 +364,10 @@ def test_ansi_and_rgb_render():
     from imitation_meg.symmtom.render import AGENT_COLORS
 
     cell, pad = 24, 12
-    row, col = pad + 5 * cell + cell // 2, pad + 0 * cell + cell // 2 - 6  # agent 0 at (0, 0): bottom-left
+    row, col = (
+        pad + 5 * cell + cell // 2,
+        pad + 0 * cell + cell // 2 - 6,
+    )  # agent 0 at (0, 0): bottom-left
     np.testing.assert_array_equal(img[row, col], AGENT_COLORS[0])
     with pytest.warns(SymmToMWarning, match="render_mode"):
         assert parallel_env().render() is None
@@ -384,10 +420,14 @@ def test_action_and_option_validation():
 
 
 # ----------------------------------------------------------------------------- random baselines
-@pytest.mark.parametrize(("n", "w", "c", "paper"), [(3, 6, 3, 3.7), (4, 6, 4, 5.2), (3, 12, 3, 1.8)])
+@pytest.mark.parametrize(
+    ("n", "w", "c", "paper"), [(3, 6, 3, 3.7), (4, 6, 4, 5.2), (3, 12, 3, 1.8)]
+)
 def test_random_agent_matches_paper_baseline(n, w, c, paper):
     episodes = 500
-    out = run_episodes(parallel_env(n_agents=n, width=w, n_pieces=c), RandomPolicy(1), episodes, seed=1)
+    out = run_episodes(
+        parallel_env(n_agents=n, width=w, n_pieces=c), RandomPolicy(1), episodes, seed=1
+    )
     per_episode = out["reward"].mean(axis=1)
     mean, se = per_episode.mean(), per_episode.std(ddof=1) / np.sqrt(episodes)
     # the paper's number is itself a 1000-episode mean: compare with the combined standard error

@@ -8,7 +8,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from imitation_meg.config import load_config, load_driver, load_yaml
+from imitation_meg.config import load_config, load_yaml
+from imitation_meg.runners import load_driver
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -26,7 +27,9 @@ def test_baselines_fast(tmp_path):
     rows = {(r["n"], r["w"], r["c"], r["agent"]): r for r in out["rows"]}
     assert len(rows) == 4
     for n, w, c in [(3, 6, 3), (4, 12, 8)]:
-        assert rows[(n, w, c, "heuristic")]["reward_mean"] > rows[(n, w, c, "random")]["reward_mean"]
+        assert (
+            rows[(n, w, c, "heuristic")]["reward_mean"] > rows[(n, w, c, "random")]["reward_mean"]
+        )
     for f in ("baselines.csv", "baselines.json", "baselines.md", "baselines.png"):
         assert (tmp_path / f).is_file()
     assert "versions" in json.loads((tmp_path / "baselines.json").read_text())

@@ -28,13 +28,26 @@ def test_matches_environment_step(tab, rng):
         x0, y0, x1, y1, k0, k1, _ = tab.states[s]
         for a0 in rng.choice(10, 3, replace=False):
             a1 = int(rng.integers(10))
-            env.reset(seed=int(rng.integers(1000)), options={
-                "positions": [(x0, y0), (x1, y1)], "bases": tab.bases, "first_hand": [[1, 0], [0, 1]],
-                "knowledge": [[1, k0], [k1, 1]]})
-            _, rew, *_ = env.step({"agent_0": (a0 // 2, a0 % 2), "agent_1": (a1 // 2, a1 % 2)})
-            ns = (*env.positions[0], *env.positions[1], int(env.knowledge[0, 1]), int(env.knowledge[1, 0]),
-                  int(env.last_logs["correct_base_use"][0]))
-            branch = tab.next_state[s, a0, 2 * a1 : 2 * a1 + 2][tab.prob[s, a0, 2 * a1 : 2 * a1 + 2] > 0]
+            env.reset(
+                seed=int(rng.integers(1000)),
+                options={
+                    "positions": [(x0, y0), (x1, y1)],
+                    "bases": tab.bases,
+                    "first_hand": [[1, 0], [0, 1]],
+                    "knowledge": [[1, k0], [k1, 1]],
+                },
+            )
+            _, _rew, *_ = env.step({"agent_0": (a0 // 2, a0 % 2), "agent_1": (a1 // 2, a1 % 2)})
+            ns = (
+                *env.positions[0],
+                *env.positions[1],
+                int(env.knowledge[0, 1]),
+                int(env.knowledge[1, 0]),
+                int(env.last_logs["correct_base_use"][0]),
+            )
+            branch = tab.next_state[s, a0, 2 * a1 : 2 * a1 + 2][
+                tab.prob[s, a0, 2 * a1 : 2 * a1 + 2] > 0
+            ]
             assert index[tuple(int(v) for v in ns)] in branch.tolist()
 
 
@@ -54,10 +67,14 @@ def test_uniform_policy_has_zero_meg(tab):
 def test_meg_experiment_fast(tmp_path):
     import pathlib
 
-    from imitation_meg.config import load_config, load_driver, load_yaml
+    from imitation_meg.config import load_config, load_yaml
+    from imitation_meg.runners import load_driver
 
     root = pathlib.Path(__file__).resolve().parents[2]
     module = load_driver("symmtom_meg", root / "experiments")
-    cfg = load_config({**load_yaml(root / "configs/symmtom_meg_fast.yaml"), "results_dir": str(tmp_path)}, module.Config)
+    cfg = load_config(
+        {**load_yaml(root / "configs/symmtom_meg_fast.yaml"), "results_dir": str(tmp_path)},
+        module.Config,
+    )
     out = module.main(cfg)
     assert out["rows"][0]["meg_reward"] == pytest.approx(0.0, abs=1e-8)

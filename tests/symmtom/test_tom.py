@@ -51,8 +51,16 @@ def test_four_tests_exist():
 @pytest.mark.parametrize(
     ("name", "correct", "wrong"),
     [
-        ("zeroth_order", lambda: BeliefGreedyPolicy("true"), lambda: BeliefGreedyPolicy("no_memory")),
-        ("first_order", lambda: BeliefGreedyPolicy("true"), lambda: BeliefGreedyPolicy("no_others")),
+        (
+            "zeroth_order",
+            lambda: BeliefGreedyPolicy("true"),
+            lambda: BeliefGreedyPolicy("no_memory"),
+        ),
+        (
+            "first_order",
+            lambda: BeliefGreedyPolicy("true"),
+            lambda: BeliefGreedyPolicy("no_others"),
+        ),
     ],
 )
 def test_choice_tests(name, correct, wrong):
@@ -93,18 +101,29 @@ def test_probabilistic_branches_are_indistinguishable_to_red():
         rec = _Recorder(ProbabilisticSpeakerPolicy())
         run_tom_test(_single_branch(test, branch), rec, 1)
         seen.append(rec)
-    first_in_range = len(test.prologue) + 3  # decision after turn 3: red arrived and spoke at turn 3
+    first_in_range = (
+        len(test.prologue) + 3
+    )  # decision after turn 3: red arrived and spoke at turn 3
     assert seen[0].positions[:first_in_range] == seen[1].positions[:first_in_range]
-    for a, b in zip(seen[0].observations[:first_in_range], seen[1].observations[:first_in_range]):
+    for a, b in zip(
+        seen[0].observations[:first_in_range], seen[1].observations[:first_in_range], strict=True
+    ):
         np.testing.assert_array_equal(a, b)
-    assert moves_to_range(np.array(seen[0].positions[len(test.prologue)]), np.array(test.positions[2]), 1) == 3
+    assert (
+        moves_to_range(
+            np.array(seen[0].positions[len(test.prologue)]), np.array(test.positions[2]), 1
+        )
+        == 3
+    )
 
 
 @pytest.mark.parametrize(("branch", "turns"), [(0, 4.0), (1, 3.0)])
 def test_probabilistic_correct_agent_per_branch(branch, turns):
     # 3 moves, speaking piece 0 on arrival: done at once if green lacks 0 (blue said 1), else one
     # wasted utterance and piece 1 at turn 4
-    res = run_tom_test(_single_branch(TESTS["probabilistic"], branch), ProbabilisticSpeakerPolicy(), 3)
+    res = run_tom_test(
+        _single_branch(TESTS["probabilistic"], branch), ProbabilisticSpeakerPolicy(), 3
+    )
     assert res.outcomes == ("success",) * 3 and res.turns == (turns,) * 3
 
 
@@ -121,7 +140,9 @@ def test_probabilistic_correct_agent_passes(seed):
 def test_probabilistic_wrong_agents_fail(belief):
     # "certain" never says the piece it assumes blue told green; "no_deduction" repeats its first
     # piece: each completes green in one branch only, so every trial fails
-    bad = run_tom_test(TESTS["probabilistic"], ProbabilisticSpeakerPolicy(belief=belief), 20, seed=0)
+    bad = run_tom_test(
+        TESTS["probabilistic"], ProbabilisticSpeakerPolicy(belief=belief), 20, seed=0
+    )
     assert bad.sr == 0.0 and bad.fr == 1.0 and math.isnan(bad.ratso) and not bad.passed
 
 

@@ -29,7 +29,9 @@ def test_frame_buffer_order_and_validation():
 
 
 def test_single_agent_env_rewards_match_parallel_env():
-    env = SingleAgentEnv(parallel_env(n_agents=3, width=6, n_pieces=3), HeuristicPolicy(), frame_stack=2)
+    env = SingleAgentEnv(
+        parallel_env(n_agents=3, width=6, n_pieces=3), HeuristicPolicy(), frame_stack=2
+    )
     obs, _ = env.reset(seed=3)
     assert obs.shape == (70,) and env.observation_space.contains(obs)
     total, steps, done = 0.0, 0, False
@@ -57,10 +59,14 @@ def test_sb3_env_checker_and_shared_vecenv():
     from imitation_meg.symmtom.sb3 import SharedParameterVecEnv
 
     check_env(SingleAgentEnv(parallel_env(), frame_stack=3))
-    venv = SharedParameterVecEnv(parallel_env(n_agents=3, width=6, n_pieces=3), frame_stack=2, seed=0)
+    venv = SharedParameterVecEnv(
+        parallel_env(n_agents=3, width=6, n_pieces=3), frame_stack=2, seed=0
+    )
     obs = venv.reset()
     assert obs.shape == (3, 70)
-    for t in range(30):
-        obs, rew, dones, infos = venv.step(np.array([venv.action_space.sample() for _ in range(3)]))
+    for _t in range(30):
+        obs, _rew, dones, infos = venv.step(
+            np.array([venv.action_space.sample() for _ in range(3)])
+        )
     assert dones.all() and "terminal_observation" in infos[0]
     assert obs.shape == (3, 70) and (obs[:, :35] == 0).all()  # fresh episode: empty older frame

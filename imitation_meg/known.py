@@ -20,6 +20,7 @@ accurate to about 1e-10 relative.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import threading
 from typing import Any
@@ -27,17 +28,18 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.mdp import TabularMDP, as_tensor
-from imitation_meg.policies import as_policy
+from imitation_meg._validation import as_policy, as_sa_occupancy, as_tensor
+from imitation_meg.mdp import TabularMDP
+from imitation_meg.results import to_jsonable
 from imitation_meg.soft_vi import TIE_TOL, _tie_log_policy, occupancy_measures
 
 __all__ = [
+    "MEGObjective",
     "MEGResult",
+    "as_sa_occupancy",
     "meg",
     "meg_one_step",
-    "MEGObjective",
     "sa_occupancy_of",
-    "as_sa_occupancy",
 ]
 
 # Grid and stopping settings of the 1-D solver.
@@ -96,26 +98,8 @@ class MEGResult:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dictionary (infinite floats become ``"inf"`` / ``"-inf"``)."""
-
-        def clean(v: Any) -> Any:
-            if isinstance(v, float):
-                if math.isnan(v):
-                    return None
-                if math.isinf(v):
-                    return "inf" if v > 0 else "-inf"
-                return v
-            if isinstance(v, dict):
-                return {k: clean(x) for k, x in v.items()}
-            if isinstance(v, (list, tuple)):
-                return [clean(x) for x in v]
-            if isinstance(v, (th.Tensor, np.ndarray)):
-                return clean(np.asarray(v.detach().cpu() if isinstance(v, th.Tensor) else v).tolist())
-            if isinstance(v, (np.floating, np.integer)):
-                return clean(v.item())
-            return v
-
-        return {f.name: clean(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """JSON-ready dictionary (NaN becomes ``None``, infinite floats ``"inf"`` / ``"-inf"``)."""
+        return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
 
 class MEGObjective:
@@ -268,7 +252,7 @@ class MEGObjective:
         K = betas.numel()
         self.evaluations += K
         self.passes += 1
-        H, S = mdp.horizon, mdp.n_states
+        H, _S = mdp.horizon, mdp.n_states
         W = self._weights()
         ws = self._workspace(K, second)
         hist, prod, C, Qh, Xh, LPh, P, T, m, z, acc, Cn = ws[:12]
@@ -355,9 +339,16 @@ class MEGObjective:
         numpy_views = prod is not None and prod.uses_numpy
         LPh = r.new_empty(n, A, S, K)  # log pi of step t
         ws = (
-            hist, prod, C, Qh, Xh, LPh,
-            r.new_empty(A, S, K), r.new_empty(A, S, K),  # P, T
-            r.new_empty(1, S, K), r.new_empty(1, S, K),  # m, z
+            hist,
+            prod,
+            C,
+            Qh,
+            Xh,
+            LPh,
+            r.new_empty(A, S, K),
+            r.new_empty(A, S, K),  # P, T
+            r.new_empty(1, S, K),
+            r.new_empty(1, S, K),  # m, z
             r.new_empty(R),  # acc: [L | dL | first part of d2L]
             C.numpy().reshape(-1) if numpy_views else None,
             Qh.unbind(0),
@@ -403,13 +394,14 @@ class MEGObjective:
         Cn = C.numpy().reshape(-1) if flat else None
         Qn = list(Qh.numpy().reshape(n, -1)) if flat else None
         Xn = list(Xh.numpy().reshape(n + 1, -1)) if flat else None
-        data = prod.scaled(gamma) if flat else None
+        data = prod.scaled(gamma) if prod is not None and flat else None
         for t in range(H - 1, -1, -1):
             i, j = (t, t + 1) if hist else (0, 0)  # this step's slot, the carry's slot
             Qb, G, g = Qs[i], Gs[i], gs[i]
             if t == H - 1:
                 Qb.copy_(C)
             elif Qn is not None and Xn is not None:
+                assert prod is not None and Cn is not None and data is not None
                 prod.backup_np(Qn[i], Xn[j], Cn, data)
             else:
                 self._backup(prod, C, Xs[j], Qb, gamma)
@@ -518,29 +510,6 @@ def sa_occupancy_of(mdp: TabularMDP, policy: Any) -> th.Tensor:
     return D.unsqueeze(-1) * pi_t
 
 
-def as_sa_occupancy(w: Any, mdp: TabularMDP, *, name: str = "sa_occupancy") -> th.Tensor:
-    """Validate an ``(H, S, A)`` state-action occupancy (non-negative, each step summing to 1).
-
-    Raises:
-        ValueError: wrong shape, negative or non-finite entries, or a step not summing to 1
-            (tolerance 1e-6).
-    """
-    w = as_tensor(w, name=name, dtype=mdp.dtype, device=mdp.device)
-    shape = (mdp.horizon, mdp.n_states, mdp.n_actions)
-    if tuple(w.shape) != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(w.shape)}.")
-    if not bool(th.isfinite(w).all()) or bool((w < 0).any()):
-        raise ValueError(f"{name} must be finite and non-negative.")
-    sums = w.sum((-1, -2))
-    bad = (sums - 1).abs() > 1e-6
-    if bool(bad.any()):
-        raise ValueError(
-            f"{name} steps {bad.nonzero().flatten()[:5].tolist()} sum to "
-            f"{sums[bad][:5].tolist()}, not 1; each w[t] must be a distribution over (s, a)."
-        )
-    return w
-
-
 def _scale(r: th.Tensor) -> float:
     """Spread of the per-step reward across actions, the natural unit of 1/beta."""
     spread = float((r.amax(-1) - r.amin(-1)).max())
@@ -573,9 +542,9 @@ def _cubic_roots_01(c0: float, c1: float, c2: float, c3: float) -> list[float]:
         knots.append(-a0 / a1)
     knots = sorted(u for u in knots if 0.0 <= u <= 1.0)
     roots = []
-    for a, b in zip(knots[:-1], knots[1:]):
+    for a, b in itertools.pairwise(knots):
         pa, pb = p(a), p(b)
-        if pa == 0.0 and 0.0 < a:
+        if pa == 0.0 and a > 0.0:
             roots.append(a)
             continue
         if not (b > a) or pa * pb > 0.0:
@@ -640,16 +609,17 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
     dt, dev = mdp.dtype, mdp.device
     H, A = mdp.horizon, mdp.n_actions
     L0 = -H * math.log(A)
-    zero = th.zeros(1, dtype=dt, device=dev)
+    th.zeros(1, dtype=dt, device=dev)
     scale = _scale(obj.r)
     _, dL0_t, d2L0_t, eu0_t = obj._evaluate_zero()
     dL0, d2L0, eu_uniform = float(dL0_t[0]), float(d2L0_t[0]), float(eu0_t[0])
-    base = dict(uniform_expected_utility=eu_uniform, expected_utility=obj.expected_utility)
+    base = {"uniform_expected_utility": eu_uniform, "expected_utility": obj.expected_utility}
     # Tolerance on the derivative below which beta = 0 is optimal (utility gives no signal).
     d_tol = 1e-12 * max(1.0, abs(obj.expected_utility), abs(eu_uniform), H * scale)
     if scale == 0.0 or abs(dL0) <= d_tol:
-        return dict(base, beta=0.0, L=L0, grad=dL0, model_eu=eu_uniform, converged=True,
-                    at_boundary=False)
+        return dict(
+            base, beta=0.0, L=L0, grad=dL0, model_eu=eu_uniform, converged=True, at_boundary=False
+        )
     sign = 1.0 if dL0 > 0 else -1.0
 
     def limit() -> tuple[float, float]:
@@ -737,10 +707,24 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
         # betas reach once dL vanishes to rounding (``saturated``).
         L_inf, eu_inf = limit()
         if math.isfinite(L_inf) and L_inf >= best[1] - 1e-12 * max(1.0, abs(best[1])):
-            return dict(base, beta=sign * math.inf, L=max(L_inf, best[1]), grad=math.nan,
-                        model_eu=eu_inf, converged=True, at_boundary=True)
-        return dict(base, beta=best[0], L=best[1], grad=best[2], model_eu=best[3],
-                    converged=saturated(), at_boundary=True)
+            return dict(
+                base,
+                beta=sign * math.inf,
+                L=max(L_inf, best[1]),
+                grad=math.nan,
+                model_eu=eu_inf,
+                converged=True,
+                at_boundary=True,
+            )
+        return dict(
+            base,
+            beta=best[0],
+            L=best[1],
+            grad=best[2],
+            model_eu=best[3],
+            converged=saturated(),
+            at_boundary=True,
+        )
 
     # 2. Refinement: Hermite root plus geometric probes around it.
     single_tried = False
@@ -750,11 +734,18 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
             break
         c = _hermite_root(lo, f_lo, fp_lo, hi, f_hi, fp_hi)
         # Newton from the end point with the shorter step: the scale of the estimate's error.
-        steps = [(abs(f / fp), x - f / fp) for x, f, fp in ((lo, f_lo, fp_lo), (hi, f_hi, fp_hi))
-                 if fp < 0 and math.isfinite(f / fp)]
+        steps = [
+            (abs(f / fp), x - f / fp)
+            for x, f, fp in ((lo, f_lo, fp_lo), (hi, f_hi, fp_hi))
+            if fp < 0 and math.isfinite(f / fp)
+        ]
         cn = min(steps)[1] if steps else math.nan
         if not (lo < c < hi):
-            c = cn if lo < cn < hi else (math.sqrt(lo * hi) if lo > 0 and hi > 4 * lo else 0.5 * (lo + hi))
+            c = (
+                cn
+                if lo < cn < hi
+                else (math.sqrt(lo * hi) if lo > 0 and hi > 4 * lo else 0.5 * (lo + hi))
+            )
         rel = (hi - lo) / c
         if lo < cn < hi and cn != c:
             rel = min(rel, 4.0 * abs(cn - c) / c)
@@ -788,16 +779,34 @@ def _solve(obj: MEGObjective) -> dict[str, Any]:
     # (Not skipped for an interior root: where hard Q-values tie, L(beta) does not tend to L_inf.)
     # The hard pass is skipped when the limit provably cannot win (see ``limit_upper_bound``).
     tol_best = 1e-12 * max(1.0, abs(best[1]))
-    L_inf, eu_inf = limit() if obj.limit_upper_bound() >= best[1] - tol_best else (-math.inf, math.nan)
+    L_inf, eu_inf = (
+        limit() if obj.limit_upper_bound() >= best[1] - tol_best else (-math.inf, math.nan)
+    )
     if math.isfinite(L_inf) and L_inf >= best[1] - tol_best:
-        return dict(base, beta=sign * math.inf, L=max(L_inf, best[1]), grad=math.nan,
-                    model_eu=eu_inf, converged=True, at_boundary=True)
+        return dict(
+            base,
+            beta=sign * math.inf,
+            L=max(L_inf, best[1]),
+            grad=math.nan,
+            model_eu=eu_inf,
+            converged=True,
+            at_boundary=True,
+        )
     # Near the root L is flat to rounding: report the root estimate when its L ties the best.
-    pick = flat if flat[1] >= best[1] - 8 * np.finfo(np.float64).eps * max(1.0, abs(best[1])) else best
+    pick = (
+        flat if flat[1] >= best[1] - 8 * np.finfo(np.float64).eps * max(1.0, abs(best[1])) else best
+    )
     # A "root" beyond beta * scale = 1e6 is where dL has vanished to rounding while L still tends
     # to its beta -> sign * inf limit (tied hard Q-values): the supremum lies at infinity.
-    return dict(base, beta=pick[0], L=max(pick[1], best[1]), grad=pick[2], model_eu=pick[3],
-                converged=converged, at_boundary=abs(pick[0]) * scale >= _SATURATED_X)
+    return dict(
+        base,
+        beta=pick[0],
+        L=max(pick[1], best[1]),
+        grad=pick[2],
+        model_eu=pick[3],
+        converged=converged,
+        at_boundary=abs(pick[0]) * scale >= _SATURATED_X,
+    )
 
 
 def meg(

@@ -1,4 +1,4 @@
-"""Benchmark rows: our batched / sparse soft VI and MEG against imitation's numpy functions.
+"""Benchmark rows (development tooling, not part of the installed package): our batched / sparse soft VI and MEG against imitation's numpy functions.
 
 Every function here measures one row and returns a flat dict. The incumbent is
 ``imitation.algorithms.mce_irl.mce_partition_fh`` + ``mce_occupancy_measures`` (dense ``S x A x S``,
@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import json
 import math
+import pathlib
 import resource
 import subprocess
 import sys
@@ -25,24 +26,26 @@ from typing import Any
 import numpy as np
 import torch as th
 
+from imitation_meg.known import meg
 from imitation_meg.mdp import TabularMDP
-from imitation_meg.meg import meg
 from imitation_meg.soft_vi import occupancy_measures, soft_state_visitation, soft_value_iteration
+
+HERE = pathlib.Path(__file__).resolve().parent
 
 __all__ = [
     "best_time",
     "copy_bandwidth",
-    "sparse_pass_bandwidth",
+    "goal_directed_policy",
     "imitation_env",
     "imitation_meg_baseline",
-    "goal_directed_policy",
-    "row_svi_cliff",
-    "row_svi_random",
+    "peak_rss_mib",
     "row_meg_cliff",
     "row_meg_random",
     "row_meg_unknown",
+    "row_svi_cliff",
+    "row_svi_random",
     "run_row_in_subprocess",
-    "peak_rss_mib",
+    "sparse_pass_bandwidth",
 ]
 
 
@@ -51,7 +54,9 @@ def _sync(device: th.device | str) -> None:
         th.cuda.synchronize()
 
 
-def best_time(fns: dict[str, Callable[[], Any]], repeats: int, device: str = "cpu") -> dict[str, float]:
+def best_time(
+    fns: dict[str, Callable[[], Any]], repeats: int, device: str = "cpu"
+) -> dict[str, float]:
     """Best-of-``repeats`` wall time (s) of each function, the functions interleaved per round.
 
     With ``repeats > 1`` every timed call follows an untimed warm-up call of the same function,
@@ -60,7 +65,7 @@ def best_time(fns: dict[str, Callable[[], Any]], repeats: int, device: str = "cp
     about 1 ms to a 5 ms call. Like ``timeit``, the garbage collector is paused while a
     function is timed.
     """
-    times: dict[str, float] = {k: math.inf for k in fns}
+    times: dict[str, float] = dict.fromkeys(fns, math.inf)
     gc_was_enabled = gc.isenabled()
     try:
         for _ in range(repeats):
@@ -205,28 +210,47 @@ def row_svi_cliff(
     t = best_time(fns, repeats)
     m32 = mdp.to(dtype=th.float32)
     D32 = occupancy_measures(m32, soft_value_iteration(m32, bt.float()).pi)
-    row: dict[str, Any] = dict(
-        task="soft VI + occupancy",
-        env=f"CliffWorld {width}x{height}",
-        S=mdp.n_states, A=mdp.n_actions, H=horizon, K=n_betas, dtype="float64", device="cpu",
-        ours_s=t["ours"], incumbent_s=t.get("incumbent"),
-        err_vs_incumbent=float(np.abs(out["D"].numpy() - out["D_inc"]).max()) if incumbent else None,
-        float32_err=float((D32.double() - out["D"]).abs().max()),
-    )
+    row: dict[str, Any] = {
+        "task": "soft VI + occupancy",
+        "env": f"CliffWorld {width}x{height}",
+        "S": mdp.n_states,
+        "A": mdp.n_actions,
+        "H": horizon,
+        "K": n_betas,
+        "dtype": "float64",
+        "device": "cpu",
+        "ours_s": t["ours"],
+        "incumbent_s": t.get("incumbent"),
+        "err_vs_incumbent": float(np.abs(out["D"].numpy() - out["D_inc"]).max())
+        if incumbent
+        else None,
+        "float32_err": float((D32.double() - out["D"]).abs().max()),
+    }
     row["speedup"] = row["incumbent_s"] / row["ours_s"] if incumbent else None
     return row
 
 
 def row_svi_random(
-    n_states: int, horizon: int, n_betas: int, repeats: int, *, dtype: str = "float64",
-    device: str = "cpu", incumbent: bool = False, seed: int = 0,
+    n_states: int,
+    horizon: int,
+    n_betas: int,
+    repeats: int,
+    *,
+    dtype: str = "float64",
+    device: str = "cpu",
+    incumbent: bool = False,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Soft VI + state visitation on a random sparse MDP (A = 4, 4 successors)."""
     from imitation_meg.envs import random_mdp
 
     dt = th.float32 if dtype == "float32" else th.float64
     mdp = random_mdp(n_states, 4, horizon, branching=4, seed=seed, device=device)
-    betas = th.linspace(0.1, 3.2, n_betas, dtype=th.float64) if n_betas > 1 else th.ones(1, dtype=th.float64)
+    betas = (
+        th.linspace(0.1, 3.2, n_betas, dtype=th.float64)
+        if n_betas > 1
+        else th.ones(1, dtype=th.float64)
+    )
     mdp_dt = mdp.to(dtype=dt) if dt != th.float64 else mdp
     out: dict[str, Any] = {}
 
@@ -252,22 +276,33 @@ def row_svi_random(
     err32 = None
     if dt == th.float32:
         _, D64 = soft_state_visitation(mdp, betas)
-        err32 = float(((out["D"].double() - D64).abs().max() / D64.abs().max()))
+        err32 = float((out["D"].double() - D64).abs().max() / D64.abs().max())
     nbytes, t_pass = sparse_pass_bandwidth(mdp_dt)
-    row: dict[str, Any] = dict(
-        task="soft VI + occupancy",
-        env=f"random sparse S={n_states:.0e}",
-        S=n_states, A=4, H=horizon, K=n_betas, dtype=dtype, device=device,
-        ours_s=t["ours"], incumbent_s=t.get("incumbent"),
-        err_vs_incumbent=(float(np.abs(out["D"].cpu().numpy() - out["D_inc"]).max()) if incumbent else None),
-        float32_err=err32,
-        sparse_pass_bytes=nbytes, sparse_pass_s=t_pass,
-    )
+    row: dict[str, Any] = {
+        "task": "soft VI + occupancy",
+        "env": f"random sparse S={n_states:.0e}",
+        "S": n_states,
+        "A": 4,
+        "H": horizon,
+        "K": n_betas,
+        "dtype": dtype,
+        "device": device,
+        "ours_s": t["ours"],
+        "incumbent_s": t.get("incumbent"),
+        "err_vs_incumbent": (
+            float(np.abs(out["D"].cpu().numpy() - out["D_inc"]).max()) if incumbent else None
+        ),
+        "float32_err": err32,
+        "sparse_pass_bytes": nbytes,
+        "sparse_pass_s": t_pass,
+    }
     row["speedup"] = row["incumbent_s"] / row["ours_s"] if incumbent else None
     return row
 
 
-def row_meg_cliff(width: int, height: int, horizon: int, epsilon: float, repeats: int) -> dict[str, Any]:
+def row_meg_cliff(
+    width: int, height: int, horizon: int, epsilon: float, repeats: int
+) -> dict[str, Any]:
     """Known-utility MEG end to end: ours vs Brent on imitation's ``mce_partition_fh``."""
     from imitation_meg import policies
     from imitation_meg.envs import cliff_world
@@ -287,19 +322,30 @@ def row_meg_cliff(width: int, height: int, horizon: int, epsilon: float, repeats
     m32 = mdp.to(dtype=th.float32)
     r32 = meg(pi.float(), m32)
     res, base = out["ours"], out["inc"]
-    return dict(
-        task=f"known-utility MEG (eps-greedy {epsilon})",
-        env=f"CliffWorld {width}x{height}",
-        S=mdp.n_states, A=mdp.n_actions, H=horizon, K=1, dtype="float64", device="cpu",
-        ours_s=t["ours"], incumbent_s=t["incumbent"], speedup=t["incumbent"] / t["ours"],
-        meg=res.meg, meg_incumbent=base["meg"], err_vs_incumbent=abs(res.meg - base["meg"]),
-        float32_err=abs(r32.meg - res.meg),
-        evaluations=res.evaluations, incumbent_calls=base["calls"],
-    )
+    return {
+        "task": f"known-utility MEG (eps-greedy {epsilon})",
+        "env": f"CliffWorld {width}x{height}",
+        "S": mdp.n_states,
+        "A": mdp.n_actions,
+        "H": horizon,
+        "K": 1,
+        "dtype": "float64",
+        "device": "cpu",
+        "ours_s": t["ours"],
+        "incumbent_s": t["incumbent"],
+        "speedup": t["incumbent"] / t["ours"],
+        "meg": res.meg,
+        "meg_incumbent": base["meg"],
+        "err_vs_incumbent": abs(res.meg - base["meg"]),
+        "float32_err": abs(r32.meg - res.meg),
+        "evaluations": res.evaluations,
+        "incumbent_calls": base["calls"],
+    }
 
 
-def row_meg_random(n_states: int, horizon: int, *, dtype: str = "float64", device: str = "cpu",
-                   seed: int = 0) -> dict[str, Any]:
+def row_meg_random(
+    n_states: int, horizon: int, *, dtype: str = "float64", device: str = "cpu", seed: int = 0
+) -> dict[str, Any]:
     """Known-utility MEG of a stationary goal-directed policy on a random sparse MDP (timed once)."""
     from imitation_meg.envs import random_mdp
 
@@ -311,17 +357,28 @@ def row_meg_random(n_states: int, horizon: int, *, dtype: str = "float64", devic
     res = meg(pi, mdp)
     _sync(device)
     elapsed = time.perf_counter() - t0
-    return dict(
-        task="known-utility MEG (softmax lookahead policy)",
-        env=f"random sparse S={n_states:.0e}",
-        S=n_states, A=4, H=horizon, K=1, dtype=dtype, device=device,
-        ours_s=elapsed, incumbent_s=None, speedup=None,
-        meg=res.meg, beta=res.beta, converged=res.converged, evaluations=res.evaluations,
-    )
+    return {
+        "task": "known-utility MEG (softmax lookahead policy)",
+        "env": f"random sparse S={n_states:.0e}",
+        "S": n_states,
+        "A": 4,
+        "H": horizon,
+        "K": 1,
+        "dtype": dtype,
+        "device": device,
+        "ours_s": elapsed,
+        "incumbent_s": None,
+        "speedup": None,
+        "meg": res.meg,
+        "beta": res.beta,
+        "converged": res.converged,
+        "evaluations": res.evaluations,
+    }
 
 
-def row_meg_unknown(width: int, height: int, horizon: int, epsilon: float, steps: int,
-                    restarts: int) -> dict[str, Any] | None:
+def row_meg_unknown(
+    width: int, height: int, horizon: int, epsilon: float, steps: int, restarts: int
+) -> dict[str, Any] | None:
     """Exact unknown-utility MEG vs the paper's Algorithm 2 with the MLP (same policy and MDP).
 
     Returns None when ``imitation_meg.meg_unknown`` is not available.
@@ -339,17 +396,28 @@ def row_meg_unknown(width: int, height: int, horizon: int, epsilon: float, steps
     exact = imitation_meg.meg_unknown(pi, mdp)
     t_exact = time.perf_counter() - t0
     t0 = time.perf_counter()
-    mlp = imitation_meg.meg_unknown(pi, mdp, utility_model="mlp", steps=steps, restarts=restarts, seed=0)
-    t_mlp = time.perf_counter() - t0
-    return dict(
-        task=f"unknown-utility MEG (eps-greedy {epsilon}); baseline: Algorithm 2 MLP, "
-        f"{steps} steps x {restarts} restarts",
-        env=f"CliffWorld {width}x{height}",
-        S=mdp.n_states, A=mdp.n_actions, H=horizon, K=1, dtype="float64", device="cpu",
-        ours_s=t_exact, incumbent_s=t_mlp, speedup=t_mlp / t_exact,
-        meg=exact.meg, meg_incumbent=mlp.meg, err_vs_incumbent=exact.meg - mlp.meg,
-        converged=exact.converged,
+    mlp = imitation_meg.meg_unknown(
+        pi, mdp, utility_model="mlp", steps=steps, restarts=restarts, seed=0
     )
+    t_mlp = time.perf_counter() - t0
+    return {
+        "task": f"unknown-utility MEG (eps-greedy {epsilon}); baseline: Algorithm 2 MLP, "
+        f"{steps} steps x {restarts} restarts",
+        "env": f"CliffWorld {width}x{height}",
+        "S": mdp.n_states,
+        "A": mdp.n_actions,
+        "H": horizon,
+        "K": 1,
+        "dtype": "float64",
+        "device": "cpu",
+        "ours_s": t_exact,
+        "incumbent_s": t_mlp,
+        "speedup": t_mlp / t_exact,
+        "meg": exact.meg,
+        "meg_incumbent": mlp.meg,
+        "err_vs_incumbent": exact.meg - mlp.meg,
+        "converged": exact.converged,
+    }
 
 
 ROWS: dict[str, Callable[..., Any]] = {
@@ -369,19 +437,24 @@ def _child(kind: str, kwargs: dict[str, Any]) -> None:
     sys.stdout.write("\n@@ROW@@" + json.dumps(row) + "\n")
 
 
-def run_row_in_subprocess(kind: str, timeout: float | None = None, **kwargs: Any) -> dict[str, Any] | None:
+def run_row_in_subprocess(
+    kind: str, timeout: float | None = None, **kwargs: Any
+) -> dict[str, Any] | None:
     """Run one row in a fresh Python process (clean peak RSS) and return its dict.
 
     Raises:
         RuntimeError: if the child fails (its stderr tail is included).
     """
     code = (
-        "import json, sys; from imitation_meg.bench import _child; "
+        f"import json, sys; sys.path.insert(0, {str(HERE)!r}); from bench import _child; "
         f"_child({kind!r}, json.loads(sys.argv[1]))"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, json.dumps(kwargs)],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark row {kind} {kwargs} failed:\n{proc.stderr[-3000:]}")

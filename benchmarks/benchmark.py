@@ -6,7 +6,7 @@ Writes ``benchmark.md``, ``benchmark.csv`` and ``results.json`` into ``results_d
 the markdown table.
 
 Usage:
-    .venv/bin/python experiments/benchmark.py configs/benchmark.yaml
+    .venv/bin/python benchmarks/benchmark.py configs/benchmark.yaml
 """
 
 from __future__ import annotations
@@ -14,13 +14,17 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import subprocess
+import sys
 import time
 from typing import Any
 
 import torch as th
 
-from imitation_meg import bench
-from imitation_meg.config import library_versions, write_csv, write_json
+# The benchmark's helpers live beside this driver, outside the installed package.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import bench
+
+from imitation_meg.results import library_versions, write_csv, write_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,24 +96,53 @@ def _note(kind: str, kwargs: dict[str, Any], row: dict[str, Any]) -> str:
     if kind == "meg_cliff":
         parts.append(f"ours {row['evaluations']} betas; incumbent {row['incumbent_calls']} calls")
     if kind == "meg_random":
-        parts.append(f"{row['evaluations']} betas, beta = {row['beta']:.6g}, converged {row['converged']}")
+        parts.append(
+            f"{row['evaluations']} betas, beta = {row['beta']:.6g}, converged {row['converged']}"
+        )
     return "; ".join(parts)
 
 
 def markdown(rows: list[dict[str, Any]], bandwidth: float) -> str:
     """The benchmark table in markdown."""
-    head = ("task", "env", "S", "H", "K", "dtype", "device", "ours (s)", "incumbent (s)", "speedup",
-            "peak RSS (MiB)", "err vs incumbent", "float32 err", "bandwidth fraction", "note")
+    head = (
+        "task",
+        "env",
+        "S",
+        "H",
+        "K",
+        "dtype",
+        "device",
+        "ours (s)",
+        "incumbent (s)",
+        "speedup",
+        "peak RSS (MiB)",
+        "err vs incumbent",
+        "float32 err",
+        "bandwidth fraction",
+        "note",
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         frac = None
         if r.get("sparse_pass_bytes"):
             frac = r["sparse_pass_bytes"] / r["sparse_pass_s"] / bandwidth
-        cells = (r["task"], r["env"], r["S"], r["H"], r["K"], r["dtype"], r["device"],
-                 _fmt(r["ours_s"]), _fmt(r.get("incumbent_s")),
-                 (f"{r['speedup']:.1f}x" if r.get("speedup") else ""),
-                 _fmt(r.get("peak_rss_mib"), 4), _fmt(r.get("err_vs_incumbent")),
-                 _fmt(r.get("float32_err")), _fmt(frac), r.get("note", ""))
+        cells = (
+            r["task"],
+            r["env"],
+            r["S"],
+            r["H"],
+            r["K"],
+            r["dtype"],
+            r["device"],
+            _fmt(r["ours_s"]),
+            _fmt(r.get("incumbent_s")),
+            (f"{r['speedup']:.1f}x" if r.get("speedup") else ""),
+            _fmt(r.get("peak_rss_mib"), 4),
+            _fmt(r.get("err_vs_incumbent")),
+            _fmt(r.get("float32_err")),
+            _fmt(frac),
+            r.get("note", ""),
+        )
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 
@@ -126,24 +159,75 @@ def main(cfg: Config) -> dict:
     for w, h, H in cfg.cliff_grids:
         for K in (1, cfg.sweep_betas):
             reps = cfg.repeats_slow if (K > 1 and w * h >= cfg.slow_states) else cfg.repeats
-            jobs.append(("svi_cliff", dict(width=w, height=h, horizon=H, n_betas=K, repeats=reps)))
+            jobs.append(
+                (
+                    "svi_cliff",
+                    {"width": w, "height": h, "horizon": H, "n_betas": K, "repeats": reps},
+                )
+            )
     for dev in devices:
         for S in cfg.random_states:
             Ks = (1, cfg.sweep_betas) if S in cfg.random_sweep_states else (1,)
             for K in Ks:
                 inc = dev == "cpu" and K == 1 and S in cfg.random_incumbent_states
-                jobs.append(("svi_random", dict(n_states=S, horizon=cfg.random_horizon, n_betas=K,
-                                                repeats=cfg.repeats_large, incumbent=inc, device=dev)))
+                jobs.append(
+                    (
+                        "svi_random",
+                        {
+                            "n_states": S,
+                            "horizon": cfg.random_horizon,
+                            "n_betas": K,
+                            "repeats": cfg.repeats_large,
+                            "incumbent": inc,
+                            "device": dev,
+                        },
+                    )
+                )
             if S in cfg.float32_states:
-                jobs.append(("svi_random", dict(n_states=S, horizon=cfg.random_horizon, n_betas=1,
-                                                repeats=cfg.repeats_large, dtype="float32", device=dev)))
+                jobs.append(
+                    (
+                        "svi_random",
+                        {
+                            "n_states": S,
+                            "horizon": cfg.random_horizon,
+                            "n_betas": 1,
+                            "repeats": cfg.repeats_large,
+                            "dtype": "float32",
+                            "device": dev,
+                        },
+                    )
+                )
     w, h, H = cfg.meg_grid
-    jobs.append(("meg_cliff", dict(width=w, height=h, horizon=H, epsilon=cfg.meg_epsilon, repeats=cfg.repeats)))
+    jobs.append(
+        (
+            "meg_cliff",
+            {
+                "width": w,
+                "height": h,
+                "horizon": H,
+                "epsilon": cfg.meg_epsilon,
+                "repeats": cfg.repeats,
+            },
+        )
+    )
     for dev in devices:
         for S in cfg.meg_random_states:
-            jobs.append(("meg_random", dict(n_states=S, horizon=cfg.random_horizon, device=dev)))
-    jobs.append(("meg_unknown", dict(width=w, height=h, horizon=H, epsilon=cfg.meg_epsilon,
-                                     steps=cfg.unknown_steps, restarts=cfg.unknown_restarts)))
+            jobs.append(
+                ("meg_random", {"n_states": S, "horizon": cfg.random_horizon, "device": dev})
+            )
+    jobs.append(
+        (
+            "meg_unknown",
+            {
+                "width": w,
+                "height": h,
+                "horizon": H,
+                "epsilon": cfg.meg_epsilon,
+                "steps": cfg.unknown_steps,
+                "restarts": cfg.unknown_restarts,
+            },
+        )
+    )
     rows, skipped = [], []
     for kind, kwargs in jobs:
         t0 = time.perf_counter()
@@ -155,28 +239,43 @@ def main(cfg: Config) -> dict:
             print(f"[skipped] {kind} {kwargs}: {reason}", flush=True)
             continue
         if row is None:
-            skipped.append({"kind": kind, **kwargs, "reason": "imitation_meg.meg_unknown not available"})
+            skipped.append(
+                {"kind": kind, **kwargs, "reason": "imitation_meg.meg_unknown not available"}
+            )
             continue
         row["row_wall_s"] = time.perf_counter() - t0
         row["repeats"] = kwargs.get("repeats", 1)
         row["note"] = _note(kind, kwargs, row)
         rows.append(row)
-        print(f"[{len(rows)}] {row['task']} | {row['env']} K={row['K']} {row['dtype']} {row['device']}: "
-              f"{row['ours_s']:.4g} s", flush=True)
+        print(
+            f"[{len(rows)}] {row['task']} | {row['env']} K={row['K']} {row['dtype']} {row['device']}: "
+            f"{row['ours_s']:.4g} s",
+            flush=True,
+        )
     table = markdown(rows, bandwidth)
     if skipped:
         table += "\n\nRows not produced:\n" + "\n".join(
-            f"- {s['kind']} {({k: v for k, v in s.items() if k not in ('kind', 'reason')})}: {s['reason']}"
-            for s in skipped)
+            f"- {s['kind']} { ({k: v for k, v in s.items() if k not in ('kind', 'reason')}) }: {s['reason']}"
+            for s in skipped
+        )
     out = pathlib.Path(cfg.results_dir)
     out.mkdir(parents=True, exist_ok=True)
-    header = (f"Memory bandwidth (copy of {cfg.bandwidth_bytes >> 20} MiB, best of 5): "
-              f"{bandwidth / 1e9:.2f} GB/s. Threads: 1. Devices: {', '.join(devices)}.\n\n")
+    header = (
+        f"Memory bandwidth (copy of {cfg.bandwidth_bytes >> 20} MiB, best of 5): "
+        f"{bandwidth / 1e9:.2f} GB/s. Threads: 1. Devices: {', '.join(devices)}.\n\n"
+    )
     (out / "benchmark.md").write_text(header + table + "\n")
     write_csv(out / "benchmark.csv", rows)
-    write_json(out / "results.json", {"config": cfg, "versions": library_versions(),
-                                      "bandwidth_bytes_per_s": bandwidth, "rows": rows,
-                                      "skipped": skipped})
+    write_json(
+        out / "results.json",
+        {
+            "config": cfg,
+            "versions": library_versions(),
+            "bandwidth_bytes_per_s": bandwidth,
+            "rows": rows,
+            "skipped": skipped,
+        },
+    )
     print(header + table)
     return {"rows": rows, "bandwidth": bandwidth, "markdown": table, "skipped": skipped}
 
@@ -184,6 +283,6 @@ def main(cfg: Config) -> dict:
 if __name__ == "__main__":
     import sys
 
-    from imitation_meg.config import run_config
+    from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

@@ -1,0 +1,130 @@
+"""Writing results: one JSON layer (valid JSON for NaN and inf everywhere), CSV tables, and the
+``results.json`` + ``<table>.csv`` layout every study writes.
+
+Nothing here imports another module of the package, so results of any layer can be written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import json
+import math
+import pathlib
+import platform
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from imitation_meg.type_aliases import JSONValue, PathLike
+
+__all__ = ["library_versions", "to_jsonable", "write_csv", "write_json", "write_results"]
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of Python and of the libraries a result depends on (absent ones omitted)."""
+    from importlib import metadata
+
+    versions = {"python": platform.python_version()}
+    for dist in (
+        "imitation-meg",
+        "torch",
+        "numpy",
+        "gymnasium",
+        "seals",
+        "stable-baselines3",
+        "imitation",
+        "pettingzoo",
+    ):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[dist] = metadata.version(dist)
+    return versions
+
+
+def to_jsonable(obj: Any) -> JSONValue:
+    """Convert results to plain JSON values: dataclasses and mappings to dicts, sequences, arrays
+    and tensors to lists, numpy scalars to Python numbers, paths to strings, NaN to ``None`` and
+    infinite floats to the strings ``"inf"`` / ``"-inf"`` (so that the JSON stays valid)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, th.Tensor):
+        return to_jsonable(obj.detach().cpu().tolist())
+    if isinstance(obj, (np.ndarray, np.generic)):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return None
+        if math.isinf(obj):
+            return "inf" if obj > 0 else "-inf"
+        return obj
+    if isinstance(obj, pathlib.PurePath):
+        return str(obj)
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    return str(obj)
+
+
+def write_json(path: PathLike, payload: Any) -> pathlib.Path:
+    """Write ``payload`` (dataclasses, tensors, arrays allowed) as indented JSON; returns the path.
+
+    Infinite floats become the strings ``"inf"`` / ``"-inf"`` and NaN becomes ``null`` so the
+    file stays valid JSON.
+    """
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(to_jsonable(payload), indent=2, allow_nan=False) + "\n")
+    return path
+
+
+def write_csv(path: PathLike, rows: Sequence[Mapping[str, Any]]) -> pathlib.Path:
+    """Write a list of flat mappings as CSV with the union of their keys as header; returns the path."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header: list[str] = []
+    for row in rows:
+        for key in row:
+            if key not in header:
+                header.append(key)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: to_jsonable(v) for k, v in row.items()})
+    return path
+
+
+def write_results(
+    out_dir: PathLike,
+    cfg: Any,
+    tables: Mapping[str, Sequence[Mapping[str, Any]]],
+    **extra: Any,
+) -> dict[str, Any]:
+    """Write an experiment's tables as ``<name>.csv`` and everything as ``results.json``.
+
+    Args:
+        out_dir: the results folder (created if missing).
+        cfg: the run's config dataclass (stored under ``"config"``).
+        tables: table name -> rows; each becomes ``<out_dir>/<name>.csv`` and a JSON entry.
+        **extra: further JSON entries (figures, timings, references).
+
+    Returns:
+        The JSON payload: ``config``, ``versions`` (:func:`library_versions`), the tables and
+        ``extra``.
+    """
+    out = pathlib.Path(out_dir)
+    payload: dict[str, Any] = {"config": cfg, "versions": library_versions()}
+    for name, rows in tables.items():
+        write_csv(out / f"{name}.csv", rows)
+        payload[name] = list(rows)
+    payload.update(extra)
+    write_json(out / "results.json", payload)
+    is_instance = dataclasses.is_dataclass(cfg) and not isinstance(cfg, type)
+    payload["config"] = dataclasses.asdict(cfg) if is_instance else cfg
+    return payload
