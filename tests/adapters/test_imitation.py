@@ -49,7 +49,7 @@ def test_tabular_policy_horizon_and_shape_checks():
         policy_table(_tabular_policy(mdp, pi[:3]), mdp)
     with pytest.raises(ValueError, match="pi of shape"):
         policy_table(_tabular_policy(mdp, pi[:, :5]), mdp)
-    with pytest.raises(ValueError, match="epsilon= applies only to DQN"):
+    with pytest.raises(ValueError, match="epsilon= applies only to argmax policies"):
         policy_table(_tabular_policy(mdp, pi), mdp, epsilon=0.1)
 
 
