@@ -85,11 +85,10 @@ def test_logged_values_equal_meg_of_the_checkpoints(tmp_path, normalize):
 def test_unknown_utility_and_training_env_default(tmp_path):
     import seals  # noqa: F401 (registers the seals environment ids)
     import stable_baselines3 as sb3
+    from stable_baselines3.common.callbacks import CheckpointCallback
 
     from imitation_meg.adapters import policy_table
     from imitation_meg.callbacks import MEGCallback
-
-    from stable_baselines3.common.callbacks import CheckpointCallback
 
     th.set_num_threads(1)
     model = sb3.A2C("MlpPolicy", CLIFF, n_steps=8, seed=0, device="cpu")
@@ -108,11 +107,10 @@ def test_unknown_utility_and_training_env_default(tmp_path):
 def test_dqn_uses_its_exploration_rate_and_errors(tmp_path):
     import seals  # noqa: F401 (registers the seals environment ids)
     import stable_baselines3 as sb3
+    from stable_baselines3.common.callbacks import CheckpointCallback
 
     from imitation_meg.adapters import policy_table
     from imitation_meg.callbacks import MEGCallback
-
-    from stable_baselines3.common.callbacks import CheckpointCallback
 
     model = sb3.DQN("MlpPolicy", CLIFF, learning_starts=50, seed=0, device="cpu")
     cb = MEGCallback(CLIFF, eval_freq=100)

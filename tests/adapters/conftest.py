@@ -26,7 +26,7 @@ MODELS: dict[str, tuple[str, str, int]] = {
     "a2c_lake": ("a2c", LAKE, 400),
     "dqn_cliff": ("dqn", CLIFF, 2_000),
     "dqn_lake": ("dqn", LAKE, 2_000),
-    "qrdqn_cliff": ("qrdqn", CLIFF, 1_000),
+    "qrdqn_cliff": ("qrdqn", CLIFF, 500),
     "trpo_cliff": ("trpo", CLIFF, 512),
     "ars_cliff": ("ars", CLIFF, 1_000),
     "maskable_cliff": ("maskableppo", "masked-cliff", 512),

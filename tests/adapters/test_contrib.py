@@ -148,3 +148,51 @@ def test_contrib_zips_name_their_algorithm(fixture, algo, request, tmp_path):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RecurrentPolicyWarning)
             policy_table(tmp_path / "m.zip", CLIFF, algo=zoo_name, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "fixture, extra",
+    [
+        ("qrdqn_cliff", ["--epsilon", "0.05"]),
+        ("trpo_cliff", []),
+        ("ars_cliff", []),
+        ("maskable_cliff", ["--action-masks", "MASKS"]),
+    ],
+)
+def test_cli_scores_contrib_zips_without_algo(fixture, extra, request, tmp_path, capsys):
+    import json
+
+    from imitation_meg.cli import main
+
+    model = request.getfixturevalue(fixture)
+    model.save(tmp_path / "m.zip")
+    mdp = im.TabularMDP.from_env(CLIFF)
+    masks = np.stack([cliff_mask(s) for s in range(mdp.n_states)])
+    np.save(tmp_path / "masks.npy", masks)
+    extra = [str(tmp_path / "masks.npy") if e == "MASKS" else e for e in extra]
+    argv = ["score", "--env", CLIFF, "--policy", str(tmp_path / "m.zip"), "--json"]
+    assert main([*argv, str(tmp_path / "r.json"), *extra]) == 0
+    payload = json.loads((tmp_path / "r.json").read_text())
+    kwargs: dict = {"epsilon": 0.05} if fixture == "qrdqn_cliff" else {}
+    if fixture == "maskable_cliff":
+        kwargs["action_masks"] = masks
+    expected = im.meg(policy_table(model, mdp, **kwargs), mdp)
+    assert payload["meg"] == pytest.approx(expected.meg, rel=1e-9, abs=1e-12)
+    assert payload["algo"] == read_model_info(tmp_path / "m.zip").algo
+    assert payload["policy"].startswith(payload["algo"].upper())
+
+
+def test_cli_recurrent_and_unmasked_print_one_line_warnings(
+    recurrent_cliff, maskable_cliff, tmp_path, capsys
+):
+    from imitation_meg.cli import main
+
+    recurrent_cliff.save(tmp_path / "rppo.zip")
+    maskable_cliff.save(tmp_path / "mppo.zip")
+    for name, expected in (("rppo", "RecurrentPolicyWarning"), ("mppo", "ActionMaskWarning")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")  # as outside the test suite, which makes them errors
+            assert main(["score", "--env", CLIFF, "--policy", str(tmp_path / f"{name}.zip")]) == 0
+        err = capsys.readouterr().err
+        lines = [x for x in err.splitlines() if expected in x]
+        assert len(lines) == 1 and lines[0].startswith("imitation-meg score: warning"), err

@@ -183,7 +183,7 @@ def test_hand_built_zoo_folder(tmp_path):
         read_zoo_run(folder)
 
     (params / "config.yml").write_text("normalize: [unclosed\n")
-    with pytest.raises(ValueError, match="config.yml' is not valid YAML"):
+    with pytest.raises(ValueError, match=r"config\.yml' is not valid YAML"):
         read_zoo_run(folder)
     with pytest.raises(ValueError, match="is not an RL Zoo run folder"):
         read_zoo_run(tmp_path)
