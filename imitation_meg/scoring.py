@@ -238,7 +238,7 @@ def _score_chunk(sources: list[str], mdp_bytes: bytes, opts: ScoreOptions) -> li
     import torch as th
 
     th.set_num_threads(1)
-    mdp = pickle.loads(mdp_bytes)  # noqa: S301 - our own MDP, pickled by the parent
+    mdp = pickle.loads(mdp_bytes)  # our own MDP, pickled by the parent
     return [score_policy(s, mdp, opts) for s in sources]
 
 
@@ -282,6 +282,7 @@ def score_policies(
     # Plain pickle bytes: torch's multiprocessing reducers would share the MDP's sparse
     # operator caches through shared memory, which the workers cannot rebuild.
     mdp_bytes = pickle.dumps(mdp)
+    ctx: Any
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
         # The server imports torch and SB3 once; each worker is forked from it.
