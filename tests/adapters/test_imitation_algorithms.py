@@ -51,7 +51,7 @@ def setup():
 def _bc(setup, epochs=30):
     from imitation.algorithms import bc
 
-    mdp, venv, transitions, _, _ = setup
+    _, venv, transitions, _, _ = setup
     trainer = bc.BC(
         observation_space=venv.observation_space,
         action_space=venv.action_space,
@@ -66,7 +66,7 @@ def _bc(setup, epochs=30):
 
 
 def test_bc_policy_is_scored_through_its_distribution(setup):
-    mdp, _, _, trajs, optimal = setup
+    mdp, _, _, _, optimal = setup
     trainer = _bc(setup)
     pi = policy_table(trainer.policy, mdp)  # an SB3 ActorCriticPolicy
     obs_t, _ = trainer.policy.obs_to_tensor(np.asarray(mdp.observation_matrix, dtype=np.float32))
@@ -92,7 +92,7 @@ def test_dagger_policy(setup, tmp_path):
     mdp, venv, _, trajs, _ = setup
     try:
         serialize.save(tmp_path / "probe", trajs[:1])
-    except Exception as e:  # the library's own failure, whatever its kind
+    except Exception as e:  # noqa: BLE001 - the library's own failure, whatever its kind
         pytest.skip(f"imitation.data.serialize cannot save on this stack: {type(e).__name__}: {e}")
     expert = _bc(setup, epochs=10)
     learner = _bc(setup, epochs=1)
