@@ -7,8 +7,11 @@ import pytest
 import torch as th
 
 import imitation_meg as im
+
+pytest.importorskip("imitation")
+
+from imitation_meg.adapters import policy_table
 from imitation_meg.adapters.imitation import load_policy, policy_names, tabular_policy_table
-from imitation_meg.adapters.sb3 import policy_table
 
 from .conftest import CLIFF, LAKE
 
