@@ -252,7 +252,11 @@ def plot_meg_history(
             )
             if not pts:
                 continue
-            label = HISTORY_METRICS.get(m, m) + (f" ({name})" if len(histories) > 1 else "")
+            label = HISTORY_METRICS.get(m, m)
+            mode = rows[0].get("mode") if rows else None
+            if m == "meg" and isinstance(mode, str):  # score rows: the mode the column holds
+                label = f"MEG ({mode})"
+            label += f" [{name}]" if len(histories) > 1 else ""
             ax.plot(
                 *zip(*pts, strict=True),
                 marker="o",
