@@ -6,8 +6,9 @@ stable-baselines3, sb3-contrib and imitation only when they handle one of their 
 
 - :mod:`imitation_meg.adapters.dispatch`: :func:`policy_table`, recognising what it is given.
 - :mod:`imitation_meg.adapters.observations`: what a policy observes in each state; callables.
-- :mod:`imitation_meg.adapters.sb3`: saved SB3 models (algorithm read from the zip),
-  VecNormalize statistics, policy tables of SB3 policies.
+- :mod:`imitation_meg.adapters.sb3`: policy tables of SB3 policies.
+- :mod:`imitation_meg.adapters.saved_models`: saved models, the algorithm read from the zip.
+- :mod:`imitation_meg.adapters.vec_normalize`: VecNormalize statistics, found beside a model.
 - :mod:`imitation_meg.adapters.contrib`: sb3-contrib's QR-DQN, ARS, MaskablePPO, RecurrentPPO.
 - :mod:`imitation_meg.adapters.zoo`: RL Baselines3 Zoo run folders.
 - :mod:`imitation_meg.adapters.imitation`: imitation's ``TabularPolicy`` and ``load_policy`` names.

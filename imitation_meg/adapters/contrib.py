@@ -80,7 +80,7 @@ def warn_recurrent(policy: Any) -> None:
         "warnings.simplefilter('ignore', RecurrentPolicyWarning) once that definition is the "
         "one you want.",
         RecurrentPolicyWarning,
-        stacklevel=4,
+        stacklevel=5,
     )
 
 
@@ -210,5 +210,5 @@ def warn_no_masks(what: str) -> None:
         "never allowed to take. Pass action_masks=(S, A) booleans (CLI: --action-masks "
         "FILE.npy) or an environment with action_masks().",
         ActionMaskWarning,
-        stacklevel=4,
+        stacklevel=5,
     )
