@@ -239,7 +239,15 @@ def _score_chunk(sources: list[str], mdp_bytes: bytes, opts: ScoreOptions) -> li
 
     th.set_num_threads(1)
     mdp = pickle.loads(mdp_bytes)  # our own MDP, pickled by the parent
-    return [score_policy(s, mdp, opts) for s in sources]
+    return [_named(s, mdp, opts) for s in sources]
+
+
+def _named(source: str, mdp: TabularMDP, opts: ScoreOptions) -> dict[str, Any]:
+    """:func:`score_policy`, with the source named in its errors (one of many failed)."""
+    try:
+        return score_policy(source, mdp, opts)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        raise type(e)(f"{source}: {e}") from e
 
 
 def score_policies(
@@ -275,7 +283,7 @@ def score_policies(
     sources = list(sources)
     jobs = min(jobs, len(sources)) or 1
     if jobs == 1:
-        return [score_policy(s, mdp, opts) for s in bar(sources, progress, desc="scoring")]
+        return [_named(s, mdp, opts) for s in bar(sources, progress, desc="scoring")]
     import pickle
 
     chunks = [list(c) for c in np.array_split(np.array(sources, dtype=object), jobs) if len(c)]
