@@ -15,7 +15,7 @@ Variables are integers; a factor's arrays have one axis per variable of its scop
 from __future__ import annotations
 
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -66,7 +66,7 @@ def _elimination_order(
             else:
                 rest.append(s)
         merged.discard(best)
-        live = rest + [merged]
+        live = [*rest, merged]
         todo.discard(best)
         order.append(best)
     return order
@@ -163,18 +163,18 @@ def contract(
     res = _combine(live, keep_t, n_add, card) if live else None
     shape = tuple(card[v] for v in keep_t)
     if res is None:
-        return np.ones(shape), np.zeros(shape + (n_add,))
+        return np.ones(shape), np.zeros((*shape, n_add))
     p = res.p if res.p is not None else np.ones(shape)
-    e = res.e if res.e is not None else np.zeros(shape + (n_add,))
-    return np.broadcast_to(p, shape), np.broadcast_to(e, shape + (n_add,))
+    e = res.e if res.e is not None else np.zeros((*shape, n_add))
+    return np.broadcast_to(p, shape), np.broadcast_to(e, (*shape, n_add))
 
 
 def d_connected(
-    parents: Mapping[str, Sequence[str]],
-    children: Mapping[str, Sequence[str]],
-    x: Iterable[str],
-    y: Iterable[str],
-    z: Iterable[str],
+    parents: Mapping[Hashable, Sequence[Hashable]],
+    children: Mapping[Hashable, Sequence[Hashable]],
+    x: Iterable[Hashable],
+    y: Iterable[Hashable],
+    z: Iterable[Hashable],
 ) -> bool:
     """Whether some node of ``x`` is d-connected to some node of ``y`` given ``z``.
 
@@ -191,7 +191,7 @@ def d_connected(
                 anc.add(p)
                 stack.append(p)
     todo = [(n, True) for n in x]  # (node, arrived from a child / going up)
-    seen: set[tuple[str, bool]] = set()
+    seen: set[tuple[Hashable, bool]] = set()
     while todo:
         n, up = todo.pop()
         if (n, up) in seen:

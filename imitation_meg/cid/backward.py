@@ -58,7 +58,7 @@ def _aug_graph(
     for d in cid.decisions:
         par[d] = par[d] + [("pi", d)]
         par[("pi", d)] = []
-        par[("ent", d)] = list(cid.parents[d]) + [d]
+        par[("ent", d)] = [*list(cid.parents[d]), d]
     for j, sc in enumerate(utility_scopes):
         par[("u", j)] = list(sc)
     ch: dict[Hashable, list[Hashable]] = {n: [] for n in par}
@@ -91,7 +91,7 @@ def decision_order(
         below = desc[d] | {d}
         ys: list[Hashable] = [("u", j) for j, sc in enumerate(utility_scopes) if below & set(sc)]
         ys += [("ent", k) for k in decs if k in desc[d]]
-        fam = list(cid.parents[d]) + [d]
+        fam = [*list(cid.parents[d]), d]
         relies[d] = set()
         if not ys:
             continue
@@ -173,10 +173,10 @@ class Engine:
         self.ids = {v: i for i, v in enumerate(cid.variables)}
         self.card = {i: cid.card(v) for v, i in self.ids.items()}
         ids = self.ids
-        self.fam = {d: tuple(ids[p] for p in cid.parents[d]) + (ids[d],) for d in cid.decisions}
+        self.fam = {d: (*tuple(ids[p] for p in cid.parents[d]), ids[d]) for d in cid.decisions}
         self.uscope = [tuple(ids[p] for p in sc) for sc in self.utility_scopes]
         self.chance_factors = [
-            Factor(tuple(ids[p] for p in cid.parents[c]) + (ids[c],), cid.cpds[c], None)
+            Factor((*tuple(ids[p] for p in cid.parents[c]), ids[c]), cid.cpds[c], None)
             for c in cid.chance
         ]
         self._chance_of = {ids[c]: f for c, f in zip(cid.chance, self.chance_factors, strict=True)}
@@ -185,7 +185,9 @@ class Engine:
             d: [j for j, sc in enumerate(self.utility_scopes) if desc[d] & set(sc)]
             for d in cid.decisions
         }
-        self.desc_decs = {d: [k for k in cid.decisions if k != d and k in desc[d]] for d in cid.decisions}
+        self.desc_decs = {
+            d: [k for k in cid.decisions if k != d and k in desc[d]] for d in cid.decisions
+        }
         self.influenced = any(self.desc_utils[d] for d in cid.decisions)
         self._orders: dict[Hashable, list[int]] = {}
 
@@ -279,7 +281,7 @@ class Engine:
                 if k in solved:
                     e = None
                     if soft and k in dd:
-                        ent = np.zeros(rules[k].shape + (K,))
+                        ent = np.zeros((*rules[k].shape, K))
                         lr = log_rules[k]
                         ent[..., 0] = np.where(rules[k] > 0, -rules[k] * lr, 0.0)
                         e = ent

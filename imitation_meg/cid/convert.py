@@ -9,11 +9,13 @@ pycid's ``decisions`` / ``utilities``, so it imports neither package.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
 
+from imitation_meg._validation import ImitationMEGWarning
 from imitation_meg.cid.model import CID, Chance, Decision, Node, Utility
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.type_aliases import PolicyLike, UtilityLike
@@ -35,7 +37,8 @@ def from_mdp(
     Variables ``S0 .. S{H-1}`` (states, ``S0 ~ p0``), decisions ``D0 .. D{H-1}`` observing
     ``S{t}``, ``S{t+1} ~ T[S{t}, D{t}, .]`` and utilities ``U0 .. U{H-1}``: ``U{t}(S{t})``,
     ``U{t}(S{t}, D{t})`` or ``U{t}(S{t}, D{t}, S{t+1})`` by the utility's shape, times
-    ``discount**t``. ``S{H}`` is added for transition utilities or with ``final_state=True``.
+    ``discount**t`` (with a warning: see below). ``S{H}`` is added for transition utilities or
+    with ``final_state=True``.
 
     Args:
         mdp: the MDP (dense ``(S, A, S)`` transitions are formed, so keep it small).
@@ -44,6 +47,11 @@ def from_mdp(
 
     Returns:
         A :class:`CID` with integer domains ``0 .. S-1`` and ``0 .. A-1``.
+
+    Warns:
+        ImitationMEGWarning: for ``discount < 1``: the CID's maximum entropy policies keep the
+            undiscounted causal entropy, so its MEG differs from :func:`imitation_meg.meg`, which
+            discounts the entropy too. With ``discount = 1`` the two agree (to 1e-9 in the tests).
     """
     if not isinstance(mdp, TabularMDP):
         raise TypeError(f"mdp must be an imitation_meg.TabularMDP, got {type(mdp).__name__}.")
@@ -53,6 +61,16 @@ def from_mdp(
     T = _numpy(mdp.dense_transition())
     p0 = _numpy(mdp.initial_state_dist)
     S, A, H, gam = mdp.n_states, mdp.n_actions, mdp.horizon, mdp.discount
+    if gam < 1.0:
+        warnings.warn(
+            f"{mdp.name} has discount {gam}: the CID's utility is discounted (U_t scaled by "
+            "discount**t) but its maximum entropy policies keep the paper's undiscounted causal "
+            "entropy (Definition 3.1), whereas imitation_meg.meg on a discounted MDP discounts the "
+            "entropy too (discounted soft value iteration); the two MEGs differ. Use discount=1 "
+            "for the paper's definition.",
+            ImitationMEGWarning,
+            stacklevel=2,
+        )
     nodes: list[Node] = [Chance("S0", S, cpd=p0)]
     last = H if (u.ndim == 3 or final_state) else H - 1
     for t in range(H):
@@ -90,7 +108,7 @@ def _cpd_table(obj: Any, node: str) -> tuple[tuple[str, ...], tuple[Hashable, ..
     names = cpd.state_names
     domain = tuple(names[node])
     values = np.asarray(cpd.values, dtype=np.float64)
-    cards = (len(domain),) + tuple(len(names[p]) for p in parents)
+    cards = (len(domain), *tuple(len(names[p]) for p in parents))
     values = values.reshape(cards)
     return parents, domain, np.moveaxis(values, 0, -1)
 
@@ -125,7 +143,9 @@ def from_pycid(obj: Any) -> CID:
     for node in obj.nodes:
         node = str(node)
         parents, domain, table = _cpd_table(obj, node)
-        graph_parents = {str(p) for p in obj.get_parents(node)} if hasattr(obj, "get_parents") else None
+        graph_parents = (
+            {str(p) for p in obj.get_parents(node)} if hasattr(obj, "get_parents") else None
+        )
         if graph_parents is not None and graph_parents != set(parents):
             raise ValueError(
                 f"the CPD of {node!r} is over {list(parents)} but its parents in the graph are "
@@ -135,7 +155,7 @@ def from_pycid(obj: Any) -> CID:
             nodes.append(Decision(node, list(domain), parents))
         elif node in utilities:
             try:
-                vals = np.asarray([float(v) for v in domain])
+                vals = np.asarray([float(v) for v in domain])  # type: ignore[arg-type]
             except (TypeError, ValueError) as err:
                 raise TypeError(
                     f"utility node {node!r} has non-numeric outcomes {list(domain)}."

@@ -82,18 +82,21 @@ def mouse_pomdp(*, smell_accuracy: float = 0.8, memory: bool = True) -> CID:
     def step(pos: int, move: str) -> int:
         return pos - 1 if move == "left" else pos + 1
 
-    nodes = [
+    def step2(X2: int, D2: str) -> int:  # arguments named like the parents
+        return step(X2, D2)
+
+    nodes: list[Chance | Decision | Utility] = [
         Chance("C", SIDES, cpd=[0.5, 0.5]),
         Chance("O1", SIDES, parents=["C"], cpd=smell),
         Decision("D1", SIDES, parents=["O1"]),
         Chance("X2", (1, 3), parents=["D1"], cpd=lambda D1: step(2, D1)),
         Chance("O2", SIDES, parents=["C"], cpd=smell),
         Decision("D2", SIDES, parents=["O1", "D1", "O2"] if memory else ["O2"]),
-        Chance("X3", (0, 2, 4), parents=["X2", "D2"], cpd=lambda X2, D2: step(X2, D2)),
+        Chance("X3", (0, 2, 4), parents=["X2", "D2"], cpd=step2),
         Utility(
             "U",
             ["C", "X3"],
-            table=lambda C, X3: 1.0 if X3 == (0 if C == "left" else 4) else -1.0,
+            table=lambda C, X3: 1.0 if (0 if C == "left" else 4) == X3 else -1.0,
         ),
     ]
     return CID(nodes, name="mouse POMDP" + ("" if memory else " (no memory)"))

@@ -172,15 +172,17 @@ class _TabularClass:
         self.shape = tuple(cid.card(v) for v in variables)
         self.F = int(np.prod(self.shape))
         self.keep = tuple(eng.ids[v] for v in variables)
-        self.onehot = np.eye(self.F).reshape(self.shape + (self.F,))
-        self.family = {d: eng.marginal(policy, eng.fam[d], key=("fam", d))[0] for d in cid.decisions}
+        self.onehot = np.eye(self.F).reshape((*self.shape, self.F))
+        self.family = {
+            d: eng.marginal(policy, eng.fam[d], key=("fam", d))[0] for d in cid.decisions
+        }
         self.p_pi = eng.marginal(policy, self.keep, key="V")[0].reshape(-1)
         self.evaluations = 0
 
     def value(self, theta: np.ndarray, *, derivatives: bool = True) -> tuple[float, Any, Any]:
         self.evaluations += 1
         eng, cid = self.engine, self.cid
-        table = np.concatenate([theta.reshape(self.shape + (1,)), self.onehot], -1)
+        table = np.concatenate([theta.reshape((*self.shape, 1)), self.onehot], -1)
         log_rules, rules, cond = eng.backward([table], soft=True)
         L = 0.0
         for d in cid.decisions:
@@ -203,7 +205,9 @@ class _TabularClass:
         return L, grad, hess
 
 
-def _newton(cls: _TabularClass, *, tol: float, max_iter: int) -> tuple[np.ndarray, float, float, bool]:
+def _newton(
+    cls: _TabularClass, *, tol: float, max_iter: int
+) -> tuple[np.ndarray, float, float, bool]:
     """Damped Newton ascent of the concave ``L(theta)``; ``(theta, L, |grad|, converged)``."""
     theta = np.zeros(cls.F)
     L, g, Hm = cls.value(theta)
@@ -293,13 +297,23 @@ def meg_cid_unknown(
     cls = _TabularClass(cid, pol, variables)
     bound = log_card(cid)
     cert = bound + sum(
-        float(np.sum(np.where(cls.family[d] > 0, cls.family[d] * np.log(np.where(pol[d] > 0, pol[d], 1.0)), 0.0)))
+        float(
+            np.sum(
+                np.where(
+                    cls.family[d] > 0,
+                    cls.family[d] * np.log(np.where(pol[d] > 0, pol[d], 1.0)),
+                    0.0,
+                )
+            )
+        )
         for d in cid.decisions
     )
     theta, L, gnorm, converged = _newton(cls, tol=tol, max_iter=max_iter)
     # The known-utility solve along the fitted utility (beta = 1 is one of its candidates) adds
     # the limits at beta = +-inf, where tied optimal decisions split evenly.
-    base = cid.with_utilities(Utility(_fresh_name(cid, "U_theta"), variables, theta.reshape(cls.shape)))
+    base = cid.with_utilities(
+        Utility(_fresh_name(cid, "U_theta"), variables, theta.reshape(cls.shape))
+    )
     best = meg_cid(base, pol)
     candidates = [("fitted", best)]
     own = [u for u in cid.utilities if set(cid.parents[u]) <= set(variables)]

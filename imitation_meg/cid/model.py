@@ -124,7 +124,9 @@ def _as_domain(name: str, domain: object) -> tuple[Hashable, ...]:
             "supported: discretise it into a list of values (e.g. domain=[0.0, 0.5, 1.0])."
         )
     if isinstance(domain, (bool, np.bool_)):
-        raise TypeError(f"domain of {name!r} must be a sequence of values or a size, got {domain!r}.")
+        raise TypeError(
+            f"domain of {name!r} must be a sequence of values or a size, got {domain!r}."
+        )
     if isinstance(domain, (int, np.integer)):
         if domain < 1:
             raise ValueError(f"domain size of {name!r} must be >= 1, got {domain}.")
@@ -186,9 +188,11 @@ def _table_from_callable(
                         f"{what} puts probability on {k!r} for {kwargs}, which is not in the "
                         f"domain {out!r}; add it to the domain."
                     )
-                table[idx + (index[k],)] = float(pr)
+                pos = (*idx, index[k])
+                table[pos] = float(pr)
         elif _hashable_in(val, index):
-            table[idx + (index[val],)] = 1.0
+            pos = (*idx, index[val])
+            table[pos] = 1.0
         else:
             try:
                 arr = np.asarray(val, dtype=float)
@@ -213,7 +217,7 @@ def _hashable_in(val: object, index: Mapping[Hashable, int]) -> bool:
 def _as_array(x: object, what: str) -> np.ndarray:
     try:
         if hasattr(x, "detach"):
-            x = x.detach().cpu().numpy()  # type: ignore[union-attr]
+            x = x.detach().cpu().numpy()
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as err:
         raise TypeError(f"{what} must be numeric, got {type(x).__name__}: {err}.") from err
@@ -251,7 +255,11 @@ def distribution_table(
     """A validated ``(*parent sizes, |V|)`` table from an array, callable or mapping."""
     out = domains[name]
     label = f"{what} of {name!r}"
-    if callable(spec) and not isinstance(spec, (np.ndarray, Mapping)) and not hasattr(spec, "shape"):
+    if (
+        callable(spec)
+        and not isinstance(spec, (np.ndarray, Mapping))
+        and not hasattr(spec, "shape")
+    ):
         table = _table_from_callable(spec, parents, domains, what=label, out=out)
     elif isinstance(spec, Mapping):
         if parents:
@@ -262,7 +270,7 @@ def distribution_table(
         table = _table_from_callable(lambda: spec, (), domains, what=label, out=out)
     else:
         table = _as_array(spec, label)
-    shape = tuple(len(domains[p]) for p in parents) + (len(out),)
+    shape = (*tuple(len(domains[p]) for p in parents), len(out))
     if table.shape != shape:
         raise ValueError(
             f"{label} must have shape {shape} (parents {tuple(parents)} then the variable), got "
@@ -279,7 +287,7 @@ def _utility_table(
     if callable(spec) and not isinstance(spec, np.ndarray) and not hasattr(spec, "shape"):
         table = _table_from_callable(spec, parents, domains, what=label, out=None)
     else:
-        if isinstance(spec, (bool, np.bool_)) or isinstance(spec, (str, bytes)):
+        if isinstance(spec, (bool, np.bool_, str, bytes)):
             raise TypeError(f"{label} must hold numbers, got {spec!r}.")
         table = _as_array(spec, label)
         if table.ndim == 0:
@@ -360,7 +368,7 @@ class CID:
                         f"{sorted(specs)}."
                     )
                 if isinstance(specs[p], Utility):
-                    raise ValueError(
+                    raise ValueError(  # noqa: TRY004 - a structural error, not a wrong type
                         f"utility {p!r} is a parent of {nm!r}; utility variables must have no "
                         "children (add a chance variable that copies it if it is observed)."
                     )
@@ -517,7 +525,7 @@ class CID:
         """The uniformly random policy."""
         out = {}
         for d in self.decisions:
-            shape = tuple(self.card(p) for p in self.parents[d]) + (self.card(d),)
+            shape = (*tuple(self.card(p) for p in self.parents[d]), self.card(d))
             out[d] = np.full(shape, 1.0 / self.card(d))
         return out
 
@@ -556,7 +564,9 @@ class CBN(CID):
         decisions = _names(decisions, "decisions")
         for d in decisions:
             if d not in self.domains:
-                raise ValueError(f"{d!r} is not a variable of {self.name}; known: {list(self.order)}.")
+                raise ValueError(
+                    f"{d!r} is not a variable of {self.name}; known: {list(self.order)}."
+                )
         nodes: list[Node] = []
         for n in self.order:
             if n in decisions:
@@ -613,7 +623,7 @@ def _find_cycle(rest: list[str], parents: Mapping[str, tuple[str, ...]]) -> list
         seen[n] = len(path)
         path.append(n)
         n = next(p for p in parents[n] if p in left)
-    cyc = path[seen[n] :] + [n]
+    cyc = [*path[seen[n] :], n]
     return cyc[::-1]
 
 

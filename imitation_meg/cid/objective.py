@@ -91,7 +91,9 @@ class CIDObjective:
         tables = [np.concatenate([beta * u, u], -1) for u in self._u]
         return self.engine.backward(tables, soft=True)
 
-    def evaluate_one(self, beta: float, *, second: bool = True) -> tuple[float, float, float, float]:
+    def evaluate_one(
+        self, beta: float, *, second: bool = True
+    ) -> tuple[float, float, float, float]:
         """``(L, dL, d2L, model expected utility)`` at a finite ``beta`` (``d2L`` NaN if not
         ``second``)."""
         self.evaluations += 1
@@ -106,7 +108,7 @@ class CIDObjective:
                 m = (rules[d] * W).sum(-1, keepdims=True)
                 var = (rules[d] * (W - m) ** 2).sum(-1)
                 pa = eng.fam[d][:-1]
-                e = np.zeros(var.shape + (2,))
+                e = np.zeros((*var.shape, 2))
                 e[..., 1] = var
                 additive.append(Factor(pa, None, e))
         _, e = eng.marginal(rules, (), additive, K=2, key=("fwd", second))
