@@ -27,6 +27,7 @@ from imitation_meg.cid import (
     InsufficientRecallError,
     Utility,
     examples,
+    maxent_policy,
     meg_cid,
     meg_cid_target,
     meg_cid_unknown,
@@ -473,3 +474,17 @@ def test_signed_and_unknown_dominates_known() -> None:
         unk = meg_cid_unknown(cid, pi, variables)
         assert unk.meg >= meg_cid(cid, pi).meg - 1e-9
         assert unk.meg <= unk.extra["certificate"] + 1e-9
+
+
+def test_maxent_policy_limits() -> None:
+    mouse = examples.mouse()
+    np.testing.assert_allclose(maxent_policy(mouse, 0.0)["D"], 0.5)
+    # beta = ln 2 goes towards the cheese with sigmoid(2 ln 2) = 0.8 (hand-derived).
+    np.testing.assert_allclose(maxent_policy(mouse, LN2)["D"], [[0.8, 0.2], [0.2, 0.8]], atol=1e-12)
+    np.testing.assert_array_equal(maxent_policy(mouse, math.inf)["D"], [[1, 0], [0, 1]])
+    np.testing.assert_array_equal(maxent_policy(mouse, -math.inf)["D"], [[0, 1], [1, 0]])
+    # Ties split evenly in the limit: a utility that ignores D.
+    flat = mouse.with_utilities(Utility("U", ["S"], [1.0, 2.0]))
+    np.testing.assert_allclose(maxent_policy(flat, math.inf)["D"], 0.5)
+    with pytest.raises(ValueError, match="nan"):
+        maxent_policy(mouse, math.nan)

@@ -16,7 +16,7 @@ See ``docs/cid.md``.
 from imitation_meg.cid import examples
 from imitation_meg.cid.backward import InsufficientRecallError, decision_order
 from imitation_meg.cid.convert import from_mdp, from_pycid, policy_from_mdp, policy_from_pycid
-from imitation_meg.cid.meg import meg_cid, meg_cid_target, meg_cid_unknown
+from imitation_meg.cid.meg import maxent_policy, meg_cid, meg_cid_target, meg_cid_unknown
 from imitation_meg.cid.model import CBN, CID, Chance, Decision, Policy, Utility
 from imitation_meg.cid.objective import CIDObjective
 
@@ -33,6 +33,7 @@ __all__ = [
     "examples",
     "from_mdp",
     "from_pycid",
+    "maxent_policy",
     "meg_cid",
     "meg_cid_target",
     "meg_cid_unknown",

@@ -35,7 +35,7 @@ from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 
-from imitation_meg.cid._infer import Factor, contract, d_connected
+from imitation_meg.cid._infer import Factor, _elimination_order, contract, d_connected
 from imitation_meg.cid.model import CID
 
 __all__ = ["TIE_TOL", "Engine", "InsufficientRecallError", "decision_order"]
@@ -190,10 +190,16 @@ class Engine:
         }
         self.influenced = any(self.desc_utils[d] for d in cid.decisions)
         self._orders: dict[Hashable, list[int]] = {}
+        self._rel_cache: dict[frozenset[str], set[str]] = {}
 
     # ------------------------------------------------------------------ contraction helpers
     def _relevant(self, roots: set[str]) -> set[str]:
-        return roots | self.cid.ancestors(roots)
+        key = frozenset(roots)
+        rel = self._rel_cache.get(key)
+        if rel is None:
+            rel = roots | self.cid.ancestors(roots)
+            self._rel_cache[key] = rel
+        return rel
 
     def _run(
         self,
@@ -204,8 +210,6 @@ class Engine:
     ) -> tuple[np.ndarray, np.ndarray]:
         order = self._orders.get(key)
         if order is None:
-            from imitation_meg.cid._infer import _elimination_order
-
             order = _elimination_order([f.scope for f in factors], set(keep), self.card)
             self._orders[key] = order
         return contract(factors, keep, self.card, n_add=K, order=order)

@@ -31,7 +31,7 @@ from imitation_meg.cid.model import CBN, CID, Chance, Policy, Utility, log_card
 from imitation_meg.cid.objective import CIDObjective
 from imitation_meg.known import MEGResult
 
-__all__ = ["meg_cid", "meg_cid_target", "meg_cid_unknown"]
+__all__ = ["maxent_policy", "meg_cid", "meg_cid_target", "meg_cid_unknown"]
 
 
 # --------------------------------------------------------------------------- the 1-D solve
@@ -152,6 +152,32 @@ def meg_cid(cid: CID, policy: Policy, *, signed: bool = False) -> MEGResult:
     obj = CIDObjective(cid, policy)
     sol = _solve_beta(obj)
     return _result(sol, obj.upper_bound, obj.evaluations, signed)
+
+
+def maxent_policy(cid: CID, beta: float) -> dict[str, np.ndarray]:
+    """The maximum entropy policy of rationality ``beta`` (soft backward induction).
+
+    ``beta = 0`` is the uniform policy; ``beta = +inf`` (``-inf``) the limit used by MEG: uniform
+    over the tied best (worst) decisions of the hard backward induction.
+
+    Args:
+        cid: the diagram (its utility variables define ``U``).
+        beta: the rationality, finite or infinite.
+
+    Returns:
+        ``{decision: (*parent sizes, |D|) rule}``.
+
+    Raises:
+        InsufficientRecallError: see :func:`meg_cid`.
+    """
+    cid = _check_cid(cid)
+    beta = float(beta)
+    if math.isnan(beta):
+        raise ValueError("beta must be a number or +-inf, got nan.")
+    obj = CIDObjective(cid, cid.uniform_policy())
+    if math.isinf(beta):
+        return obj.hard_rules(1.0 if beta > 0 else -1.0)[1]
+    return obj.soft_rules(beta)[1]
 
 
 # --------------------------------------------------------------------------- utility classes
