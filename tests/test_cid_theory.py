@@ -488,3 +488,44 @@ def test_maxent_policy_limits() -> None:
     np.testing.assert_allclose(maxent_policy(flat, math.inf)["D"], 0.5)
     with pytest.raises(ValueError, match="nan"):
         maxent_policy(mouse, math.nan)
+
+
+def test_sufficient_but_imperfect_recall_is_solved_exactly() -> None:
+    """D2 sees Y (which D1 affects) but not D1: not perfect recall, yet no decision relies on an
+    earlier one, and soft backward induction still maximises H + beta E[U]."""
+    rng = np.random.default_rng(0)
+    cid = CID(
+        [
+            Chance("S", 3, [], rng.dirichlet(np.ones(3))),
+            Decision("D1", 2, ["S"]),
+            Chance("Y", 2, ["S", "D1"], rng.dirichlet(np.ones(2), size=(3, 2))),
+            Decision("D2", 3, ["S", "Y"]),
+            Chance("Z", 2, ["S", "D2"], rng.dirichlet(np.ones(2), size=(3, 3))),
+            Utility("U1", ["Y"], rng.normal(size=2)),
+            Utility("U2", ["Z", "S"], rng.normal(size=(2, 3))),
+        ]
+    )
+    bf = Brute(cid)
+    for beta in (0.7, -2.0, 3.0):
+        rules = CIDObjective(cid, cid.uniform_policy()).soft_rules(beta)[1]
+        best = bf.entropy(rules) + beta * bf.eu(rules)
+        for _ in range(50):
+            r = random_policy(cid, rng, 0.5)
+            assert bf.entropy(r) + beta * bf.eu(r) <= best + 1e-10
+
+
+def test_entropy_terms_enter_the_recall_check() -> None:
+    """D3 observes X (set by D1's rule) and D2; no utility depends on D2 or D3. The classic
+    s-reachability check passes (pycid 0.8.2: sufficient_recall() is True), but D2's maximum entropy rule depends on D3's future entropy,
+    whose distribution D1's unobserved rule shapes, while D1's depends on D2's: refused."""
+    cid = CID(
+        [
+            Decision("D1", 2),
+            Chance("X", 2, ["D1"], [[0.9, 0.1], [0.2, 0.8]]),
+            Decision("D2", 2),
+            Decision("D3", 2, ["X", "D2"]),
+            Utility("U", ["D1"], [0.0, 1.0]),
+        ]
+    )
+    with pytest.raises(InsufficientRecallError):
+        meg_cid(cid, cid.uniform_policy())
