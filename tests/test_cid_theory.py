@@ -516,8 +516,9 @@ def test_sufficient_but_imperfect_recall_is_solved_exactly() -> None:
 
 def test_entropy_terms_enter_the_recall_check() -> None:
     """D3 observes X (set by D1's rule) and D2; no utility depends on D2 or D3. The classic
-    s-reachability check passes (pycid 0.8.2: sufficient_recall() is True), but D2's maximum entropy rule depends on D3's future entropy,
-    whose distribution D1's unobserved rule shapes, while D1's depends on D2's: refused."""
+    s-reachability check passes (pycid 0.8.2's sufficient_recall() is True), but D2's maximum
+    entropy rule depends on D3's future entropy, whose distribution D1's unobserved rule shapes,
+    while D1's depends on D2's: refused."""
     cid = CID(
         [
             Decision("D1", 2),
