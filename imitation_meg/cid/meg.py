@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch as th
 
+from imitation_meg.beta_solver import BetaSolution, solve_beta
 from imitation_meg.cid.backward import Engine
 from imitation_meg.cid.model import CBN, CID, Chance, Policy, Utility, log_card
 from imitation_meg.cid.objective import CIDObjective
@@ -41,77 +40,26 @@ _GAIN_FLOOR = 1e-13
 _EIG_CUTOFF = 1e-12
 
 
-# --------------------------------------------------------------------------- the 1-D solve
-class _SolverAdapter:
-    """Presents a :class:`CIDObjective` to :func:`imitation_meg.known._solve`, today's MDP solver
-    entry point, which reads an MDP's horizon / action count (only for ``L(0) = -H log A`` and
-    batch sizing), ``_scale(obj.r)`` for the unit of ``1 / beta``, and the objective's passes.
-
-    ``horizon * log(n_actions)`` equals ``sum_D log |dom D|`` and ``r`` is a 1 x 2 table whose
-    spread is the objective's scale. One beta per pass (a CID pass costs the same per beta).
-    """
-
-    def __init__(self, obj: CIDObjective) -> None:
-        self.obj = obj
-        n = max(len(obj.cid.decisions), 1)
-        self.mdp = types.SimpleNamespace(
-            dtype=th.float64,
-            device=th.device("cpu"),
-            horizon=n,
-            n_actions=math.exp(obj.upper_bound / n),
-            n_states=1,
-        )
-        self.r = th.tensor([[0.0, obj.scale]], dtype=th.float64)
-        self.expected_utility = obj.expected_utility
-        self.batch = 1
-
-    @property
-    def evaluations(self) -> int:
-        return self.obj.evaluations
-
-    def _evaluate_zero(self) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
-        vals = self.obj.evaluate_zero()
-        return tuple(th.tensor([v], dtype=th.float64) for v in vals)  # type: ignore[return-value]
-
-    def evaluate2(
-        self, betas: th.Tensor, *, second: bool = True
-    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
-        return self.obj.evaluate2(betas, second=second)
-
-    def evaluate_limit(self, sign: float) -> tuple[float, float]:
-        return self.obj.evaluate_limit(sign)
-
-    def limit_upper_bound(self) -> float:
-        return self.obj.limit_upper_bound()
-
-
-def _solve_beta(obj: CIDObjective) -> dict[str, Any]:
-    """Maximise ``L(beta)`` over ``R u {+-inf}``; the fields of :class:`MEGResult` (unsigned)."""
-    from imitation_meg.known import _solve
-
-    return _solve(_SolverAdapter(obj))  # type: ignore[arg-type]
-
-
-def _result(sol: dict[str, Any], bound: float, evaluations: int, signed: bool) -> MEGResult:
-    value = min(max(sol["L"] + bound, 0.0), bound)
+def _result(sol: BetaSolution, bound: float, evaluations: int, signed: bool) -> MEGResult:
+    value = min(max(sol.L + bound, 0.0), bound)
     if value <= 1e-12 * max(1.0, bound):
         value = 0.0
-    diff = sol["expected_utility"] - sol["uniform_expected_utility"]
-    tol = 1e-12 * max(1.0, abs(sol["expected_utility"]))
+    diff = sol.expected_utility - sol.uniform_eu
+    tol = 1e-12 * max(1.0, abs(sol.expected_utility))
     if signed:
         value = value if diff > tol else (-value if diff < -tol else 0.0)
     return MEGResult(
         meg=float(value),
-        beta=float(sol["beta"]),
+        beta=float(sol.beta),
         upper_bound=bound,
         normalized=float(value / bound) if bound > 0 else 0.0,
-        expected_utility=float(sol["expected_utility"]),
-        model_expected_utility=float(sol["model_eu"]),
-        uniform_expected_utility=float(sol["uniform_expected_utility"]),
-        log_likelihood=float(sol["L"]),
-        grad=float(sol["grad"]),
-        converged=bool(sol["converged"]),
-        at_boundary=bool(sol["at_boundary"]),
+        expected_utility=float(sol.expected_utility),
+        model_expected_utility=float(sol.model_eu),
+        uniform_expected_utility=float(sol.uniform_eu),
+        log_likelihood=float(sol.L),
+        grad=float(sol.grad),
+        converged=bool(sol.converged),
+        at_boundary=bool(sol.at_boundary),
         signed=signed,
         evaluations=evaluations,
     )
@@ -157,7 +105,7 @@ def meg_cid(cid: CID, policy: Policy, *, signed: bool = False) -> MEGResult:
     """
     cid = _check_cid(cid)
     obj = CIDObjective(cid, policy)
-    sol = _solve_beta(obj)
+    sol = solve_beta(obj)
     return _result(sol, obj.upper_bound, obj.evaluations, signed)
 
 

@@ -16,6 +16,7 @@ import math
 import numpy as np
 import torch as th
 
+from imitation_meg.beta_solver import BetaEvaluation, LimitValue
 from imitation_meg.cid._infer import Factor
 from imitation_meg.cid.backward import Engine
 from imitation_meg.cid.model import CID, Policy, log_card
@@ -24,7 +25,9 @@ __all__ = ["CIDObjective"]
 
 
 class CIDObjective:
-    """``L(beta)``, ``dL/dbeta``, ``d2L/dbeta2`` and the limits for one policy and utility.
+    """``L(beta)``, ``dL/dbeta``, ``d2L/dbeta2`` and the limits for one policy and utility: a
+    :class:`~imitation_meg.beta_solver.BetaObjective` for :func:`~imitation_meg.beta_solver.
+    solve_beta`.
 
     Args:
         cid: the diagram; its utility variables define ``U`` (their sum).
@@ -57,7 +60,7 @@ class CIDObjective:
         self.uniform_expected_utility = self._expected_utility(cid.uniform_policy(), "pi")
         self.evaluations = 0
         self.passes = 0
-        self._limits: dict[float, tuple[float, float]] = {}
+        self._limits: dict[float, LimitValue] = {}
         self._limit_bound: float | None = None
         self._scale: float | None = None
 
@@ -117,24 +120,31 @@ class CIDObjective:
         return L, self.expected_utility - model_eu, d2L, model_eu
 
     # ------------------------------------------------------------------ solver protocol
-    def evaluate2(
-        self, betas: th.Tensor, *, second: bool = True
-    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
-        """Finite ``betas (K,)`` -> ``(L, dL, d2L, model_expected_utility)``, each ``(K,)``."""
+    @property
+    def L0(self) -> float:
+        """``L(0) = -sum_D log |dom D|`` (the uniform model)."""
+        return -self.upper_bound
+
+    @property
+    def betas_per_pass(self) -> int:
+        """One: a pass over ``K`` betas costs ``K`` backward inductions."""
+        return 1
+
+    @property
+    def utility_scale(self) -> float:
+        """Natural size of expected utilities: :attr:`scale` (already a total over decisions)."""
+        return self.scale
+
+    def evaluate_batch(self, betas: th.Tensor, *, second: bool = True) -> BetaEvaluation:
+        """Finite ``betas (K,)`` -> :class:`BetaEvaluation` of ``(K,)`` tensors."""
         vals = [self.evaluate_one(float(b), second=second) for b in betas.reshape(-1).tolist()]
         out = th.tensor(vals, dtype=th.float64).reshape(-1, 4)
-        return out[:, 0], out[:, 1], out[:, 2], out[:, 3]
+        return BetaEvaluation(out[:, 0], out[:, 1], out[:, 2], out[:, 3])
 
-    def evaluate(self, betas: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-        """``(L, dL, model_expected_utility)`` for finite ``betas (K,)``."""
-        L, dL, _, eu = self.evaluate2(betas, second=False)
-        return L, dL, eu
-
-    def evaluate_zero(self) -> tuple[float, float, float, float]:
-        """``(L, dL, d2L, model expected utility)`` at ``beta = 0`` (the uniform policy);
-        ``L(0) = -sum_D log |dom D|`` exactly."""
-        _, dL, d2L, eu = self.evaluate_one(0.0)
-        return -self.upper_bound, dL, d2L, eu
+    def evaluate_zero(self) -> BetaEvaluation:
+        """The evaluation at ``beta = 0`` (the uniform policy), ``L(0)`` exactly ``L0``."""
+        ev = self.evaluate_batch(th.zeros(1, dtype=th.float64))
+        return BetaEvaluation(th.full_like(ev.L, self.L0), ev.dL, ev.d2L, ev.model_eu)
 
     def hard_rules(self, sign: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """``(log_rules, rules)`` of the ``beta = sign * inf`` limit: uniform over the tied best
@@ -142,13 +152,13 @@ class CIDObjective:
         log_rules, rules, _ = self.engine.backward(self._u, soft=False, sign=sign)
         return log_rules, rules
 
-    def evaluate_limit(self, sign: float) -> tuple[float, float]:
+    def evaluate_limit(self, sign: float) -> LimitValue:
         """``(L, model expected utility)`` at ``beta = sign * inf`` (cached)."""
         sign = 1.0 if sign > 0 else -1.0
         if sign not in self._limits:
             self.passes += 1
             log_rules, rules = self.hard_rules(sign)
-            self._limits[sign] = (
+            self._limits[sign] = LimitValue(
                 self._cross_entropy(log_rules),
                 self._expected_utility(rules, "limit"),
             )
