@@ -108,7 +108,7 @@ def sparse_pass_bandwidth(mdp: TabularMDP, repeats: int = 5) -> tuple[float, flo
     Bytes that must be touched: the CSR values and column indices, the row pointers, the value
     vector read once and the ``(S, A)`` output written once.
     """
-    P, _ = mdp._csr()
+    P, _ = mdp.operator.csr(mdp.dtype)
     v = th.randn(1, mdp.n_states, dtype=mdp.dtype, device=mdp.device)
     item = P.values().element_size()
     idx = P.col_indices().element_size()

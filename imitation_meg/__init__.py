@@ -13,6 +13,7 @@ Example:
 __version__ = "0.1.0"
 
 from imitation_meg import envs, policies, soft_vi
+from imitation_meg.cid import CBN, CID, meg_cid, meg_cid_target, meg_cid_unknown
 from imitation_meg.known import MEGResult, meg, meg_one_step
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.report import meg_summary
@@ -21,11 +22,16 @@ from imitation_meg.trajectories import meg_from_trajectories
 from imitation_meg.unknown import meg_target, meg_unknown
 
 __all__ = [
+    "CBN",
+    "CID",
     "MEGResult",
     "TabularMDP",
     "__version__",
     "envs",
     "meg",
+    "meg_cid",
+    "meg_cid_target",
+    "meg_cid_unknown",
     "meg_from_trajectories",
     "meg_one_step",
     "meg_summary",

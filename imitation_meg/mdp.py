@@ -16,33 +16,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from typing import Any
 
 import numpy as np
 import torch as th
 
 from imitation_meg._env_tables import read_env_tables
+from imitation_meg._operators import TransitionOperator, promoted_dtype
 from imitation_meg._validation import as_tensor, check_finite
-
-try:  # scipy's compiled CSR loops: a few microseconds less per call than torch's sparse kernels
-    from scipy.sparse import _sparsetools as _spt
-except ImportError:  # pragma: no cover - scipy is a dependency; torch's kernels are the fallback
-    _spt = None
 
 __all__ = ["TabularMDP"]
 
 ROW_SUM_TOL = 1e-6
 # Dense conversions above this many entries are refused (8 GiB in float64).
 MAX_DENSE_ENTRIES = 1 << 30
-# Below this many S * A * S entries the backup uses a cached dense matrix (one BLAS call).
-DENSE_FAST_PATH_ENTRIES = 1 << 20
-# Up to this many state-action pairs the internal passes use cached action-major operators.
-AM_MAX_SA = 1 << 20
-# CPU products with at most this many multiply-adds (stored entries x columns) use scipy's CSR
-# loops, whose per-call cost is a few microseconds below torch's sparse kernels; above it the
-# call cost no longer matters and torch's kernels are as fast or faster.
-SCIPY_MAX_WORK = 1 << 17
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -117,6 +104,7 @@ class TabularMDP:
         self.discount = float(discount)
 
         self._trans = self._build_transitions(transition)
+        self._operator = TransitionOperator(self._trans.next_state, self._trans.prob)
         S, A, _ = self._trans.next_state.shape
         self.n_states = S
         self.n_actions = A
@@ -319,135 +307,11 @@ class TabularMDP:
         return (vals.view_as(self.prob) * self.prob).sum(-1)
 
     # ------------------------------------------------------------------ dynamics
-    def _cache(self) -> dict[Any, Any]:
-        cache = self.__dict__.get("_op_cache")
-        if cache is None:
-            cache = {}
-            self.__dict__["_op_cache"] = cache
-        return cache
-
-    def _dense_flat(self, dtype: th.dtype | None = None) -> th.Tensor | None:
-        """Cached ``T`` as ``(S * A, S)`` for small MDPs (``S * A * S <= 2**20``), else None."""
-        S, A = self.n_states, self.n_actions
-        if S * A * S > DENSE_FAST_PATH_ENTRIES:
-            return None
-        dtype = dtype or self.dtype
-        cache = self._cache()
-        key = ("dense", dtype, self.device)
-        if key not in cache:
-            cache[key] = self.dense_transition().reshape(S * A, S).to(dtype)
-        return cache[key]
-
-    def _csr(self, dtype: th.dtype | None = None) -> tuple[th.Tensor, th.Tensor]:
-        """Cached sparse CSR matrices ``P (S * A, S)`` and ``P^T (S, S * A)`` of the transitions.
-
-        Duplicate successors are summed and zero-probability padding is dropped; indices are
-        int32 when they fit (half the index traffic of int64).
-        """
-        dtype = dtype or self.dtype
-        cache = self._cache()
-        key = ("csr", dtype, self.device)
-        if key not in cache:
-            S, A, B = self.n_states, self.n_actions, self.branching
-            keep = self.prob.reshape(-1) != 0
-            rows = th.arange(S * A, device=self.device).repeat_interleave(B)[keep]
-            cols = self.next_state.reshape(-1)[keep]
-            vals = self.prob.reshape(-1)[keep].to(dtype)
-            idx_dtype = th.int32 if max(S * A, rows.numel()) < 2**31 - 1 else th.int64
-            cache[key] = (
-                _csr_matrix(rows, cols, vals, (S * A, S), idx_dtype),
-                _csr_matrix(cols, rows, vals, (S, S * A), idx_dtype),
-            )
-        return cache[key]
-
-    def _am_operators(self, dtype: th.dtype, k: int) -> tuple[th.Tensor, th.Tensor] | None:
-        """Action-major operators ``(M (A * S, S), M^T (S, A * S))`` (row ``a * S + s``) for
-        passes over ``k`` value vectors, or None above ``AM_MAX_SA`` state-action pairs.
-
-        The internal passes keep arrays as ``(..., A, S)`` so that sums and maxima over the few
-        actions and broadcasts of state values run over contiguous runs of states. The operator
-        is the dense matrix on small MDPs when a dense product is cheaper than the sparse one for
-        ``k`` columns (dense costs about 0.1 ns per multiply-add, CSR about 2.5 us more per call
-        plus 0.5 ns per stored entry and column; with scipy's loops of :class:`AMProduct`,
-        used wherever they apply, about 0.5 us per call), else an int32 CSR matrix. Both are
-        cached.
-        """
-        S, A = self.n_states, self.n_actions
-        if S * A > AM_MAX_SA:
-            return None
-        cache = self._cache()
-        dense = self._dense_flat(dtype)
-        if dense is not None:
-            nnz = self._am_nnz()
-            call = 500.0 if self._scipy_ok(nnz * k) else 2500.0
-            if 0.1 * (S * A * S) * k <= call + 0.5 * nnz * k:
-                key = ("dense_am", dtype, self.device)
-                if key not in cache:
-                    Mam = dense.view(S, A, S).transpose(0, 1).reshape(A * S, S).contiguous()
-                    cache[key] = (Mam, Mam.T)
-                return cache[key]
-        key = ("csr_am", dtype, self.device)
-        if key not in cache:
-            P, _PT = self._csr(dtype)
-            perm = th.arange(S * A, device=self.device).view(S, A).T.reshape(-1)  # am row -> sm row
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                rows = P.to_sparse_coo().coalesce()
-            r, c = rows.indices()
-            inv = th.empty_like(perm)
-            inv[perm] = th.arange(S * A, device=self.device)
-            ram = inv[r]
-            idx_dtype = P.col_indices().dtype
-            cache[key] = (
-                _csr_matrix(ram, c, rows.values(), (A * S, S), idx_dtype),
-                _csr_matrix(c, ram, rows.values(), (S, A * S), idx_dtype),
-            )
-        return cache[key]
-
-    def _am_product(self, dtype: th.dtype, k: int) -> AMProduct | None:
-        """The backup / push-forward products of :meth:`_am_operators` for ``k`` columns
-        (scipy's CSR loops for small sparse CPU operators), or None above ``AM_MAX_SA``."""
-        ops = self._am_operators(dtype, k)
-        if ops is None:
-            return None
-        cache = self._cache()
-        use_scipy = ops[0].is_sparse_csr and self._scipy_ok(self._am_nnz() * k)
-        key = ("am_product", dtype, self.device, ops[0].is_sparse_csr, use_scipy)
-        if key not in cache:
-            cache[key] = AMProduct(ops[0], ops[1], use_scipy=use_scipy)
-        return cache[key]
-
-    def _scipy_ok(self, work: int) -> bool:
-        """Whether a CSR product of ``work`` multiply-adds goes through scipy's loops (CPU, small)."""
-        return _spt is not None and self.device.type == "cpu" and work <= SCIPY_MAX_WORK
-
-    def _am_nnz(self) -> int:
-        """Number of non-zero transition entries (cached)."""
-        cache = self._cache()
-        if "nnz" not in cache:
-            cache["nnz"] = int((self.prob != 0).sum())
-        return cache["nnz"]
-
-    def _operators(self, dtype: th.dtype) -> tuple[bool, th.Tensor, th.Tensor]:
-        """``(is_dense, M, M^T)`` for the backup ``(S * A, S)`` and push-forward ``(S, S * A)``."""
-        cache = self._cache()
-        key = ("ops", dtype, self.device)
-        ops = cache.get(key)
-        if ops is None:
-            dense = self._dense_flat(dtype)
-            if dense is not None:
-                ops = (True, dense, dense.T)
-            else:
-                P, PT = self._csr(dtype)
-                ops = (False, P, PT)
-            cache[key] = ops
-        return ops
-
-    def _op_dtype(self, x: th.Tensor) -> th.dtype:
-        if x.dtype == self.dtype:
-            return x.dtype
-        dt = th.promote_types(x.dtype, self.dtype)
-        return dt if dt in (th.float32, th.float64) else self.dtype
+    @property
+    def operator(self) -> TransitionOperator:
+        """The transition operator with its cached fast forms (dense / CSR, action-major,
+        scipy loops, workspaces), shared by copies of this MDP on the same device."""
+        return self._operator
 
     def expect_next(self, values: th.Tensor) -> th.Tensor:
         """Expected next-state value ``E_{s' ~ T(s, a)}[v(s')]`` for a batch of value vectors.
@@ -462,18 +326,7 @@ class TabularMDP:
         Returns:
             ``(..., S, A)`` in the promoted dtype of ``values`` and the MDP.
         """
-        lead = values.shape[:-1]
-        S, A = self.n_states, self.n_actions
-        dt = self._op_dtype(values)
-        dense, M, _ = self._operators(dt)
-        v = values.reshape(-1, S)
-        if v.dtype != dt:
-            v = v.to(dt)
-        if dense:
-            return (v @ M.T).view(*lead, S, A)
-        if v.shape[0] == 1:
-            return (M @ v[0]).view(*lead, S, A)
-        return (M @ v.T).T.reshape(*lead, S, A)
+        return self._operator.expect_next(values, promoted_dtype(values.dtype, self.dtype))
 
     def push_forward(self, sa_mass: th.Tensor) -> th.Tensor:
         """State distribution after one step from a state-action mass ``(..., S, A)``.
@@ -481,18 +334,7 @@ class TabularMDP:
         Returns:
             ``(..., S)``: ``d'(s') = sum_{s, a} m(s, a) T[s, a, s']``.
         """
-        lead = sa_mass.shape[:-2]
-        S, A = self.n_states, self.n_actions
-        dt = self._op_dtype(sa_mass)
-        dense, M, MT = self._operators(dt)
-        flat = sa_mass.reshape(-1, S * A)
-        if flat.dtype != dt:
-            flat = flat.to(dt)
-        if dense:
-            return (flat @ M).view(*lead, S)
-        if flat.shape[0] == 1:
-            return (MT @ flat[0]).view(*lead, S)
-        return (MT @ flat.T).T.reshape(*lead, S)
+        return self._operator.push_forward(sa_mass, promoted_dtype(sa_mass.dtype, self.dtype))
 
     # ------------------------------------------------------------------ conversions
     def to(
@@ -506,15 +348,13 @@ class TabularMDP:
         device = th.device(device) if device is not None else self.device
         if dtype not in (th.float64, th.float32):
             raise TypeError(f"dtype must be th.float64 or th.float32, got {dtype}.")
-        # Operator caches depend only on the transitions: share them on the same device.
-        if device != self.device:
-            new.__dict__["_op_cache"] = {}
-        else:
-            new.__dict__["_op_cache"] = self._cache()
         new.dtype, new.device = dtype, device
         new._trans = _Transitions(
             next_state=self.next_state.to(device), prob=self.prob.to(device=device, dtype=dtype)
         )
+        # The operator and its caches depend only on the transitions: shared on the same device.
+        if device != self.device:
+            new._operator = TransitionOperator(new._trans.next_state, self.prob.to(device))
         new.initial_state_dist = self.initial_state_dist.to(device=device, dtype=dtype)
         new.utility = None if self.utility is None else self.utility.to(device=device, dtype=dtype)
         if self.observation_matrix is not None:
@@ -541,7 +381,7 @@ class TabularMDP:
             name=self.name,
             metadata=self.metadata,
         )
-        new.__dict__["_op_cache"] = self._cache()
+        new._operator = self._operator
         return new
 
     def __repr__(self) -> str:
@@ -597,114 +437,4 @@ class TabularMDP:
             observation_matrix=t.observation_matrix,
             name=t.name,
             metadata=t.metadata,
-        )
-
-
-class AMProduct:
-    """Products with one MDP's action-major operators ``M (A * S, S)`` and ``M^T (S, A * S)``.
-
-    ``backup(out, x, c, alpha)``: ``out = c + alpha * M @ x``; ``push(out, x)``: ``out = M^T @ x``,
-    for ``x`` of shape ``(n,)`` or ``(n, k)``. Dense operators use one BLAS call; small sparse
-    operators on CPU (``uses_numpy``) run scipy's compiled CSR loops on numpy views of the
-    tensors (no copies; the scaled values ``alpha * M`` are cached per ``alpha``), and
-    :meth:`backup_np` takes numpy views made once by a caller that loops; others use torch's
-    sparse kernels (any device).
-    """
-
-    def __init__(self, M: th.Tensor, MT: th.Tensor, *, use_scipy: bool = False) -> None:
-        self.M, self.MT = M, MT
-        self._np: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
-        if use_scipy:
-            self._np = tuple(  # type: ignore[assignment]
-                (m.crow_indices().numpy(), m.col_indices().numpy(), m.values().numpy(), *m.shape)
-                for m in (M, MT)
-            )
-        self._scaled: dict[tuple[int, float], np.ndarray] = {}
-
-    @property
-    def uses_numpy(self) -> bool:
-        """Whether the products run through scipy's loops (CPU, small sparse operators)."""
-        return self._np is not None
-
-    def backup(self, out: th.Tensor, x: th.Tensor, c: th.Tensor, alpha: float = 1.0) -> None:
-        """``out = c + alpha * M @ x``."""
-        if self._np is not None and out.is_contiguous():
-            self._scipy(0, out.numpy(), x.numpy(), c.numpy(), alpha)
-        elif out.ndim == 1:
-            th.addmv(c, self.M, x, alpha=alpha, out=out)
-        else:
-            th.addmm(c, self.M, x, alpha=alpha, out=out)
-
-    def backup_np(self, out: np.ndarray, x: np.ndarray, c: np.ndarray, data: np.ndarray) -> None:
-        """:meth:`backup` on flat numpy views made once by a caller that loops (``uses_numpy``
-        only): ``out (n * k,)`` (a view of a C-contiguous ``(n, k)`` block) ``= c + M_alpha @ x``
-        with ``data = scaled(alpha)``."""
-        np.copyto(out, c)
-        self._accumulate(0, out, x, data)
-
-    def push_np(self, out: np.ndarray, x: np.ndarray) -> None:
-        """:meth:`push` on flat numpy views (``uses_numpy`` only): ``out (S * k,) = M^T @ x``."""
-        out.fill(0.0)
-        self._accumulate(1, out, x, self.scaled(1.0, 1))
-
-    def scaled(self, alpha: float, which: int = 0) -> np.ndarray:
-        """The stored values of ``alpha * M`` (``which=1``: of ``M^T``), cached per ``alpha``."""
-        assert self._np is not None
-        data = self._np[which][2]
-        if alpha == 1.0:
-            return data
-        scaled = self._scaled.get((which, alpha))
-        if scaled is None:
-            scaled = self._scaled[(which, alpha)] = data * alpha
-        return scaled
-
-    def push(self, out: th.Tensor, x: th.Tensor) -> None:
-        """``out = M^T @ x``."""
-        if self._np is not None and out.is_contiguous():
-            self._scipy(1, out.numpy(), x.numpy(), None, 1.0)
-        elif out.ndim == 1:
-            th.mv(self.MT, x, out=out)
-        else:
-            th.mm(self.MT, x, out=out)
-
-    def _scipy(
-        self, which: int, y: np.ndarray, x: np.ndarray, c: np.ndarray | None, alpha: float
-    ) -> None:
-        """``y = c + alpha * (M or M^T) @ x`` (``c=None`` for zero) on C-contiguous numpy ``y``."""
-        assert y.flags.c_contiguous
-        if c is None:
-            y.fill(0.0)
-        else:
-            np.copyto(y, c)
-        self._accumulate(which, y.reshape(-1), x.reshape(-1), self.scaled(alpha, which))
-
-    def _accumulate(self, which: int, ys: np.ndarray, xs: np.ndarray, data: np.ndarray) -> None:
-        """``ys += (M or M^T with values data) @ xs`` on flat row-major ``(n, k)`` / ``(m, k)``
-        views, through scipy's ``csr_matvec`` (``k = 1``) or ``csr_matvecs``."""
-        assert self._np is not None and _spt is not None
-        indptr, indices, _, n_row, n_col = self._np[which]
-        k = ys.shape[0] // n_row
-        if k == 1:
-            _spt.csr_matvec(n_row, n_col, indptr, indices, data, xs, ys)
-        else:
-            _spt.csr_matvecs(n_row, n_col, k, indptr, indices, data, xs, ys)
-
-
-def _csr_matrix(
-    rows: th.Tensor, cols: th.Tensor, vals: th.Tensor, shape: tuple[int, int], idx_dtype: th.dtype
-) -> th.Tensor:
-    """A CSR matrix from COO triplets (duplicates summed) with ``idx_dtype`` indices."""
-    with warnings.catch_warnings():  # "CSR support is in beta" and friends
-        warnings.simplefilter("ignore", UserWarning)
-        csr = (
-            th.sparse_coo_tensor(th.stack([rows, cols]), vals, shape, check_invariants=False)
-            .coalesce()
-            .to_sparse_csr()
-        )
-        return th.sparse_csr_tensor(
-            csr.crow_indices().to(idx_dtype),
-            csr.col_indices().to(idx_dtype),
-            csr.values(),
-            shape,
-            check_invariants=False,
         )

@@ -16,7 +16,13 @@ hard backup (max / min) and split probability evenly over the actions whose hard
 future entropy, so the finite-beta policies approach the +-inf policy only where there are no
 ties; MEG compares both, see :mod:`imitation_meg.known`.)
 
-Everything is differentiable with respect to the utility through autograd.
+Each recursion exists twice: as a readable reference loop written like imitation's
+``mce_partition_fh`` (:func:`soft_bellman_reference`, :func:`hard_value_iteration`,
+:func:`occupancy_reference`; also the autograd paths, so everything is differentiable with
+respect to the utility), and as a fast pass on the transition operator's buffers
+(:func:`soft_value_iteration` and :func:`occupancy_measures` without autograd; how the products
+run is :mod:`imitation_meg._operators`' business), tested against the reference on every operator
+path.
 
 The module also carries drop-in twins of imitation's ``mce_partition_fh`` and
 ``mce_occupancy_measures`` (same signatures, same numpy return conventions).
@@ -33,6 +39,7 @@ import torch as th
 
 from imitation_meg._validation import as_betas, as_policy
 from imitation_meg.mdp import TabularMDP
+from imitation_meg.type_aliases import ArrayLike, PolicyLike, UtilityLike
 
 __all__ = [
     "TIE_TOL",
@@ -42,6 +49,8 @@ __all__ = [
     "mce_occupancy_measures",
     "mce_partition_fh",
     "occupancy_measures",
+    "occupancy_reference",
+    "soft_bellman_reference",
     "soft_state_visitation",
     "soft_value_iteration",
 ]
@@ -125,9 +134,17 @@ def hard_value_iteration(
 
 
 def soft_value_iteration(
-    mdp: TabularMDP, betas: Any = 1.0, utility: Any = None, *, tie_tol: float = TIE_TOL
+    mdp: TabularMDP,
+    betas: ArrayLike = 1.0,
+    utility: UtilityLike | None = None,
+    *,
+    tie_tol: float = TIE_TOL,
 ) -> SoftVIResult:
     """Soft value iteration for a vector of rationality parameters in one batched pass.
+
+    Finite betas without autograd run the fast pass (:func:`_soft_backward_fast`); with autograd
+    the reference recursion (:func:`soft_bellman_reference`); infinite betas the hard recursion
+    (:func:`hard_value_iteration`).
 
     Args:
         mdp: the MDP (its horizon ``H``, discount and transitions are used).
@@ -156,15 +173,14 @@ def soft_value_iteration(
     K, H, S, A = b.numel(), mdp.horizon, mdp.n_states, mdp.n_actions
     finite = th.isfinite(b)
     grad = r.requires_grad
-    all_finite = bool(finite.all())
-    parts: dict[int, tuple[th.Tensor, th.Tensor, th.Tensor]] = {}
-    if all_finite and not grad:
+    if bool(finite.all()) and not grad:
         log_pi, V, pi = _soft_backward_fast(mdp, b, r)
         return SoftVIResult(betas=b, log_pi=log_pi, V=V, _pi=pi)
+    parts: dict[int, tuple[th.Tensor, th.Tensor, th.Tensor]] = {}
     if bool(finite.any()):
         idx = finite.nonzero().flatten()
         if grad:
-            Lf_t, Qf_t, Vf_t = _soft_backward(mdp, b[idx], r)
+            Lf_t, Qf_t, Vf_t = _soft_bellman(mdp, b[idx], r)
         else:
             Lf_t, Vf_t, _ = _soft_backward_fast(mdp, b[idx], r)
             Qf_t = Lf_t + Vf_t.unsqueeze(-1)
@@ -195,11 +211,44 @@ def _log_softmax_lse(q: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
     return z - ls, (m + ls).squeeze(-1)
 
 
-def _soft_backward(
+def soft_bellman_reference(
+    mdp: TabularMDP, betas: ArrayLike = 1.0, utility: UtilityLike | None = None
+) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    """The soft Bellman recursion for finite betas as a plain loop: the reference.
+
+    Written like imitation's ``mce_partition_fh`` (batched over betas, in torch, log-space)::
+
+        Q_{H-1} = beta r
+        Q_t     = beta r + gamma E[V_{t+1}]          (t < H - 1)
+        V_t     = logsumexp_a Q_t,   log pi_t = Q_t - V_t
+
+    The fast pass of :func:`soft_value_iteration` is tested against it on every operator layout;
+    it is also the pass used with autograd (every output is differentiable with respect to a
+    utility that requires grad).
+
+    Args:
+        mdp: the MDP.
+        betas: scalar or ``(K,)`` finite rationality parameters.
+        utility: as in :func:`soft_value_iteration` (default the MDP's).
+
+    Returns:
+        ``(log_pi (K, H, S, A), Q (K, H, S, A), V (K, H, S))``.
+
+    Raises:
+        ValueError: infinite betas (use :func:`hard_value_iteration`), or as
+            :func:`soft_value_iteration`.
+    """
+    r = mdp.reward_sa(utility)
+    b = as_betas(betas, dtype=r.dtype, device=r.device)
+    if not bool(th.isfinite(b).all()):
+        raise ValueError("soft_bellman_reference takes finite betas; use hard_value_iteration.")
+    return _soft_bellman(mdp, b, r)
+
+
+def _soft_bellman(
     mdp: TabularMDP, b: th.Tensor, r: th.Tensor
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-    """Soft backward pass for finite betas ``(K,)`` by stacked steps (differentiable):
-    ``(log_pi, Q)`` ``(K, H, S, A)`` and ``V (K, H, S)``."""
+    """:func:`soft_bellman_reference` on checked ``betas (K,)`` and reward ``r (S, A)``."""
     H = mdp.horizon
     gamma = mdp.discount
     scaled = b.view(-1, 1, 1) * r  # (K, S, A)
@@ -218,15 +267,16 @@ def _soft_backward(
 def _soft_backward_fast(
     mdp: TabularMDP, b: th.Tensor, r: th.Tensor
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-    """Soft backward pass for finite betas ``(K,)`` without autograd: ``log_pi (K, H, S, A)``,
+    """:func:`soft_bellman_reference` without autograd, fast: ``log_pi (K, H, S, A)``,
     ``V (K, H, S)`` and ``pi (K, H, S, A)``, permuted views of ``(H, A, S, K)`` buffers.
 
     Each step's block is contiguous, the reductions over the few actions run over its leading
-    axis and the broadcasts of state values over actions are contiguous. The backup (adding
-    ``beta r``) writes straight into the log-policy slot, which the step then turns into
-    ``log pi = (Q - m) - log sum_a exp(Q - m)`` in place; ``pi`` reuses the step's ``exp``.
-    Small CPU MDPs (scipy's products, see :class:`~imitation_meg.mdp.AMProduct`) run the same
-    steps as numpy ufuncs on views of the same buffers (:func:`_soft_steps_numpy`).
+    axis and the broadcasts of state values over actions are contiguous (the operator's
+    action-major layout). The backup (adding ``beta r``) writes straight into the log-policy
+    slot, which the step then turns into ``log pi = (Q - m) - log sum_a exp(Q - m)`` in place;
+    ``pi`` reuses the step's ``exp``. Where the operator's products run through scipy (small CPU
+    MDPs) the same steps run as numpy ufuncs on views of the same buffers (CliffWorld 100x20,
+    H = 110: 5.1 ms instead of 7.7 ms for the backward pass).
     """
     K, H, S, A = b.numel(), mdp.horizon, mdp.n_states, mdp.n_actions
     gamma = mdp.discount
@@ -234,67 +284,58 @@ def _soft_backward_fast(
     LPw = r.new_empty(H, A, S, K)
     Vw = r.new_empty(H, S, K)
     PIw = r.new_empty(H, A, S, K)
-    prod = mdp._am_product(r.dtype, K)  # action-major (A * S, S) products, or None (large S)
-    if prod is not None and prod.uses_numpy:
-        _soft_steps_numpy(prod, gamma, C.numpy(), LPw.numpy(), Vw.numpy(), PIw.numpy())
-        return LPw.permute(3, 0, 2, 1), Vw.permute(2, 0, 1), PIw.permute(3, 0, 2, 1)
-    P = mdp._operators(r.dtype)[1] if prod is None else None  # state-major CSR (S * A, S)
-    Cf = C.view(A * S, K)
-    m = r.new_empty(1, S, K)
-    z = r.new_empty(1, S, K)
-    for t in range(H - 1, -1, -1):
-        lp, p = LPw[t], PIw[t]
-        if t == H - 1:
-            lp.copy_(C)
-        elif prod is not None:
-            if K == 1:
-                prod.backup(lp.view(A * S), Vw[t + 1].view(S), Cf.view(A * S), gamma)
-            else:
-                prod.backup(lp.view(A * S, K), Vw[t + 1], Cf, gamma)
-        else:
-            assert P is not None
-            nxt = (P @ Vw[t + 1].view(S)).view(S, A, 1) if K == 1 else (P @ Vw[t + 1]).view(S, A, K)
-            th.add(C, nxt.transpose(0, 1), alpha=gamma, out=lp)
-        th.amax(lp, 0, keepdim=True, out=m)
-        lp.sub_(m)
-        th.exp(lp, out=p)
-        th.sum(p, 0, keepdim=True, out=z)
-        p.div_(z)
-        z.log_()
-        lp.sub_(z)
-        th.add(m, z, out=Vw[t].unsqueeze(0))
-    return LPw.permute(3, 0, 2, 1), Vw.permute(2, 0, 1), PIw.permute(3, 0, 2, 1)
-
-
-def _soft_steps_numpy(
-    prod: Any, gamma: float, C: np.ndarray, LP: np.ndarray, V: np.ndarray, PI: np.ndarray
-) -> None:
-    """The steps of :func:`_soft_backward_fast` as numpy ufuncs on numpy views of its buffers
-    (``C (A, S, K)``, ``LP, PI (H, A, S, K)``, ``V (H, S, K)``): on small CPU MDPs a numpy call
-    costs about 1 us less than a torch one and numpy's ``exp`` / ``log`` are about twice as
-    fast (CliffWorld 100x20, H = 110: 5.1 ms instead of 7.7 ms for the backward pass)."""
-    H = LP.shape[0]
-    m = np.empty_like(V[0])[None]
-    z = np.empty_like(m)
-    data = prod.scaled(gamma)
-    Cf = C.reshape(-1)
+    prod = mdp.operator.products(r.dtype, K)
+    LP, V, PI, Cv = prod.view(LPw), prod.view(Vw), prod.view(PIw), prod.view(C)
+    LP_ops, V_ops = prod.operands(LPw, K), prod.operands(Vw, K)
+    C_op = prod.operands(C.unsqueeze(0), K)[0]
+    m = prod.view(r.new_empty(1, S, K))
+    z = prod.view(r.new_empty(1, S, K))
+    k = prod.kernels
+    amax0, sum0, sub, add, exp, log, div = k.amax0, k.sum0, k.sub, k.add, k.exp, k.log, k.div
+    backup = prod.backup
     for t in range(H - 1, -1, -1):
         lp, p = LP[t], PI[t]
         if t == H - 1:
-            np.copyto(lp, C)
+            k.copy(Cv, lp)
         else:
-            prod.backup_np(lp.reshape(-1), V[t + 1].reshape(-1), Cf, data)
-        np.maximum.reduce(lp, axis=0, keepdims=True, out=m)
-        np.subtract(lp, m, out=lp)
-        np.exp(lp, out=p)
-        np.add.reduce(p, axis=0, keepdims=True, out=z)
-        np.divide(p, z, out=p)
-        np.log(z, out=z)
-        np.subtract(lp, z, out=lp)
-        np.add(m[0], z[0], out=V[t])
+            backup(LP_ops[t], V_ops[t + 1], C_op, gamma)
+        amax0(lp, m)
+        sub(lp, m, lp)
+        exp(lp, p)
+        sum0(p, z)
+        div(p, z, p)
+        log(z, z)
+        sub(lp, z, lp)
+        add(m[0], z[0], V[t])
+    return LPw.permute(3, 0, 2, 1), Vw.permute(2, 0, 1), PIw.permute(3, 0, 2, 1)
 
 
-def occupancy_measures(mdp: TabularMDP, policy: Any, *, validate: bool = True) -> th.Tensor:
+def occupancy_reference(mdp: TabularMDP, policy: th.Tensor) -> th.Tensor:
+    """State occupancies ``D[t, s] = P(s_t = s)`` as a plain loop: the reference.
+
+    ``D_0 = p0``, ``D_{t+1}(s') = sum_{s, a} D_t(s) pi_t(a | s) T[s, a, s']``. The fast pass of
+    :func:`occupancy_measures` is tested against it; it is also its autograd path.
+
+    Args:
+        mdp: the MDP.
+        policy: checked probabilities ``(S, A)``, ``(H, S, A)`` or ``(K, H, S, A)`` in the MDP's
+            dtype.
+
+    Returns:
+        ``(H + 1, S)`` (``(K, H + 1, S)`` for a batch).
+    """
+    d = mdp.initial_state_dist
+    if policy.ndim == 4:
+        d = d.expand(policy.shape[0], -1)
+    rows = [d]
+    for t in range(mdp.horizon):
+        pt = policy[..., t, :, :] if policy.ndim >= 3 else policy
+        d = mdp.push_forward(d.unsqueeze(-1) * pt)
+        rows.append(d)
+    return th.stack(rows, -2)
+
+
+def occupancy_measures(mdp: TabularMDP, policy: PolicyLike, *, validate: bool = True) -> th.Tensor:
     """State occupancies ``D[t, s] = P(s_t = s)`` of a policy, for ``t = 0 .. H``.
 
     Args:
@@ -313,20 +354,11 @@ def occupancy_measures(mdp: TabularMDP, policy: Any, *, validate: bool = True) -
         pi = policy.to(mdp.dtype)
         batch = True
     else:
-        pi = as_policy(policy, mdp).to(mdp.dtype) if validate else policy
+        pi = as_policy(policy, mdp).to(mdp.dtype) if validate else th.as_tensor(policy)
         batch = False
+    if pi.requires_grad:
+        return occupancy_reference(mdp, pi)
     H, S = mdp.horizon, mdp.n_states
-    p0 = mdp.initial_state_dist
-    grad = pi.requires_grad
-    if grad:
-        d = p0.expand(pi.shape[0], -1) if batch else p0
-        rows = [d]
-        for t in range(H):
-            pt = pi[..., t, :, :] if pi.ndim >= 3 else pi
-            d = mdp.push_forward(d.unsqueeze(-1) * pt)
-            rows.append(d)
-        return th.stack(rows, -2)
-    A = mdp.n_actions
     # Working layout as in the backward pass: the policy as (H, A, S, K) (no copy for the
     # permuted outputs of soft_value_iteration), D as (H + 1, S, K).
     if batch:
@@ -334,38 +366,20 @@ def occupancy_measures(mdp: TabularMDP, policy: Any, *, validate: bool = True) -
     else:
         pw = pi.transpose(-1, -2).unsqueeze(-1)
         pw = pw if pw.ndim == 4 else pw.unsqueeze(0)
-    pw = pw.contiguous()
+    pw = pw.to(mdp.dtype).contiguous()
     K = pw.shape[-1]
-    D = p0.new_empty(H + 1, S, K)
-    D[0] = p0.unsqueeze(-1)
-    dt = mdp._op_dtype(pi)
-    prod = mdp._am_product(dt, K)
-    PT = mdp._operators(dt)[2] if prod is None else None
-    # Large MDPs: the state-action mass is written state-major (the CSR operator's row order).
-    mass_sm = p0.new_empty(S, A, K)
-    mass = mass_sm.transpose(0, 1) if prod is None else p0.new_empty(A, S, K)
+    D = mdp.initial_state_dist.new_empty(H + 1, S, K)
+    D[0] = mdp.initial_state_dist.unsqueeze(-1)
+    prod = mdp.operator.products(mdp.dtype, K)
+    k = prod.kernels
+    mass = prod.sa_buffer(K, D)  # (A, S, K); state-major storage on large MDPs
+    Dv, Pv, Mv = prod.view(D), prod.view(pw), prod.view(mass)
+    D_ops, M_op = prod.operands(D, K), prod.flat(mass)
     stationary = pw.shape[0] == 1
-    if prod is not None and prod.uses_numpy and pw.dtype == D.dtype == dt:
-        # Small CPU MDPs: the same steps as numpy calls on views of the same buffers.
-        Dn, Pn, Mn = D.numpy(), pw.numpy(), mass.numpy()
-        Mf = Mn.reshape(-1)
-        for t in range(H):
-            np.multiply(Dn[t], Pn[0] if stationary else Pn[t], out=Mn)
-            prod.push_np(Dn[t + 1].reshape(-1), Mf)
-        return D.permute(2, 0, 1) if batch else D[..., 0]
+    mul, push = k.mul, prod.push
     for t in range(H):
-        th.mul(D[t], pw[0] if stationary else pw[t], out=mass)
-        if prod is not None:
-            if K == 1:
-                prod.push(D[t + 1].view(S), mass.view(A * S))
-            else:
-                prod.push(D[t + 1], mass.view(A * S, K))
-        else:
-            assert PT is not None
-            if K == 1:
-                D[t + 1].view(S).copy_(PT @ mass_sm.view(S * A))
-            else:
-                D[t + 1] = PT @ mass_sm.view(S * A, K)
+        mul(Dv[t], Pv[0] if stationary else Pv[t], Mv)
+        push(D_ops[t + 1], M_op)
     return D.permute(2, 0, 1) if batch else D[..., 0]
 
 

@@ -13,3 +13,19 @@ th.set_num_threads(1)
 def rng() -> np.random.Generator:
     """A fresh generator seeded with 0 for each test."""
     return np.random.default_rng(0)
+
+
+#: Every path of the transition operator's products (see ``imitation_meg._operators``).
+LAYOUTS = ("dense", "csr", "scipy", "state_major")
+
+
+@pytest.fixture(params=LAYOUTS)
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Force one operator path on the MDPs a test builds after requesting this fixture (the
+    state-major path also without the dense state-major matrix, as on large MDPs)."""
+    from imitation_meg import _operators
+
+    monkeypatch.setattr(_operators, "LAYOUT_OVERRIDE", request.param)
+    if request.param == "state_major":
+        monkeypatch.setattr(_operators, "DENSE_FAST_PATH_ENTRIES", 0)
+    return str(request.param)

@@ -125,6 +125,8 @@ def test_core_modules_do_not_import_adapters_or_studies():
             "_operators",
             "soft_vi",
             "policies",
+            "beta_solver",
+            "_known_passes",
             "known",
             "likelihood",
             "unknown",

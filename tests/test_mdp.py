@@ -32,9 +32,9 @@ def test_dense_and_sparse_forms_agree(rng):
 
 
 def test_sparse_backup_matches_dense(rng):
-    # Large enough to take the gather path rather than the cached dense matrix.
+    # Large enough to take the CSR path rather than the cached dense matrix.
     mdp = random_mdp(1100, 3, 2, branching=3, seed=1)
-    assert mdp._dense_flat() is None
+    assert not mdp.operator.has_dense(th.float64)
     V = th.as_tensor(rng.standard_normal((2, 1100)))
     T = mdp.dense_transition()
     expected = th.einsum("sat,kt->ksa", T, V)

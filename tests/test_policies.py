@@ -24,10 +24,23 @@ def test_builders_are_distributions_of_shape_h_s_a():
 
 
 def test_epsilon_greedy_is_the_mixture():
-    mdp = random_mdp(10, 3, 4, seed=1)
+    # An independent backward induction in numpy (dense T, argmax; this state-action utility has
+    # no ties)
+    # gives the greedy action of every (t, s): epsilon-greedy puts 1 - eps + eps / A on it and
+    # eps / A on the others.
+    mdp = random_mdp(10, 3, 4, utility="state_action", seed=1)
+    T, U = mdp.dense_transition().numpy(), mdp.utility.numpy()
+    V = np.zeros(10)
+    greedy = np.zeros((4, 10), dtype=int)
+    for t in range(3, -1, -1):
+        Q = U + T @ V
+        srt = np.sort(Q, axis=1)
+        assert (srt[:, -1] - srt[:, -2] > 1e-9).all()  # no ties: the argmax is unique
+        greedy[t], V = Q.argmax(1), Q.max(1)
     eps = 0.25
-    expected = 0.75 * policies.optimal(mdp) + 0.25 / 3
-    th.testing.assert_close(policies.epsilon_greedy(mdp, eps), expected)
+    expected = np.full((4, 10, 3), eps / 3)
+    np.put_along_axis(expected, greedy[..., None], 1 - eps + eps / 3, axis=-1)
+    np.testing.assert_allclose(policies.epsilon_greedy(mdp, eps).numpy(), expected, rtol=1e-15)
     th.testing.assert_close(policies.epsilon_greedy(mdp, 1.0), policies.uniform(mdp))
 
 

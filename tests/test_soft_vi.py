@@ -148,3 +148,44 @@ def test_bad_betas():
         im.soft_value_iteration(mdp, [[1.0]])
     with pytest.raises(ValueError, match="no utility attached"):
         im.soft_value_iteration(random_mdp(4, 2, 2, utility="none"), 1.0)
+
+
+# ----------------------------------------------------------------------------- fast vs reference
+@pytest.mark.parametrize("discount", [1.0, 0.8])
+def test_fast_pass_matches_the_reference_recursion(layout, discount, rng):
+    mdp = random_mdp(30, 3, 7, branching=3, discount=discount, seed=int(rng.integers(1000)))
+    for betas in ([0.7], [0.0, 0.3, -2.0, 7.5]):
+        ref_lp, ref_Q, ref_V = soft_vi.soft_bellman_reference(mdp, betas)
+        fast = im.soft_value_iteration(mdp, betas)
+        th.testing.assert_close(fast.log_pi, ref_lp, rtol=1e-12, atol=1e-12)
+        th.testing.assert_close(fast.V, ref_V, rtol=1e-12, atol=1e-12)
+        th.testing.assert_close(fast.Q, ref_Q, rtol=1e-12, atol=1e-12)
+        th.testing.assert_close(fast.pi, ref_lp.exp(), rtol=1e-12, atol=1e-12)
+
+
+def test_fast_occupancy_matches_the_reference_loop(layout, rng):
+    mdp = random_mdp(30, 3, 7, branching=3, seed=int(rng.integers(1000)))
+    stationary = th.as_tensor(rng.dirichlet(np.ones(3), size=30))
+    timed = th.as_tensor(rng.dirichlet(np.ones(3), size=(7, 30)))
+    batch = th.as_tensor(rng.dirichlet(np.ones(3), size=(4, 7, 30)))
+    for pi in (stationary, timed, batch):
+        fast = im.occupancy_measures(mdp, pi)
+        th.testing.assert_close(fast, soft_vi.occupancy_reference(mdp, pi), rtol=1e-12, atol=1e-14)
+    # Each step of the reference is the push-forward of T, summed by hand.
+    T = mdp.dense_transition().numpy()
+    d = mdp.initial_state_dist.numpy()
+    for t in range(7):
+        d = np.einsum("s,sa,sat->t", d, timed[t].numpy(), T)
+    np.testing.assert_allclose(im.occupancy_measures(mdp, timed)[-1].numpy(), d, rtol=1e-12)
+
+
+def test_reference_recursion_matches_imitation():
+    env = gym.make("seals/CliffWorld7x4-v0").unwrapped
+    V0, Q0, pi0 = mce_irl.mce_partition_fh(env)
+    mdp = im.TabularMDP.from_env(env)
+    lp, Q, V = soft_vi.soft_bellman_reference(mdp, 1.0)
+    np.testing.assert_allclose(V[0].numpy(), V0, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(Q[0].numpy(), Q0, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(lp[0].exp().numpy(), pi0, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="finite betas"):
+        soft_vi.soft_bellman_reference(mdp, math.inf)

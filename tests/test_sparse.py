@@ -9,15 +9,14 @@ import pytest
 import torch as th
 
 import imitation_meg as im
-from imitation_meg import mdp as mdp_module
-from imitation_meg import policies
+from imitation_meg import _operators, policies
 from imitation_meg.envs import cliff_world, random_mdp
-from imitation_meg.known import MEGObjective, sa_occupancy_of
+from imitation_meg.known import MEGObjective, sa_occupancy_of, solve_beta
 from imitation_meg.soft_vi import soft_state_visitation
 
 
 def _force_sparse(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mdp_module, "DENSE_FAST_PATH_ENTRIES", 0)
+    monkeypatch.setattr(_operators, "DENSE_FAST_PATH_ENTRIES", 0)
 
 
 @pytest.mark.parametrize("S, A, B, K", [(7, 2, 3, 1), (50, 3, 4, 1), (50, 3, 4, 5), (1, 2, 1, 3)])
@@ -28,12 +27,12 @@ def test_csr_and_dense_paths_match_einsum(S, A, B, K, rng, monkeypatch):
     m = th.as_tensor(rng.random((K, S, A)))
     exp_next = th.einsum("sat,kt->ksa", T, V)
     exp_push = th.einsum("ksa,sat->kt", m, T)
-    assert small._dense_flat() is not None  # dense fast path
+    assert small.operator.has_dense(th.float64)  # dense fast path
     th.testing.assert_close(small.expect_next(V), exp_next, rtol=1e-12, atol=1e-12)
     th.testing.assert_close(small.push_forward(m), exp_push, rtol=1e-12, atol=1e-12)
     _force_sparse(monkeypatch)
     sparse = im.TabularMDP((small.next_state, small.prob), small.utility, 3)
-    assert sparse._dense_flat() is None  # CSR path
+    assert not sparse.operator.has_dense(th.float64)  # CSR path
     th.testing.assert_close(sparse.expect_next(V), exp_next, rtol=1e-12, atol=1e-12)
     th.testing.assert_close(sparse.push_forward(m), exp_push, rtol=1e-12, atol=1e-12)
     # Leading batch dimensions are kept.
@@ -142,7 +141,8 @@ def test_meg_objective_stores_state_occupancy_only(rng):
     mdp = random_mdp(50, 3, 8, seed=4)
     pi = rng.dirichlet(np.ones(3), size=50)
     obj = MEGObjective(mdp, pi)
-    assert obj._D.shape == (8, 50) and obj._sa is None  # (H, S), not (H, S, A)
+    beh = obj.behaviour
+    assert beh.D.shape == (8, 50) and beh.sa is None  # (H, S), not (H, S, A)
     ref = sa_occupancy_of(mdp, pi)
     th.testing.assert_close(obj.sa_occupancy, ref)
     via_sa = MEGObjective(mdp, sa_occupancy=ref)
@@ -172,95 +172,21 @@ def test_solver_same_answer_for_any_batch_size(batch, rng):
     ref = im.meg(pi, mdp)
     obj = MEGObjective(mdp, pi)
     obj.batch = batch
-    from imitation_meg.known import _solve
-
-    sol = _solve(obj)
-    assert sol["converged"] and not sol["at_boundary"]
-    assert sol["L"] + 12 * math.log(4) == pytest.approx(ref.meg, rel=1e-10)
-    assert sol["beta"] == pytest.approx(ref.beta, rel=1e-8)
-
-
-@pytest.mark.parametrize("k", [1, 4, 64])
-def test_action_major_operators_match_dense_transition(k, rng):
-    """Whichever operator the cost rule picks (dense or CSR, action-major rows a * S + s), it is T."""
-    mdp = random_mdp(30, 3, 4, branching=2, seed=int(rng.integers(1000)))
-    S, A = mdp.n_states, mdp.n_actions
-    T_am = mdp.dense_transition().transpose(0, 1).reshape(A * S, S)
-    M, MT = mdp._am_operators(th.float64, k)
-    v = th.as_tensor(rng.standard_normal((S, k)))
-    m = th.as_tensor(rng.random((A * S, k)))
-    th.testing.assert_close(M @ v, T_am @ v, rtol=1e-12, atol=1e-12)
-    th.testing.assert_close(MT @ m, T_am.T @ m, rtol=1e-12, atol=1e-12)
-
-
-def test_soft_vi_layouts_agree_across_operator_choices(rng, monkeypatch):
-    """Dense action-major, CSR action-major and state-major CSR (large-MDP) passes agree."""
-    mdp = random_mdp(40, 3, 6, branching=3, seed=int(rng.integers(1000)))
-    betas = [0.3, 1.0, 2.5]
-    pi = policies.uniform(mdp)
-    ref = im.soft_value_iteration(mdp, betas)
-    D_ref = im.occupancy_measures(mdp, ref.pi)
-    D1_ref = im.occupancy_measures(mdp, pi)
-    for max_sa in (mdp_module.AM_MAX_SA, 0):  # CSR action-major (no dense), then state-major
-        monkeypatch.setattr(mdp_module, "DENSE_FAST_PATH_ENTRIES", 0)
-        monkeypatch.setattr(mdp_module, "AM_MAX_SA", max_sa)
-        m2 = mdp.with_horizon(6)
-        m2.__dict__["_op_cache"] = {}
-        res = im.soft_value_iteration(m2, betas)
-        th.testing.assert_close(res.log_pi, ref.log_pi, rtol=1e-12, atol=1e-12)
-        th.testing.assert_close(res.V, ref.V, rtol=1e-12, atol=1e-12)
-        th.testing.assert_close(im.occupancy_measures(m2, res.pi), D_ref, rtol=1e-12, atol=1e-12)
-        th.testing.assert_close(im.occupancy_measures(m2, pi), D1_ref, rtol=1e-12, atol=1e-12)
+    sol = solve_beta(obj)
+    assert sol.converged and not sol.at_boundary
+    assert sol.L + 12 * math.log(4) == pytest.approx(ref.meg, rel=1e-10)
+    assert sol.beta == pytest.approx(ref.beta, rel=1e-8)
 
 
 def test_meg_pass_history_equals_per_step_accumulation(monkeypatch):
     """The batched accumulation after the loop (small MDPs) equals the per-step one."""
-    import importlib
-
-    meg_module = importlib.import_module("imitation_meg.known")
+    from imitation_meg import _known_passes
 
     mdp = cliff_world(horizon=12)
     pi = policies.epsilon_greedy(mdp, 0.3)
     betas = th.tensor([0.05, 0.3, 2.0], dtype=th.float64)
     full = MEGObjective(mdp, pi).evaluate2(betas)
-    monkeypatch.setattr(meg_module, "_W_BYTES", 0)  # no cached occupancy: per-step path
+    monkeypatch.setattr(_known_passes, "_W_BYTES", 0)  # no cached occupancy: per-step path
     lean = MEGObjective(mdp, pi).evaluate2(betas)
     for a, b in zip(full, lean, strict=True):
         th.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-
-
-@pytest.mark.parametrize("dtype", [th.float64, th.float32])
-@pytest.mark.parametrize("k", [1, 5])
-def test_scipy_products_match_torch_kernels(dtype, k, rng):
-    """The scipy CSR loops (small CPU operators) compute the same products as torch's kernels."""
-    from imitation_meg.mdp import AMProduct
-
-    mdp = random_mdp(60, 3, 4, branching=3, seed=int(rng.integers(1000)))
-    S, A = mdp.n_states, mdp.n_actions
-    M, MT = mdp._am_operators(dtype, k)
-    assert M.is_sparse_csr and MT.is_sparse_csr  # 3 successors of 60 states: sparse wins
-    fast, ref = AMProduct(M, MT, use_scipy=True), AMProduct(M, MT, use_scipy=False)
-    assert fast.uses_numpy and not ref.uses_numpy
-    shape_x, shape_m = ((S,), (A * S,)) if k == 1 else ((S, k), (A * S, k))
-    x = th.as_tensor(rng.standard_normal(shape_x), dtype=dtype)
-    c = th.as_tensor(rng.standard_normal(shape_m), dtype=dtype)
-    m = th.as_tensor(rng.random(shape_m), dtype=dtype)
-    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == th.float32 else {"rtol": 1e-12, "atol": 1e-12}
-    for alpha in (1.0, 0.9):
-        out_f, out_r = th.empty(shape_m, dtype=dtype), th.empty(shape_m, dtype=dtype)
-        fast.backup(out_f, x, c, alpha)
-        ref.backup(out_r, x, c, alpha)
-        th.testing.assert_close(out_f, out_r, **tol)
-        T_am = mdp.dense_transition().transpose(0, 1).reshape(A * S, S).to(dtype)
-        th.testing.assert_close(out_f, c + alpha * (T_am @ x), **tol)
-    out_f, out_r = th.empty(shape_x, dtype=dtype), th.empty(shape_x, dtype=dtype)
-    fast.push(out_f, m)
-    ref.push(out_r, m)
-    th.testing.assert_close(out_f, out_r, **tol)
-    # The flat numpy entry points used inside the passes.
-    flat = th.empty(A * S * k, dtype=dtype)
-    fast.backup_np(flat.numpy(), x.numpy().reshape(-1), c.numpy().reshape(-1), fast.scaled(0.5))
-    th.testing.assert_close(flat.view(shape_m), c + 0.5 * (T_am @ x), **tol)
-    flat_s = th.full((S * k,), 7.0, dtype=dtype)  # push_np overwrites, it does not accumulate
-    fast.push_np(flat_s.numpy(), m.numpy().reshape(-1))
-    th.testing.assert_close(flat_s.view(shape_x), T_am.T @ m, **tol)

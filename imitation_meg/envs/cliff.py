@@ -103,7 +103,8 @@ def cliff_world(
         horizon: number of decisions ``H``.
         goal_region: ``k`` goal squares, or explicit ``(row, col)`` cells (see
             :func:`goal_region_cells`). Goal cells get ``rew_goal``; a goal cell on the top row
-            replaces a cliff square.
+            replaces a cliff square. Explicit cells are the whole goal region: if they leave out
+            seals' goal corner ``(0, width - 1)``, that square becomes a cliff square.
         goal_layout: ``"column"`` or ``"row"``, for an integer ``goal_region``.
         fail_p: wind probability of being blown one extra row up.
         rew_default, rew_goal, rew_cliff: state utilities.
@@ -138,6 +139,10 @@ def cliff_world(
     )
     cells = goal_region_cells(int(width), int(height), goal_region, goal_layout)
     reward = np.asarray(env.reward_matrix, dtype=np.float64).copy()
+    if (0, int(width) - 1) not in cells:
+        # Explicit cells define the whole goal region: seals' goal corner becomes the end of the
+        # cliff row (so that the utility and the "goal" grid target agree).
+        reward[int(width) - 1] = rew_cliff
     for r, c in cells:
         reward[r * width + c] = rew_goal
     k = len(cells)

@@ -44,10 +44,14 @@ def test_mouse_as_an_mdp_with_transition_utility():
     pi = np.array([[0.8, 0.2], [0.5, 0.5], [0.5, 0.5]])
     res = im.meg(pi, mdp)
     assert round(res.meg, 4) == 0.1927 and res.beta == pytest.approx(LOG2, rel=1e-9)
-    # Scale dependence of the naive plug-in (beta = 1): -0.13 for U, -0.018 for 2U ...
+    # Scale dependence of the naive plug-in (beta = 1), paper Example 1: the always-cheese mouse
+    # has log-likelihood log(e / (e + 1/e)) = -log(1 + e^-2) = -0.127 under U and
+    # -log(1 + e^-4) = -0.0181 under 2U (the paper rounds them to -0.13 and -0.018) ...
     always = np.array([[1.0, 0.0]] * 3)
     lp_u = im.soft_value_iteration(mdp, 1.0).log_pi[0, 0, 0, 0]
     lp_2u = im.soft_value_iteration(mdp, 1.0, utility=2 * U).log_pi[0, 0, 0, 0]
+    assert float(lp_u) == pytest.approx(-math.log1p(math.exp(-2.0)), rel=1e-14)
+    assert float(lp_2u) == pytest.approx(-math.log1p(math.exp(-4.0)), rel=1e-14)
     assert round(float(lp_u), 2) == -0.13 and round(float(lp_2u), 3) == -0.018
     # ... while MEG does not depend on the scale.
     assert im.meg(always, mdp).meg == pytest.approx(im.meg(always, mdp, 2 * U).meg, rel=1e-12)
@@ -238,27 +242,13 @@ def test_zero_pass_matches_the_general_pass(rng):
     for mdp in (cliff_world(horizon=9), random_mdp(30, 3, 7, discount=0.8, seed=3)):
         pi = th.as_tensor(rng.dirichlet(np.ones(mdp.n_actions), size=(mdp.horizon, mdp.n_states)))
         obj = MEGObjective(mdp, pi)
-        general = obj._evaluate(th.zeros(1, dtype=th.float64))
-        for x, y in zip(obj._evaluate_zero(), general, strict=True):
+        general = obj.evaluate_batch(th.zeros(1, dtype=th.float64))
+        for x, y in zip(obj.evaluate_zero(), general, strict=True):
             th.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
 
 
-def test_cubic_roots_on_the_unit_interval_match_numpy(rng):
-    from imitation_meg.known import _cubic_roots_01
-
-    for _ in range(2000):
-        c = rng.standard_normal(4) * 10.0 ** rng.uniform(-3, 3, 4)
-        ref = sorted(
-            float(z.real)
-            for z in np.roots(c[::-1])
-            if abs(z.imag) <= 1e-9 * max(1.0, abs(z)) and 0.0 < z.real < 1.0
-        )
-        ours = sorted(_cubic_roots_01(*c))
-        assert len(ours) == len(ref)
-        np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-7)
-
-
-def test_both_limits_match_the_per_step_hard_pass(rng):
+def test_both_limits_match_the_per_step_hard_pass(rng, monkeypatch):
+    from imitation_meg import _known_passes
     from imitation_meg.known import MEGObjective
 
     mdp = cliff_world(horizon=7)
@@ -266,10 +256,11 @@ def test_both_limits_match_the_per_step_hard_pass(rng):
         pi = policies.epsilon_greedy(mdp, eps)
         fast = MEGObjective(mdp, pi)
         slow = MEGObjective(mdp, pi)
-        slow._limits_fit = lambda: False  # the per-step path used at large S
         for sign in (1.0, -1.0):
             L_fast, eu_fast = fast.evaluate_limit(sign)
-            L_slow, eu_slow = slow.evaluate_limit(sign)
+            with monkeypatch.context() as m:  # the per-step path used at large S
+                m.setattr(_known_passes, "_limits_fit", lambda *args: False)
+                L_slow, eu_slow = slow.evaluate_limit(sign)
             assert L_fast == pytest.approx(L_slow, rel=1e-12) or L_fast == L_slow == -math.inf
             assert eu_fast == pytest.approx(eu_slow, rel=1e-12)
     assert math.isfinite(
@@ -359,3 +350,52 @@ def test_pass_workspaces_shared_on_one_mdp_keep_objectives_apart(rng):
         ref = MEGObjective(cliff_world(horizon=H), pi).evaluate2(betas)
         for a, b in zip(got, ref, strict=True):
             th.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- fast vs reference
+@pytest.mark.parametrize("lean", [False, True])
+def test_fused_pass_matches_the_reference_loop(layout, lean, rng, monkeypatch):
+    from imitation_meg import _known_passes
+    from imitation_meg.known import MEGObjective, objective_reference, sa_occupancy_of
+
+    if lean:  # no cached occupancy: one slot per step, accumulated per step
+        monkeypatch.setattr(_known_passes, "_W_BYTES", 0)
+    mdp = random_mdp(25, 3, 6, branching=3, discount=0.9, seed=int(rng.integers(1000)))
+    pi = th.as_tensor(rng.dirichlet(np.ones(3), size=(6, 25)))
+    w = sa_occupancy_of(mdp, pi)
+    betas = [0.0, 0.4, -1.5, 3.0]
+    obj = MEGObjective(mdp, pi)
+    full = obj.evaluate_batch(th.tensor(betas, dtype=th.float64))
+    light = obj.evaluate_batch(th.tensor(betas, dtype=th.float64), second=False)
+    for k, beta in enumerate(betas):
+        ref = objective_reference(mdp, w, beta)
+        for j in range(4):
+            assert float(full[j][k]) == pytest.approx(ref[j], rel=1e-11, abs=1e-11)
+            if j != 2:
+                assert float(light[j][k]) == pytest.approx(ref[j], rel=1e-11, abs=1e-11)
+    zero, ref0 = obj.evaluate_zero(), objective_reference(mdp, w, 0.0)
+    for j in range(4):
+        assert float(zero[j][0]) == pytest.approx(ref0[j], rel=1e-11, abs=1e-11)
+
+
+def test_reference_derivatives_match_autograd(rng):
+    from imitation_meg.known import objective_reference, sa_occupancy_of
+
+    mdp = random_mdp(12, 3, 5, discount=0.85, seed=4)
+    w = sa_occupancy_of(mdp, th.as_tensor(rng.dirichlet(np.ones(3), size=(5, 12))))
+    for beta in (0.0, 0.6, -2.0):
+        b = th.tensor(beta, dtype=th.float64, requires_grad=True)
+        log_pi = im.soft_value_iteration(mdp, 1.0, utility=b * mdp.utility).log_pi[0]
+        L = (w * log_pi).sum()
+        (dL,) = th.autograd.grad(L, b, create_graph=True)
+        (d2L,) = th.autograd.grad(dL, b)
+        ref = objective_reference(mdp, w, beta)
+        assert ref[0] == pytest.approx(float(L.detach()), rel=1e-12)
+        assert ref[1] == pytest.approx(float(dL.detach()), rel=1e-10, abs=1e-12)
+        assert ref[2] == pytest.approx(float(d2L), rel=1e-10)
+        # The model's expected utility: E_{pi_beta}[sum_t gamma^t U] from its own occupancy.
+        pib = log_pi.detach().exp()
+        D = im.occupancy_measures(mdp, pib)[:-1]
+        gam = 0.85 ** th.arange(5, dtype=th.float64)
+        eu = float((gam.view(5, 1) * D * (pib * mdp.reward_sa()).sum(-1)).sum())
+        assert ref[3] == pytest.approx(eu, rel=1e-12)

@@ -1,0 +1,557 @@
+"""The fast paths of the transition operator, in one object per MDP (and device).
+
+Every pass of the package multiplies by the transition matrix in one of two directions:
+
+- the *backup* ``E_{s' ~ T(s, a)}[x(s')]`` of value columns ``x (S, k)`` (soft value iteration,
+  MEG's derivative passes), and
+- the *push-forward* ``sum_{s, a} m(s, a) T[s, a, s']`` of state-action masses (occupancies).
+
+How these products run is this module's business and nobody else's:
+
+- **dense or sparse.** Small MDPs (``S * A * S <= 2**20``) keep a dense ``(S * A, S)`` matrix
+  (one BLAS call); the others an int32 CSR matrix and its transpose (``O(S * A * B)`` work and
+  memory).
+- **action-major layout.** The internal passes hold their ``(S, A)`` arrays as ``(A, S)``
+  blocks (row ``a * S + s``), so that sums and maxima over the few actions reduce over a leading
+  axis and broadcasts of state values run over contiguous memory. Up to ``AM_MAX_SA`` state-action
+  pairs the operator keeps action-major copies, dense or CSR by a cost rule for the number of
+  columns; above it the state-major CSR pair is used through strided views (no second copy of a
+  large operator).
+- **scipy's CSR loops.** On CPU, products with at most ``SCIPY_MAX_WORK`` multiply-adds run
+  scipy's compiled ``csr_matvec(s)`` on numpy views of the cached tensors (a few microseconds
+  less per call than torch's sparse kernels); the passes then also run their elementwise steps
+  as numpy ufuncs on views of the same buffers (:data:`NUMPY_KERNELS`).
+- **workspaces.** Buffers of a pass can be kept per operator (per key and thread) for the next
+  pass of the same shape.
+- **device.** Everything lives on the MDP's device; scipy's loops only on CPU.
+
+:class:`TransitionOperator` holds these caches for one set of transitions on one device (copies
+of an MDP with another dtype or horizon share it); :class:`Products` is its action-major
+product for ``k`` columns, with one :meth:`Products.backup` and one :meth:`Products.push` whatever
+the path. Callers use only the public methods below.
+
+(Over 500 lines on purpose: one concept, the operator's fast forms, whose four product paths,
+elementwise kernels and caches only make sense together.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import warnings
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
+
+import numpy as np
+import torch as th
+
+try:  # scipy's compiled CSR loops: a few microseconds less per call than torch's sparse kernels
+    from scipy.sparse import _sparsetools as _spt
+except ImportError:  # pragma: no cover - scipy is a dependency; torch's kernels are the fallback
+    _spt = None
+
+__all__ = [
+    "AM_MAX_SA",
+    "DENSE_FAST_PATH_ENTRIES",
+    "LAYOUT_OVERRIDE",
+    "NUMPY_KERNELS",
+    "SCIPY_MAX_WORK",
+    "TORCH_KERNELS",
+    "Kernels",
+    "Products",
+    "TransitionOperator",
+    "promoted_dtype",
+]
+
+# Below this many S * A * S entries the operator is a cached dense matrix (one BLAS call).
+DENSE_FAST_PATH_ENTRIES = 1 << 20
+# Up to this many state-action pairs the passes use cached action-major operators.
+AM_MAX_SA = 1 << 20
+# CPU products with at most this many multiply-adds (stored entries x columns) use scipy's CSR
+# loops, whose per-call cost is a few microseconds below torch's sparse kernels; above it the
+# call cost no longer matters and torch's kernels are as fast or faster.
+SCIPY_MAX_WORK = 1 << 17
+# Tests set this to force one path of :meth:`TransitionOperator.products` on fresh operators:
+# "dense", "csr" (torch's kernels), "scipy" or "state_major"; None chooses by the rules above.
+LAYOUT_OVERRIDE: str | None = None
+
+W = TypeVar("W")
+Array = Any  # a torch tensor, or a numpy view of one in the numpy paths
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernels:
+    """The elementwise steps of the passes, for torch tensors or numpy views of them.
+
+    Every function writes into its last argument ``out``; the reductions run over the leading
+    (action) axis and keep it (``(A, S, k) -> (1, S, k)``). numpy's ufuncs cost about 1 us less
+    per call than torch's on small blocks and its ``exp`` / ``log`` are about twice as fast, so
+    the passes run them wherever their products run through scipy (:attr:`Products.numpy`).
+    """
+
+    amax0: Callable[[Any, Any], Any]
+    sum0: Callable[[Any, Any], Any]
+    add: Callable[[Any, Any, Any], Any]
+    sub: Callable[[Any, Any, Any], Any]
+    mul: Callable[[Any, Any, Any], Any]
+    div: Callable[[Any, Any, Any], Any]
+    exp: Callable[[Any, Any], Any]
+    log: Callable[[Any, Any], Any]
+    copy: Callable[[Any, Any], Any]
+
+
+def _np_amax0(x: np.ndarray, out: np.ndarray) -> None:
+    np.maximum.reduce(x, 0, None, out, True)
+
+
+def _np_sum0(x: np.ndarray, out: np.ndarray) -> None:
+    np.add.reduce(x, 0, None, out, True)
+
+
+def _np_copy(x: np.ndarray, out: np.ndarray) -> None:
+    np.copyto(out, x)
+
+
+def _th_amax0(x: th.Tensor, out: th.Tensor) -> None:
+    th.amax(x, 0, True, out=out)
+
+
+def _th_sum0(x: th.Tensor, out: th.Tensor) -> None:
+    th.sum(x, 0, True, out=out)
+
+
+def _th_copy(x: th.Tensor, out: th.Tensor) -> None:
+    out.copy_(x)
+
+
+def _th_binary(op: Callable[..., th.Tensor]) -> Callable[[Any, Any, Any], Any]:
+    def f(a: th.Tensor, b: th.Tensor, out: th.Tensor) -> None:
+        op(a, b, out=out)
+
+    return f
+
+
+def _th_unary(op: Callable[..., th.Tensor]) -> Callable[[Any, Any], Any]:
+    def f(a: th.Tensor, out: th.Tensor) -> None:
+        op(a, out=out)
+
+    return f
+
+
+#: numpy ufuncs take ``out`` positionally.
+NUMPY_KERNELS = Kernels(
+    amax0=_np_amax0,
+    sum0=_np_sum0,
+    add=np.add,
+    sub=np.subtract,
+    mul=np.multiply,
+    div=np.divide,
+    exp=np.exp,
+    log=np.log,
+    copy=_np_copy,
+)
+TORCH_KERNELS = Kernels(
+    amax0=_th_amax0,
+    sum0=_th_sum0,
+    add=_th_binary(th.add),
+    sub=_th_binary(th.sub),
+    mul=_th_binary(th.mul),
+    div=_th_binary(th.div),
+    exp=_th_unary(th.exp),
+    log=_th_unary(th.log),
+    copy=_th_copy,
+)
+
+
+def promoted_dtype(x: th.dtype, own: th.dtype) -> th.dtype:
+    """The float dtype of a product of ``x``-typed values with an MDP of dtype ``own``."""
+    if x == own:
+        return x
+    dt = th.promote_types(x, own)
+    return dt if dt in (th.float32, th.float64) else own
+
+
+class Products:
+    """Products with one MDP's transitions in the action-major layout, for ``k`` columns.
+
+    ``backup(out, x, c, alpha)``: ``out = c + alpha * M @ x`` with ``M (A * S, S)`` (row
+    ``a * S + s``), ``x (S, k)`` / ``(S,)`` and ``out, c (A * S, k)`` / ``(A * S,)``.
+    ``push(out, x)``: ``out = M^T @ x`` for a mass ``x (A, S, k)`` made by :meth:`sa_buffer`
+    and ``out (S, k)`` / ``(S,)``.
+
+    The path is chosen once, at construction: a dense matrix (one BLAS call), an action-major
+    CSR matrix through torch's kernels, the same through scipy's CSR loops (:attr:`numpy`), or,
+    on large MDPs, the state-major CSR pair through strided views. With :attr:`numpy` every
+    argument may also be a flat numpy view of a C-contiguous buffer (what the passes hand over,
+    made once per buffer with :meth:`view`).
+    """
+
+    def __init__(
+        self,
+        n_states: int,
+        n_actions: int,
+        M: th.Tensor,
+        MT: th.Tensor,
+        *,
+        state_major: bool = False,
+        use_scipy: bool = False,
+    ) -> None:
+        self.n_states, self.n_actions = n_states, n_actions
+        self._M, self._MT = M, MT
+        self._state_major = state_major
+        self._np: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
+        self._scaled: dict[tuple[int, float], np.ndarray] = {}
+        self._alpha, self._alpha_data = 1.0, np.empty(0)
+        if use_scipy:
+            self._np = (
+                (M.crow_indices().numpy(), M.col_indices().numpy(), M.values().numpy(), *M.shape),
+                (
+                    MT.crow_indices().numpy(),
+                    MT.col_indices().numpy(),
+                    MT.values().numpy(),
+                    *MT.shape,
+                ),
+            )
+            self._alpha_data = self._np[0][2]
+            self.backup = self._backup_scipy  # type: ignore[method-assign]
+            self.push = self._push_scipy  # type: ignore[method-assign]
+        elif state_major:
+            self.backup = self._backup_state_major  # type: ignore[method-assign]
+            self.push = self._push_state_major  # type: ignore[method-assign]
+
+    @property
+    def numpy(self) -> bool:
+        """Whether the products run through scipy's loops on numpy views (CPU, small MDPs);
+        the passes then run their elementwise steps with :data:`NUMPY_KERNELS` too."""
+        return self._np is not None
+
+    @property
+    def kernels(self) -> Kernels:
+        """The elementwise kernels that match :attr:`numpy`."""
+        return NUMPY_KERNELS if self._np is not None else TORCH_KERNELS
+
+    @property
+    def is_sparse(self) -> bool:
+        """Whether the operator is a CSR matrix (else dense)."""
+        return bool(self._M.is_sparse_csr)
+
+    def view(self, t: th.Tensor) -> Array:
+        """``t`` as the products and kernels take it: a numpy view with :attr:`numpy`, else ``t``."""
+        return t.numpy() if self._np is not None else t
+
+    def flat(self, t: th.Tensor) -> Array:
+        """A C-contiguous ``t`` as the flat argument the scipy path takes, else ``t``."""
+        return t.numpy().reshape(-1) if self._np is not None else t
+
+    def operands(self, buf: th.Tensor, k: int) -> list[Array]:
+        """The per-step operands of a C-contiguous buffer ``(n, ..., k)`` (``n`` steps of
+        ``(A, S, k)`` rows or ``(S, k)`` carries), in the form :meth:`backup` and :meth:`push`
+        take them: flat numpy views with :attr:`numpy`, else ``(rows,)`` for ``k = 1`` and
+        ``(rows, k)`` tensors."""
+        n = buf.shape[0]
+        if self._np is not None:
+            return list(buf.numpy().reshape(n, -1))
+        if k == 1:
+            return list(buf.view(n, -1).unbind(0))
+        return list(buf.view(n, -1, k).unbind(0))
+
+    def sa_buffer(self, k: int, like: th.Tensor) -> th.Tensor:
+        """An empty ``(A, S, k)`` state-action mass for :meth:`push` (on large MDPs a transposed
+        view of a state-major buffer, so that the product reads it without a copy)."""
+        A, S = self.n_actions, self.n_states
+        if self._state_major:
+            return like.new_empty(S, A, k).transpose(0, 1)
+        return like.new_empty(A, S, k)
+
+    def dense_matrix(self) -> th.Tensor:
+        """The action-major operator ``M (A * S, S)`` as a dense tensor (for tests and checks)."""
+        S, A = self.n_states, self.n_actions
+        M = self._M.to_dense() if self._M.is_sparse_csr else self._M
+        if self._state_major:
+            return M.view(S, A, S).transpose(0, 1).reshape(A * S, S)
+        return M
+
+    # ------------------------------------------------------------------ the products
+    def backup(self, out: Array, x: Array, c: Array, alpha: float = 1.0) -> None:
+        """``out = c + alpha * M @ x``."""
+        if out.ndim == 1:
+            th.addmv(c, self._M, x, alpha=alpha, out=out)
+        else:
+            th.addmm(c, self._M, x, alpha=alpha, out=out)
+
+    def push(self, out: Array, x: Array) -> None:
+        """``out = M^T @ x`` for a mass ``x (A, S, k)`` (flat with :attr:`numpy`)."""
+        A, S = self.n_actions, self.n_states
+        if out.ndim == 1 or out.shape[-1] == 1:
+            th.mv(self._MT, x.view(A * S), out=out.view(S))
+        else:
+            th.mm(self._MT, x.view(A * S, -1), out=out)
+
+    def scaled(self, alpha: float, which: int = 0) -> np.ndarray:
+        """The stored values of ``alpha * M`` (``which=1``: of ``M^T``), cached per ``alpha``
+        (scipy path)."""
+        assert self._np is not None
+        data = self._np[which][2]
+        if alpha == 1.0:
+            return data
+        scaled = self._scaled.get((which, alpha))
+        if scaled is None:
+            scaled = self._scaled[(which, alpha)] = data * alpha
+        return scaled
+
+    def _backup_scipy(self, out: Array, x: Array, c: Array, alpha: float = 1.0) -> None:
+        if not isinstance(out, np.ndarray):  # tensors: flat numpy views of them
+            if not out.is_contiguous():  # pragma: no cover - the passes hand contiguous blocks
+                Products.backup(self, out, x, c, alpha)
+                return
+            out, x, c = out.numpy().reshape(-1), x.numpy().reshape(-1), c.numpy().reshape(-1)
+        np.copyto(out, c)
+        if alpha != self._alpha:  # the scaled values of the last alpha are kept at hand
+            self._alpha, self._alpha_data = alpha, self.scaled(alpha, 0)
+        indptr, indices, _, n_row, n_col = self._np[0]  # type: ignore[index]
+        k = out.shape[0] // n_row
+        if k == 1:
+            _spt.csr_matvec(n_row, n_col, indptr, indices, self._alpha_data, x, out)
+        else:
+            _spt.csr_matvecs(n_row, n_col, k, indptr, indices, self._alpha_data, x, out)
+
+    def _push_scipy(self, out: Array, x: Array) -> None:
+        if not isinstance(out, np.ndarray):
+            out, x = out.numpy().reshape(-1), x.numpy().reshape(-1)
+        out.fill(0.0)
+        indptr, indices, data, n_row, n_col = self._np[1]  # type: ignore[index]
+        k = out.shape[0] // n_row
+        if k == 1:
+            _spt.csr_matvec(n_row, n_col, indptr, indices, data, x, out)
+        else:
+            _spt.csr_matvecs(n_row, n_col, k, indptr, indices, data, x, out)
+
+    def _backup_state_major(self, out: Array, x: Array, c: Array, alpha: float = 1.0) -> None:
+        S, A = self.n_states, self.n_actions
+        if x.ndim == 1 or x.shape[-1] == 1:
+            k, nxt = 1, self._M @ x.reshape(S)
+        else:
+            k, nxt = x.shape[-1], self._M @ x
+        th.add(
+            c.view(A, S, k), nxt.view(S, A, k).transpose(0, 1), alpha=alpha, out=out.view(A, S, k)
+        )
+
+    def _push_state_major(self, out: Array, x: Array) -> None:
+        S, A = self.n_states, self.n_actions
+        sm = x.transpose(0, 1)  # (S, A, k), contiguous when made by sa_buffer
+        if out.ndim == 1 or out.shape[-1] == 1:
+            out.view(S).copy_(self._MT @ sm.reshape(S * A))
+        else:
+            out.copy_(self._MT @ sm.reshape(S * A, -1))
+
+
+class TransitionOperator:
+    """The transition operator of one MDP on one device, with every cached form of it.
+
+    Built from the fixed-branching transitions ``next_state, prob (S, A, B)``; copies of the MDP
+    with another dtype or horizon share it (its caches are keyed by dtype).
+
+    Args:
+        next_state: ``(S, A, B)`` successor indices (int64).
+        prob: ``(S, A, B)`` successor probabilities (the MDP's own dtype; other dtypes are cast
+            from it).
+    """
+
+    def __init__(self, next_state: th.Tensor, prob: th.Tensor) -> None:
+        self._next_state, self._prob = next_state, prob
+        self.n_states, self.n_actions = int(next_state.shape[0]), int(next_state.shape[1])
+        self.device = next_state.device
+        self._cache: dict[Hashable, Any] = {}
+        self._nnz: int | None = None
+
+    # ------------------------------------------------------------------ cached forms
+    def _get(self, key: Hashable, build: Callable[[], W]) -> W:
+        val = self._cache.get(key)
+        if val is None:
+            val = self._cache[key] = build()
+        return val
+
+    def dense(self, dtype: th.dtype) -> th.Tensor | None:
+        """Cached ``T`` as ``(S * A, S)`` for small MDPs (``S * A * S <= 2**20``), else None."""
+        S, A = self.n_states, self.n_actions
+        if S * A * S > DENSE_FAST_PATH_ENTRIES:
+            return None
+
+        def build() -> th.Tensor:
+            T = th.zeros(S, A, S, dtype=dtype, device=self.device)
+            T.scatter_add_(-1, self._next_state, self._prob.to(dtype))
+            return T.reshape(S * A, S)
+
+        return self._get(("dense", dtype), build)
+
+    def csr(self, dtype: th.dtype) -> tuple[th.Tensor, th.Tensor]:
+        """Cached sparse CSR matrices ``P (S * A, S)`` and ``P^T (S, S * A)`` of the transitions.
+
+        Duplicate successors are summed and zero-probability padding is dropped; indices are
+        int32 when they fit (half the index traffic of int64).
+        """
+
+        def build() -> tuple[th.Tensor, th.Tensor]:
+            S, A, B = self._next_state.shape
+            keep = self._prob.reshape(-1) != 0
+            rows = th.arange(S * A, device=self.device).repeat_interleave(B)[keep]
+            cols = self._next_state.reshape(-1)[keep]
+            vals = self._prob.reshape(-1)[keep].to(dtype)
+            idx_dtype = th.int32 if max(S * A, rows.numel()) < 2**31 - 1 else th.int64
+            return (
+                _csr_matrix(rows, cols, vals, (S * A, S), idx_dtype),
+                _csr_matrix(cols, rows, vals, (S, S * A), idx_dtype),
+            )
+
+        return self._get(("csr", dtype), build)
+
+    @property
+    def nnz(self) -> int:
+        """Number of non-zero transition entries."""
+        if self._nnz is None:
+            self._nnz = int((self._prob != 0).sum())
+        return self._nnz
+
+    def _state_major(self, dtype: th.dtype) -> tuple[bool, th.Tensor, th.Tensor]:
+        """``(is_dense, M, M^T)`` for the backup ``(S * A, S)`` and push-forward ``(S, S * A)``."""
+
+        def build() -> tuple[bool, th.Tensor, th.Tensor]:
+            dense = self.dense(dtype)
+            if dense is not None:
+                return (True, dense, dense.T)
+            P, PT = self.csr(dtype)
+            return (False, P, PT)
+
+        return self._get(("ops", dtype), build)
+
+    def _scipy_ok(self, work: int) -> bool:
+        """Whether a CSR product of ``work`` multiply-adds goes through scipy's loops."""
+        return _spt is not None and self.device.type == "cpu" and work <= SCIPY_MAX_WORK
+
+    def _am_matrices(
+        self, dtype: th.dtype, k: int, forced: str | None = None
+    ) -> tuple[th.Tensor, th.Tensor] | None:
+        """Action-major ``(M (A * S, S), M^T (S, A * S))`` for passes over ``k`` columns, or
+        None above ``AM_MAX_SA`` state-action pairs.
+
+        Dense on small MDPs when a dense product is cheaper than the sparse one for ``k`` columns
+        (dense costs about 0.1 ns per multiply-add, CSR about 2.5 us more per call plus 0.5 ns per
+        stored entry and column; with scipy's loops about 0.5 us per call), else int32 CSR.
+        """
+        S, A = self.n_states, self.n_actions
+        if S * A > AM_MAX_SA or forced == "state_major":
+            return None
+        dense = self.dense(dtype)
+        if dense is not None and forced not in ("csr", "scipy"):
+            nnz = self.nnz
+            call = 500.0 if self._scipy_ok(nnz * k) else 2500.0
+            if forced == "dense" or 0.1 * (S * A * S) * k <= call + 0.5 * nnz * k:
+
+                def build_dense() -> tuple[th.Tensor, th.Tensor]:
+                    Mam = dense.view(S, A, S).transpose(0, 1).reshape(A * S, S).contiguous()
+                    return (Mam, Mam.T)
+
+                return self._get(("dense_am", dtype), build_dense)
+
+        def build_csr() -> tuple[th.Tensor, th.Tensor]:
+            P, _PT = self.csr(dtype)
+            perm = th.arange(S * A, device=self.device).view(S, A).T.reshape(-1)  # am -> sm row
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                rows = P.to_sparse_coo().coalesce()
+            r, c = rows.indices()
+            inv = th.empty_like(perm)
+            inv[perm] = th.arange(S * A, device=self.device)
+            ram = inv[r]
+            idx_dtype = P.col_indices().dtype
+            return (
+                _csr_matrix(ram, c, rows.values(), (A * S, S), idx_dtype),
+                _csr_matrix(c, ram, rows.values(), (S, A * S), idx_dtype),
+            )
+
+        return self._get(("csr_am", dtype), build_csr)
+
+    # ------------------------------------------------------------------ public products
+    def products(self, dtype: th.dtype, k: int) -> Products:
+        """The action-major products for passes over ``k`` columns in ``dtype`` (cached)."""
+        forced = LAYOUT_OVERRIDE
+        ops = self._am_matrices(dtype, k, forced)
+        if ops is None:
+            _dense, P, PT = self._state_major(dtype)
+            return self._get(
+                ("products_sm", dtype),
+                lambda: Products(self.n_states, self.n_actions, P, PT, state_major=True),
+            )
+        use_scipy = ops[0].is_sparse_csr and (
+            (forced == "scipy" and _spt is not None and self.device.type == "cpu")
+            or (forced is None and self._scipy_ok(self.nnz * k))
+        )
+        key = ("products", dtype, ops[0].is_sparse_csr, use_scipy)
+        return self._get(
+            key,
+            lambda: Products(self.n_states, self.n_actions, ops[0], ops[1], use_scipy=use_scipy),
+        )
+
+    def expect_next(self, values: th.Tensor, dtype: th.dtype) -> th.Tensor:
+        """``E_{s' ~ T(s, a)}[v(s')]`` for value vectors ``(..., S)``: ``(..., S, A)`` in ``dtype``.
+
+        Differentiable with respect to ``values``.
+        """
+        lead = values.shape[:-1]
+        S, A = self.n_states, self.n_actions
+        dense, M, _ = self._state_major(dtype)
+        v = values.reshape(-1, S)
+        if v.dtype != dtype:
+            v = v.to(dtype)
+        if dense:
+            return (v @ M.T).view(*lead, S, A)
+        if v.shape[0] == 1:
+            return (M @ v[0]).view(*lead, S, A)
+        return (M @ v.T).T.reshape(*lead, S, A)
+
+    def push_forward(self, sa_mass: th.Tensor, dtype: th.dtype) -> th.Tensor:
+        """``d'(s') = sum_{s, a} m(s, a) T[s, a, s']`` for masses ``(..., S, A)``: ``(..., S)``."""
+        lead = sa_mass.shape[:-2]
+        S, A = self.n_states, self.n_actions
+        dense, M, MT = self._state_major(dtype)
+        flat = sa_mass.reshape(-1, S * A)
+        if flat.dtype != dtype:
+            flat = flat.to(dtype)
+        if dense:
+            return (flat @ M).view(*lead, S)
+        if flat.shape[0] == 1:
+            return (MT @ flat[0]).view(*lead, S)
+        return (MT @ flat.T).T.reshape(*lead, S)
+
+    def has_dense(self, dtype: th.dtype) -> bool:
+        """Whether this operator uses the cached dense matrix (small MDPs)."""
+        return self.dense(dtype) is not None
+
+    # ------------------------------------------------------------------ workspaces
+    def workspace(self, key: Hashable) -> Any:
+        """A workspace kept by :meth:`keep_workspace` under ``key`` in this thread, or None."""
+        return self._cache.get(("workspace", key, threading.get_ident()))
+
+    def keep_workspace(self, key: Hashable, ws: Any) -> None:
+        """Keep ``ws`` for the next pass with the same ``key`` in this thread."""
+        self._cache[("workspace", key, threading.get_ident())] = ws
+
+
+def _csr_matrix(
+    rows: th.Tensor, cols: th.Tensor, vals: th.Tensor, shape: tuple[int, int], idx_dtype: th.dtype
+) -> th.Tensor:
+    """A CSR matrix from COO triplets (duplicates summed) with ``idx_dtype`` indices."""
+    with warnings.catch_warnings():  # "CSR support is in beta" and friends
+        warnings.simplefilter("ignore", UserWarning)
+        csr = (
+            th.sparse_coo_tensor(th.stack([rows, cols]), vals, shape, check_invariants=False)
+            .coalesce()
+            .to_sparse_csr()
+        )
+        return th.sparse_csr_tensor(
+            csr.crow_indices().to(idx_dtype),
+            csr.col_indices().to(idx_dtype),
+            csr.values(),
+            shape,
+            check_invariants=False,
+        )
