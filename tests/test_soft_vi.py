@@ -180,6 +180,7 @@ def test_fast_occupancy_matches_the_reference_loop(layout, rng):
 
 
 def test_reference_recursion_matches_imitation():
+    mce_irl = pytest.importorskip("imitation.algorithms.mce_irl")
     env = gym.make("seals/CliffWorld7x4-v0").unwrapped
     V0, Q0, pi0 = mce_irl.mce_partition_fh(env)
     mdp = im.TabularMDP.from_env(env)
