@@ -1,19 +1,37 @@
-# Every target installs into .venv first: torch before anything else (on these machines
-# `pip install torch==2.13.0` finds a local CPU wheel; elsewhere it brings the CUDA build), then
-# the package with all extras under constraints.txt, the tested stack.
+# Two lanes, each in its own virtual environment, torch installed first in both (on these
+# machines `pip install torch==2.13.0` finds a local CPU wheel; on an ordinary Linux machine it
+# brings the CUDA build, about 5 GB: add --index-url https://download.pytorch.org/whl/cpu for
+# the CPU build):
+# - pinned (.venv): imitation 1.0.1 and what it pins (SB3 2.2.1, gymnasium 0.29.1, numpy 1.26),
+#   constraints.txt, extras all + imitation + lint;
+# - modern (.venv-modern): the current releases (SB3 2.9.2, gymnasium 1.4.0, numpy 2.x, no
+#   imitation), constraints-modern.txt, extras all + zoo.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+MODERN_VENV ?= .venv-modern
+MPY := $(MODERN_VENV)/bin/python
+MODERN_STAMP := $(MODERN_VENV)/.installed
 
-.PHONY: install demo test test-expensive lint clean
+.PHONY: install install-modern demo test test-expensive test-modern lint clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[all,lint]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[all,imitation,lint]"
+	# rl-zoo3 2.2.1 without its dependencies (see constraints.txt); the rest is installed above.
+	$(PY) -m pip install --quiet --no-deps -c constraints.txt rl-zoo3==2.2.1
 	touch $(STAMP)
 
+$(MODERN_STAMP): setup.cfg pyproject.toml constraints-modern.txt
+	python3 -m venv $(MODERN_VENV)
+	$(MPY) -m pip install --quiet torch==2.13.0
+	$(MPY) -m pip install --quiet -c constraints-modern.txt -e ".[all,zoo]"
+	touch $(MODERN_STAMP)
+
 install: $(STAMP)
+
+install-modern: $(MODERN_STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/imitation-meg demo
@@ -24,6 +42,10 @@ test: $(STAMP)
 test-expensive: $(STAMP)
 	$(PY) -m pytest -m expensive -q
 
+# Every test that does not need imitation, on the current stack (imitation's tests skip).
+test-modern: $(MODERN_STAMP)
+	$(MPY) -m pytest -m "not expensive" -q
+
 # Style and types: ruff's pinned rule set and formatter (pyproject.toml), mypy on the package.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check imitation_meg tests experiments benchmarks
@@ -31,4 +53,4 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(MODERN_VENV) build *.egg-info

@@ -22,7 +22,7 @@ import numpy as np
 import torch as th
 
 import imitation_meg as im
-from imitation_meg.adapters.sb3 import policy_table
+from imitation_meg.adapters import policy_table
 from imitation_meg.progress import progress
 from imitation_meg.results import write_results
 from imitation_meg.training import ALGOS, make_model

@@ -1,7 +1,10 @@
-"""The ``imitation-meg`` command line: ``demo``, ``score`` and ``reproduce``.
+"""The ``imitation-meg`` command line: ``demo``, ``score``, ``plot`` and ``reproduce``.
 
-This is the only module that parses command lines. Errors in user input end the program with
-exit code 2 and a one-line message on stderr.
+This is the only module that parses command lines; the work is done by library modules
+(:mod:`imitation_meg.scoring`, :mod:`imitation_meg.plotting`, the adapters). Errors in user input
+end the program with exit code 2 and a one-line message on stderr; the package's warnings are
+printed as one line each. (Over 500 lines: the argument parsers and table printing of all four
+subcommands live here by design, as the only place that parses command lines.)
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import math
 import pathlib
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,6 +57,11 @@ def _demo(args: argparse.Namespace) -> int:
     import imitation_meg as im
     from imitation_meg import policies
 
+    if args.ppo_steps < 1:
+        raise ValueError(f"--ppo-steps must be a positive number of steps, got {args.ppo_steps}.")
+    if args.horizon < 1:
+        raise ValueError(f"--horizon must be a positive number of decisions, got {args.horizon}.")
+
     t0 = time.perf_counter()
     mdp = im.envs.cliff_world(width=10, height=4, horizon=args.horizon)
     print(
@@ -81,7 +90,7 @@ def _demo_ppo(mdp: Any, args: argparse.Namespace, rows: list[dict[str, Any]]) ->
     import torch as th
 
     import imitation_meg as im
-    from imitation_meg.adapters.sb3 import policy_table
+    from imitation_meg.adapters import policy_table
     from imitation_meg.training import train_cliff_ppo
 
     # A 64-unit MLP trains fastest on one thread; more threads only contend on small machines.
@@ -119,12 +128,11 @@ def _known_row(name: str, res: Any) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- score
-BUILTIN_POLICIES = ("uniform", "optimal", "epsilon-greedy")
 MODES = ("known", "unknown", "target")
 TARGETS = ("row", "column", "cell", "goal")
 
 
-def _score_mdp(args: argparse.Namespace) -> Any:
+def _score_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
     import imitation_meg as im
 
     if args.cliff_world:
@@ -144,48 +152,11 @@ def _score_mdp(args: argparse.Namespace) -> Any:
     ]
     if given:
         raise ValueError(f"{', '.join(given)} only apply to --cliff-world, not to --env.")
+    if args.env is None:
+        from imitation_meg.scoring import mdp_of_sources
+
+        return mdp_of_sources(sources, horizon=args.horizon)
     return im.TabularMDP.from_env(args.env, horizon=args.horizon)
-
-
-def _score_policy(args: argparse.Namespace, mdp: Any) -> tuple[Any, str]:
-    from imitation_meg import policies
-
-    name = args.policy
-    if name in BUILTIN_POLICIES:
-        if args.algo is not None:
-            raise ValueError(
-                f"--algo applies to a saved model, not to the built-in policy {name!r}."
-            )
-        if args.vec_normalize is not None:
-            raise ValueError(f"--vec-normalize applies to a saved model, not to {name!r}.")
-        if name == "epsilon-greedy":
-            if args.epsilon is None:
-                raise ValueError("--policy epsilon-greedy needs --epsilon (in [0, 1]).")
-            return policies.epsilon_greedy(mdp, args.epsilon), f"epsilon-greedy {args.epsilon:g}"
-        if args.epsilon is not None:
-            raise ValueError(
-                f"--epsilon applies to epsilon-greedy and DQN policies, not to {name!r}."
-            )
-        return (policies.uniform(mdp) if name == "uniform" else policies.optimal(mdp)), name
-    if args.algo is None:
-        raise ValueError(
-            f"--policy {name!r} is not one of {list(BUILTIN_POLICIES)}; for an SB3 model file pass "
-            "--algo ppo|a2c|dqn as well."
-        )
-    from imitation_meg.adapters.sb3 import policy_table
-
-    pi = policy_table(
-        name,
-        mdp,
-        algo=args.algo,
-        epsilon=args.epsilon,
-        env=args.env,
-        vec_normalize=args.vec_normalize,
-    )
-    label = f"{args.algo.upper()} {pathlib.Path(name).name}"
-    if args.epsilon is not None:
-        label += f" (epsilon {args.epsilon:g})"
-    return pi, label
 
 
 def _result_dict(res: Any) -> dict[str, Any]:
@@ -194,10 +165,62 @@ def _result_dict(res: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(res).items() if not k.startswith("_")}
 
 
-def _score(args: argparse.Namespace) -> int:
-    import imitation_meg as im
-    from imitation_meg.results import library_versions, write_json
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every output path is checked before any work is done; missing folders are announced."""
+    from imitation_meg.results import check_output_path
 
+    seen: dict[str, str] = {}
+    for option, suffixes in (("json", (".json",)), ("csv", (".csv",)), ("jsonl", (".jsonl",))):
+        value = getattr(args, option, None)
+        if value is None:
+            continue
+        flag = f"--{option}"
+        path, new_parent = check_output_path(value, what=flag)
+        if path.suffix.lower() not in suffixes:
+            raise ValueError(f"{flag} {value!r} should end in {' or '.join(suffixes)}.")
+        key = str(path.resolve())
+        if key in seen:
+            raise ValueError(f"{seen[key]} and {flag} name the same file {value!r}.")
+        seen[key] = flag
+        if new_parent:
+            print(
+                f"(the folder {str(path.parent)!r} for {flag} does not exist: it will be created)"
+            )
+
+
+def _score_options(args: argparse.Namespace) -> Any:
+    from imitation_meg.scoring import ScoreOptions
+
+    masks = None
+    if args.action_masks is not None:
+        import numpy as np
+
+        path = pathlib.Path(args.action_masks)
+        if not path.is_file():
+            raise FileNotFoundError(f"--action-masks: no file at {args.action_masks!r}.")
+        try:
+            masks = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise ValueError(
+                f"--action-masks {args.action_masks!r} is not a .npy array of (S, A) booleans "
+                f"(np.save): {e}"
+            ) from e
+    vec_normalize: Any = args.vec_normalize
+    if vec_normalize == "none":
+        vec_normalize = False
+    return ScoreOptions(
+        mode=args.mode,
+        target=args.target,
+        signed=args.signed,
+        epsilon=args.epsilon,
+        algo=args.algo,
+        vec_normalize=vec_normalize,
+        action_masks=masks,
+        env=args.env,
+    )
+
+
+def _score(args: argparse.Namespace) -> int:
     if args.mode != "target" and args.target is not None:
         raise ValueError("--target applies to --mode target only.")
     if args.signed and args.mode != "known":
@@ -208,11 +231,72 @@ def _score(args: argparse.Namespace) -> int:
         )
     if args.n_boot < 0:
         raise ValueError(f"--n-boot must be >= 0, got {args.n_boot}.")
-    mdp = _score_mdp(args)
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be a positive number of processes, got {args.jobs}.")
+    _check_outputs(args)
+    from imitation_meg.scoring import expand_sources
+
+    sources = expand_sources(args.policy)
+    if len(sources) > 1 and args.rollouts is not None:
+        raise ValueError("--rollouts applies to one policy; score several without it.")
+    mdp = _score_mdp(args, sources)
     if mdp.utility is None:
         raise ValueError(f"{mdp.name} has no reward to score against.")
-    pi, label = _score_policy(args, mdp)
+    opts = _score_options(args)
+    if len(sources) == 1 and args.csv is None and args.jsonl is None:
+        return _score_one(args, sources[0], mdp, opts)
+    return _score_many(args, sources, mdp, opts)
 
+
+def _score_many(args: argparse.Namespace, sources: list[str], mdp: Any, opts: Any) -> int:
+    from imitation_meg.results import library_versions, write_csv, write_json, write_jsonl
+    from imitation_meg.scoring import score_policies
+
+    t0 = time.perf_counter()
+    rows = score_policies(sources, mdp, opts, jobs=args.jobs, progress=True)
+    seconds = time.perf_counter() - t0
+    print(
+        f"MEG of {len(rows)} policies in {mdp.name} (S={mdp.n_states}, |A|={mdp.n_actions}, "
+        f"H={mdp.horizon}; mode {args.mode}) in {seconds:.1f} s\n"
+    )
+    columns = ["policy", "timesteps", "mode", "meg", "normalized", "expected_return", "converged"]
+    if args.mode != "known":
+        columns.insert(5, "known_meg")
+    shown = [{c: ("" if r.get(c) is None else r[c]) for c in columns} for r in rows]
+    print(format_table(shown, columns))
+    if args.csv:
+        print(f"\nWrote {write_csv(args.csv, rows)}.")
+    if args.jsonl:
+        print(f"\nWrote {write_jsonl(args.jsonl, rows)}.")
+    if args.json:
+        config = {k: v for k, v in vars(args).items() if k != "func"}
+        payload = {
+            "mdp": _mdp_dict(mdp),
+            "config": config,
+            "library_versions": library_versions(),
+            "rows": rows,
+        }
+        print(f"\nWrote {write_json(args.json, payload)}.")
+    return 0
+
+
+def _mdp_dict(mdp: Any) -> dict[str, Any]:
+    return {
+        "name": mdp.name,
+        "n_states": mdp.n_states,
+        "n_actions": mdp.n_actions,
+        "horizon": mdp.horizon,
+        "upper_bound": mdp.horizon * math.log(mdp.n_actions),
+    }
+
+
+def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> int:
+    import imitation_meg as im
+    from imitation_meg.results import library_versions, write_json
+    from imitation_meg.scoring import label_of, policy_of
+
+    pi, about = policy_of(source, mdp, opts)
+    label = label_of(source, about.get("algo"), args.epsilon)
     known = im.meg(pi, mdp, signed=args.signed)
     target = None
     if args.mode == "known":
@@ -294,13 +378,10 @@ def _score(args: argparse.Namespace) -> int:
             "mode": args.mode,
             "target": target,
             "policy": label,
-            "mdp": {
-                "name": mdp.name,
-                "n_states": mdp.n_states,
-                "n_actions": mdp.n_actions,
-                "horizon": mdp.horizon,
-                "upper_bound": res.upper_bound,
-            },
+            "algo": about.get("algo"),
+            "timesteps": about.get("timesteps"),
+            "vec_normalize": about.get("vec_normalize"),
+            "mdp": {**_mdp_dict(mdp), "upper_bound": res.upper_bound},
             "config": config,
             "library_versions": library_versions(),
             "result": _result_dict(res),
@@ -314,16 +395,20 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _add_score_parser(sub: Any) -> None:
+    from imitation_meg.scoring import BUILTIN_POLICIES
+
     score = sub.add_parser(
         "score",
-        help="score a saved SB3 model or a built-in policy",
+        help="score saved SB3 / sb3-contrib models, RL Zoo runs or a built-in policy",
         description=(
-            "Score a policy's MEG in a tabular environment: a gymnasium / seals id (--env) or the "
-            "paper's CliffWorld (--cliff-world), a saved SB3 model (--policy MODEL.zip --algo ...) "
-            "or a built-in policy."
+            "Score policies' MEG in a tabular environment: a gymnasium / seals id (--env), the "
+            "paper's CliffWorld (--cliff-world), or the environment RL Zoo run folders record. "
+            "Policies: saved SB3 / sb3-contrib models (.zip, the algorithm read from the zip), "
+            "RL Zoo run folders, globs of checkpoints, or a built-in policy. Several policies "
+            "are scored in one process, one row each (--csv / --jsonl)."
         ),
     )
-    env = score.add_mutually_exclusive_group(required=True)
+    env = score.add_mutually_exclusive_group()
     env.add_argument(
         "--env", metavar="ENV_ID", help="gymnasium / seals id, e.g. seals/CliffWorld7x4-v0"
     )
@@ -343,14 +428,29 @@ def _add_score_parser(sub: Any) -> None:
     score.add_argument(
         "--policy",
         required=True,
-        help="MODEL.zip (with --algo) or one of " + ", ".join(BUILTIN_POLICIES),
+        nargs="+",
+        metavar="POLICY",
+        help="MODEL.zip, an RL Zoo run folder, a glob ('ckpt/rl_model_*_steps.zip'), or one of "
+        + ", ".join(BUILTIN_POLICIES),
     )
     score.add_argument(
-        "--algo", choices=("ppo", "a2c", "dqn"), help="algorithm that saved MODEL.zip"
+        "--algo",
+        help="algorithm that saved the zips (default: read from each zip; any SB3 / sb3-contrib "
+        "name, e.g. ppo, dqn, qrdqn, trpo, ars, maskableppo, recurrentppo)",
     )
-    score.add_argument("--epsilon", type=float, help="epsilon for epsilon-greedy and DQN policies")
     score.add_argument(
-        "--vec-normalize", metavar="PKL", help="VecNormalize statistics the model was trained with"
+        "--epsilon", type=float, help="epsilon for epsilon-greedy, DQN, QR-DQN and ARS policies"
+    )
+    score.add_argument(
+        "--vec-normalize",
+        metavar="PKL|auto|none",
+        help="VecNormalize statistics the models were trained with: a file, 'auto' (the file "
+        "saved beside each model) or 'none'",
+    )
+    score.add_argument(
+        "--action-masks",
+        metavar="NPY",
+        help="MaskablePPO: (S, A) booleans saved with np.save (default: the env's action_masks())",
     )
     score.add_argument(
         "--mode",
@@ -373,9 +473,58 @@ def _add_score_parser(sub: Any) -> None:
     )
     score.add_argument("--seed", type=int, default=0, help="seed for --rollouts (default 0)")
     score.add_argument(
+        "--jobs", type=int, default=1, help="worker processes for several policies (default 1)"
+    )
+    score.add_argument(
         "--json", metavar="FILE", help="write config, library versions and results as JSON"
     )
+    score.add_argument("--csv", metavar="FILE", help="write one CSV row per policy")
+    score.add_argument("--jsonl", metavar="FILE", help="write one JSON line per policy")
     score.set_defaults(func=_score)
+
+
+# ---------------------------------------------------------------------------------- plot
+def _plot(args: argparse.Namespace) -> int:
+    from imitation_meg.results import check_output_path, read_rows
+
+    out, new_parent = check_output_path(args.out, what="--out")
+    if out.suffix.lower() != ".png":
+        raise ValueError(f"--out {args.out!r} should end in .png.")
+    histories = {}
+    for name in args.files:
+        key = pathlib.Path(name).stem
+        while key in histories:
+            key += "'"
+        histories[key] = read_rows(name)
+    from imitation_meg.plotting import plot_meg_history
+
+    path = plot_meg_history(out, histories, metrics=args.metric, title=args.title or "")
+    if new_parent:
+        print(f"(created the folder {str(out.parent)!r})")
+    n = sum(len(r) for r in histories.values())
+    print(f"Wrote {path} ({n} points from {len(histories)} file(s)).")
+    return 0
+
+
+def _add_plot_parser(sub: Any) -> None:
+    plot = sub.add_parser(
+        "plot",
+        help="plot MEG against training steps from score rows or a callback history",
+        description=(
+            "Draw MEG against training steps (PNG) from the CSV / JSON-lines rows of "
+            "`imitation-meg score --csv/--jsonl` or the history of MEGCallback(history=...)."
+        ),
+    )
+    plot.add_argument("files", nargs="+", metavar="FILE", help=".csv or .jsonl files")
+    plot.add_argument("--out", required=True, metavar="PNG", help="the figure to write")
+    plot.add_argument(
+        "--metric",
+        action="append",
+        help="column to plot (repeatable): meg, known_meg, unknown, normalized, expected_return "
+        "(default: meg, plus unknown / known_meg when present)",
+    )
+    plot.add_argument("--title", help="figure title")
+    plot.set_defaults(func=_plot)
 
 
 def _reproduce(args: argparse.Namespace) -> int:
@@ -407,6 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=_reproduce)
 
     _add_score_parser(sub)
+    _add_plot_parser(sub)
     return parser
 
 
@@ -414,14 +564,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``imitation-meg`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    show = warnings.showwarning
+
+    def one_line_warning(message: Any, category: Any, *rest: Any, **kw: Any) -> None:
+        from imitation_meg._validation import ImitationMEGWarning
+
+        if issubclass(category, ImitationMEGWarning):
+            name = category.__name__
+            print(
+                f"imitation-meg {args.command}: warning ({name}): {_one_line(message)}",
+                file=sys.stderr,
+            )
+        else:
+            show(message, category, *rest, **kw)
+
+    warnings.showwarning = one_line_warning
     try:
         return int(args.func(args) or 0)
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"imitation-meg {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+    finally:
+        warnings.showwarning = show
 
 
-def _one_line(e: BaseException) -> str:
+def _one_line(e: BaseException | str) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 

@@ -4,6 +4,8 @@
   error bars and the paper's numbers as hollow markers.
 - :func:`plot_meg_bars`: grouped bars per setting (goal-region sizes), paper values as markers.
 - :func:`plot_grid_values`: a per-state quantity (an occupancy measure) drawn on a grid.
+- :func:`plot_meg_history`: MEG against training steps from ``imitation-meg score`` rows or a
+  :class:`~imitation_meg.callbacks.MEGCallback` history.
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["plot_grid_values", "plot_meg_bars", "plot_meg_series", "pyplot", "save_figure"]
+__all__ = [
+    "plot_grid_values",
+    "plot_meg_bars",
+    "plot_meg_history",
+    "plot_meg_series",
+    "pyplot",
+    "save_figure",
+]
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
@@ -179,4 +188,87 @@ def plot_grid_values(
     fig.colorbar(im, ax=ax, fraction=0.03)
     if title:
         ax.set_title(title, fontsize=9)
+    return save_figure(fig, path)
+
+
+#: Column -> axis label of :func:`plot_meg_history`'s metrics.
+HISTORY_METRICS = {
+    "meg": "MEG",
+    "known_meg": "known-utility MEG",
+    "unknown": "unknown-utility MEG",
+    "normalized": "MEG / (H log|A|)",
+    "expected_return": "expected return",
+}
+
+
+def plot_meg_history(
+    path: str | pathlib.Path,
+    histories: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    metrics: Sequence[str] | None = None,
+    title: str = "",
+) -> pathlib.Path:
+    """MEG against training steps, one line per history and metric; returns the PNG path.
+
+    Args:
+        path: output PNG.
+        histories: name -> rows with ``timesteps`` (training steps; rows without it are
+            plotted against their index) and the metric columns.
+        metrics: columns to plot (see ``HISTORY_METRICS``); default ``meg`` plus ``unknown``
+            where the rows have it, and ``known_meg`` where it differs from ``meg``.
+        title: figure title.
+
+    Raises:
+        ValueError: no rows, or a metric that no row has.
+    """
+    if not histories or not any(histories.values()):
+        raise ValueError("nothing to plot: the histories hold no rows.")
+    rows_all = [r for rows in histories.values() for r in rows]
+    if metrics is None:
+        metrics = ["meg"]
+        if any(r.get("unknown") is not None for r in rows_all):
+            metrics.append("unknown")
+        if any(
+            r.get("known_meg") is not None and r.get("known_meg") != r.get("meg") for r in rows_all
+        ):
+            metrics.append("known_meg")
+    for m in metrics:
+        if not any(isinstance(r.get(m), (int, float)) for r in rows_all):
+            raise ValueError(
+                f"no row has a number in column {m!r}; columns present: "
+                f"{sorted({k for r in rows_all for k in r})}."
+            )
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.0))
+    uses_steps = all(isinstance(r.get("timesteps"), (int, float)) for r in rows_all)
+    i = 0
+    for name, rows in histories.items():
+        xs = [float(r["timesteps"]) if uses_steps else float(k) for k, r in enumerate(rows)]
+        for m in metrics:
+            pts = sorted(
+                (x, float(r[m]))
+                for x, r in zip(xs, rows, strict=True)
+                if isinstance(r.get(m), (int, float))
+            )
+            if not pts:
+                continue
+            label = HISTORY_METRICS.get(m, m)
+            mode = rows[0].get("mode") if rows else None
+            if m == "meg" and isinstance(mode, str):  # score rows: the mode the column holds
+                label = f"MEG ({mode})"
+            label += f" [{name}]" if len(histories) > 1 else ""
+            ax.plot(
+                *zip(*pts, strict=True),
+                marker="o",
+                ms=3,
+                color=_COLORS[i % len(_COLORS)],
+                label=label,
+            )
+            i += 1
+    ax.set_xlabel("training steps" if uses_steps else "policy (in file order)")
+    ax.set_ylabel("nats" if "expected_return" not in metrics else "value")
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return save_figure(fig, path)

@@ -21,7 +21,16 @@ import torch as th
 
 from imitation_meg.type_aliases import JSONValue, PathLike
 
-__all__ = ["library_versions", "to_jsonable", "write_csv", "write_json", "write_results"]
+__all__ = [
+    "check_output_path",
+    "library_versions",
+    "read_rows",
+    "to_jsonable",
+    "write_csv",
+    "write_json",
+    "write_jsonl",
+    "write_results",
+]
 
 
 def library_versions() -> dict[str, str]:
@@ -128,3 +137,92 @@ def write_results(
     is_instance = dataclasses.is_dataclass(cfg) and not isinstance(cfg, type)
     payload["config"] = dataclasses.asdict(cfg) if is_instance else cfg
     return payload
+
+
+def write_jsonl(path: PathLike, rows: Sequence[Mapping[str, Any]]) -> pathlib.Path:
+    """Write one JSON object per line (JSON lines); returns the path."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for row in rows:
+            f.write(json.dumps(to_jsonable(row), allow_nan=False) + "\n")
+    return path
+
+
+def check_output_path(path: PathLike, *, what: str = "output") -> tuple[pathlib.Path, bool]:
+    """Check that a file can be written at ``path`` before any work is done.
+
+    Returns:
+        The path and whether its parent folder is missing (the writers create it).
+
+    Raises:
+        ValueError: ``path`` is an existing folder, its parent is a file, or the nearest
+            existing ancestor is not writable.
+    """
+    p = pathlib.Path(path)
+    if p.is_dir():
+        raise ValueError(
+            f"{what} {str(p)!r} is a folder; name a file inside it (e.g. {str(p / 'results')!r} "
+            "with the right extension)."
+        )
+    ancestor = p.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{what} {str(p)!r}: {str(ancestor)!r} is a file, not a folder.")
+    import os
+
+    if not os.access(ancestor, os.W_OK):
+        raise ValueError(f"{what} {str(p)!r}: the folder {str(ancestor)!r} is not writable.")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ValueError(f"{what} {str(p)!r} exists and is not writable.")
+    return p, not p.parent.exists()
+
+
+def read_rows(path: PathLike) -> list[dict[str, Any]]:
+    """Rows of a CSV (numbers parsed) or JSON-lines file (``.jsonl`` / ``.json``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a line that is not a JSON object, or an empty file.
+    """
+    p = pathlib.Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"no file at {str(p)!r}.")
+    rows: list[dict[str, Any]] = []
+    if p.suffix.lower() == ".csv":
+        with p.open(newline="") as f:
+            for row in csv.DictReader(f):
+                rows.append({k: _parse_cell(v) for k, v in row.items()})
+    else:
+        for i, line in enumerate(p.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(
+                    f"{str(p)!r} line {i} is not JSON ({e.msg}); pass a .csv or a JSON-lines "
+                    "file (one object per line)."
+                ) from e
+            if not isinstance(obj, dict):
+                raise ValueError(f"{str(p)!r} line {i} is not a JSON object.")  # noqa: TRY004
+            rows.append(obj)
+    if not rows:
+        raise ValueError(f"{str(p)!r} holds no rows.")
+    return rows
+
+
+def _parse_cell(text: str | None) -> Any:
+    if text is None or text == "":
+        return None
+    if text in ("True", "False", "true", "false"):
+        return text.lower() == "true"
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text

@@ -64,7 +64,7 @@ def saved_models(tmp_path_factory):
 
 
 def test_score_saved_ppo_end_to_end_in_a_subprocess(saved_models, tmp_path):
-    from imitation_meg.adapters.sb3 import policy_table
+    from imitation_meg.adapters import policy_table
 
     d, ppo, _ = saved_models
     out = tmp_path / "ppo.json"
@@ -103,7 +103,7 @@ def test_score_saved_ppo_end_to_end_in_a_subprocess(saved_models, tmp_path):
 
 
 def test_score_dqn_with_epsilon_and_rollouts(saved_models, tmp_path, capsys):
-    from imitation_meg.adapters.sb3 import policy_table
+    from imitation_meg.adapters import policy_table
 
     d, _, dqn = saved_models
     out = tmp_path / "dqn.json"
@@ -182,7 +182,8 @@ def test_score_builtins_known(capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--env", CLIFF, "--policy", "model.zip"], "pass --algo ppo|a2c|dqn"),
+        (["--env", CLIFF, "--policy", "model.zip"], "no SB3 model file at 'model.zip'"),
+        (["--env", CLIFF, "--policy", "nonsense"], "neither a saved model"),
         (["--env", CLIFF, "--policy", "missing.zip", "--algo", "ppo"], "no SB3 model file"),
         (["--cliff-world", "--policy", "epsilon-greedy"], "needs --epsilon"),
         (
@@ -237,6 +238,54 @@ def test_score_argparse_errors():
         main(["score", "--cliff-world", "--env", CLIFF, "--policy", "uniform"])  # both envs
     with pytest.raises(SystemExit):
         main(["score", "--cliff-world", "--policy", "uniform", "--mode", "nope"])
+
+
+def test_failures_of_issue_12_exit_2_with_one_line(saved_models, tmp_path, capsys):
+    import zipfile
+
+    d, _, _ = saved_models
+    with zipfile.ZipFile(tmp_path / "nomodel.zip", "w") as z:
+        z.writestr("notes.txt", "a valid zip, no model")
+    cases = [
+        (
+            ["score", "--env", CLIFF, "--policy", str(tmp_path / "nomodel.zip")],
+            r"nomodel\.zip' is a zip file but holds no SB3 model .*notes\.txt.*model\.save\(\)",
+        ),
+        (
+            ["score", "--env", CLIFF, "--policy", str(d / "dqn.zip"), "--algo", "ppo"],
+            r"saved by DQN \(policy DQNPolicy\), not PPO: drop algo= / --algo",
+        ),
+        (
+            ["score", "--env", CLIFF, "--policy", str(d / "ppo.zip"), "--algo", "a2c"],
+            r"saved by PPO \(policy ActorCriticPolicy\), not A2C",
+        ),
+        # Output paths are checked before any work: the missing model is never reached.
+        (
+            ["score", "--env", CLIFF, "--policy", "missing.zip", "--json", str(tmp_path)],
+            r"--json '.*' is a folder; name a file inside it",
+        ),
+        (
+            ["score", "--env", CLIFF, "--policy", "missing.zip", "--csv", str(tmp_path / "a.txt")],
+            r"--csv '.*a\.txt' should end in \.csv",
+        ),
+        (["demo", "--ppo-steps", "-5"], r"--ppo-steps must be a positive number of steps, got -5"),
+        (["demo", "--no-ppo", "--horizon", "0"], r"--horizon must be a positive number"),
+        (["score", "--cliff-world", "--policy", "uniform", "--jobs", "0"], "--jobs must be"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and err.startswith(f"imitation-meg {argv[0]}: error: "), err
+        assert re.search(message, err), (message, err)
+
+
+def test_missing_output_folder_is_announced_and_created(saved_models, tmp_path, capsys):
+    d, ppo, _ = saved_models
+    out = tmp_path / "new" / "deeper" / "r.json"
+    assert main(["score", "--env", CLIFF, "--policy", str(d / "ppo.zip"), "--json", str(out)]) == 0
+    assert "does not exist: it will be created" in capsys.readouterr().out
+    payload = json.loads(out.read_text())
+    assert payload["algo"] == "ppo" and payload["timesteps"] == ppo.num_timesteps
 
 
 def test_demo_with_a_small_ppo(capsys):

@@ -130,9 +130,10 @@ def test_from_toy_text_frozen_lake_terminal_states_absorb():
 
 
 def test_from_toy_text_needs_horizon_for_cliff_walking():
+    cliff_walking = im.envs.registered_id("CliffWalking")  # -v0 in gymnasium 0.29, -v1 in 1.x
     with pytest.raises(ValueError, match="pass horizon="):
-        im.TabularMDP.from_env("CliffWalking-v0")
-    mdp = im.TabularMDP.from_env("CliffWalking-v0", horizon=20)
+        im.TabularMDP.from_env(cliff_walking)
+    mdp = im.TabularMDP.from_env(cliff_walking, horizon=20)
     assert mdp.metadata["terminal_states"] == [47]
     assert float(mdp.utility[36, 1]) == -100.0  # stepping right from the start into the cliff
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import seals  # noqa: F401 (registers the seals environment ids)
 import torch as th
-from imitation.algorithms import mce_irl
 
 import imitation_meg as im
 from imitation_meg import soft_vi
@@ -21,6 +20,7 @@ SEALS_IDS = ["seals/CliffWorld7x4-v0", "seals/CliffWorld15x6-v0", "seals/Random-
 @pytest.mark.parametrize("env_id", SEALS_IDS)
 @pytest.mark.parametrize("discount", [1.0, 0.9])
 def test_mce_partition_twin_matches_imitation(env_id, discount, rng):
+    mce_irl = pytest.importorskip("imitation.algorithms.mce_irl")
     env = gym.make(env_id).unwrapped
     reward = rng.standard_normal(env.state_dim)
     for kw in ({}, {"reward": reward}):
@@ -33,6 +33,7 @@ def test_mce_partition_twin_matches_imitation(env_id, discount, rng):
 
 @pytest.mark.parametrize("env_id", SEALS_IDS)
 def test_mce_occupancy_twin_matches_imitation(env_id, rng):
+    mce_irl = pytest.importorskip("imitation.algorithms.mce_irl")
     env = gym.make(env_id).unwrapped
     reward = rng.standard_normal(env.state_dim)
     pi = rng.dirichlet(np.ones(env.action_dim), size=(env.horizon, env.state_dim))
@@ -179,6 +180,7 @@ def test_fast_occupancy_matches_the_reference_loop(layout, rng):
 
 
 def test_reference_recursion_matches_imitation():
+    mce_irl = pytest.importorskip("imitation.algorithms.mce_irl")
     env = gym.make("seals/CliffWorld7x4-v0").unwrapped
     V0, Q0, pi0 = mce_irl.mce_partition_fh(env)
     mdp = im.TabularMDP.from_env(env)

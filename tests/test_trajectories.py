@@ -136,6 +136,8 @@ def test_padding_in_absorbing_states_adds_nothing():
 def test_gym_frozen_lake_rollouts_reproduce_the_exact_value():
     """Real gymnasium episodes (terminating early) as imitation trajectories; integer observations."""
     import gymnasium as gym
+
+    pytest.importorskip("imitation")
     from imitation.algorithms.mce_irl import TabularPolicy
     from imitation.data import rollout
     from imitation.data.wrappers import RolloutInfoWrapper
@@ -168,6 +170,8 @@ def test_gym_frozen_lake_rollouts_reproduce_the_exact_value():
 def _seals_trajectories(mdp, pi, n, *, seed=1):
     import gymnasium as gym
     import seals  # noqa: F401 (registers the seals environment ids)
+
+    pytest.importorskip("imitation")
     from imitation.algorithms.mce_irl import TabularPolicy
     from imitation.data import rollout
     from imitation.data.wrappers import RolloutInfoWrapper

@@ -1,11 +1,20 @@
 """Adapters that translate foreign objects into policies, utilities and MDPs.
 
-Submodules are imported on demand so that ``import imitation_meg`` never imports
-stable-baselines3 or imitation:
+:func:`policy_table` is the one entry point for policies of every kind. The submodules import
+stable-baselines3, sb3-contrib and imitation only when they handle one of their objects, so
+``import imitation_meg.adapters`` stays light:
 
-- :mod:`imitation_meg.adapters.sb3`: policy tables of trained SB3 models.
+- :mod:`imitation_meg.adapters.dispatch`: :func:`policy_table`, recognising what it is given.
+- :mod:`imitation_meg.adapters.observations`: what a policy observes in each state; callables.
+- :mod:`imitation_meg.adapters.sb3`: policy tables of SB3 policies.
+- :mod:`imitation_meg.adapters.saved_models`: saved models, the algorithm read from the zip.
+- :mod:`imitation_meg.adapters.vec_normalize`: VecNormalize statistics, found beside a model.
+- :mod:`imitation_meg.adapters.contrib`: sb3-contrib's QR-DQN, ARS, MaskablePPO, RecurrentPPO.
+- :mod:`imitation_meg.adapters.zoo`: RL Baselines3 Zoo run folders.
 - :mod:`imitation_meg.adapters.imitation`: imitation's ``TabularPolicy`` and ``load_policy`` names.
 - :mod:`imitation_meg.adapters.mce_irl`: imitation ``RewardNet`` utilities and ``MCEIRL`` scores.
 """
 
-__all__: list[str] = []
+from imitation_meg.adapters.dispatch import policy_table
+
+__all__ = ["policy_table"]

@@ -2,6 +2,14 @@
 
 from imitation_meg.envs.cliff import cliff_world, goal_region_cells, grid_target
 from imitation_meg.envs.convert import mdp_from_env
+from imitation_meg.envs.ids import registered_id
 from imitation_meg.envs.random import random_mdp
 
-__all__ = ["cliff_world", "goal_region_cells", "grid_target", "mdp_from_env", "random_mdp"]
+__all__ = [
+    "cliff_world",
+    "goal_region_cells",
+    "grid_target",
+    "mdp_from_env",
+    "random_mdp",
+    "registered_id",
+]

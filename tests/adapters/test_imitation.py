@@ -7,8 +7,11 @@ import pytest
 import torch as th
 
 import imitation_meg as im
+
+pytest.importorskip("imitation")
+
+from imitation_meg.adapters import policy_table
 from imitation_meg.adapters.imitation import load_policy, policy_names, tabular_policy_table
-from imitation_meg.adapters.sb3 import policy_table
 
 from .conftest import CLIFF, LAKE
 
@@ -49,7 +52,7 @@ def test_tabular_policy_horizon_and_shape_checks():
         policy_table(_tabular_policy(mdp, pi[:3]), mdp)
     with pytest.raises(ValueError, match="pi of shape"):
         policy_table(_tabular_policy(mdp, pi[:, :5]), mdp)
-    with pytest.raises(ValueError, match="epsilon= applies only to DQN"):
+    with pytest.raises(ValueError, match="epsilon= applies only to argmax policies"):
         policy_table(_tabular_policy(mdp, pi), mdp, epsilon=0.1)
 
 

@@ -7,6 +7,9 @@ import numpy as np
 import pytest
 import seals  # noqa: F401 (registers the seals environment ids)
 import torch as th
+
+pytest.importorskip("imitation")
+
 from imitation.algorithms.mce_irl import MCEIRL, mce_occupancy_measures, mce_partition_fh
 from imitation.rewards.reward_nets import BasicRewardNet
 

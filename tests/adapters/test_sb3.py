@@ -13,7 +13,13 @@ import pytest
 import torch as th
 
 import imitation_meg as im
-from imitation_meg.adapters.sb3 import ObservationAliasingWarning, policy_table, state_observations
+from imitation_meg.adapters import policy_table
+from imitation_meg.adapters.sb3 import (
+    ObservationAliasingWarning,
+    UnusedStatisticsWarning,
+    read_model_info,
+    state_observations,
+)
 
 from .conftest import CLIFF, LAKE
 
@@ -35,8 +41,10 @@ def _cliff_obs(s: int) -> np.ndarray:
 def test_import_is_light():
     code = (
         "import sys, imitation_meg, imitation_meg.adapters, imitation_meg.trajectories, "
-        "imitation_meg.adapters.sb3, imitation_meg.adapters.imitation, imitation_meg.cli\n"
-        "bad = [m for m in ('stable_baselines3', 'imitation') if m in sys.modules]\n"
+        "imitation_meg.adapters.sb3, imitation_meg.adapters.imitation, imitation_meg.cli, "
+        "imitation_meg.adapters.zoo, imitation_meg.adapters.contrib, imitation_meg.scoring\n"
+        "bad = [m for m in ('stable_baselines3', 'imitation', 'sb3_contrib', 'yaml', 'matplotlib')"
+        " if m in sys.modules]\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -92,24 +100,62 @@ def test_dqn_ties_are_split_evenly(dqn_lake):
     np.testing.assert_allclose(pi.numpy(), np.tile([0.05, 0.45, 0.45, 0.05], (16, 1)), atol=1e-12)
 
 
-def test_saved_zip_with_algo(ppo_lake, dqn_lake, tmp_path):
-    ppo_lake.save(tmp_path / "ppo.zip")
-    dqn_lake.save(tmp_path / "dqn.zip")
+def test_saved_zip_reads_the_algorithm_from_the_zip(ppo_lake, dqn_lake, a2c_lake, tmp_path):
+    for name, model in (("ppo", ppo_lake), ("dqn", dqn_lake), ("a2c", a2c_lake)):
+        model.save(tmp_path / f"{name}.zip")
+        assert read_model_info(tmp_path / f"{name}.zip").algo == name
     th.testing.assert_close(
-        policy_table(str(tmp_path / "ppo.zip"), LAKE, algo="ppo"), policy_table(ppo_lake, LAKE)
+        policy_table(str(tmp_path / "ppo.zip"), LAKE), policy_table(ppo_lake, LAKE)
     )
     th.testing.assert_close(
-        policy_table(tmp_path / "dqn.zip", LAKE, algo="dqn", epsilon=0.1),
+        policy_table(str(tmp_path / "ppo.zip"), LAKE, algo="PPO"), policy_table(ppo_lake, LAKE)
+    )
+    th.testing.assert_close(
+        policy_table(tmp_path / "dqn.zip", LAKE, epsilon=0.1),
         policy_table(dqn_lake, LAKE, epsilon=0.1),
     )
-    with pytest.raises(ValueError, match="pass algo='ppo'"):
-        policy_table(str(tmp_path / "ppo.zip"), LAKE)
-    with pytest.raises(ValueError, match="algo must be one of"):
-        policy_table(str(tmp_path / "ppo.zip"), LAKE, algo="sac")
+    th.testing.assert_close(policy_table(tmp_path / "a2c.zip", LAKE), policy_table(a2c_lake, LAKE))
+    info = read_model_info(tmp_path / "ppo.zip")
+    assert info.num_timesteps == ppo_lake.num_timesteps and info.policy_class.__name__ == (
+        "ActorCriticPolicy"
+    )
+    assert {"ppo", "a2c"} <= set(info.candidates)  # A2C's stored arguments are a subset of PPO's
+
+
+def test_saved_zip_contradicting_algo_is_an_error(ppo_lake, dqn_lake, a2c_lake, tmp_path):
+    ppo_lake.save(tmp_path / "ppo.zip")
+    dqn_lake.save(tmp_path / "dqn.zip")
+    a2c_lake.save(tmp_path / "a2c.zip")
+    with pytest.raises(ValueError, match=r"saved by DQN \(policy DQNPolicy\), not PPO"):
+        policy_table(tmp_path / "dqn.zip", LAKE, algo="ppo", epsilon=0.1)
+    with pytest.raises(ValueError, match=r"saved by PPO .*not A2C: drop algo="):
+        policy_table(tmp_path / "ppo.zip", LAKE, algo="a2c")
+    with pytest.raises(ValueError, match=r"saved by A2C .*not PPO"):
+        policy_table(tmp_path / "a2c.zip", LAKE, algo="ppo")
+    with pytest.raises(ValueError, match="unknown algorithm 'sac2'"):
+        policy_table(str(tmp_path / "ppo.zip"), LAKE, algo="sac2")
     with pytest.raises(FileNotFoundError, match="no SB3 model file"):
         policy_table(str(tmp_path / "missing.zip"), LAKE, algo="ppo")
+    with pytest.raises(FileNotFoundError, match="no SB3 model file"):
+        policy_table(str(tmp_path / "missing.zip"), LAKE)
     with pytest.raises(ValueError, match=r"algo= only applies to a \.zip path"):
         policy_table(ppo_lake, LAKE, algo="ppo")
+
+
+def test_files_that_hold_no_model(tmp_path):
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "empty.zip", "w") as z:
+        z.writestr("readme.txt", "not a model")
+    with pytest.raises(ValueError, match=r"zip file but holds no SB3 model .*readme\.txt"):
+        policy_table(tmp_path / "empty.zip", LAKE)
+    (tmp_path / "text.zip").write_text("hello")
+    with pytest.raises(ValueError, match="is not a zip file"):
+        policy_table(tmp_path / "text.zip", LAKE)
+    with zipfile.ZipFile(tmp_path / "bad.zip", "w") as z:
+        z.writestr("data", "{not json")
+    with pytest.raises(ValueError, match="corrupt SB3 'data' entry"):
+        policy_table(tmp_path / "bad.zip", LAKE)
 
 
 def test_dqn_needs_epsilon(dqn_lake):
@@ -122,7 +168,7 @@ def test_dqn_needs_epsilon(dqn_lake):
 
 
 def test_epsilon_is_refused_for_actor_critic(ppo_lake):
-    with pytest.raises(ValueError, match="epsilon= applies only to DQN"):
+    with pytest.raises(ValueError, match="epsilon= applies only to argmax policies"):
         policy_table(ppo_lake, LAKE, epsilon=0.1)
 
 
@@ -142,8 +188,9 @@ def test_mismatched_observation_and_action_spaces(ppo_lake, ppo_cliff):
         policy_table(ppo_cliff, LAKE)
     with pytest.raises(ValueError, match=r"shape \(28,\).*observations of shape \(2,\)"):
         policy_table(ppo_cliff, "seals/CliffWorld7x4XY-v0")
-    with pytest.raises(ValueError, match="chooses among 4 actions but Taxi-v3 has 6"):
-        policy_table(ppo_lake, "Taxi-v3")
+    taxi = im.envs.registered_id("Taxi")  # Taxi-v3 in gymnasium 0.29, Taxi-v4 in 1.x
+    with pytest.raises(ValueError, match=f"chooses among 4 actions but {taxi} has 6"):
+        policy_table(ppo_lake, taxi)
 
 
 def test_observation_aliasing_warns(ppo_cliff):
@@ -177,6 +224,30 @@ def test_vec_normalize_statistics(tmp_path):
     # Without normalisation the table differs: the statistics matter.
     assert not th.allclose(policy_table(model.policy, mdp), pi)
 
+    # Statistics saved beside a saved model: unused is a warning, "auto" takes them.
+    model.save(tmp_path / "run" / "m.zip")
+    (tmp_path / "run" / "m").mkdir()
+    venv.save(tmp_path / "run" / "m" / "vecnormalize.pkl")
+    with pytest.warns(UnusedStatisticsWarning, match=r"m/vecnormalize\.pkl.*not used"):
+        raw = policy_table(tmp_path / "run" / "m.zip", mdp)
+    th.testing.assert_close(raw, policy_table(model.policy, mdp))
+    th.testing.assert_close(policy_table(tmp_path / "run" / "m.zip", mdp, vec_normalize="auto"), pi)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        policy_table(tmp_path / "run" / "m.zip", mdp, vec_normalize=False)
+    # CheckpointCallback's layout: rl_model_<n>_steps.zip beside rl_model_vecnormalize_<n>_steps.pkl
+    model.save(tmp_path / "ckpt" / "rl_model_128_steps.zip")
+    venv.save(tmp_path / "ckpt" / "rl_model_vecnormalize_128_steps.pkl")
+    with pytest.warns(UnusedStatisticsWarning, match="rl_model_vecnormalize_128_steps.pkl"):
+        policy_table(tmp_path / "ckpt" / "rl_model_128_steps.zip", mdp)
+    th.testing.assert_close(
+        policy_table(tmp_path / "ckpt" / "rl_model_128_steps.zip", mdp, vec_normalize="auto"), pi
+    )
+    with pytest.raises(ValueError, match="'auto' found no VecNormalize statistics"):
+        policy_table(tmp_path / "vn.pkl", mdp, vec_normalize="auto")
+    with pytest.raises(ValueError, match="'auto' looks for statistics beside a saved model"):
+        policy_table(model, mdp, vec_normalize="auto")
+
     fresh = VecNormalize(make_vec_env(CLIFF, n_envs=1), norm_reward=False)
     with pytest.raises(ValueError, match="VecNormalize has no observation statistics"):
         policy_table(model.policy, mdp, vec_normalize=fresh)
@@ -207,7 +278,7 @@ def test_callables_and_arrays():
         policy_table(lambda o: np.full((len(o), 4), 0.3), mdp)
     with pytest.raises(TypeError, match="cannot read a policy from int"):
         policy_table(3, mdp)
-    with pytest.raises(ValueError, match="epsilon= applies only to DQN"):
+    with pytest.raises(ValueError, match="epsilon= applies only to argmax policies"):
         policy_table(fn, mdp, epsilon=0.1)
 
 

@@ -1,0 +1,213 @@
+"""An SB3 callback that measures goal-directedness while an agent learns: :class:`MEGCallback`.
+
+Every ``eval_freq`` calls (as SB3's ``EvalCallback``: one call per step of the vectorised
+environment, so ``n_envs`` timesteps each) it builds the exact policy table of the model being
+trained (:func:`imitation_meg.adapters.policy_table`, through the model's ``VecNormalize`` when
+it has one) and records to SB3's logger, so TensorBoard, CSV, stdout and W&B see them:
+
+- ``meg/known``: known-utility MEG for the MDP's utility (the environment reward);
+- ``meg/normalized``: ``meg/known`` divided by ``H log|A|``;
+- ``meg/beta``: the fitted rationality;
+- ``meg/expected_return``: the policy's exact expected return in the MDP;
+- ``meg/unknown``: unknown-utility MEG over every utility of the state (``unknown=True``);
+- ``meg/converged``: 1 when every solver converged, else 0.
+
+With ``history=PATH`` each evaluation is also appended to a JSON-lines file that
+``imitation-meg plot`` reads. Usable from RL Baselines3 Zoo through its callback import path::
+
+    seals/CliffWorld7x4-v0:
+      callback:
+        - imitation_meg.callbacks.MEGCallback:
+            env: seals/CliffWorld7x4-v0
+            eval_freq: 500
+
+This module imports stable-baselines3 (extra ``sb3``); ``import imitation_meg`` does not import it.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+import warnings
+from typing import Any
+
+from stable_baselines3.common.callbacks import BaseCallback
+
+from imitation_meg.mdp import TabularMDP
+from imitation_meg.type_aliases import PathLike
+
+__all__ = ["MEGCallback"]
+
+
+class MEGCallback(BaseCallback):
+    """Log exact MEG of the policy being trained to SB3's logger every ``eval_freq`` calls.
+
+    Args:
+        env: the tabular MDP to score in: a :class:`TabularMDP`, a gymnasium environment or a
+            registered id (made with ``env_kwargs``); None takes the training environment
+            (its first sub-environment, or its id for subprocess vector environments).
+        eval_freq: evaluate every ``eval_freq`` calls of the callback (``n_envs`` timesteps
+            each, as ``EvalCallback``).
+        horizon: horizon of the MDP built from an environment (default the environment's).
+        env_kwargs: keyword arguments for ``gym.make`` when ``env`` is an id.
+        unknown: also log unknown-utility MEG over every utility of the state (slower: a convex
+            problem per evaluation instead of a 1-D one).
+        epsilon: for DQN / QR-DQN (epsilon-greedy over their action values). Default: the
+            model's current ``exploration_rate``, i.e. the policy it acts with at that moment.
+        history: a JSON-lines file to append one record per evaluation to.
+        eval_at_start: also evaluate before the first step (timestep 0).
+        verbose: 1 prints each evaluation.
+
+    Raises:
+        ValueError: ``eval_freq < 1``, or an MDP without a utility.
+    """
+
+    def __init__(
+        self,
+        env: Any = None,
+        *,
+        eval_freq: int = 1_000,
+        horizon: int | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        unknown: bool = False,
+        epsilon: float | None = None,
+        history: PathLike | None = None,
+        eval_at_start: bool = False,
+        verbose: int = 0,
+    ) -> None:
+        super().__init__(verbose=verbose)
+        if isinstance(eval_freq, bool) or not isinstance(eval_freq, int) or eval_freq < 1:
+            raise ValueError(f"eval_freq must be a positive integer, got {eval_freq!r}.")
+        self.eval_freq = eval_freq
+        self.horizon = horizon
+        self.env_kwargs = dict(env_kwargs or {})
+        self.unknown = bool(unknown)
+        self.epsilon = epsilon
+        self.history = None if history is None else pathlib.Path(history)
+        self.eval_at_start = bool(eval_at_start)
+        self.mdp: TabularMDP | None = None
+        self._env: Any = None  # the gymnasium env the MDP came from (MaskablePPO's masks)
+        #: One dict per evaluation (what is logged), in order.
+        self.records: list[dict[str, Any]] = []
+        self.eval_seconds = 0.0
+        if env is not None:
+            self.mdp = self._build_mdp(env)
+
+    # ------------------------------------------------------------------ set-up
+    def _build_mdp(self, env: Any) -> TabularMDP:
+        if isinstance(env, TabularMDP):
+            mdp = env if self.horizon is None else env.with_horizon(self.horizon)
+        else:
+            if isinstance(env, str):
+                import gymnasium as gym
+
+                if env.startswith("seals/"):
+                    import seals  # noqa: F401 (registers the seals environment ids)
+                env = gym.make(env, **self.env_kwargs)
+            self._env = env
+            mdp = TabularMDP.from_env(env, horizon=self.horizon)
+        if mdp.utility is None:
+            raise ValueError(f"{mdp.name} has no utility to measure MEG against.")
+        return mdp
+
+    def _training_env_source(self) -> Any:
+        from stable_baselines3.common.vec_env import VecEnvWrapper
+
+        venv = self.training_env
+        while isinstance(venv, VecEnvWrapper):
+            venv = venv.venv
+        envs = getattr(venv, "envs", None)
+        if envs:
+            return envs[0]
+        spec = venv.get_attr("spec", indices=[0])[0]
+        if spec is None:
+            raise ValueError(
+                "MEGCallback(env=None) needs the training environment's id, but it has no spec; "
+                "pass env= (an id, a gymnasium env or a TabularMDP)."
+            )
+        return spec.id
+
+    def _init_callback(self) -> None:
+        if self.mdp is None:
+            self.mdp = self._build_mdp(self._training_env_source())
+        if self.history is not None:
+            self.history.parent.mkdir(parents=True, exist_ok=True)
+
+    def _on_training_start(self) -> None:
+        if self.eval_at_start:
+            self.evaluate()
+
+    def _on_step(self) -> bool:
+        if self.n_calls % self.eval_freq == 0:
+            self.evaluate()
+        return True
+
+    # ------------------------------------------------------------------ evaluation
+    def _epsilon(self) -> float | None:
+        policy = self.model.policy
+        if hasattr(policy, "get_distribution") or not (
+            hasattr(policy, "q_net") or hasattr(policy, "quantile_net")
+        ):
+            return None
+        if self.epsilon is not None:
+            return float(self.epsilon)
+        return float(getattr(self.model, "exploration_rate", 0.0))
+
+    def evaluate(self) -> dict[str, Any]:
+        """Score the current policy, record it to the logger (and the history), return it."""
+        import imitation_meg as im
+        from imitation_meg.adapters import policy_table
+
+        assert self.mdp is not None, "MEGCallback is not initialised (call model.learn)."
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            if self.records:  # a RecurrentPPO's warning once, not at every evaluation
+                from imitation_meg.adapters.contrib import RecurrentPolicyWarning
+
+                warnings.simplefilter("ignore", RecurrentPolicyWarning)
+            epsilon = self._epsilon()
+            pi = policy_table(self.model, self.mdp, epsilon=epsilon, env=self._env)
+        known = im.meg(pi, self.mdp)
+        record: dict[str, Any] = {
+            "timesteps": int(self.num_timesteps),
+            "meg": known.meg,
+            "normalized": known.normalized,
+            "beta": known.beta,
+            "expected_return": known.expected_utility,
+            "upper_bound": known.upper_bound,
+            "converged": bool(known.converged),
+        }
+        if epsilon is not None:
+            record["epsilon"] = epsilon
+        if self.unknown:
+            res = im.meg_unknown(pi, self.mdp)
+            record["unknown"] = res.meg
+            record["converged"] = record["converged"] and bool(res.converged)
+        seconds = time.perf_counter() - t0
+        self.eval_seconds += seconds
+        record["eval_seconds"] = seconds
+
+        self.logger.record("meg/known", record["meg"])
+        self.logger.record("meg/normalized", record["normalized"])
+        self.logger.record("meg/beta", record["beta"])
+        self.logger.record("meg/expected_return", record["expected_return"])
+        if self.unknown:
+            self.logger.record("meg/unknown", record["unknown"])
+        self.logger.record("meg/converged", int(record["converged"]))
+        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
+        self.logger.dump(self.num_timesteps)
+        if self.verbose >= 1:
+            extra = f", unknown {record['unknown']:.4f}" if self.unknown else ""
+            print(
+                f"MEG at {self.num_timesteps} steps: known {record['meg']:.4f} (normalized "
+                f"{record['normalized']:.4f}{extra}), expected return "
+                f"{record['expected_return']:.4f}"
+            )
+        self.records.append(record)
+        if self.history is not None:
+            from imitation_meg.results import to_jsonable
+
+            with self.history.open("a") as f:
+                f.write(json.dumps(to_jsonable(record), allow_nan=False) + "\n")
+        return record

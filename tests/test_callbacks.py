@@ -1,0 +1,127 @@
+"""MEGCallback: the values it logs to SB3's logger are the exact MEG of the policy at those steps."""
+
+from __future__ import annotations
+
+import csv
+import json
+import warnings
+
+import pytest
+import torch as th
+
+import imitation_meg as im
+
+pytest.importorskip("stable_baselines3")
+
+CLIFF = "seals/CliffWorld7x4-v0"
+
+
+def _read_csv(path):
+    with open(path) as f:
+        return [row for row in csv.DictReader(f) if row.get("meg/known")]
+
+
+def _train_with_callback(tmp_path, *, normalize: bool, unknown: bool = False):
+    import seals  # noqa: F401 (registers the seals environment ids)
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.callbacks import CheckpointCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from imitation_meg.callbacks import MEGCallback
+
+    th.set_num_threads(1)
+    venv = make_vec_env(CLIFF, n_envs=2, seed=0)
+    if normalize:
+        venv = VecNormalize(venv, norm_reward=False)
+    model = sb3.PPO(
+        "MlpPolicy",
+        venv,
+        n_steps=64,
+        batch_size=64,
+        n_epochs=2,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [16]},
+    )
+    model.set_logger(configure(str(tmp_path / "log"), ["csv"]))
+    meg_cb = MEGCallback(CLIFF, eval_freq=96, unknown=unknown, history=tmp_path / "history.jsonl")
+    # Checkpoints at the same calls: an independent copy of the policy the callback scored.
+    ckpt = CheckpointCallback(96, str(tmp_path / "ckpt"), save_vecnormalize=normalize)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model.learn(384, callback=[meg_cb, ckpt])
+    return model, meg_cb
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_logged_values_equal_meg_of_the_checkpoints(tmp_path, normalize):
+    from imitation_meg.adapters import policy_table
+
+    _, cb = _train_with_callback(tmp_path, normalize=normalize)
+    rows = _read_csv(tmp_path / "log" / "progress.csv")
+    # 384 steps on 2 envs = 192 calls: evaluations at calls 96 and 192 (timesteps 192 and 384).
+    assert [int(float(r["time/total_timesteps"])) for r in rows] == [192, 384]
+    mdp = im.TabularMDP.from_env(CLIFF)
+    for row in rows:
+        steps = int(float(row["time/total_timesteps"]))
+        zip_path = tmp_path / "ckpt" / f"rl_model_{steps}_steps.zip"
+        stats = "auto" if normalize else False
+        exact = im.meg(policy_table(zip_path, mdp, vec_normalize=stats), mdp)
+        assert float(row["meg/known"]) == pytest.approx(exact.meg, rel=1e-9, abs=1e-12)
+        assert float(row["meg/normalized"]) == pytest.approx(exact.normalized, rel=1e-9, abs=1e-12)
+        assert float(row["meg/expected_return"]) == pytest.approx(exact.expected_utility, rel=1e-9)
+        assert int(float(row["meg/converged"])) == int(exact.converged)
+    if normalize:  # the statistics matter: the raw-observation table scores differently
+        raw = im.meg(policy_table(zip_path, mdp, vec_normalize=False), mdp)
+        assert raw.meg != pytest.approx(float(rows[-1]["meg/known"]), rel=1e-6)
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert [h["timesteps"] for h in history] == [192, 384]
+    assert [h["meg"] for h in history] == [r["meg"] for r in cb.records]
+    assert history[-1]["meg"] == pytest.approx(float(rows[-1]["meg/known"]), rel=1e-12)
+
+
+def test_unknown_utility_and_training_env_default(tmp_path):
+    import seals  # noqa: F401 (registers the seals environment ids)
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.callbacks import CheckpointCallback
+
+    from imitation_meg.adapters import policy_table
+    from imitation_meg.callbacks import MEGCallback
+
+    th.set_num_threads(1)
+    model = sb3.A2C("MlpPolicy", CLIFF, n_steps=8, seed=0, device="cpu")
+    cb = MEGCallback(
+        eval_freq=50, unknown=True, eval_at_start=True
+    )  # the MDP from the training env
+    model.learn(100, callback=[cb, CheckpointCallback(50, str(tmp_path))])
+    assert [r["timesteps"] for r in cb.records] == [0, 50, 100]
+    mdp = im.TabularMDP.from_env(CLIFF)
+    last = cb.records[-1]
+    pi = policy_table(tmp_path / "rl_model_100_steps.zip", mdp)
+    assert last["unknown"] == pytest.approx(im.meg_unknown(pi, mdp).meg, rel=1e-8)
+    assert last["unknown"] >= last["meg"] - 1e-9  # the env reward is a utility of the state
+
+
+def test_dqn_uses_its_exploration_rate_and_errors(tmp_path):
+    import seals  # noqa: F401 (registers the seals environment ids)
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.callbacks import CheckpointCallback
+
+    from imitation_meg.adapters import policy_table
+    from imitation_meg.callbacks import MEGCallback
+
+    model = sb3.DQN("MlpPolicy", CLIFF, learning_starts=50, seed=0, device="cpu")
+    cb = MEGCallback(CLIFF, eval_freq=100)
+    model.learn(100, callback=[cb, CheckpointCallback(100, str(tmp_path))])
+    mdp = im.TabularMDP.from_env(CLIFF)
+    record = cb.records[-1]
+    # The exploration rate of that moment: 1.0 decaying linearly over 10% of 100 steps to 0.05.
+    assert record["epsilon"] == pytest.approx(0.05)
+    pi = policy_table(tmp_path / "rl_model_100_steps.zip", mdp, epsilon=record["epsilon"])
+    assert record["meg"] == pytest.approx(im.meg(pi, mdp).meg, rel=1e-9)
+    with pytest.raises(ValueError, match="eval_freq must be a positive integer"):
+        MEGCallback(CLIFF, eval_freq=0)
+    with pytest.raises(ValueError, match="is not tabular"):
+        MEGCallback("CartPole-v1")
