@@ -12,6 +12,8 @@ Example:
 
 __version__ = "0.1.0"
 
+from typing import Any
+
 from imitation_meg import envs, policies, soft_vi
 from imitation_meg.known import MEGResult, meg, meg_one_step
 from imitation_meg.mdp import TabularMDP
@@ -26,6 +28,8 @@ __all__ = [
     "__version__",
     "envs",
     "meg",
+    "meg_approx",
+    "meg_approx_unknown",
     "meg_from_trajectories",
     "meg_one_step",
     "meg_summary",
@@ -36,3 +40,16 @@ __all__ = [
     "soft_value_iteration",
     "soft_vi",
 ]
+
+#: Names served lazily from :mod:`imitation_meg.approx` (which imports gymnasium's machinery).
+_APPROX = ("meg_approx", "meg_approx_unknown")
+
+
+def __getattr__(name: str) -> Any:
+    """``meg_approx`` / ``meg_approx_unknown`` and the ``approx`` subpackage, imported on use."""
+    if name in _APPROX or name == "approx":
+        import importlib
+
+        approx = importlib.import_module("imitation_meg.approx")
+        return approx if name == "approx" else getattr(approx, name)
+    raise AttributeError(f"module 'imitation_meg' has no attribute {name!r}")

@@ -1,0 +1,603 @@
+"""Approximate known-utility MEG of a policy in any discrete-action environment.
+
+Given only ``reset`` / ``step`` (the paper's setting: we may run policies in the environment),
+:func:`meg_approx` estimates
+
+    MEG = sup_beta E_pi[ sum_{t < T} ( log pi_beta,t(a_t | s_t) + log|A| ) ],
+
+where ``T`` is the number of decisions of an episode (the horizon ``H``, or fewer when the
+episode terminates), the utility is the environment's reward, and ``pi_beta`` is the
+finite-horizon soft-optimal model of :mod:`imitation_meg.approx.soft_q` (terminal states worth 0,
+no discount). With full-length episodes this is the paper's ``L(beta*) + H log|A|``; when episodes
+end early, ``E_pi[T] log|A|`` plays the role of ``H log|A|`` (it is the bound), exactly as in the
+tabular code, where a terminated episode continues in an absorbing state whose steps contribute 0.
+
+Steps:
+
+1. ``n_models`` soft Q-networks, each fitted (:func:`~imitation_meg.approx.soft_q.fit_soft_q`)
+   on its own off-policy data: episodes of the scored policy, of the scored policy mixed
+   half-and-half with uniform actions, and of the uniform policy.
+2. Fresh evaluation episodes of the scored policy. ``L(beta)`` is averaged over them with the
+   policy's own probabilities at each visited state (``sum_a pi(a|s) log pi_beta(a|s)``, a
+   lower-variance form of the sampled action's log-probability), for the ensemble (soft
+   Q-values averaged over the models) on a grid of ``beta`` (``0``, both signs, 8 decades), then
+   on a fine grid around the best point. ``beta = 0`` (the uniform model, whose value is exactly
+   0) is always a candidate, so the estimate is >= 0.
+3. With ``refine``, each model is refitted with its rationality prior focused on the optimum and
+   with episodes of its own soft-optimal policy there, and step 2 is repeated.
+4. Errors of a fitted Q-function lower the likelihood to second order (a noisy model is a worse
+   model); averaging ``K`` independent fits divides that loss by ``K``. The estimate is the
+   jackknife over models, ``K * M_all - (K - 1) * mean_k M_(-k)``, which removes the part of the
+   error that is independent across fits (data, initialisation, optimisation). Its interval
+   combines the bootstrap over evaluation episodes with the jackknife variance over models.
+   Error shared by every fit (a network too small, too few iterations, data that never reach
+   the states the soft-optimal policies visit) is not covered: the soft Bellman residuals, the
+   seed spread and the Gibbs certificate are reported so a user can judge it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from imitation_meg._validation import ImitationMEGWarning
+from imitation_meg.approx.policy import PolicyFn, as_policy_fn
+from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
+from imitation_meg.approx.soft_q import (
+    BetaPrior,
+    SoftQModel,
+    bellman_residual,
+    fit_soft_q,
+    new_model,
+)
+from imitation_meg.results import to_jsonable
+
+__all__ = ["ApproxMEGResult", "ApproxMEGWarning", "meg_approx", "uniform_behaviour"]
+
+#: Decades of the coarse grid of rationalities (times the utility unit ``q_scale``), its step,
+#: and the half-width and step (decades) of the fine grid around the best coarse point.
+_GRID_DECADES = (-2.0, 6.0)
+_GRID_STEP = 0.25
+_FINE_HALF = 0.25
+_FINE_STEP = 0.025
+#: Rows per forward pass when evaluating.
+_CHUNK = 1 << 14
+
+Behaviour = Callable[[Any, np.ndarray, np.ndarray], np.ndarray]
+
+
+class ApproxMEGWarning(ImitationMEGWarning):
+    """An approximate MEG estimate whose inputs make it less reliable than its interval says."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ApproxMEGResult:
+    """An approximate known-utility MEG estimate.
+
+    Attributes:
+        meg: the estimate (nats): the jackknife over the fitted models (see the module
+            docstring), clipped to ``[0, certificate]``.
+        low, high: the interval (bootstrap over evaluation episodes and jackknife over models,
+            normal approximation), clipped to ``[0, certificate]``.
+        confidence: its nominal coverage.
+        beta: the ensemble's maximising rationality in utility units (0: the uniform model).
+        upper_bound: ``E_pi[T] log|A|`` over the evaluation episodes (``H log|A|`` when no
+            episode ends early).
+        normalized: ``meg / upper_bound``.
+        certificate: ``E_pi[sum_t (log|A| - H(pi(.|s_t)))]``, an upper bound on MEG over any
+            model family (Gibbs' inequality).
+        horizon: ``H``.
+        mean_length: ``E_pi[T]`` over the evaluation episodes.
+        expected_return: mean evaluation return of the scored policy.
+        n_env_steps: environment steps used in all (data, refits, evaluation).
+        n_eval_episodes: evaluation episodes.
+        ensemble: the uncorrected estimate of the averaged models.
+        models: one dict per fitted model: ``seed``, ``meg`` (its own maximum), ``beta``,
+            ``residual_mean``, ``residual_rms`` (soft Bellman residual at the ensemble's beta on
+            the evaluation transitions, utility units), ``loss`` (last fitting loss),
+            ``q_scale``.
+        seed_std: standard deviation of the single models' estimates.
+        jackknife_se: the jackknife standard error over models.
+        bootstrap_se: the standard error over evaluation episodes.
+        residual_rms: mean over models of the RMS Bellman residual divided by ``q_scale``
+            (a fraction of the largest return).
+        at_boundary: the optimum lies at the grid's largest ``|beta|`` (the supremum may be a
+            limit at infinity).
+        q_scale: the utility unit of the networks (median over models of the largest
+            return-to-go in their data).
+        replicates: bootstrap replicates of the estimate over evaluation episodes.
+        wall_time_s: seconds taken.
+    """
+
+    meg: float
+    low: float
+    high: float
+    confidence: float
+    beta: float
+    upper_bound: float
+    normalized: float
+    certificate: float
+    horizon: int
+    mean_length: float
+    expected_return: float
+    n_env_steps: int
+    n_eval_episodes: int
+    ensemble: float
+    models: list[dict[str, float]]
+    seed_std: float
+    jackknife_se: float
+    bootstrap_se: float
+    residual_rms: float
+    at_boundary: bool
+    q_scale: float
+    replicates: np.ndarray = dataclasses.field(repr=False)
+    wall_time_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (replicates as a list)."""
+        return to_jsonable(  # type: ignore[return-value]
+            {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        )
+
+
+# ------------------------------------------------------------------------------ behaviours
+def uniform_behaviour(n_actions: int) -> Behaviour:
+    """The uniform policy as a rollout behaviour."""
+
+    def fn(raw: Any, x: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return np.full((x.shape[0], n_actions), 1.0 / n_actions)
+
+    return fn
+
+
+def _policy_behaviour(pol: PolicyFn, mix: float = 0.0) -> Behaviour:
+    def fn(raw: Any, x: np.ndarray, t: np.ndarray) -> np.ndarray:
+        p = pol.probs(raw)
+        return (1.0 - mix) * p + mix / p.shape[1]
+
+    return fn
+
+
+def _model_behaviour(model: SoftQModel, b: float) -> Behaviour:
+    def fn(raw: Any, x: np.ndarray, t: np.ndarray) -> np.ndarray:
+        bb = th.full((x.shape[0],), float(b))
+        lp = model.log_policy(th.as_tensor(x), th.as_tensor(t), bb)
+        return lp.exp().double().numpy()
+
+    return fn
+
+
+def collect_data(
+    source: EnvSource,
+    pol: PolicyFn,
+    n_episodes: int,
+    rng: np.random.Generator,
+    *,
+    n_envs: int,
+    on_step: Callable[[int], None] | None = None,
+) -> Rollouts:
+    """Off-policy data: a third each of the policy, the policy mixed with uniform, uniform."""
+    per = n_episodes // 3
+    return Rollouts.concat(
+        [
+            collect(source, _policy_behaviour(pol), per, rng, n_envs=n_envs, on_step=on_step),
+            collect(source, _policy_behaviour(pol, 0.5), per, rng, n_envs=n_envs, on_step=on_step),
+            collect(
+                source,
+                uniform_behaviour(source.n_actions),
+                n_episodes - 2 * per,
+                rng,
+                n_envs=n_envs,
+                on_step=on_step,
+            ),
+        ]
+    )
+
+
+# ------------------------------------------------------------------------------ evaluation
+class _Ensemble:
+    """Per-episode ``sum_t (sum_a pi(a|s_t) log pi_beta(a|s_t) + log|A|)`` for model averages.
+
+    Estimators: ``"all"`` (soft Q-values averaged over every model), ``"-k"`` (all but model
+    ``k``, when there are at least 3) and ``"k"`` (model ``k`` alone).
+    """
+
+    def __init__(self, models: list[SoftQModel], ev: Rollouts) -> None:
+        assert ev.probs is not None
+        self.models = models
+        self.x = th.as_tensor(ev.x)
+        self.t = th.as_tensor(ev.t)
+        self.p = th.as_tensor(ev.probs, dtype=th.float64)
+        self.episode = th.as_tensor(ev.episode)
+        self.n_eps = ev.n_episodes
+        self.log_a = math.log(models[0].n_actions)
+        K = len(models)
+        self.subsets: dict[str, list[int]] = {"all": list(range(K))}
+        for k in range(K):
+            self.subsets[str(k)] = [k]
+            if K >= 3:
+                self.subsets[f"-{k}"] = [j for j in range(K) if j != k]
+
+    def loo(self, k: int) -> str:
+        """The estimator that leaves model ``k`` out."""
+        if len(self.models) == 2:
+            return str(1 - k)
+        return f"-{k}"
+
+    def columns(self, beta: float) -> dict[str, np.ndarray]:
+        if beta == 0.0:
+            return {name: np.zeros(self.n_eps) for name in self.subsets}
+        out = {name: th.zeros(self.n_eps, dtype=th.float64) for name in self.subsets}
+        N = self.x.shape[0]
+        with th.no_grad():
+            for i in range(0, N, _CHUNK):
+                sl = slice(i, min(N, i + _CHUNK))
+                n = sl.stop - sl.start
+                qs = [
+                    m.f(self.x[sl], self.t[sl], th.full((n,), beta * m.q_scale)).double()
+                    * m.q_scale
+                    for m in self.models
+                ]
+                for name, idx in self.subsets.items():
+                    q = qs[idx[0]] if len(idx) == 1 else th.stack([qs[j] for j in idx]).mean(0)
+                    lp = th.log_softmax(beta * q, dim=-1)
+                    terms = (self.p[sl] * lp).sum(-1) + self.log_a
+                    out[name].index_add_(0, self.episode[sl], terms)
+        return {name: v.numpy() for name, v in out.items()}
+
+
+def _scan(ens: _Ensemble, q_ref: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Evaluate every estimator on the coarse grid and a fine grid around the ensemble's best.
+
+    Returns:
+        the rationalities ``(G,)`` (utility units) and per estimator the ``(n_eps, G)`` values.
+    """
+    lo, hi = _GRID_DECADES
+    mags = 10.0 ** np.arange(lo, hi + 1e-9, _GRID_STEP) / q_ref
+    betas = list(np.concatenate([-mags[::-1], [0.0], mags]))
+    cols = [ens.columns(b) for b in betas]
+    k = int(np.argmax([c["all"].mean() for c in cols]))
+    if betas[k] != 0.0:
+        centre = math.log10(abs(betas[k]))
+        offs = np.arange(-_FINE_HALF, _FINE_HALF + 1e-9, _FINE_STEP)
+        for u in centre + offs:
+            b = math.copysign(10.0**u, betas[k])
+            if not any(math.isclose(b, c, rel_tol=1e-9) for c in betas):
+                betas.append(b)
+                cols.append(ens.columns(b))
+    order = np.argsort(betas)
+    mats = {name: np.stack([cols[i][name] for i in order], axis=1) for name in ens.subsets}
+    return np.asarray(betas)[order], mats
+
+
+# ------------------------------------------------------------------------------ fitting
+@dataclasses.dataclass(frozen=True)
+class _FitSettings:
+    hidden: tuple[int, ...]
+    iterations: int
+    steps_per_iteration: int
+    refine: bool
+    n_data_episodes: int
+    n_envs: int
+
+
+def _fit_ensemble(
+    source: EnvSource,
+    pol: PolicyFn,
+    ev: Rollouts,
+    fit: _FitSettings,
+    seeds: list[int],
+    bar: _Bar,
+    count: Callable[[int], None],
+    *,
+    reward_fn: Callable[[th.Tensor], th.Tensor] | None = None,
+    extra_data: Rollouts | None = None,
+) -> tuple[list[SoftQModel], list[Rollouts], _Ensemble, np.ndarray, dict[str, np.ndarray]]:
+    """Fit one model per seed on its own data, scan, refine around the optimum, rescan."""
+    A, H = source.n_actions, source.horizon
+    models: list[SoftQModel] = []
+    datas: list[Rollouts] = []
+    for mseed in seeds:
+        g = np.random.default_rng([int(mseed), 1])
+        data = collect_data(source, pol, fit.n_data_episodes, g, n_envs=fit.n_envs, on_step=count)
+        if extra_data is not None:
+            data = Rollouts.concat([data, extra_data])
+        model = new_model(data, A, H, hidden=fit.hidden, seed=int(mseed), reward_fn=reward_fn)
+        model.losses = fit_soft_q(  # type: ignore[attr-defined]
+            model,
+            data,
+            iterations=fit.iterations,
+            steps_per_iteration=fit.steps_per_iteration,
+            seed=int(mseed) + 1,
+            on_iteration=lambda _i: bar.update(1),
+        )
+        models.append(model)
+        datas.append(data)
+    ens = _Ensemble(models, ev)
+    q_ref = float(np.median([m.q_scale for m in models]))
+    betas, mats = _scan(ens, q_ref)
+    beta = float(betas[int(np.argmax(mats["all"].mean(0)))])
+    if fit.refine and beta != 0.0:
+        for k, (model, mseed) in enumerate(zip(models, seeds, strict=True)):
+            b = beta * model.q_scale
+            g = np.random.default_rng([int(mseed), 2])
+            own = collect(
+                source,
+                _model_behaviour(model, b),
+                max(1, fit.n_data_episodes // 3),
+                g,
+                n_envs=fit.n_envs,
+                on_step=count,
+            )
+            datas[k] = Rollouts.concat([datas[k], own])
+            model.losses = fit_soft_q(  # type: ignore[attr-defined]
+                model,
+                datas[k],
+                iterations=fit.iterations,
+                steps_per_iteration=fit.steps_per_iteration,
+                lr=3e-4,
+                prior=BetaPrior(focus=b),
+                seed=int(mseed) + 2,
+                on_iteration=lambda _i: bar.update(1),
+            )
+        betas, mats = _scan(ens, q_ref)
+    elif fit.refine:
+        bar.update(fit.iterations * len(models))
+    return models, datas, ens, betas, mats
+
+
+def _summarise(
+    ev: Rollouts,
+    ens: _Ensemble,
+    betas: np.ndarray,
+    mats: dict[str, np.ndarray],
+    *,
+    n_env_steps: int,
+    n_boot: int,
+    confidence: float,
+    s_boot: np.random.SeedSequence,
+    t_start: float,
+    horizon: int,
+) -> ApproxMEGResult:
+    """The jackknife estimate, its interval and the diagnostics."""
+    from statistics import NormalDist
+
+    assert ev.probs is not None
+    models = ens.models
+    K = len(models)
+    A = ev.probs.shape[1]
+    p = ev.probs
+    ent = -(p * np.log(np.where(p > 0, p, 1.0))).sum(-1)
+    cert_ep = np.zeros(ev.n_episodes)
+    np.add.at(cert_ep, ev.episode, math.log(A) - ent)
+    n = ev.n_episodes
+
+    def values(w: np.ndarray) -> tuple[float, float, np.ndarray]:
+        """(jackknife estimate, ensemble value, leave-one-out values) for episode weights w."""
+        best = {name: max(float((w @ m).max()), 0.0) for name, m in mats.items()}
+        full = best["all"]
+        if K == 1:
+            return full, full, np.array([full])
+        loo = np.array([best[ens.loo(k)] for k in range(K)])
+        return K * full - (K - 1) * loo.mean(), full, loo
+
+    uniform = np.full(n, 1.0 / n)
+    jack, full, loo = values(uniform)
+    cert = float(cert_ep.mean())
+    gb = np.random.default_rng(s_boot)
+    reps = np.empty(n_boot)
+    for i in range(n_boot):
+        w = np.bincount(gb.integers(0, n, size=n), minlength=n) / n
+        reps[i] = values(w)[0]
+    se_boot = float(reps.std(ddof=1)) if n_boot > 1 else math.nan
+    se_jack = float(math.sqrt((K - 1) / K * ((loo - loo.mean()) ** 2).sum())) if K > 1 else 0.0
+    se = math.sqrt((se_boot if math.isfinite(se_boot) else 0.0) ** 2 + se_jack**2)
+    z = NormalDist().inv_cdf(0.5 + float(confidence) / 2)
+    estimate = min(max(jack, 0.0), cert)
+    low = min(max(jack - z * se, 0.0), cert) if n_boot > 1 else math.nan
+    high = min(max(jack + z * se, 0.0), cert) if n_boot > 1 else math.nan
+
+    k_best = int(np.argmax(mats["all"].mean(0)))
+    beta = float(betas[k_best])
+    infos = []
+    for k, m in enumerate(models):
+        col = mats[str(k)].mean(0)
+        res_mean, res_rms = bellman_residual(m, ev, beta * m.q_scale)
+        infos.append(
+            {
+                "meg": float(max(col.max(), 0.0)),
+                "beta": float(betas[int(np.argmax(col))]),
+                "residual_mean": res_mean,
+                "residual_rms": res_rms,
+                "loss": float(getattr(m, "losses", [math.nan])[-1]),
+                "q_scale": m.q_scale,
+            }
+        )
+    singles = np.array([i["meg"] for i in infos])
+    bound = float(ev.lengths.mean() * math.log(A))
+    edge = k_best in (0, len(betas) - 1)
+    return ApproxMEGResult(
+        meg=float(estimate),
+        low=float(low),
+        high=float(high),
+        confidence=float(confidence),
+        beta=beta,
+        upper_bound=bound,
+        normalized=float(estimate / bound) if bound > 0 else 0.0,
+        certificate=cert,
+        horizon=int(horizon),
+        mean_length=float(ev.lengths.mean()),
+        expected_return=float(ev.returns.mean()),
+        n_env_steps=int(n_env_steps),
+        n_eval_episodes=int(n),
+        ensemble=float(full),
+        models=infos,
+        seed_std=float(singles.std(ddof=1)) if K > 1 else math.nan,
+        jackknife_se=se_jack if K > 1 else math.nan,
+        bootstrap_se=se_boot,
+        residual_rms=float(np.mean([i["residual_rms"] / i["q_scale"] for i in infos])),
+        at_boundary=bool(edge),
+        q_scale=float(np.median([m.q_scale for m in models])),
+        replicates=reps,
+        wall_time_s=time.perf_counter() - t_start,
+    )
+
+
+# ------------------------------------------------------------------------------ entry point
+def _check_int(name: str, v: Any, lo: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}.")
+
+
+def meg_approx(
+    policy: Any,
+    env: Any,
+    *,
+    horizon: int | None = None,
+    algo: str | None = None,
+    epsilon: float | None = None,
+    n_data_episodes: int = 300,
+    n_eval_episodes: int = 200,
+    n_models: int = 3,
+    hidden: tuple[int, ...] = (128, 128),
+    iterations: int | None = None,
+    steps_per_iteration: int = 100,
+    refine: bool = True,
+    n_boot: int = 500,
+    confidence: float = 0.95,
+    seed: int = 0,
+    n_envs: int = 16,
+    progress: bool = False,
+) -> ApproxMEGResult:
+    """Approximate known-utility MEG of ``policy`` in ``env`` (see the module docstring).
+
+    Args:
+        policy: an SB3 model or policy, an SB3 ``.zip`` path (with ``algo``), or a callable
+            mapping a batch of raw observations to ``(n, A)`` action probabilities.
+        env: a gymnasium id, a ``gymnasium.Env`` (copied) or a factory; ``Discrete`` actions,
+            any observation space ``gymnasium.spaces.flatten`` handles.
+        horizon: decisions per episode ``H`` (default the environment's time limit).
+        algo: ``"ppo"``, ``"a2c"`` or ``"dqn"`` for a ``.zip`` path.
+        epsilon: DQN only: score its epsilon-greedy policy.
+        n_data_episodes: off-policy episodes per model, split evenly between the scored policy,
+            the scored policy mixed half-and-half with uniform actions, and the uniform policy
+            (plus a third as many episodes of the model's soft-optimal policy when ``refine``).
+        n_eval_episodes: fresh episodes of the scored policy on which ``L(beta)`` is averaged.
+        n_models: soft Q-networks fitted on independent data with different seeds (at least 2
+            for the jackknife and its interval; 1 gives the uncorrected estimate and an
+            interval over evaluation episodes only).
+        hidden: hidden layer sizes of the networks.
+        iterations: soft Q-iterations (target refreshes); default ``H + 20`` (at most 300).
+        steps_per_iteration: Adam steps per iteration.
+        refine: refit each model with the rationality prior focused on the optimum and with
+            episodes of its soft-optimal policy there, then re-evaluate.
+        n_boot: bootstrap replicates over evaluation episodes.
+        confidence: the interval's nominal coverage.
+        seed: the seed of everything random (same seed, same result).
+        n_envs: environment copies stepped in lockstep.
+        progress: show a progress bar (its rate gives the time estimate).
+
+    Returns:
+        :class:`ApproxMEGResult`.
+
+    Raises:
+        TypeError / ValueError: bad policy, environment or settings (named in the message).
+
+    Warns:
+        ApproxMEGWarning: episodes cut by the environment before ``H`` (their unseen decisions
+            are missing from the estimate).
+
+    Example:
+        >>> from imitation_meg.approx import meg_approx
+        >>> uniform = lambda obs: np.full((len(obs), 2), 0.5)
+        >>> res = meg_approx(uniform, "CartPole-v1", horizon=10, n_data_episodes=12,
+        ...                  n_eval_episodes=10, n_models=2, iterations=2, refine=False)
+        >>> res.meg
+        0.0
+    """
+    t_start = time.perf_counter()
+    _check_int("n_data_episodes", n_data_episodes, 3)
+    _check_int("n_eval_episodes", n_eval_episodes, 2)
+    _check_int("n_models", n_models, 1)
+    _check_int("steps_per_iteration", steps_per_iteration, 1)
+    _check_int("n_boot", n_boot, 0)
+    _check_int("n_envs", n_envs, 1)
+    if iterations is not None:
+        _check_int("iterations", iterations, 1)
+    if not isinstance(confidence, (int, float)) or not 0.0 < float(confidence) < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}.")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an integer, got {seed!r}.")
+    source = EnvSource(env, horizon=horizon)
+    pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon)
+    H = source.horizon
+    n_iter = iterations if iterations is not None else min(H + 20, 300)
+    s_eval, s_models, s_boot = np.random.SeedSequence(int(seed)).spawn(3)
+    bar = _Bar(progress, total=n_models * n_iter * (2 if refine else 1), desc="MEG (approx)")
+    steps = {"n": 0}
+
+    def count(n: int) -> None:
+        steps["n"] += n
+
+    ev = collect(
+        source,
+        _policy_behaviour(pol),
+        n_eval_episodes,
+        np.random.default_rng(s_eval),
+        scored=pol,
+        n_envs=n_envs,
+        on_step=count,
+    )
+    if ev.truncated_early:
+        warnings.warn(
+            f"{ev.truncated_early} of {ev.n_episodes} evaluation episodes were cut by the "
+            f"environment before the horizon H={H} without terminating; their remaining decisions "
+            "are missing from the estimate. Pass horizon= no larger than the environment's limit.",
+            ApproxMEGWarning,
+            stacklevel=2,
+        )
+    fit = _FitSettings(hidden, n_iter, steps_per_iteration, refine, n_data_episodes, n_envs)
+    seeds = [int(v) for v in s_models.generate_state(n_models)]
+    _, _, ens, betas, mats = _fit_ensemble(source, pol, ev, fit, seeds, bar, count)
+    bar.close()
+    return _summarise(
+        ev,
+        ens,
+        betas,
+        mats,
+        n_env_steps=steps["n"],
+        n_boot=n_boot,
+        confidence=confidence,
+        s_boot=s_boot,
+        t_start=t_start,
+        horizon=H,
+    )
+
+
+class _Bar:
+    """A tqdm bar when ``enabled`` and tqdm is installed; its rate gives the time estimate."""
+
+    def __init__(self, enabled: bool, *, total: int, desc: str) -> None:
+        self._bar: Any = None
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+
+                self._bar = tqdm(total=total, desc=desc, unit="it", leave=False)
+            except ImportError:  # pragma: no cover - tqdm is in the experiments extra
+                self._bar = None
+
+    def update(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
