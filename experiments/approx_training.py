@@ -25,6 +25,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg.approx import meg_approx
+from imitation_meg.approx.study import cached_unit
 from imitation_meg.results import write_results
 
 UNIT_RESOURCES = {"num_cpus": 1}
@@ -43,11 +44,13 @@ class Config:
     seeds: tuple[int, ...] = (0,)
     n_checkpoints: int = 4
     dqn_epsilon: float = 0.05
+    horizon: int | None = None
     n_data_episodes: int = 60
     n_eval_episodes: int = 60
     n_models: int = 2
-    iterations: int | None = 100
-    steps_per_iteration: int = 100
+    hidden: tuple[int, ...] = (64, 64)
+    iterations: int | None = None
+    steps_per_iteration: int | None = None
     n_boot: int = 300
     progress: bool = False
 
@@ -156,9 +159,11 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
             model,
             env_id,
             epsilon=cfg.dqn_epsilon if algo == "dqn" else None,
+            horizon=cfg.horizon,
             n_data_episodes=cfg.n_data_episodes,
             n_eval_episodes=cfg.n_eval_episodes,
             n_models=cfg.n_models,
+            hidden=cfg.hidden,
             iterations=cfg.iterations,
             steps_per_iteration=cfg.steps_per_iteration,
             n_boot=cfg.n_boot,
@@ -240,4 +245,5 @@ def main(cfg: Config) -> dict[str, Any]:
     from imitation_meg.progress import progress
 
     todo = units(cfg)
-    return combine(cfg, [run_unit(cfg, u) for u in progress(todo, cfg.progress, "training units")])
+    results = [cached_unit(cfg, u, run_unit) for u in progress(todo, cfg.progress, "units")]
+    return combine(cfg, results)

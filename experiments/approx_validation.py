@@ -16,6 +16,7 @@ Run: ``imitation-meg reproduce configs/approx_validation.yaml``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import pathlib
@@ -33,6 +34,7 @@ from imitation_meg.approx.envs import (
     stationary_epsilon_greedy,
     validation_case,
 )
+from imitation_meg.approx.study import cached_unit
 from imitation_meg.results import write_results
 
 UNIT_RESOURCES = {"num_cpus": 1}
@@ -44,7 +46,7 @@ class Config:
 
     results_dir: str = "results/approx_validation"
     cases: tuple[str, ...] = ("cliffworld_xy", "frozenlake_onehot", "random_features")
-    horizons: tuple[int, ...] = (20, 30, 15)
+    horizons: tuple[int, ...] = (15, 15, 10)
     epsilons: tuple[float, ...] = (0.1, 0.3, 0.5)
     ppo: bool = True
     ppo_steps: int = 30_000
@@ -53,8 +55,9 @@ class Config:
     n_data_episodes: int = 300
     n_eval_episodes: int = 200
     n_models: int = 3
+    hidden: tuple[int, ...] = (64, 64)
     iterations: int | None = None
-    steps_per_iteration: int = 100
+    steps_per_iteration: int | None = None
     n_boot: int = 500
     tolerance: float = 0.05
     progress: bool = False
@@ -72,22 +75,26 @@ def units(cfg: Config) -> list[dict[str, Any]]:
     """One unit per (case, policy, seed)."""
     _check(cfg)
     policies = [f"eps{e:g}" for e in cfg.epsilons] + (["ppo"] if cfg.ppo else [])
+    # seed-major, so that a partial run covers every case and policy
     return [
         {"case": c, "horizon": int(h), "policy": p, "seed": int(s)}
-        for (c, h), p, s in itertools.product(
-            zip(cfg.cases, cfg.horizons, strict=True), policies, cfg.seeds
+        for s, (c, h), p in itertools.product(
+            cfg.seeds, zip(cfg.cases, cfg.horizons, strict=True), policies
         )
     ]
 
 
-def _train_ppo(case: Any, cfg: Config) -> Any:
+@functools.lru_cache(maxsize=4)
+def _train_ppo(name: str, horizon: int, steps: int, seed: int) -> Any:
+    """The PPO agent of a case (deterministic; kept for the other seeds' units in this process)."""
     from stable_baselines3.common.env_util import make_vec_env
 
     from imitation_meg.training import make_model
 
-    venv = make_vec_env(case.make, n_envs=8, seed=cfg.ppo_seed)
-    model = make_model("ppo", venv, cfg.ppo_seed, timesteps=cfg.ppo_steps)
-    model.learn(cfg.ppo_steps)
+    case = validation_case(name, horizon=horizon)
+    venv = make_vec_env(case.make, n_envs=8, seed=seed)
+    model = make_model("ppo", venv, seed, timesteps=steps)
+    model.learn(steps)
     venv.close()
     return model
 
@@ -100,7 +107,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     if unit["policy"] == "ppo":
         from imitation_meg.adapters.sb3 import policy_table
 
-        policy: Any = _train_ppo(case, cfg)
+        policy: Any = _train_ppo(unit["case"], unit["horizon"], cfg.ppo_steps, cfg.ppo_seed)
         table = policy_table(policy, case.mdp, observations=case.observations)
     else:
         eps = float(unit["policy"][3:])
@@ -113,6 +120,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         n_data_episodes=cfg.n_data_episodes,
         n_eval_episodes=cfg.n_eval_episodes,
         n_models=cfg.n_models,
+        hidden=cfg.hidden,
         iterations=cfg.iterations,
         steps_per_iteration=cfg.steps_per_iteration,
         n_boot=cfg.n_boot,
@@ -233,9 +241,13 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run every unit in this process and combine (today's ``reproduce``)."""
+    """Run every unit in this process and combine (today's ``reproduce``).
+
+    Each unit's result is kept under ``<results_dir>/units/`` (keyed by the unit and the
+    settings), so an interrupted run resumes where it stopped.
+    """
     from imitation_meg.progress import progress
 
     todo = units(cfg)
-    results = [run_unit(cfg, u) for u in progress(todo, cfg.progress, "validation units")]
+    results = [cached_unit(cfg, u, run_unit) for u in progress(todo, cfg.progress, "units")]
     return combine(cfg, results)

@@ -84,8 +84,10 @@ class ApproxMEGResult:
     Attributes:
         meg: the estimate (nats): the jackknife over the fitted models (see the module
             docstring), clipped to ``[0, certificate]``.
-        low, high: the interval (bootstrap over evaluation episodes and jackknife over models,
-            normal approximation), clipped to ``[0, certificate]``.
+        low, high: the interval ``meg +- sqrt((z se_boot)^2 + (t_{K-1} se_jack)^2)``: the
+            bootstrap over evaluation episodes (normal quantile ``z``) and the jackknife over
+            the ``K`` models (Student quantile with ``K - 1`` degrees of freedom), clipped to
+            ``[0, certificate]``.
         confidence: its nominal coverage.
         beta: the ensemble's maximising rationality in utility units (0: the uniform model).
         upper_bound: ``E_pi[T] log|A|`` over the evaluation episodes (``H log|A|`` when no
@@ -320,6 +322,16 @@ def _fit_ensemble(
         )
         models.append(model)
         datas.append(data)
+    nulls = sum(m.null for m in models)
+    if nulls:
+        warnings.warn(
+            f"{nulls} of {len(models)} soft Q-models saw no non-zero reward in their "
+            f"{fit.n_data_episodes} data episodes, so they are uniform at every beta (they score "
+            "0). If the reward is sparse, collect more episodes (n_data_episodes=) or a longer "
+            "horizon.",
+            ApproxMEGWarning,
+            stacklevel=3,
+        )
     ens = _Ensemble(models, ev)
     q_ref = float(np.median([m.q_scale for m in models]))
     betas, mats = _scan(ens, q_ref)
@@ -369,6 +381,8 @@ def _summarise(
     """The jackknife estimate, its interval and the diagnostics."""
     from statistics import NormalDist
 
+    from scipy.stats import t as student_t
+
     assert ev.probs is not None
     models = ens.models
     K = len(models)
@@ -398,11 +412,15 @@ def _summarise(
         reps[i] = values(w)[0]
     se_boot = float(reps.std(ddof=1)) if n_boot > 1 else math.nan
     se_jack = float(math.sqrt((K - 1) / K * ((loo - loo.mean()) ** 2).sum())) if K > 1 else 0.0
-    se = math.sqrt((se_boot if math.isfinite(se_boot) else 0.0) ** 2 + se_jack**2)
-    z = NormalDist().inv_cdf(0.5 + float(confidence) / 2)
+    # The rollout part is a bootstrap over many episodes (normal quantile); the model part is
+    # estimated from K fits only (Student t with K - 1 degrees of freedom).
+    level = 0.5 + float(confidence) / 2
+    z = NormalDist().inv_cdf(level)
+    t_q = float(student_t.ppf(level, K - 1)) if K > 1 else 0.0
+    half = math.hypot(z * (se_boot if math.isfinite(se_boot) else 0.0), t_q * se_jack)
     estimate = min(max(jack, 0.0), cert)
-    low = min(max(jack - z * se, 0.0), cert) if n_boot > 1 else math.nan
-    high = min(max(jack + z * se, 0.0), cert) if n_boot > 1 else math.nan
+    low = min(max(jack - half, 0.0), cert) if n_boot > 1 else math.nan
+    high = min(max(jack + half, 0.0), cert) if n_boot > 1 else math.nan
 
     k_best = int(np.argmax(mats["all"].mean(0)))
     beta = float(betas[k_best])
@@ -451,6 +469,16 @@ def _summarise(
 
 
 # ------------------------------------------------------------------------------ entry point
+def default_schedule(
+    horizon: int, iterations: int | None, steps_per_iteration: int | None
+) -> tuple[int, int]:
+    """Soft Q-iterations (default ``H + 20``) and Adam steps per iteration (default
+    ``max(20, 4000 // iterations)``)."""
+    n_iter = iterations if iterations is not None else horizon + 20
+    n_steps = steps_per_iteration if steps_per_iteration is not None else max(20, 4000 // n_iter)
+    return n_iter, n_steps
+
+
 def _check_int(name: str, v: Any, lo: int) -> None:
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
         raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}.")
@@ -466,9 +494,9 @@ def meg_approx(
     n_data_episodes: int = 300,
     n_eval_episodes: int = 200,
     n_models: int = 3,
-    hidden: tuple[int, ...] = (128, 128),
+    hidden: tuple[int, ...] = (64, 64),
     iterations: int | None = None,
-    steps_per_iteration: int = 100,
+    steps_per_iteration: int | None = None,
     refine: bool = True,
     n_boot: int = 500,
     confidence: float = 0.95,
@@ -494,8 +522,10 @@ def meg_approx(
             for the jackknife and its interval; 1 gives the uncorrected estimate and an
             interval over evaluation episodes only).
         hidden: hidden layer sizes of the networks.
-        iterations: soft Q-iterations (target refreshes); default ``H + 20`` (at most 300).
-        steps_per_iteration: Adam steps per iteration.
+        iterations: soft Q-iterations (target refreshes); default ``H + 20``: values propagate
+            one decision per iteration, so fewer than ``H`` iterations give a truncated
+            lookahead.
+        steps_per_iteration: Adam steps per iteration; default ``max(20, 4000 // iterations)``.
         refine: refit each model with the rationality prior focused on the optimum and with
             episodes of its soft-optimal policy there, then re-evaluate.
         n_boot: bootstrap replicates over evaluation episodes.
@@ -526,7 +556,8 @@ def meg_approx(
     _check_int("n_data_episodes", n_data_episodes, 3)
     _check_int("n_eval_episodes", n_eval_episodes, 2)
     _check_int("n_models", n_models, 1)
-    _check_int("steps_per_iteration", steps_per_iteration, 1)
+    if steps_per_iteration is not None:
+        _check_int("steps_per_iteration", steps_per_iteration, 1)
     _check_int("n_boot", n_boot, 0)
     _check_int("n_envs", n_envs, 1)
     if iterations is not None:
@@ -538,7 +569,7 @@ def meg_approx(
     source = EnvSource(env, horizon=horizon)
     pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon)
     H = source.horizon
-    n_iter = iterations if iterations is not None else min(H + 20, 300)
+    n_iter, n_steps = default_schedule(H, iterations, steps_per_iteration)
     s_eval, s_models, s_boot = np.random.SeedSequence(int(seed)).spawn(3)
     bar = _Bar(progress, total=n_models * n_iter * (2 if refine else 1), desc="MEG (approx)")
     steps = {"n": 0}
@@ -563,7 +594,7 @@ def meg_approx(
             ApproxMEGWarning,
             stacklevel=2,
         )
-    fit = _FitSettings(hidden, n_iter, steps_per_iteration, refine, n_data_episodes, n_envs)
+    fit = _FitSettings(hidden, n_iter, n_steps, refine, n_data_episodes, n_envs)
     seeds = [int(v) for v in s_models.generate_state(n_models)]
     _, _, ens, betas, mats = _fit_ensemble(source, pol, ev, fit, seeds, bar, count)
     bar.close()

@@ -92,7 +92,7 @@ def score_approx(args: argparse.Namespace) -> int:
     if n_episodes is not None:
         kwargs = {"n_data_episodes": n_episodes, "n_eval_episodes": n_episodes}
     elif source.horizon >= 200:  # long episodes: fewer of them carry as many steps
-        kwargs = {"n_data_episodes": 60, "n_eval_episodes": 60, "iterations": 100}
+        kwargs = {"n_data_episodes": 60, "n_eval_episodes": 60}
     if getattr(args, "approx_iterations", None) is not None:
         kwargs["iterations"] = args.approx_iterations
     print(

@@ -38,9 +38,6 @@ from imitation_meg.approx.rollouts import Rollouts
 
 __all__ = ["BetaPrior", "SoftQModel", "beta_features", "fit_soft_q", "soft_mean"]
 
-#: Experimental switch: split the one-step reward from the continuation (see SoftQModel).
-SPLIT_REWARD = True
-
 #: Scales ``c`` of the rationality features ``b / (c + |b|)`` (normalised units).
 BETA_SCALES = (0.03, 0.3, 3.0, 30.0, 300.0, 3000.0)
 
@@ -139,21 +136,23 @@ class _MLP(nn.Module):
 class SoftQModel:
     """A fitted beta-conditioned soft Q-function (see the module docstring).
 
-    The normalised soft Q-value is split into the one-step reward and the continuation,
+    The network predicts the normalised soft Q-value ``f(x, tau, b) = q / q_scale`` of every
+    action. When a utility function ``reward_fn`` of the observation is given (the
+    unknown-utility bound), the one-step utility is added exactly and the network predicts the
+    continuation only:
 
-        f(x, t, b) = r_hat(x) + ((H - t - 1) / H) * c(x, tau, b),      f = 0 for t >= H,
+        f(x, t, b) = reward_fn(x) / q_scale + ((H - t - 1) / H) * c(x, tau, b),
 
-    with ``r_hat`` a network of the observation alone (fitted to the observed rewards, shared by
-    every ``b`` and ``t``) or a given utility function, and ``c`` the beta- and time-conditioned
-    network. The factor makes the last decision's value exactly its reward, whose action
-    differences are then those of ``r_hat`` alone (no continuation noise where none exists).
+    so the last decision's value is exactly its utility. ``f = 0`` for ``t >= H``. (Splitting
+    off a *learned* reward network the same way was tried and measured worse on the validation
+    environments: its errors add to the continuation's.)
 
     Attributes:
         horizon: ``H``.
         n_actions: ``|A|``.
         q_scale: utility units per network unit (``q = q_scale * f``).
         obs_mean, obs_std: ``(d,)`` standardisation of flat observations.
-        nets: ``{"cont": c, "reward": r_hat}`` (no ``"reward"`` when ``reward_fn`` is given).
+        nets: ``{"cont": network}``.
         reward_fn: a fixed utility ``x (n, d) -> (n,)`` in utility units, or None.
     """
 
@@ -166,7 +165,7 @@ class SoftQModel:
         q_scale: float,
         obs_mean: np.ndarray,
         obs_std: np.ndarray,
-        hidden: tuple[int, ...] = (128, 128),
+        hidden: tuple[int, ...] = (64, 64),
         seed: int = 0,
         reward_fn: Callable[[th.Tensor], th.Tensor] | None = None,
     ) -> None:
@@ -176,26 +175,24 @@ class SoftQModel:
         self.obs_mean = th.as_tensor(obs_mean, dtype=th.float32)
         self.obs_std = th.as_tensor(obs_std, dtype=th.float32)
         self.reward_fn = reward_fn
+        #: no reward in the data: every value is 0 (see :func:`new_model`)
+        self.null = False
         # Layer initialisation draws from torch's global generator: fork it so that the
         # caller's random state is left as it was.
         with th.random.fork_rng(devices=[]):
             th.manual_seed(seed)
             nets = {"cont": _MLP(obs_dim + 1 + len(BETA_SCALES), n_actions, hidden)}
-            self.split = SPLIT_REWARD or reward_fn is not None
-            if reward_fn is None and self.split:
-                nets["reward"] = _MLP(obs_dim, n_actions, hidden)
+            self.split = reward_fn is not None
             self.nets = nn.ModuleDict(nets)
 
     def standardise(self, x: th.Tensor) -> th.Tensor:
         return (x - self.obs_mean) / self.obs_std
 
-    def reward(self, x: th.Tensor, nets: nn.ModuleDict | None = None) -> th.Tensor:
-        """Normalised one-step reward ``(n, A)``."""
-        nets = nets if nets is not None else self.nets
-        if self.reward_fn is not None:
-            r = self.reward_fn(x).reshape(-1, 1) / self.q_scale
-            return r.to(th.float32).expand(-1, self.n_actions)
-        return nets["reward"](self.standardise(x))
+    def reward(self, x: th.Tensor) -> th.Tensor:
+        """Normalised one-step utility ``(n, A)`` of a given ``reward_fn``."""
+        assert self.reward_fn is not None
+        r = self.reward_fn(x).reshape(-1, 1) / self.q_scale
+        return r.to(th.float32).expand(-1, self.n_actions)
 
     def f(
         self, x: th.Tensor, t: th.Tensor, b: th.Tensor, nets: nn.ModuleDict | None = None
@@ -203,13 +200,15 @@ class SoftQModel:
         """Normalised soft Q-values ``(n, A)`` at times ``t (n,)`` and rationalities ``b (n,)``."""
         nets = nets if nets is not None else self.nets
         H = self.horizon
+        if self.null:
+            return th.zeros(x.shape[0], self.n_actions)
         tau = ((H - t).to(th.float32) / H).reshape(-1, 1)
         z = th.cat([self.standardise(x), tau, beta_features(b)], dim=1)
         left = ((H - 1 - t).clamp(min=0).to(th.float32) / H).reshape(-1, 1)
         if not self.split:
             out = nets["cont"](z)
             return th.where((t >= H).reshape(-1, 1), th.zeros_like(out), out)
-        out = self.reward(x, nets) + left * nets["cont"](z)
+        out = self.reward(x) + left * nets["cont"](z)
         return th.where((t >= H).reshape(-1, 1), th.zeros_like(out), out)
 
     def log_policy(self, x: th.Tensor, t: th.Tensor, b: th.Tensor) -> th.Tensor:
@@ -257,32 +256,28 @@ def new_model(
         reward_fn: a fixed utility of flat observations ``(n, d) -> (n,)`` replacing the
             environment's reward (then the scale is read from its values on ``data``).
 
-    Raises:
-        ValueError: the data hold no non-zero reward (every soft-optimal model is uniform).
+    When the data hold no non-zero reward the model is *null*: its soft Q-values are 0, so every
+    soft-optimal model it gives is uniform (``new_model(...).null`` is True; the caller warns).
     """
     if reward_fn is not None:
         with th.no_grad():
             r = reward_fn(th.as_tensor(data.x)).double().numpy().reshape(-1)
         data = dataclasses.replace(data, r=r)
     scale = returns_scale(data)
-    if not scale > 0:
-        raise ValueError(
-            f"the environment gave no non-zero reward in {data.n_steps} steps of data; every "
-            "soft-optimal model is then uniform and known-utility MEG is 0. Collect more "
-            "(exploratory) episodes or check the reward."
-        )
     mean, std = _standardisation(np.concatenate([data.x, data.x_next]))
-    return SoftQModel(
+    model = SoftQModel(
         data.x.shape[1],
         n_actions,
         horizon,
-        q_scale=scale,
+        q_scale=scale if scale > 0 else 1.0,
         obs_mean=mean,
         obs_std=std,
         hidden=hidden,
         seed=seed,
         reward_fn=reward_fn,
     )
+    model.null = not scale > 0
+    return model
 
 
 def fit_soft_q(
@@ -315,6 +310,8 @@ def fit_soft_q(
         seed: seeds the batches and the rationality draws.
         on_iteration: called after each iteration with its index (progress bars).
     """
+    if model.null:
+        return [0.0] * iterations
     prior = prior or BetaPrior()
     gen = th.Generator().manual_seed(seed)
     x = th.as_tensor(data.x)
@@ -325,7 +322,6 @@ def fit_soft_q(
     live = th.as_tensor(~data.done, dtype=th.float32)
     N = x.shape[0]
     opt = th.optim.Adam(model.nets.parameters(), lr=lr)
-    learn_reward = "reward" in model.nets
     total = iterations * steps_per_iteration
     sched = th.optim.lr_scheduler.LambdaLR(
         opt, lambda k: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(k / max(total, 1), 1.0)))
@@ -347,9 +343,6 @@ def fit_soft_q(
             ai = a[idx].reshape(-1, 1)
             pred = model.f(x[idx], t[idx], b).gather(1, ai).squeeze(1)
             loss = th.mean((pred - target) ** 2)
-            if learn_reward:
-                r_pred = model.reward(x[idx]).gather(1, ai).squeeze(1)
-                loss = loss + th.mean((r_pred - r[idx]) ** 2)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -39,6 +39,7 @@ from imitation_meg.approx.known import (
     _policy_behaviour,
     _summarise,
     collect_data,
+    default_schedule,
 )
 from imitation_meg.approx.policy import PolicyFn, as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
@@ -149,9 +150,9 @@ def meg_approx_unknown(
     episodes_per_step: int = 40,
     lr: float = 0.05,
     utility_hidden: int = 64,
-    hidden: tuple[int, ...] = (128, 128),
+    hidden: tuple[int, ...] = (64, 64),
     iterations: int | None = None,
-    steps_per_iteration: int = 100,
+    steps_per_iteration: int | None = None,
     n_models: int = 2,
     n_boot: int = 500,
     confidence: float = 0.95,
@@ -199,7 +200,7 @@ def meg_approx_unknown(
             "SB3 model, or use utility='mlp')."
         )
     H, A = source.horizon, source.n_actions
-    n_iter = iterations if iterations is not None else min(H + 20, 300)
+    n_iter, steps_per_iteration = default_schedule(H, iterations, steps_per_iteration)
     ss = np.random.SeedSequence(int(seed))
     s_data, s_eval, s_models, s_boot, s_ascent = ss.spawn(5)
     steps = {"n": 0}

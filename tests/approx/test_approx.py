@@ -330,3 +330,12 @@ def test_score_function_prints_an_estimate(capsys, tmp_path):
     args.mode = "unknown"
     with pytest.raises(ValueError, match="--mode unknown is not available"):
         score_approx(args)
+
+
+def test_no_reward_in_the_data_warns_and_scores_zero():
+    # FrozenLake's only reward is at the goal, out of reach in 2 decisions
+    left = lambda obs: np.tile([0.7, 0.1, 0.1, 0.1], (len(obs), 1))  # noqa: E731
+    env = lambda: OneHotObservation(gym.make("FrozenLake-v1", max_episode_steps=2))  # noqa: E731
+    with pytest.warns(im.approx.ApproxMEGWarning, match="saw no non-zero reward"):
+        res = meg_approx(left, env, **dict(FAST, iterations=1))
+    assert res.meg == 0.0 and res.certificate > 0.0
