@@ -25,14 +25,15 @@ Steps:
    0) is always a candidate, so the estimate is >= 0.
 3. With ``refine``, each model is refitted with its rationality prior focused on the optimum and
    with episodes of its own soft-optimal policy there, and step 2 is repeated.
-4. Errors of a fitted Q-function lower the likelihood to second order (a noisy model is a worse
-   model); averaging ``K`` independent fits divides that loss by ``K``. The estimate is the
-   jackknife over models, ``K * M_all - (K - 1) * mean_k M_(-k)``, which removes the part of the
-   error that is independent across fits (data, initialisation, optimisation). Its interval
-   combines the bootstrap over evaluation episodes with the jackknife variance over models.
-   Error shared by every fit (a network too small, too few iterations, data that never reach
-   the states the soft-optimal policies visit) is not covered: the soft Bellman residuals, the
-   seed spread and the Gibbs certificate are reported so a user can judge it.
+4. The estimate is the mean over the ``K`` fits of each fit's maximum. Its interval combines the
+   bootstrap over evaluation episodes with the spread of the fits (Student ``t`` with ``K - 1``
+   degrees of freedom), so it covers the rollout noise and the part of the fitting error that
+   is independent across fits (data, initialisation, optimisation). Error shared by every fit
+   (a network too small, too few iterations, data that never reach the states the soft-optimal
+   policies visit) is not covered: the soft Bellman residuals, the seed spread and the Gibbs
+   certificate are reported so a user can judge it. (Averaging the fits' Q-values is reported
+   as a diagnostic only: the average of soft-optimal models is not one, and on small noisy
+   problems it can fit the scored policy better than any member of the family.)
 """
 
 from __future__ import annotations
@@ -82,14 +83,14 @@ class ApproxMEGResult:
     """An approximate known-utility MEG estimate.
 
     Attributes:
-        meg: the estimate (nats): the jackknife over the fitted models (see the module
-            docstring), clipped to ``[0, certificate]``.
-        low, high: the interval ``meg +- sqrt((z se_boot)^2 + (t_{K-1} se_jack)^2)``: the
-            bootstrap over evaluation episodes (normal quantile ``z``) and the jackknife over
-            the ``K`` models (Student quantile with ``K - 1`` degrees of freedom), clipped to
-            ``[0, certificate]``.
+        meg: the estimate (nats): the mean over the ``K`` fitted models of each model's
+            maximum over beta, clipped to ``[0, certificate]``.
+        low, high: the interval ``meg +- sqrt((z se_boot)^2 + (t_{K-1} se_models)^2)``: the
+            bootstrap over evaluation episodes (normal quantile ``z``) and the spread of the
+            ``K`` independent fits (Student quantile with ``K - 1`` degrees of freedom), clipped
+            to ``[0, certificate]``.
         confidence: its nominal coverage.
-        beta: the ensemble's maximising rationality in utility units (0: the uniform model).
+        beta: the maximiser of the models' mean curve, in utility units (0: the uniform model).
         upper_bound: ``E_pi[T] log|A|`` over the evaluation episodes (``H log|A|`` when no
             episode ends early).
         normalized: ``meg / upper_bound``.
@@ -100,13 +101,14 @@ class ApproxMEGResult:
         expected_return: mean evaluation return of the scored policy.
         n_env_steps: environment steps used in all (data, refits, evaluation).
         n_eval_episodes: evaluation episodes.
-        ensemble: the uncorrected estimate of the averaged models.
+        ensemble: the value of the model whose soft Q-values are averaged over the fits (a
+            diagnostic; an average of soft-optimal models is not one itself).
         models: one dict per fitted model: ``seed``, ``meg`` (its own maximum), ``beta``,
             ``residual_mean``, ``residual_rms`` (soft Bellman residual at the ensemble's beta on
             the evaluation transitions, utility units), ``loss`` (last fitting loss),
             ``q_scale``.
         seed_std: standard deviation of the single models' estimates.
-        jackknife_se: the jackknife standard error over models.
+        model_se: the standard error of the mean over models (``seed_std / sqrt(K)``).
         bootstrap_se: the standard error over evaluation episodes.
         residual_rms: mean over models of the RMS Bellman residual divided by ``q_scale``
             (a fraction of the largest return).
@@ -134,7 +136,7 @@ class ApproxMEGResult:
     ensemble: float
     models: list[dict[str, float]]
     seed_std: float
-    jackknife_se: float
+    model_se: float
     bootstrap_se: float
     residual_rms: float
     at_boundary: bool
@@ -207,8 +209,8 @@ def collect_data(
 class _Ensemble:
     """Per-episode ``sum_t (sum_a pi(a|s_t) log pi_beta(a|s_t) + log|A|)`` for model averages.
 
-    Estimators: ``"all"`` (soft Q-values averaged over every model), ``"-k"`` (all but model
-    ``k``, when there are at least 3) and ``"k"`` (model ``k`` alone).
+    Estimators: ``"k"`` (model ``k`` alone) and ``"all"`` (soft Q-values averaged over every
+    model; a diagnostic).
     """
 
     def __init__(self, models: list[SoftQModel], ev: Rollouts) -> None:
@@ -224,14 +226,6 @@ class _Ensemble:
         self.subsets: dict[str, list[int]] = {"all": list(range(K))}
         for k in range(K):
             self.subsets[str(k)] = [k]
-            if K >= 3:
-                self.subsets[f"-{k}"] = [j for j in range(K) if j != k]
-
-    def loo(self, k: int) -> str:
-        """The estimator that leaves model ``k`` out."""
-        if len(self.models) == 2:
-            return str(1 - k)
-        return f"-{k}"
 
     def columns(self, beta: float) -> dict[str, np.ndarray]:
         if beta == 0.0:
@@ -256,7 +250,7 @@ class _Ensemble:
 
 
 def _scan(ens: _Ensemble, q_ref: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Evaluate every estimator on the coarse grid and a fine grid around the ensemble's best.
+    """Evaluate every estimator on the coarse grid and a fine grid around the models' best.
 
     Returns:
         the rationalities ``(G,)`` (utility units) and per estimator the ``(n_eps, G)`` values.
@@ -265,7 +259,8 @@ def _scan(ens: _Ensemble, q_ref: float) -> tuple[np.ndarray, dict[str, np.ndarra
     mags = 10.0 ** np.arange(lo, hi + 1e-9, _GRID_STEP) / q_ref
     betas = list(np.concatenate([-mags[::-1], [0.0], mags]))
     cols = [ens.columns(b) for b in betas]
-    k = int(np.argmax([c["all"].mean() for c in cols]))
+    singles = [n for n in ens.subsets if n != "all"]
+    k = int(np.argmax([np.mean([c[n].mean() for n in singles]) for c in cols]))
     if betas[k] != 0.0:
         centre = math.log10(abs(betas[k]))
         offs = np.arange(-_FINE_HALF, _FINE_HALF + 1e-9, _FINE_STEP)
@@ -277,6 +272,11 @@ def _scan(ens: _Ensemble, q_ref: float) -> tuple[np.ndarray, dict[str, np.ndarra
     order = np.argsort(betas)
     mats = {name: np.stack([cols[i][name] for i in order], axis=1) for name in ens.subsets}
     return np.asarray(betas)[order], mats
+
+
+def _mean_curve(mats: dict[str, np.ndarray]) -> np.ndarray:
+    """``L(beta) + E[T] log|A|`` averaged over episodes and the single models, ``(G,)``."""
+    return np.mean([m.mean(0) for name, m in mats.items() if name != "all"], axis=0)
 
 
 # ------------------------------------------------------------------------------ fitting
@@ -335,7 +335,7 @@ def _fit_ensemble(
     ens = _Ensemble(models, ev)
     q_ref = float(np.median([m.q_scale for m in models]))
     betas, mats = _scan(ens, q_ref)
-    beta = float(betas[int(np.argmax(mats["all"].mean(0)))])
+    beta = float(betas[int(np.argmax(_mean_curve(mats)))])
     if fit.refine and beta != 0.0:
         for k, (model, mseed) in enumerate(zip(models, seeds, strict=True)):
             b = beta * model.q_scale
@@ -378,7 +378,7 @@ def _summarise(
     t_start: float,
     horizon: int,
 ) -> ApproxMEGResult:
-    """The jackknife estimate, its interval and the diagnostics."""
+    """The estimate, its interval and the diagnostics."""
     from statistics import NormalDist
 
     from scipy.stats import t as student_t
@@ -393,17 +393,14 @@ def _summarise(
     np.add.at(cert_ep, ev.episode, math.log(A) - ent)
     n = ev.n_episodes
 
-    def values(w: np.ndarray) -> tuple[float, float, np.ndarray]:
-        """(jackknife estimate, ensemble value, leave-one-out values) for episode weights w."""
-        best = {name: max(float((w @ m).max()), 0.0) for name, m in mats.items()}
-        full = best["all"]
-        if K == 1:
-            return full, full, np.array([full])
-        loo = np.array([best[ens.loo(k)] for k in range(K)])
-        return K * full - (K - 1) * loo.mean(), full, loo
+    def values(w: np.ndarray) -> tuple[float, np.ndarray]:
+        """(mean over models of each model's maximum, the models' maxima) for weights w."""
+        singles = np.array([max(float((w @ mats[str(k)]).max()), 0.0) for k in range(K)])
+        return float(singles.mean()), singles
 
     uniform = np.full(n, 1.0 / n)
-    jack, full, loo = values(uniform)
+    mean, singles = values(uniform)
+    full = max(float(mats["all"].mean(0).max()), 0.0)
     cert = float(cert_ep.mean())
     gb = np.random.default_rng(s_boot)
     reps = np.empty(n_boot)
@@ -411,18 +408,18 @@ def _summarise(
         w = np.bincount(gb.integers(0, n, size=n), minlength=n) / n
         reps[i] = values(w)[0]
     se_boot = float(reps.std(ddof=1)) if n_boot > 1 else math.nan
-    se_jack = float(math.sqrt((K - 1) / K * ((loo - loo.mean()) ** 2).sum())) if K > 1 else 0.0
+    se_models = float(singles.std(ddof=1) / math.sqrt(K)) if K > 1 else 0.0
     # The rollout part is a bootstrap over many episodes (normal quantile); the model part is
     # estimated from K fits only (Student t with K - 1 degrees of freedom).
     level = 0.5 + float(confidence) / 2
     z = NormalDist().inv_cdf(level)
     t_q = float(student_t.ppf(level, K - 1)) if K > 1 else 0.0
-    half = math.hypot(z * (se_boot if math.isfinite(se_boot) else 0.0), t_q * se_jack)
-    estimate = min(max(jack, 0.0), cert)
-    low = min(max(jack - half, 0.0), cert) if n_boot > 1 else math.nan
-    high = min(max(jack + half, 0.0), cert) if n_boot > 1 else math.nan
+    half = math.hypot(z * (se_boot if math.isfinite(se_boot) else 0.0), t_q * se_models)
+    estimate = min(max(mean, 0.0), cert)
+    low = min(max(mean - half, 0.0), cert) if n_boot > 1 else math.nan
+    high = min(max(mean + half, 0.0), cert) if n_boot > 1 else math.nan
 
-    k_best = int(np.argmax(mats["all"].mean(0)))
+    k_best = int(np.argmax(_mean_curve(mats)))
     beta = float(betas[k_best])
     infos = []
     for k, m in enumerate(models):
@@ -438,7 +435,6 @@ def _summarise(
                 "q_scale": m.q_scale,
             }
         )
-    singles = np.array([i["meg"] for i in infos])
     bound = float(ev.lengths.mean() * math.log(A))
     edge = k_best in (0, len(betas) - 1)
     return ApproxMEGResult(
@@ -458,7 +454,7 @@ def _summarise(
         ensemble=float(full),
         models=infos,
         seed_std=float(singles.std(ddof=1)) if K > 1 else math.nan,
-        jackknife_se=se_jack if K > 1 else math.nan,
+        model_se=se_models if K > 1 else math.nan,
         bootstrap_se=se_boot,
         residual_rms=float(np.mean([i["residual_rms"] / i["q_scale"] for i in infos])),
         at_boundary=bool(edge),
@@ -519,8 +515,8 @@ def meg_approx(
             (plus a third as many episodes of the model's soft-optimal policy when ``refine``).
         n_eval_episodes: fresh episodes of the scored policy on which ``L(beta)`` is averaged.
         n_models: soft Q-networks fitted on independent data with different seeds (at least 2
-            for the jackknife and its interval; 1 gives the uncorrected estimate and an
-            interval over evaluation episodes only).
+            for their spread to enter the interval; with 1 the interval covers the evaluation
+            episodes only).
         hidden: hidden layer sizes of the networks.
         iterations: soft Q-iterations (target refreshes); default ``H + 20``: values propagate
             one decision per iteration, so fewer than ``H`` iterations give a truncated

@@ -123,7 +123,7 @@ def score_approx(args: argparse.Namespace) -> int:
         f"beta*               {res.beta:.4g}   (utility units)",
         f"mean return         {res.expected_return:.4f}",
         (
-            f"seed spread (std)   {res.seed_std:.4f}   jackknife se {res.jackknife_se:.4f}, "
+            f"seed spread (std)   {res.seed_std:.4f}   models se {res.model_se:.4f}, "
             f"rollout se {res.bootstrap_se:.4f}"
         ),
         f"Bellman residual    {res.residual_rms:.4f}   (RMS, fraction of the largest return)",

@@ -339,3 +339,46 @@ def test_no_reward_in_the_data_warns_and_scores_zero():
     with pytest.warns(im.approx.ApproxMEGWarning, match="saw no non-zero reward"):
         res = meg_approx(left, env, **dict(FAST, iterations=1))
     assert res.meg == 0.0 and res.certificate > 0.0
+
+
+def test_unknown_utility_lower_bound_on_a_small_case(small_case):
+    from imitation_meg.approx import meg_approx_unknown
+
+    mdp, feats = small_case
+    table = stationary_epsilon_greedy(mdp, 0.1)
+    exact_unknown = im.meg_unknown(table, mdp).meg
+    res = meg_approx_unknown(
+        TablePolicy(table, feats),
+        lambda: TabularGymEnv(mdp, feats),
+        ascent_steps=3,
+        episodes_per_step=20,
+        seed=0,
+        **FAST,
+    )
+    bound = mdp.horizon * math.log(3)
+    # a lower bound on the exact optimum over every utility of the state, up to estimation error
+    assert 0.0 <= res.meg <= exact_unknown + 0.05 * bound
+    assert set(res.candidates) == {"initial", "ascended"}
+    assert res.meg == max(res.candidates.values())
+    assert len(res.trace) == 3 and res.to_dict()["lower_bound"] is True
+
+
+def test_unknown_utility_over_agent_features(cartpole_ppo):
+    from imitation_meg.approx import meg_approx_unknown
+
+    res = meg_approx_unknown(
+        cartpole_ppo,
+        "CartPole-v1",
+        utility="agent",
+        horizon=6,
+        ascent_steps=2,
+        episodes_per_step=6,
+        **dict(FAST, iterations=2, n_eval_episodes=10, n_data_episodes=12),
+    )
+    assert res.utility_class == "agent" and 0.0 <= res.meg <= res.result.certificate + 1e-12
+    with pytest.raises(ValueError, match="exposes none"):
+        meg_approx_unknown(
+            lambda obs: np.full((len(obs), 2), 0.5), "CartPole-v1", utility="agent", horizon=4
+        )
+    with pytest.raises(ValueError, match="utility must be one of"):
+        meg_approx_unknown(cartpole_ppo, "CartPole-v1", utility="linear")
