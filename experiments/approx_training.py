@@ -45,7 +45,7 @@ class Config:
     n_checkpoints: int = 4
     dqn_epsilon: float = 0.05
     horizon: int | None = None
-    n_data_episodes: int = 60
+    n_data_steps: int = 15_000
     n_eval_episodes: int = 60
     n_models: int = 2
     hidden: tuple[int, ...] = (64, 64)
@@ -160,7 +160,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
             env_id,
             epsilon=cfg.dqn_epsilon if algo == "dqn" else None,
             horizon=cfg.horizon,
-            n_data_episodes=cfg.n_data_episodes,
+            n_data_steps=cfg.n_data_steps,
             n_eval_episodes=cfg.n_eval_episodes,
             n_models=cfg.n_models,
             hidden=cfg.hidden,

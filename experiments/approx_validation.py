@@ -52,7 +52,7 @@ class Config:
     ppo_steps: int = 30_000
     ppo_seed: int = 0
     seeds: tuple[int, ...] = tuple(range(10))
-    n_data_episodes: int = 300
+    n_data_steps: int = 20_000
     n_eval_episodes: int = 200
     n_models: int = 3
     hidden: tuple[int, ...] = (64, 64)
@@ -117,7 +117,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     res = meg_approx(
         policy,
         case.make,
-        n_data_episodes=cfg.n_data_episodes,
+        n_data_steps=cfg.n_data_steps,
         n_eval_episodes=cfg.n_eval_episodes,
         n_models=cfg.n_models,
         hidden=cfg.hidden,

@@ -181,26 +181,24 @@ def _model_behaviour(model: SoftQModel, b: float) -> Behaviour:
 def collect_data(
     source: EnvSource,
     pol: PolicyFn,
-    n_episodes: int,
+    n_steps: int,
     rng: np.random.Generator,
     *,
     n_envs: int,
     on_step: Callable[[int], None] | None = None,
 ) -> Rollouts:
-    """Off-policy data: a third each of the policy, the policy mixed with uniform, uniform."""
-    per = n_episodes // 3
+    """Off-policy data of about ``n_steps`` steps (whole episodes): a third each of the policy,
+    the policy mixed half-and-half with uniform actions, and the uniform policy."""
+    third = max(1, n_steps // 3)
+    behaviours = [
+        _policy_behaviour(pol),
+        _policy_behaviour(pol, 0.5),
+        uniform_behaviour(source.n_actions),
+    ]
     return Rollouts.concat(
         [
-            collect(source, _policy_behaviour(pol), per, rng, n_envs=n_envs, on_step=on_step),
-            collect(source, _policy_behaviour(pol, 0.5), per, rng, n_envs=n_envs, on_step=on_step),
-            collect(
-                source,
-                uniform_behaviour(source.n_actions),
-                n_episodes - 2 * per,
-                rng,
-                n_envs=n_envs,
-                on_step=on_step,
-            ),
+            collect(source, b, None, rng, min_steps=third, n_envs=n_envs, on_step=on_step)
+            for b in behaviours
         ]
     )
 
@@ -286,7 +284,7 @@ class _FitSettings:
     iterations: int
     steps_per_iteration: int
     refine: bool
-    n_data_episodes: int
+    n_data_steps: int
     n_envs: int
 
 
@@ -308,7 +306,7 @@ def _fit_ensemble(
     datas: list[Rollouts] = []
     for mseed in seeds:
         g = np.random.default_rng([int(mseed), 1])
-        data = collect_data(source, pol, fit.n_data_episodes, g, n_envs=fit.n_envs, on_step=count)
+        data = collect_data(source, pol, fit.n_data_steps, g, n_envs=fit.n_envs, on_step=count)
         if extra_data is not None:
             data = Rollouts.concat([data, extra_data])
         model = new_model(data, A, H, hidden=fit.hidden, seed=int(mseed), reward_fn=reward_fn)
@@ -326,8 +324,8 @@ def _fit_ensemble(
     if nulls:
         warnings.warn(
             f"{nulls} of {len(models)} soft Q-models saw no non-zero reward in their "
-            f"{fit.n_data_episodes} data episodes, so they are uniform at every beta (they score "
-            "0). If the reward is sparse, collect more episodes (n_data_episodes=) or a longer "
+            f"{fit.n_data_steps} steps of data, so they are uniform at every beta (they score "
+            "0). If the reward is sparse, collect more data (n_data_steps=) or a longer "
             "horizon.",
             ApproxMEGWarning,
             stacklevel=3,
@@ -343,8 +341,9 @@ def _fit_ensemble(
             own = collect(
                 source,
                 _model_behaviour(model, b),
-                max(1, fit.n_data_episodes // 3),
+                None,
                 g,
+                min_steps=max(1, fit.n_data_steps // 3),
                 n_envs=fit.n_envs,
                 on_step=count,
             )
@@ -487,7 +486,7 @@ def meg_approx(
     horizon: int | None = None,
     algo: str | None = None,
     epsilon: float | None = None,
-    n_data_episodes: int = 300,
+    n_data_steps: int = 20_000,
     n_eval_episodes: int = 200,
     n_models: int = 3,
     hidden: tuple[int, ...] = (64, 64),
@@ -510,9 +509,10 @@ def meg_approx(
         horizon: decisions per episode ``H`` (default the environment's time limit).
         algo: ``"ppo"``, ``"a2c"`` or ``"dqn"`` for a ``.zip`` path.
         epsilon: DQN only: score its epsilon-greedy policy.
-        n_data_episodes: off-policy episodes per model, split evenly between the scored policy,
-            the scored policy mixed half-and-half with uniform actions, and the uniform policy
-            (plus a third as many episodes of the model's soft-optimal policy when ``refine``).
+        n_data_steps: off-policy environment steps per model (whole episodes), split evenly
+            between the scored policy, the scored policy mixed half-and-half with uniform
+            actions, and the uniform policy (plus a third as many steps of the model's
+            soft-optimal policy when ``refine``).
         n_eval_episodes: fresh episodes of the scored policy on which ``L(beta)`` is averaged.
         n_models: soft Q-networks fitted on independent data with different seeds (at least 2
             for their spread to enter the interval; with 1 the interval covers the evaluation
@@ -543,13 +543,13 @@ def meg_approx(
     Example:
         >>> from imitation_meg.approx import meg_approx
         >>> uniform = lambda obs: np.full((len(obs), 2), 0.5)
-        >>> res = meg_approx(uniform, "CartPole-v1", horizon=10, n_data_episodes=12,
+        >>> res = meg_approx(uniform, "CartPole-v1", horizon=10, n_data_steps=120,
         ...                  n_eval_episodes=10, n_models=2, iterations=2, refine=False)
         >>> res.meg
         0.0
     """
     t_start = time.perf_counter()
-    _check_int("n_data_episodes", n_data_episodes, 3)
+    _check_int("n_data_steps", n_data_steps, 3)
     _check_int("n_eval_episodes", n_eval_episodes, 2)
     _check_int("n_models", n_models, 1)
     if steps_per_iteration is not None:
@@ -590,7 +590,7 @@ def meg_approx(
             ApproxMEGWarning,
             stacklevel=2,
         )
-    fit = _FitSettings(hidden, n_iter, n_steps, refine, n_data_episodes, n_envs)
+    fit = _FitSettings(hidden, n_iter, n_steps, refine, n_data_steps, n_envs)
     seeds = [int(v) for v in s_models.generate_state(n_models)]
     _, _, ens, betas, mats = _fit_ensemble(source, pol, ev, fit, seeds, bar, count)
     bar.close()

@@ -47,6 +47,12 @@ class EnvSource:
 
         if isinstance(env, str):
             env_id = env
+            if env_id.startswith("seals/"):
+                import seals  # noqa: F401 (registers the seals environment ids)
+            try:
+                gym.spec(env_id)
+            except gym.error.Error as e:
+                raise ValueError(f"could not make environment {env_id!r}: {e}") from e
             self._factory: Callable[[], Any] = lambda: gym.make(env_id)
             self.name = env_id
         elif isinstance(env, gym.Env):
@@ -185,21 +191,24 @@ class Rollouts:
 def collect(
     source: EnvSource,
     behaviour: Behaviour,
-    n_episodes: int,
+    n_episodes: int | None,
     rng: np.random.Generator,
     *,
+    min_steps: int | None = None,
     scored: Any = None,
     features: bool = False,
     n_envs: int = 16,
     on_step: Callable[[int], None] | None = None,
 ) -> Rollouts:
-    """Run ``n_episodes`` episodes of ``behaviour`` and return their transitions.
+    """Run episodes of ``behaviour`` and return their transitions.
 
     Args:
         source: the environment.
         behaviour: ``(raw_obs_batch, flat_obs (n, d), t (n,)) -> (n, A)`` action probabilities.
-        n_episodes: episodes to run (each cut at the horizon).
+        n_episodes: episodes to run (each cut at the horizon), or None with ``min_steps``.
         rng: draws the episodes' reset seeds and the actions.
+        min_steps: instead of a number of episodes, start new episodes until this many steps
+            are taken (the episodes in progress then finish).
         scored: a :class:`~imitation_meg.approx.policy.PolicyFn` whose probabilities are stored
             at every row (``Rollouts.probs``).
         features: also store the scored agent's hidden features.
@@ -209,20 +218,25 @@ def collect(
     Returns:
         :class:`Rollouts` with the rows of every episode in episode order.
     """
+    if (n_episodes is None) == (min_steps is None):
+        raise ValueError("pass exactly one of n_episodes and min_steps.")
     H, A = source.horizon, source.n_actions
-    seeds = rng.integers(0, 2**31 - 1, size=n_episodes)
-    envs = [source.make() for _ in range(max(1, min(n_envs, n_episodes)))]
+    seed_rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
+    cap = n_episodes if n_episodes is not None else max(1, -(-int(min_steps or 1) // H))
+    envs = [source.make() for _ in range(max(1, min(n_envs, cap)))]
     slots: list[dict[str, Any] | None] = [None] * len(envs)
-    rows: list[list[dict[str, Any]]] = [[] for _ in range(n_episodes)]
-    info = {"next": 0, "truncated": 0}
+    rows: list[list[dict[str, Any]]] = []
+    info = {"next": 0, "truncated": 0, "steps": 0}
 
     def start(k: int) -> None:
         i = info["next"]
-        if i >= n_episodes:
+        more = i < n_episodes if n_episodes is not None else info["steps"] < (min_steps or 0)
+        if not more:
             slots[k] = None
             return
         info["next"] = i + 1
-        obs, _ = envs[k].reset(seed=int(seeds[i]))
+        rows.append([])
+        obs, _ = envs[k].reset(seed=int(seed_rng.integers(0, 2**31 - 1)))
         slots[k] = {"ep": i, "obs": obs, "t": 0}
 
     for k in range(len(envs)):
@@ -265,6 +279,7 @@ def collect(
                 start(k)
             else:
                 s["obs"], s["t"] = obs2, t_next
+        info["steps"] += len(active)
         if on_step is not None:
             on_step(len(active))
     for env in envs:
@@ -278,7 +293,7 @@ def collect(
         r=np.array([r["r"] for r in flat], dtype=np.float64),
         x_next=source.flatten([r["obs_next"] for r in flat]),
         done=np.array([r["done"] for r in flat], dtype=bool),
-        episode=np.repeat(np.arange(n_episodes), lengths),
+        episode=np.repeat(np.arange(len(rows)), lengths),
         lengths=lengths,
         returns=np.array([sum(r["r"] for r in ep) for ep in rows]),
         truncated_early=info["truncated"],

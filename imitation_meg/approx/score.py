@@ -22,12 +22,20 @@ APPROX_POLICIES = ("uniform",)
 
 
 def is_tabular(env_id: str) -> bool:
-    """Whether ``env_id`` exposes tables (seals' matrices or toy-text's ``P``) for exact MEG."""
+    """Whether ``env_id`` exposes tables (seals' matrices or toy-text's ``P``) for exact MEG.
+
+    Raises:
+        ValueError: an id gymnasium cannot make.
+    """
     import gymnasium as gym
 
-    with contextlib.suppress(ImportError):
-        import seals  # noqa: F401  (registers the seals/ ids)
-    env = gym.make(env_id)
+    if env_id.startswith("seals/"):
+        with contextlib.suppress(ImportError):
+            import seals  # noqa: F401  (registers the seals/ ids)
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as e:
+        raise ValueError(f"could not make environment {env_id!r}: {e}") from e
     try:
         u = env.unwrapped
         return (hasattr(u, "transition_matrix") and hasattr(u, "reward_matrix")) or (
@@ -90,9 +98,9 @@ def score_approx(args: argparse.Namespace) -> int:
     n_episodes = getattr(args, "approx_episodes", None)
     kwargs: dict[str, Any] = {}
     if n_episodes is not None:
-        kwargs = {"n_data_episodes": n_episodes, "n_eval_episodes": n_episodes}
+        kwargs = {"n_data_steps": 30 * n_episodes, "n_eval_episodes": n_episodes}
     elif source.horizon >= 200:  # long episodes: fewer of them carry as many steps
-        kwargs = {"n_data_episodes": 60, "n_eval_episodes": 60}
+        kwargs = {"n_eval_episodes": 60}
     if getattr(args, "approx_iterations", None) is not None:
         kwargs["iterations"] = args.approx_iterations
     print(

@@ -153,7 +153,7 @@ def meg_approx_unknown(
     horizon: int | None = None,
     algo: str | None = None,
     epsilon: float | None = None,
-    n_data_episodes: int = 300,
+    n_data_steps: int = 20_000,
     n_eval_episodes: int = 200,
     ascent_steps: int = 30,
     episodes_per_step: int = 40,
@@ -175,8 +175,8 @@ def meg_approx_unknown(
         policy, env, horizon, algo, epsilon: as in :func:`~imitation_meg.approx.meg_approx`.
         utility: ``"mlp"`` (a one-hidden-layer network on the flat observation) or ``"agent"``
             (linear in the scored SB3 agent's last hidden layer).
-        n_data_episodes: off-policy episodes for the soft Q-fits (as in ``meg_approx``); the
-            scored policy's third of them also gives the ascent's ``E_pi`` term.
+        n_data_steps: off-policy steps for the soft Q-fits (as in ``meg_approx``); as many
+            again of the scored policy give the ascent's ``E_pi`` term.
         n_eval_episodes: fresh episodes of the scored policy for the final estimate.
         ascent_steps: gradient steps on the utility.
         episodes_per_step: episodes of ``pi_theta`` sampled per step.
@@ -196,7 +196,7 @@ def meg_approx_unknown(
     t_start = time.perf_counter()
     if utility not in UTILITY_CLASSES:
         raise ValueError(f"utility must be one of {UTILITY_CLASSES}, got {utility!r}.")
-    _check_int("n_data_episodes", n_data_episodes, 3)
+    _check_int("n_data_steps", n_data_steps, 3)
     _check_int("n_eval_episodes", n_eval_episodes, 2)
     _check_int("ascent_steps", ascent_steps, 1)
     _check_int("episodes_per_step", episodes_per_step, 1)
@@ -218,9 +218,15 @@ def meg_approx_unknown(
         steps["n"] += n
 
     g = np.random.default_rng(s_data)
-    data = collect_data(source, pol, n_data_episodes, g, n_envs=n_envs, on_step=count)
+    data = collect_data(source, pol, n_data_steps, g, n_envs=n_envs, on_step=count)
     own_eps = collect(
-        source, _policy_behaviour(pol), n_data_episodes // 3, g, n_envs=n_envs, on_step=count
+        source,
+        _policy_behaviour(pol),
+        None,
+        g,
+        min_steps=n_data_steps,
+        n_envs=n_envs,
+        on_step=count,
     )
     ev = collect(
         source,
@@ -306,7 +312,7 @@ def meg_approx_unknown(
 
     # the initial and the final utility, each scored as a known utility on fresh evaluation
     # episodes; the better is reported (both are members of the class)
-    fit = _FitSettings(hidden, n_iter, steps_per_iteration, True, n_data_episodes, n_envs)
+    fit = _FitSettings(hidden, n_iter, steps_per_iteration, True, n_data_steps, n_envs)
     seeds = [int(v) for v in s_models.generate_state(n_models)]
     scored: dict[str, ApproxMEGResult] = {}
     for name, net in (("initial", initial), ("ascended", u_net)):

@@ -30,7 +30,7 @@ th.set_num_threads(1)
 
 # Small settings for the default run (seconds, not minutes).
 FAST = {
-    "n_data_episodes": 60,
+    "n_data_steps": 2400,
     "n_eval_episodes": 150,
     "n_models": 2,
     "hidden": (64, 64),
@@ -373,7 +373,7 @@ def test_unknown_utility_over_agent_features(cartpole_ppo):
         horizon=6,
         ascent_steps=2,
         episodes_per_step=6,
-        **dict(FAST, iterations=2, n_eval_episodes=10, n_data_episodes=12),
+        **dict(FAST, iterations=2, n_eval_episodes=10, n_data_steps=60),
     )
     assert res.utility_class == "agent" and 0.0 <= res.meg <= res.result.certificate + 1e-12
     with pytest.raises(ValueError, match="exposes none"):
@@ -382,3 +382,30 @@ def test_unknown_utility_over_agent_features(cartpole_ppo):
         )
     with pytest.raises(ValueError, match="utility must be one of"):
         meg_approx_unknown(cartpole_ppo, "CartPole-v1", utility="linear")
+
+
+def test_cli_score_dispatches_to_the_approximate_estimator(capsys):
+    from imitation_meg.cli import main
+
+    # a non-tabular id goes to the approximate path, whose unsupported options exit 2
+    assert main(["score", "--env", "CartPole-v1", "--policy", "optimal"]) == 2
+    err = capsys.readouterr().err
+    assert "need a tabular environment (drop --approx)" in err
+    assert (
+        main(
+            [
+                "score",
+                "--env",
+                "FrozenLake-v1",
+                "--policy",
+                "uniform",
+                "--approx",
+                "--mode",
+                "unknown",
+            ]
+        )
+        == 2
+    )
+    assert "--mode unknown is not available" in capsys.readouterr().err
+    assert main(["score", "--env", "NoSuchEnv-v9", "--policy", "uniform"]) == 2
+    assert "could not make environment" in capsys.readouterr().err
