@@ -74,7 +74,8 @@ def score_approx(args: argparse.Namespace) -> int:
     """Score ``args.policy`` in ``args.env`` with the approximate estimator and print the result.
 
     Reads ``env``, ``policy``, ``algo``, ``epsilon``, ``horizon``, ``seed``, ``mode`` (``known``
-    only), ``json`` and the optional ``approx_models`` / ``approx_episodes``.
+    only), ``json`` and the optional ``approx_models`` / ``approx_episodes`` /
+    ``approx_iterations`` / ``approx_steps`` (set from Python; not command-line flags).
 
     Raises:
         ValueError: options the approximate path does not support (named in the message).
@@ -101,8 +102,10 @@ def score_approx(args: argparse.Namespace) -> int:
         kwargs = {"n_data_steps": 30 * n_episodes, "n_eval_episodes": n_episodes}
     elif source.horizon >= 200:  # long episodes: fewer of them carry as many steps
         kwargs = {"n_eval_episodes": 60}
-    if getattr(args, "approx_iterations", None) is not None:
-        kwargs["iterations"] = args.approx_iterations
+    # settings that only the Python caller (and the tests) set, not command-line flags
+    for attr, key in (("approx_iterations", "iterations"), ("approx_steps", "steps_per_iteration")):
+        if getattr(args, attr, None) is not None:
+            kwargs[key] = getattr(args, attr)
     print(
         f"Approximate known-utility MEG of {label} in {source.name} (|A|={source.n_actions}, "
         f"H={source.horizon}; utility: the environment reward; {n_models} soft Q-networks)\n"
