@@ -11,7 +11,8 @@ an SB3 object has to be handled.
   with their exact MEG, for validation.
 """
 
-from imitation_meg.approx.known import ApproxMEGResult, ApproxMEGWarning, meg_approx
+from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
+from imitation_meg.approx.known import meg_approx
 from imitation_meg.approx.policy import PolicyFn, as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
 from imitation_meg.approx.soft_q import BetaPrior, SoftQModel, fit_soft_q, soft_mean

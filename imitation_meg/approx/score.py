@@ -93,6 +93,10 @@ def score_approx(args: argparse.Namespace) -> int:
     for opt in ("signed", "rollouts", "target", "vec_normalize"):
         if getattr(args, opt, None):
             raise ValueError(f"--{opt.replace('_', '-')} is not available with --approx.")
+    import torch as th
+
+    # 64-unit networks train fastest on one thread; more only contend on small machines
+    th.set_num_threads(1)
     source = EnvSource(args.env, horizon=args.horizon)
     policy, label = _policy(args, source.n_actions)
     n_models = getattr(args, "approx_models", None) or 3

@@ -33,15 +33,14 @@ import numpy as np
 import torch as th
 from torch import nn
 
+from imitation_meg.approx.evaluate import ApproxMEGResult, summarise
 from imitation_meg.approx.known import (
-    ApproxMEGResult,
     _Bar,
     _check_int,
     _fit_ensemble,
     _FitSettings,
     _model_behaviour,
     _policy_behaviour,
-    _summarise,
     collect_data,
     default_schedule,
 )
@@ -335,7 +334,7 @@ def meg_approx_unknown(
             reward_fn=frozen,
             extra_data=Rollouts.concat(buffer[-3:]),
         )
-        scored[name] = _summarise(
+        scored[name] = summarise(
             ev,
             ens,
             betas,
