@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,8 @@ _GRID_DECADES = (-2.0, 6.0)
 _GRID_STEP = 0.25
 _FINE_HALF = 0.25
 _FINE_STEP = 0.025
+#: RMS Bellman residual (fraction of the largest return) above which a fit counts as diverged.
+_RESIDUAL_WARN = 0.5
 #: Rows per forward pass when evaluating.
 _CHUNK = 1 << 14
 
@@ -255,6 +258,16 @@ def summarise(
         )
     bound = float(ev.lengths.mean() * math.log(A))
     edge = k_best in (0, len(betas) - 1)
+    rel = [i["residual_rms"] / i["q_scale"] for i in infos]
+    if max(rel) > _RESIDUAL_WARN:
+        warnings.warn(
+            f"a soft Q-fit did not converge: its RMS soft Bellman residual is {max(rel):.3g} of "
+            f"the largest return (above {_RESIDUAL_WARN}); the estimate is unreliable. Fit with "
+            "more steps per iteration (steps_per_iteration=), more data (n_data_steps=) or more "
+            "fits (n_models=).",
+            ApproxMEGWarning,
+            stacklevel=3,
+        )
     return ApproxMEGResult(
         meg=float(estimate),
         low=float(low),
@@ -274,7 +287,7 @@ def summarise(
         seed_std=float(singles.std(ddof=1)) if K > 1 else math.nan,
         model_se=se_models if K > 1 else math.nan,
         bootstrap_se=se_boot,
-        residual_rms=float(np.mean([i["residual_rms"] / i["q_scale"] for i in infos])),
+        residual_rms=float(np.mean(rel)),
         at_boundary=bool(edge),
         q_scale=float(np.median([m.q_scale for m in models])),
         replicates=reps,

@@ -38,6 +38,9 @@ from imitation_meg.approx.rollouts import Rollouts
 
 __all__ = ["BetaPrior", "SoftQModel", "beta_features", "fit_soft_q", "soft_mean"]
 
+#: Largest gradient norm of one fitting step.
+_GRAD_CLIP = 10.0
+
 #: Scales ``c`` of the rationality features ``b / (c + |b|)`` (normalised units).
 BETA_SCALES = (0.03, 0.3, 3.0, 30.0, 300.0, 3000.0)
 
@@ -297,7 +300,10 @@ def fit_soft_q(
     Each iteration freezes a copy of the network, then takes ``steps_per_iteration`` Adam
     steps on the squared error to the soft Bellman targets
     ``r / q_scale + (1 - done) * m_b(f_frozen(x', t + 1, b))``, each row with its own ``b``
-    drawn from ``prior``. ``H`` iterations propagate values over the whole horizon.
+    drawn from ``prior``. ``H`` iterations propagate values over the whole horizon. Targets are
+    clipped to the range every soft value lies in (``r_lo + (H - t - 1) min(r_lo, 0)`` to
+    ``r_hi + (H - t - 1) max(r_hi, 0)``, with the per-step reward range seen in the data) and
+    gradients to norm 10, against the divergence of fitted Q-iteration on long horizons.
 
     Args:
         model: the model to train (from :func:`new_model`, or a previous fit to continue).
@@ -321,7 +327,20 @@ def fit_soft_q(
     r = th.as_tensor(data.r / model.q_scale, dtype=th.float32)
     live = th.as_tensor(~data.done, dtype=th.float32)
     N = x.shape[0]
-    opt = th.optim.Adam(model.nets.parameters(), lr=lr)
+    # Every soft value lies between these bounds (first reward, then any mix of rewards and
+    # termination): targets are clipped to them, which stops fitted Q-iteration from diverging
+    # through extrapolation on long horizons. The per-step range is the one seen in the data.
+    if model.reward_fn is not None:
+        with th.no_grad():
+            seen = th.cat([model.reward(x)[:, 0], model.reward(xn)[:, 0]])
+    else:
+        seen = r
+    r_lo, r_hi = float(seen.min()), float(seen.max())
+    left = (model.horizon - 1 - t).clamp(min=0).to(th.float32)
+    q_lo = r_lo + left * min(r_lo, 0.0)
+    q_hi = r_hi + left * max(r_hi, 0.0)
+    params = list(model.nets.parameters())
+    opt = th.optim.Adam(params, lr=lr)
     total = iterations * steps_per_iteration
     sched = th.optim.lr_scheduler.LambdaLR(
         opt, lambda k: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(k / max(total, 1), 1.0)))
@@ -340,11 +359,13 @@ def fit_soft_q(
                 cont = live[idx] * soft_mean(nxt, b)
                 own_r = model.reward_fn is not None
                 target = (model.reward(x[idx])[:, 0] if own_r else r[idx]) + cont
+                target = th.minimum(th.maximum(target, q_lo[idx]), q_hi[idx])
             ai = a[idx].reshape(-1, 1)
             pred = model.f(x[idx], t[idx], b).gather(1, ai).squeeze(1)
             loss = th.mean((pred - target) ** 2)
             opt.zero_grad()
             loss.backward()
+            nn.utils.clip_grad_norm_(params, _GRAD_CLIP)
             opt.step()
             sched.step()
             acc += float(loss.detach())
