@@ -41,8 +41,20 @@ __all__ = ["BetaPrior", "SoftQModel", "beta_features", "fit_soft_q", "soft_mean"
 #: Largest gradient norm of one fitting step.
 _GRAD_CLIP = 10.0
 
+#: Scales (decisions) of the time-to-go features ``exp(-(H - t - 1) / c)``.
+TIME_SCALES = (1.0, 3.0, 10.0)
+
 #: Scales ``c`` of the rationality features ``b / (c + |b|)`` (normalised units).
 BETA_SCALES = (0.03, 0.3, 3.0, 30.0, 300.0, 3000.0)
+
+
+def time_features(t: th.Tensor, horizon: int) -> th.Tensor:
+    """``(n, 1 + len(TIME_SCALES))``: the time-to-go fraction ``(H - t) / H`` and
+    ``exp(-(H - t - 1) / c)``, which resolve the last decisions, where soft-optimal policies
+    change fastest with time, whatever the horizon."""
+    left = (horizon - t).to(th.float32).reshape(-1, 1)
+    c = th.tensor(TIME_SCALES, dtype=th.float32)
+    return th.cat([left / horizon, th.exp(-(left - 1).clamp(min=0) / c)], dim=1)
 
 
 def beta_features(b: th.Tensor) -> th.Tensor:
@@ -184,7 +196,8 @@ class SoftQModel:
         # caller's random state is left as it was.
         with th.random.fork_rng(devices=[]):
             th.manual_seed(seed)
-            nets = {"cont": _MLP(obs_dim + 1 + len(BETA_SCALES), n_actions, hidden)}
+            n_in = obs_dim + 1 + len(TIME_SCALES) + len(BETA_SCALES)
+            nets = {"cont": _MLP(n_in, n_actions, hidden)}
             self.split = reward_fn is not None
             self.nets = nn.ModuleDict(nets)
 
@@ -205,8 +218,7 @@ class SoftQModel:
         H = self.horizon
         if self.null:
             return th.zeros(x.shape[0], self.n_actions)
-        tau = ((H - t).to(th.float32) / H).reshape(-1, 1)
-        z = th.cat([self.standardise(x), tau, beta_features(b)], dim=1)
+        z = th.cat([self.standardise(x), time_features(t, H), beta_features(b)], dim=1)
         left = ((H - 1 - t).clamp(min=0).to(th.float32) / H).reshape(-1, 1)
         if not self.split:
             out = nets["cont"](z)
