@@ -12,6 +12,8 @@ Example:
 
 __version__ = "0.1.0"
 
+from typing import Any
+
 from imitation_meg import envs, policies, soft_vi
 from imitation_meg.cid import CBN, CID, meg_cid, meg_cid_target, meg_cid_unknown
 from imitation_meg.known import MEGResult, meg, meg_one_step
@@ -29,6 +31,8 @@ __all__ = [
     "__version__",
     "envs",
     "meg",
+    "meg_approx",
+    "meg_approx_unknown",
     "meg_cid",
     "meg_cid_target",
     "meg_cid_unknown",
@@ -42,3 +46,16 @@ __all__ = [
     "soft_value_iteration",
     "soft_vi",
 ]
+
+#: Names served lazily from :mod:`imitation_meg.approx` (which imports gymnasium's machinery).
+_APPROX = ("meg_approx", "meg_approx_unknown")
+
+
+def __getattr__(name: str) -> Any:
+    """``meg_approx`` / ``meg_approx_unknown`` and the ``approx`` subpackage, imported on use."""
+    if name in _APPROX or name == "approx":
+        import importlib
+
+        approx = importlib.import_module("imitation_meg.approx")
+        return approx if name == "approx" else getattr(approx, name)
+    raise AttributeError(f"module 'imitation_meg' has no attribute {name!r}")

@@ -221,6 +221,10 @@ def _score_options(args: argparse.Namespace) -> Any:
 
 
 def _score(args: argparse.Namespace) -> int:
+    if args.approx or (args.env is not None and not _env_is_tabular(args.env)):
+        from imitation_meg.approx.score import score_approx
+
+        return score_approx(args)
     if args.mode != "target" and args.target is not None:
         raise ValueError("--target applies to --mode target only.")
     if args.signed and args.mode != "known":
@@ -394,6 +398,12 @@ def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> in
     return 0
 
 
+def _env_is_tabular(env_id: str) -> bool:
+    from imitation_meg.approx.score import is_tabular
+
+    return is_tabular(env_id)
+
+
 def _add_score_parser(sub: Any) -> None:
     from imitation_meg.scoring import BUILTIN_POLICIES
 
@@ -471,7 +481,15 @@ def _add_score_parser(sub: Any) -> None:
     score.add_argument(
         "--n-boot", type=int, default=200, help="bootstrap replicates for --rollouts (default 200)"
     )
-    score.add_argument("--seed", type=int, default=0, help="seed for --rollouts (default 0)")
+    score.add_argument(
+        "--approx",
+        action="store_true",
+        help="approximate MEG from rollouts with learned soft Q-functions (the default for "
+        "environments that are not tabular; forces it on tabular ones)",
+    )
+    score.add_argument(
+        "--seed", type=int, default=0, help="seed for --rollouts and --approx (default 0)"
+    )
     score.add_argument(
         "--jobs", type=int, default=1, help="worker processes for several policies (default 1)"
     )

@@ -1,0 +1,249 @@
+"""How goal-directed do SB3 agents become on classic control tasks as they learn?
+
+Trains PPO and DQN on CartPole-v1, Acrobot-v1 and MountainCar-v0 (small MLPs, hyperparameters
+after rl-baselines3-zoo's, scaled to a short budget), saves checkpoints, and scores every
+checkpoint with the approximate known-utility MEG (the environment's reward, the episodic
+finite-horizon model of :mod:`imitation_meg.approx`), its bootstrap interval and the bound
+``E_pi[T] log|A|``, beside the checkpoint's mean return. DQN is scored as its epsilon-greedy
+policy with ``dqn_epsilon``.
+
+Units: one per (environment, algorithm, seed): a unit trains its agent once and scores each of
+its checkpoints (training is sequential, so finer units would retrain).
+
+Run: ``imitation-meg reproduce configs/approx_training.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import pathlib
+import time
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from imitation_meg.approx import meg_approx
+from imitation_meg.approx.study import cached_unit
+from imitation_meg.results import write_results
+
+UNIT_RESOURCES = {"num_cpus": 1}
+ENVS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Settings of the training study (YAML keys of the same names)."""
+
+    results_dir: str = "results/approx_training"
+    checkpoint_dir: str = "results/approx_training/checkpoints"
+    envs: tuple[str, ...] = ENVS
+    timesteps: tuple[int, ...] = (60_000, 100_000, 120_000)
+    algos: tuple[str, ...] = ("ppo", "dqn")
+    seeds: tuple[int, ...] = (0,)
+    n_checkpoints: int = 4
+    dqn_epsilon: float = 0.05
+    horizon: int | None = None
+    n_data_steps: int = 15_000
+    n_eval_episodes: int = 60
+    n_models: int = 2
+    hidden: tuple[int, ...] = (64, 64)
+    iterations: int | None = None
+    steps_per_iteration: int | None = None
+    n_boot: int = 300
+    progress: bool = False
+
+
+def units(cfg: Config) -> list[dict[str, Any]]:
+    """One unit per (environment, algorithm, seed)."""
+    if len(cfg.timesteps) != len(cfg.envs):
+        raise ValueError(f"timesteps {cfg.timesteps} must give one budget per env {cfg.envs}.")
+    return [
+        {"env": e, "timesteps": int(n), "algo": a, "seed": int(s)}
+        for (e, n), a, s in itertools.product(
+            zip(cfg.envs, cfg.timesteps, strict=True), cfg.algos, cfg.seeds
+        )
+    ]
+
+
+def make_agent(env_id: str, algo: str, seed: int, timesteps: int) -> Any:
+    """An SB3 agent with zoo-like settings for ``env_id`` (64-unit MLPs, CPU)."""
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.env_util import make_vec_env
+
+    common: dict[str, Any] = {"seed": seed, "device": "cpu", "verbose": 0}
+    if algo == "ppo":
+        n_envs, n_steps = (8, 32) if env_id == "CartPole-v1" else (16, 256)
+        venv = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+        return sb3.PPO(
+            "MlpPolicy",
+            venv,
+            n_steps=n_steps,
+            batch_size=256,
+            gae_lambda=0.8 if env_id == "CartPole-v1" else 0.94,
+            gamma=0.98 if env_id == "CartPole-v1" else 0.99,
+            n_epochs=20 if env_id == "CartPole-v1" else 4,
+            learning_rate=1e-3 if env_id == "CartPole-v1" else 3e-4,
+            ent_coef=0.0,
+            policy_kwargs={"net_arch": [64, 64]},
+            **common,
+        )
+    if algo == "dqn":
+        venv = make_vec_env(env_id, n_envs=1, seed=seed)
+        settings: dict[str, Any] = {
+            "CartPole-v1": {
+                "learning_rate": 2.3e-3,
+                "batch_size": 64,
+                "buffer_size": 100_000,
+                "learning_starts": 1000,
+                "gamma": 0.99,
+                "target_update_interval": 10,
+                "train_freq": 256,
+                "gradient_steps": 128,
+                "exploration_fraction": 0.16,
+                "exploration_final_eps": 0.04,
+            },
+            "Acrobot-v1": {
+                "learning_rate": 6.3e-4,
+                "batch_size": 128,
+                "buffer_size": 50_000,
+                "learning_starts": 0,
+                "gamma": 0.99,
+                "target_update_interval": 250,
+                "train_freq": 4,
+                "gradient_steps": -1,
+                "exploration_fraction": 0.12,
+                "exploration_final_eps": 0.1,
+            },
+            "MountainCar-v0": {
+                "learning_rate": 4e-3,
+                "batch_size": 128,
+                "buffer_size": 10_000,
+                "learning_starts": 1000,
+                "gamma": 0.98,
+                "target_update_interval": 600,
+                "train_freq": 16,
+                "gradient_steps": 8,
+                "exploration_fraction": 0.2,
+                "exploration_final_eps": 0.07,
+            },
+        }.get(env_id, {})
+        return sb3.DQN(
+            "MlpPolicy", venv, policy_kwargs={"net_arch": [64, 64]}, **settings, **common
+        )
+    raise ValueError(f"unknown algo {algo!r}; choose ppo or dqn.")
+
+
+def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
+    """Train one agent, score each checkpoint."""
+    th.set_num_threads(1)
+    env_id, algo, seed, total = unit["env"], unit["algo"], unit["seed"], unit["timesteps"]
+    model = make_agent(env_id, algo, seed, total)
+    marks = np.linspace(0, total, cfg.n_checkpoints + 1).astype(int)
+    ckpt = pathlib.Path(cfg.checkpoint_dir)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    rows = []
+    done = 0
+    train_s = 0.0
+    for target in marks:
+        if target > done:
+            t0 = time.perf_counter()
+            model.learn(int(target - done), reset_num_timesteps=False)
+            train_s += time.perf_counter() - t0
+            done = int(model.num_timesteps)
+        path = ckpt / f"{env_id}_{algo}_seed{seed}_{done}.zip"
+        model.save(path)
+        t0 = time.perf_counter()
+        res = meg_approx(
+            model,
+            env_id,
+            epsilon=cfg.dqn_epsilon if algo == "dqn" else None,
+            horizon=cfg.horizon,
+            n_data_steps=cfg.n_data_steps,
+            n_eval_episodes=cfg.n_eval_episodes,
+            n_models=cfg.n_models,
+            hidden=cfg.hidden,
+            iterations=cfg.iterations,
+            steps_per_iteration=cfg.steps_per_iteration,
+            n_boot=cfg.n_boot,
+            seed=seed,
+            progress=cfg.progress,
+        )
+        rows.append(
+            {
+                **unit,
+                "steps": done,
+                "meg": res.meg,
+                "low": res.low,
+                "high": res.high,
+                "normalized": res.normalized,
+                "bound": res.upper_bound,
+                "certificate": res.certificate,
+                "beta": res.beta,
+                "mean_return": res.expected_return,
+                "mean_length": res.mean_length,
+                "seed_std": res.seed_std,
+                "residual_rms": res.residual_rms,
+                "n_env_steps": res.n_env_steps,
+                "score_seconds": time.perf_counter() - t0,
+                "checkpoint": str(path),
+            }
+        )
+    return {"rows": rows, "train_seconds": train_s}
+
+
+def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathlib.Path:
+    from imitation_meg.plotting import pyplot, save_figure
+
+    plt = pyplot()
+    fig, axes = plt.subplots(2, len(cfg.envs), figsize=(4.3 * len(cfg.envs), 6.5), squeeze=False)
+    colors = {"ppo": "#1f77b4", "dqn": "#d62728"}
+    for j, env_id in enumerate(cfg.envs):
+        ax_m, ax_r = axes[0][j], axes[1][j]
+        for algo in cfg.algos:
+            for seed in cfg.seeds:
+                sel = [
+                    r
+                    for r in rows
+                    if r["env"] == env_id and r["algo"] == algo and r["seed"] == seed
+                ]
+                if not sel:
+                    continue
+                s = np.array([r["steps"] for r in sel])
+                m = np.array([r["meg"] for r in sel])
+                lo = np.array([r["low"] for r in sel])
+                hi = np.array([r["high"] for r in sel])
+                lab = algo.upper() if seed == cfg.seeds[0] else None
+                ax_m.plot(s, m, "o-", color=colors.get(algo), label=lab, ms=3)
+                ax_m.fill_between(s, lo, hi, color=colors.get(algo), alpha=0.2)
+                ax_m.plot(s, [r["bound"] for r in sel], ":", color=colors.get(algo), lw=0.8)
+                ax_r.plot(s, [r["mean_return"] for r in sel], "o-", color=colors.get(algo), ms=3)
+        ax_m.set_title(env_id)
+        ax_m.set_ylabel("MEG (nats); dotted: E[T] log|A|")
+        ax_r.set_ylabel("mean return")
+        ax_r.set_xlabel("training steps")
+        ax_m.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The table of every checkpoint, training times and the figure."""
+    rows = [r for res in results for r in res["rows"]]
+    timing = [
+        {**u, "train_seconds": res["train_seconds"]}
+        for u, res in zip(units(cfg), results, strict=True)
+    ]
+    out = pathlib.Path(cfg.results_dir)
+    fig = _plot(out / "meg_vs_steps.png", cfg, rows)
+    return write_results(out, cfg, {"results": rows, "timing": timing}, figures=[str(fig)])
+
+
+def main(cfg: Config) -> dict[str, Any]:
+    """Run every unit in this process and combine (today's ``reproduce``)."""
+    from imitation_meg.progress import progress
+
+    todo = units(cfg)
+    results = [cached_unit(cfg, u, run_unit) for u in progress(todo, cfg.progress, "units")]
+    return combine(cfg, results)

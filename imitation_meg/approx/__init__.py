@@ -1,0 +1,36 @@
+"""MEG beyond tabular environments: estimates from rollouts with learned soft Q-functions.
+
+Nothing in the core imports this subpackage; it imports the core, and stable-baselines3 only when
+an SB3 object has to be handled.
+
+- :func:`meg_approx`: known-utility MEG (the environment's reward) of a policy in any
+  gymnasium environment with ``Discrete`` actions, from ``reset`` / ``step`` only.
+- :func:`meg_approx_unknown`: a lower bound on unknown-utility MEG over a utility network on
+  observations, or over linear utilities of the scored agent's own hidden features.
+- :mod:`imitation_meg.approx.envs`: tabular environments seen through non-index observations,
+  with their exact MEG, for validation.
+"""
+
+from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
+from imitation_meg.approx.known import meg_approx
+from imitation_meg.approx.policy import PolicyFn, as_policy_fn
+from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
+from imitation_meg.approx.soft_q import BetaPrior, SoftQModel, fit_soft_q, soft_mean
+from imitation_meg.approx.unknown import ApproxUnknownResult, meg_approx_unknown
+
+__all__ = [
+    "ApproxMEGResult",
+    "ApproxMEGWarning",
+    "ApproxUnknownResult",
+    "BetaPrior",
+    "EnvSource",
+    "PolicyFn",
+    "Rollouts",
+    "SoftQModel",
+    "as_policy_fn",
+    "collect",
+    "fit_soft_q",
+    "meg_approx",
+    "meg_approx_unknown",
+    "soft_mean",
+]

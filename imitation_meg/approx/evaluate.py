@@ -1,0 +1,295 @@
+"""Evaluating fitted soft Q-models on episodes of the scored policy: the estimate and its interval.
+
+:func:`summarise` turns the per-episode values ``sum_t (sum_a pi(a|s_t) log pi_beta(a|s_t) +
+log|A|)`` of each fitted model on a grid of rationalities into :class:`ApproxMEGResult`: the mean
+over models of each model's maximum, an interval that combines a bootstrap over episodes with the
+spread of the models, and the diagnostics. See :mod:`imitation_meg.approx.known`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from imitation_meg._validation import ImitationMEGWarning
+from imitation_meg.approx.rollouts import Rollouts
+from imitation_meg.approx.soft_q import SoftQModel, bellman_residual
+from imitation_meg.results import to_jsonable
+
+__all__ = ["ApproxMEGResult", "ApproxMEGWarning", "Ensemble", "mean_curve", "scan", "summarise"]
+
+#: Decades of the coarse grid of rationalities (times the utility unit ``q_scale``), its step,
+#: and the half-width and step (decades) of the fine grid around the best coarse point.
+_GRID_DECADES = (-2.0, 6.0)
+_GRID_STEP = 0.25
+_FINE_HALF = 0.25
+_FINE_STEP = 0.025
+#: RMS Bellman residual (fraction of the largest return) above which a fit counts as diverged.
+_RESIDUAL_WARN = 0.5
+#: Rows per forward pass when evaluating.
+_CHUNK = 1 << 14
+
+
+class ApproxMEGWarning(ImitationMEGWarning):
+    """An approximate MEG estimate whose inputs make it less reliable than its interval says."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ApproxMEGResult:
+    """An approximate known-utility MEG estimate.
+
+    Attributes:
+        meg: the estimate (nats): the mean over the ``K`` fitted models of each model's
+            maximum over beta, clipped to ``[0, certificate]``.
+        low, high: the interval ``meg +- sqrt((z se_boot)^2 + (t_{K-1} se_models)^2)``: the
+            bootstrap over evaluation episodes (normal quantile ``z``) and the spread of the
+            ``K`` independent fits (Student quantile with ``K - 1`` degrees of freedom), clipped
+            to ``[0, certificate]``.
+        confidence: its nominal coverage.
+        beta: the maximiser of the models' mean curve, in utility units (0: the uniform model).
+        upper_bound: ``E_pi[T] log|A|`` over the evaluation episodes (``H log|A|`` when no
+            episode ends early).
+        normalized: ``meg / upper_bound``.
+        certificate: ``E_pi[sum_t (log|A| - H(pi(.|s_t)))]``, an upper bound on MEG over any
+            model family (Gibbs' inequality).
+        horizon: ``H``.
+        mean_length: ``E_pi[T]`` over the evaluation episodes.
+        expected_return: mean evaluation return of the scored policy.
+        n_env_steps: environment steps used in all (data, refits, evaluation).
+        n_eval_episodes: evaluation episodes.
+        ensemble: the value of the model whose soft Q-values are averaged over the fits (a
+            diagnostic; an average of soft-optimal models is not one itself).
+        models: one dict per fitted model: ``seed``, ``meg`` (its own maximum), ``beta``,
+            ``residual_mean``, ``residual_rms`` (soft Bellman residual at the ensemble's beta on
+            the evaluation transitions, utility units), ``loss`` (last fitting loss),
+            ``q_scale``.
+        seed_std: standard deviation of the single models' estimates.
+        model_se: the standard error of the mean over models (``seed_std / sqrt(K)``).
+        bootstrap_se: the standard error over evaluation episodes.
+        residual_rms: mean over models of the RMS Bellman residual divided by ``q_scale``
+            (a fraction of the largest return).
+        at_boundary: the optimum lies at the grid's largest ``|beta|`` (the supremum may be a
+            limit at infinity).
+        q_scale: the utility unit of the networks (median over models of the largest
+            return-to-go in their data).
+        replicates: bootstrap replicates of the estimate over evaluation episodes.
+        wall_time_s: seconds taken.
+    """
+
+    meg: float
+    low: float
+    high: float
+    confidence: float
+    beta: float
+    upper_bound: float
+    normalized: float
+    certificate: float
+    horizon: int
+    mean_length: float
+    expected_return: float
+    n_env_steps: int
+    n_eval_episodes: int
+    ensemble: float
+    models: list[dict[str, float]]
+    seed_std: float
+    model_se: float
+    bootstrap_se: float
+    residual_rms: float
+    at_boundary: bool
+    q_scale: float
+    replicates: np.ndarray = dataclasses.field(repr=False)
+    wall_time_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (replicates as a list)."""
+        return to_jsonable(  # type: ignore[return-value]
+            {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        )
+
+
+class Ensemble:
+    """Per-episode ``sum_t (sum_a pi(a|s_t) log pi_beta(a|s_t) + log|A|)`` for model averages.
+
+    Estimators: ``"k"`` (model ``k`` alone) and ``"all"`` (soft Q-values averaged over every
+    model; a diagnostic).
+    """
+
+    def __init__(self, models: list[SoftQModel], ev: Rollouts) -> None:
+        assert ev.probs is not None
+        self.models = models
+        self.x = th.as_tensor(ev.x)
+        self.t = th.as_tensor(ev.t)
+        self.p = th.as_tensor(ev.probs, dtype=th.float64)
+        self.episode = th.as_tensor(ev.episode)
+        self.n_eps = ev.n_episodes
+        self.log_a = math.log(models[0].n_actions)
+        K = len(models)
+        self.subsets: dict[str, list[int]] = {"all": list(range(K))}
+        for k in range(K):
+            self.subsets[str(k)] = [k]
+
+    def columns(self, beta: float) -> dict[str, np.ndarray]:
+        if beta == 0.0:
+            return {name: np.zeros(self.n_eps) for name in self.subsets}
+        out = {name: th.zeros(self.n_eps, dtype=th.float64) for name in self.subsets}
+        N = self.x.shape[0]
+        with th.no_grad():
+            for i in range(0, N, _CHUNK):
+                sl = slice(i, min(N, i + _CHUNK))
+                n = sl.stop - sl.start
+                qs = [
+                    m.f(self.x[sl], self.t[sl], th.full((n,), beta * m.q_scale)).double()
+                    * m.q_scale
+                    for m in self.models
+                ]
+                for name, idx in self.subsets.items():
+                    q = qs[idx[0]] if len(idx) == 1 else th.stack([qs[j] for j in idx]).mean(0)
+                    lp = th.log_softmax(beta * q, dim=-1)
+                    terms = (self.p[sl] * lp).sum(-1) + self.log_a
+                    out[name].index_add_(0, self.episode[sl], terms)
+        return {name: v.numpy() for name, v in out.items()}
+
+
+def scan(ens: Ensemble, q_ref: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Evaluate every estimator on the coarse grid and a fine grid around the models' best.
+
+    Returns:
+        the rationalities ``(G,)`` (utility units) and per estimator the ``(n_eps, G)`` values.
+    """
+    lo, hi = _GRID_DECADES
+    mags = 10.0 ** np.arange(lo, hi + 1e-9, _GRID_STEP) / q_ref
+    betas = list(np.concatenate([-mags[::-1], [0.0], mags]))
+    cols = [ens.columns(b) for b in betas]
+    singles = [n for n in ens.subsets if n != "all"]
+    k = int(np.argmax([np.mean([c[n].mean() for n in singles]) for c in cols]))
+    if betas[k] != 0.0:
+        centre = math.log10(abs(betas[k]))
+        offs = np.arange(-_FINE_HALF, _FINE_HALF + 1e-9, _FINE_STEP)
+        for u in centre + offs:
+            b = math.copysign(10.0**u, betas[k])
+            if not any(math.isclose(b, c, rel_tol=1e-9) for c in betas):
+                betas.append(b)
+                cols.append(ens.columns(b))
+    order = np.argsort(betas)
+    mats = {name: np.stack([cols[i][name] for i in order], axis=1) for name in ens.subsets}
+    return np.asarray(betas)[order], mats
+
+
+def mean_curve(mats: dict[str, np.ndarray]) -> np.ndarray:
+    """``L(beta) + E[T] log|A|`` averaged over episodes and the single models, ``(G,)``."""
+    return np.mean([m.mean(0) for name, m in mats.items() if name != "all"], axis=0)
+
+
+def summarise(
+    ev: Rollouts,
+    ens: Ensemble,
+    betas: np.ndarray,
+    mats: dict[str, np.ndarray],
+    *,
+    n_env_steps: int,
+    n_boot: int,
+    confidence: float,
+    s_boot: np.random.SeedSequence,
+    t_start: float,
+    horizon: int,
+) -> ApproxMEGResult:
+    """The estimate, its interval and the diagnostics."""
+    from statistics import NormalDist
+
+    from scipy.stats import t as student_t
+
+    assert ev.probs is not None
+    models = ens.models
+    K = len(models)
+    A = ev.probs.shape[1]
+    p = ev.probs
+    ent = -(p * np.log(np.where(p > 0, p, 1.0))).sum(-1)
+    cert_ep = np.zeros(ev.n_episodes)
+    np.add.at(cert_ep, ev.episode, math.log(A) - ent)
+    n = ev.n_episodes
+
+    def values(w: np.ndarray) -> tuple[float, np.ndarray]:
+        """(mean over models of each model's maximum, the models' maxima) for weights w."""
+        singles = np.array([max(float((w @ mats[str(k)]).max()), 0.0) for k in range(K)])
+        return float(singles.mean()), singles
+
+    uniform = np.full(n, 1.0 / n)
+    mean, singles = values(uniform)
+    full = max(float(mats["all"].mean(0).max()), 0.0)
+    cert = float(cert_ep.mean())
+    gb = np.random.default_rng(s_boot)
+    reps = np.empty(n_boot)
+    for i in range(n_boot):
+        w = np.bincount(gb.integers(0, n, size=n), minlength=n) / n
+        reps[i] = values(w)[0]
+    se_boot = float(reps.std(ddof=1)) if n_boot > 1 else math.nan
+    se_models = float(singles.std(ddof=1) / math.sqrt(K)) if K > 1 else 0.0
+    # The rollout part is a bootstrap over many episodes (normal quantile); the model part is
+    # estimated from K fits only (Student t with K - 1 degrees of freedom).
+    level = 0.5 + float(confidence) / 2
+    z = NormalDist().inv_cdf(level)
+    t_q = float(student_t.ppf(level, K - 1)) if K > 1 else 0.0
+    half = math.hypot(z * (se_boot if math.isfinite(se_boot) else 0.0), t_q * se_models)
+    estimate = min(max(mean, 0.0), cert)
+    low = min(max(mean - half, 0.0), cert) if n_boot > 1 else math.nan
+    high = min(max(mean + half, 0.0), cert) if n_boot > 1 else math.nan
+
+    k_best = int(np.argmax(mean_curve(mats)))
+    beta = float(betas[k_best])
+    infos = []
+    for k, m in enumerate(models):
+        col = mats[str(k)].mean(0)
+        res_mean, res_rms = bellman_residual(m, ev, beta * m.q_scale)
+        infos.append(
+            {
+                "meg": float(max(col.max(), 0.0)),
+                "beta": float(betas[int(np.argmax(col))]),
+                "residual_mean": res_mean,
+                "residual_rms": res_rms,
+                "loss": float(getattr(m, "losses", [math.nan])[-1]),
+                "q_scale": m.q_scale,
+            }
+        )
+    bound = float(ev.lengths.mean() * math.log(A))
+    edge = k_best in (0, len(betas) - 1)
+    rel = [i["residual_rms"] / i["q_scale"] for i in infos]
+    if max(rel) > _RESIDUAL_WARN:
+        warnings.warn(
+            f"a soft Q-fit did not converge: its RMS soft Bellman residual is {max(rel):.3g} of "
+            f"the largest return (above {_RESIDUAL_WARN}); the estimate is unreliable. Fit with "
+            "more steps per iteration (steps_per_iteration=), more data (n_data_steps=) or more "
+            "fits (n_models=).",
+            ApproxMEGWarning,
+            stacklevel=3,
+        )
+    return ApproxMEGResult(
+        meg=float(estimate),
+        low=float(low),
+        high=float(high),
+        confidence=float(confidence),
+        beta=beta,
+        upper_bound=bound,
+        normalized=float(estimate / bound) if bound > 0 else 0.0,
+        certificate=cert,
+        horizon=int(horizon),
+        mean_length=float(ev.lengths.mean()),
+        expected_return=float(ev.returns.mean()),
+        n_env_steps=int(n_env_steps),
+        n_eval_episodes=int(n),
+        ensemble=float(full),
+        models=infos,
+        seed_std=float(singles.std(ddof=1)) if K > 1 else math.nan,
+        model_se=se_models if K > 1 else math.nan,
+        bootstrap_se=se_boot,
+        residual_rms=float(np.mean(rel)),
+        at_boundary=bool(edge),
+        q_scale=float(np.median([m.q_scale for m in models])),
+        replicates=reps,
+        wall_time_s=time.perf_counter() - t_start,
+    )

@@ -1,0 +1,378 @@
+"""Approximate known-utility MEG of a policy in any discrete-action environment.
+
+Given only ``reset`` / ``step`` (the paper's setting: we may run policies in the environment),
+:func:`meg_approx` estimates
+
+    MEG = sup_beta E_pi[ sum_{t < T} ( log pi_beta,t(a_t | s_t) + log|A| ) ],
+
+where ``T`` is the number of decisions of an episode (the horizon ``H``, or fewer when the
+episode terminates), the utility is the environment's reward, and ``pi_beta`` is the
+finite-horizon soft-optimal model of :mod:`imitation_meg.approx.soft_q` (terminal states worth 0,
+no discount). With full-length episodes this is the paper's ``L(beta*) + H log|A|``; when episodes
+end early, ``E_pi[T] log|A|`` plays the role of ``H log|A|`` (it is the bound), exactly as in the
+tabular code, where a terminated episode continues in an absorbing state whose steps contribute 0.
+
+Steps:
+
+1. ``n_models`` soft Q-networks, each fitted (:func:`~imitation_meg.approx.soft_q.fit_soft_q`)
+   on its own off-policy data: episodes of the scored policy, of the scored policy mixed
+   half-and-half with uniform actions, and of the uniform policy.
+2. Fresh evaluation episodes of the scored policy. ``L(beta)`` is averaged over them with the
+   policy's own probabilities at each visited state (``sum_a pi(a|s) log pi_beta(a|s)``, a
+   lower-variance form of the sampled action's log-probability), for each model on a grid of
+   ``beta`` (``0``, both signs, 8 decades), then on a fine grid around the best point
+   (:mod:`imitation_meg.approx.evaluate`). ``beta = 0`` (the uniform model, whose value is exactly
+   0) is always a candidate, so the estimate is >= 0.
+3. With ``refine``, each model is refitted with its rationality prior focused on the optimum and
+   with episodes of its own soft-optimal policy there, and step 2 is repeated.
+4. The estimate is the mean over the ``K`` fits of each fit's maximum. Its interval combines the
+   bootstrap over evaluation episodes with the spread of the fits (Student ``t`` with ``K - 1``
+   degrees of freedom), so it covers the rollout noise and the part of the fitting error that
+   is independent across fits (data, initialisation, optimisation). Error shared by every fit
+   (a network too small, too few iterations, data that never reach the states the soft-optimal
+   policies visit) is not covered: the soft Bellman residuals, the seed spread and the Gibbs
+   certificate are reported so a user can judge it. (Averaging the fits' Q-values is reported
+   as a diagnostic only: the average of soft-optimal models is not one, and on small noisy
+   problems it can fit the scored policy better than any member of the family.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from imitation_meg.approx.evaluate import (
+    ApproxMEGResult,
+    ApproxMEGWarning,
+    Ensemble,
+    mean_curve,
+    scan,
+    summarise,
+)
+from imitation_meg.approx.policy import PolicyFn, as_policy_fn
+from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
+from imitation_meg.approx.soft_q import BetaPrior, SoftQModel, fit_soft_q, new_model
+
+__all__ = [
+    "ApproxMEGResult",
+    "ApproxMEGWarning",
+    "collect_data",
+    "default_schedule",
+    "meg_approx",
+    "uniform_behaviour",
+]
+
+Behaviour = Callable[[Any, np.ndarray, np.ndarray], np.ndarray]
+
+
+# ------------------------------------------------------------------------------ behaviours
+def uniform_behaviour(n_actions: int) -> Behaviour:
+    """The uniform policy as a rollout behaviour."""
+
+    def fn(raw: Any, x: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return np.full((x.shape[0], n_actions), 1.0 / n_actions)
+
+    return fn
+
+
+def _policy_behaviour(pol: PolicyFn, mix: float = 0.0) -> Behaviour:
+    def fn(raw: Any, x: np.ndarray, t: np.ndarray) -> np.ndarray:
+        p = pol.probs(raw)
+        return (1.0 - mix) * p + mix / p.shape[1]
+
+    return fn
+
+
+def _model_behaviour(model: SoftQModel, b: float) -> Behaviour:
+    def fn(raw: Any, x: np.ndarray, t: np.ndarray) -> np.ndarray:
+        bb = th.full((x.shape[0],), float(b))
+        lp = model.log_policy(th.as_tensor(x), th.as_tensor(t), bb)
+        return lp.exp().double().numpy()
+
+    return fn
+
+
+def collect_data(
+    source: EnvSource,
+    pol: PolicyFn,
+    n_steps: int,
+    rng: np.random.Generator,
+    *,
+    n_envs: int,
+    on_step: Callable[[int], None] | None = None,
+) -> Rollouts:
+    """Off-policy data of about ``n_steps`` steps (whole episodes): a third each of the policy,
+    the policy mixed half-and-half with uniform actions, and the uniform policy."""
+    third = max(1, n_steps // 3)
+    behaviours = [
+        _policy_behaviour(pol),
+        _policy_behaviour(pol, 0.5),
+        uniform_behaviour(source.n_actions),
+    ]
+    return Rollouts.concat(
+        [
+            collect(source, b, None, rng, min_steps=third, n_envs=n_envs, on_step=on_step)
+            for b in behaviours
+        ]
+    )
+
+
+# ------------------------------------------------------------------------------ fitting
+@dataclasses.dataclass(frozen=True)
+class _FitSettings:
+    hidden: tuple[int, ...]
+    iterations: int
+    steps_per_iteration: int
+    refine: bool
+    n_data_steps: int
+    n_envs: int
+
+
+def _fit_ensemble(
+    source: EnvSource,
+    pol: PolicyFn,
+    ev: Rollouts,
+    fit: _FitSettings,
+    seeds: list[int],
+    bar: _Bar,
+    count: Callable[[int], None],
+    *,
+    reward_fn: Callable[[th.Tensor], th.Tensor] | None = None,
+    extra_data: Rollouts | None = None,
+) -> tuple[list[SoftQModel], list[Rollouts], Ensemble, np.ndarray, dict[str, np.ndarray]]:
+    """Fit one model per seed on its own data, scan, refine around the optimum, rescan."""
+    A, H = source.n_actions, source.horizon
+    models: list[SoftQModel] = []
+    datas: list[Rollouts] = []
+    for mseed in seeds:
+        g = np.random.default_rng([int(mseed), 1])
+        data = collect_data(source, pol, fit.n_data_steps, g, n_envs=fit.n_envs, on_step=count)
+        if extra_data is not None:
+            data = Rollouts.concat([data, extra_data])
+        model = new_model(data, A, H, hidden=fit.hidden, seed=int(mseed), reward_fn=reward_fn)
+        model.losses = fit_soft_q(  # type: ignore[attr-defined]
+            model,
+            data,
+            iterations=fit.iterations,
+            steps_per_iteration=fit.steps_per_iteration,
+            seed=int(mseed) + 1,
+            on_iteration=lambda _i: bar.update(1),
+        )
+        models.append(model)
+        datas.append(data)
+    nulls = sum(m.null for m in models)
+    if nulls:
+        warnings.warn(
+            f"{nulls} of {len(models)} soft Q-models saw no non-zero reward in their "
+            f"{fit.n_data_steps} steps of data, so they are uniform at every beta (they score "
+            "0). If the reward is sparse, collect more data (n_data_steps=) or a longer "
+            "horizon.",
+            ApproxMEGWarning,
+            stacklevel=3,
+        )
+    ens = Ensemble(models, ev)
+    q_ref = float(np.median([m.q_scale for m in models]))
+    betas, mats = scan(ens, q_ref)
+    beta = float(betas[int(np.argmax(mean_curve(mats)))])
+    if fit.refine and beta != 0.0:
+        for k, (model, mseed) in enumerate(zip(models, seeds, strict=True)):
+            b = beta * model.q_scale
+            g = np.random.default_rng([int(mseed), 2])
+            own = collect(
+                source,
+                _model_behaviour(model, b),
+                None,
+                g,
+                min_steps=max(1, fit.n_data_steps // 3),
+                n_envs=fit.n_envs,
+                on_step=count,
+            )
+            datas[k] = Rollouts.concat([datas[k], own])
+            model.losses = fit_soft_q(  # type: ignore[attr-defined]
+                model,
+                datas[k],
+                iterations=fit.iterations,
+                steps_per_iteration=fit.steps_per_iteration,
+                lr=3e-4,
+                prior=BetaPrior(focus=b),
+                seed=int(mseed) + 2,
+                on_iteration=lambda _i: bar.update(1),
+            )
+        betas, mats = scan(ens, q_ref)
+    elif fit.refine:
+        bar.update(fit.iterations * len(models))
+    return models, datas, ens, betas, mats
+
+
+# ------------------------------------------------------------------------------ entry point
+def default_schedule(
+    horizon: int, iterations: int | None, steps_per_iteration: int | None
+) -> tuple[int, int]:
+    """Soft Q-iterations (default ``H + 20``) and Adam steps per iteration (default
+    ``max(20, 4000 // iterations)``)."""
+    n_iter = iterations if iterations is not None else horizon + 20
+    n_steps = steps_per_iteration if steps_per_iteration is not None else max(20, 4000 // n_iter)
+    return n_iter, n_steps
+
+
+def _check_int(name: str, v: Any, lo: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}.")
+
+
+def meg_approx(
+    policy: Any,
+    env: Any,
+    *,
+    horizon: int | None = None,
+    algo: str | None = None,
+    epsilon: float | None = None,
+    n_data_steps: int = 20_000,
+    n_eval_episodes: int = 200,
+    n_models: int = 3,
+    hidden: tuple[int, ...] = (64, 64),
+    iterations: int | None = None,
+    steps_per_iteration: int | None = None,
+    refine: bool = True,
+    n_boot: int = 500,
+    confidence: float = 0.95,
+    seed: int = 0,
+    n_envs: int = 16,
+    progress: bool = False,
+) -> ApproxMEGResult:
+    """Approximate known-utility MEG of ``policy`` in ``env`` (see the module docstring).
+
+    Args:
+        policy: an SB3 model or policy, an SB3 ``.zip`` path (with ``algo``), or a callable
+            mapping a batch of raw observations to ``(n, A)`` action probabilities.
+        env: a gymnasium id, a ``gymnasium.Env`` (copied) or a factory; ``Discrete`` actions,
+            any observation space ``gymnasium.spaces.flatten`` handles.
+        horizon: decisions per episode ``H`` (default the environment's time limit).
+        algo: ``"ppo"``, ``"a2c"`` or ``"dqn"`` for a ``.zip`` path.
+        epsilon: DQN only: score its epsilon-greedy policy.
+        n_data_steps: off-policy environment steps per model (whole episodes), split evenly
+            between the scored policy, the scored policy mixed half-and-half with uniform
+            actions, and the uniform policy (plus a third as many steps of the model's
+            soft-optimal policy when ``refine``).
+        n_eval_episodes: fresh episodes of the scored policy on which ``L(beta)`` is averaged.
+        n_models: soft Q-networks fitted on independent data with different seeds (at least 2
+            for their spread to enter the interval; with 1 the interval covers the evaluation
+            episodes only).
+        hidden: hidden layer sizes of the networks.
+        iterations: soft Q-iterations (target refreshes); default ``H + 20``: values propagate
+            one decision per iteration, so fewer than ``H`` iterations give a truncated
+            lookahead.
+        steps_per_iteration: Adam steps per iteration; default ``max(20, 4000 // iterations)``.
+        refine: refit each model with the rationality prior focused on the optimum and with
+            episodes of its soft-optimal policy there, then re-evaluate.
+        n_boot: bootstrap replicates over evaluation episodes.
+        confidence: the interval's nominal coverage.
+        seed: the seed of everything random (same seed, same result).
+        n_envs: environment copies stepped in lockstep.
+        progress: show a progress bar (its rate gives the time estimate).
+
+    Returns:
+        :class:`ApproxMEGResult`.
+
+    Raises:
+        TypeError / ValueError: bad policy, environment or settings (named in the message).
+
+    Warns:
+        ApproxMEGWarning: episodes cut by the environment before ``H`` (their unseen decisions
+            are missing from the estimate).
+
+    Example:
+        >>> from imitation_meg.approx import meg_approx
+        >>> uniform = lambda obs: np.full((len(obs), 2), 0.5)
+        >>> res = meg_approx(uniform, "CartPole-v1", horizon=10, n_data_steps=120,
+        ...                  n_eval_episodes=10, n_models=2, iterations=2,
+        ...                  steps_per_iteration=10, refine=False)
+        >>> res.meg
+        0.0
+    """
+    t_start = time.perf_counter()
+    _check_int("n_data_steps", n_data_steps, 3)
+    _check_int("n_eval_episodes", n_eval_episodes, 2)
+    _check_int("n_models", n_models, 1)
+    if steps_per_iteration is not None:
+        _check_int("steps_per_iteration", steps_per_iteration, 1)
+    _check_int("n_boot", n_boot, 0)
+    _check_int("n_envs", n_envs, 1)
+    if iterations is not None:
+        _check_int("iterations", iterations, 1)
+    if not isinstance(confidence, (int, float)) or not 0.0 < float(confidence) < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}.")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an integer, got {seed!r}.")
+    source = EnvSource(env, horizon=horizon)
+    pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon)
+    H = source.horizon
+    n_iter, n_steps = default_schedule(H, iterations, steps_per_iteration)
+    s_eval, s_models, s_boot = np.random.SeedSequence(int(seed)).spawn(3)
+    bar = _Bar(progress, total=n_models * n_iter * (2 if refine else 1), desc="MEG (approx)")
+    steps = {"n": 0}
+
+    def count(n: int) -> None:
+        steps["n"] += n
+
+    ev = collect(
+        source,
+        _policy_behaviour(pol),
+        n_eval_episodes,
+        np.random.default_rng(s_eval),
+        scored=pol,
+        n_envs=n_envs,
+        on_step=count,
+    )
+    if ev.truncated_early:
+        warnings.warn(
+            f"{ev.truncated_early} of {ev.n_episodes} evaluation episodes were cut by the "
+            f"environment before the horizon H={H} without terminating; their remaining decisions "
+            "are missing from the estimate. Pass horizon= no larger than the environment's limit.",
+            ApproxMEGWarning,
+            stacklevel=2,
+        )
+    fit = _FitSettings(hidden, n_iter, n_steps, refine, n_data_steps, n_envs)
+    seeds = [int(v) for v in s_models.generate_state(n_models)]
+    _, _, ens, betas, mats = _fit_ensemble(source, pol, ev, fit, seeds, bar, count)
+    bar.close()
+    return summarise(
+        ev,
+        ens,
+        betas,
+        mats,
+        n_env_steps=steps["n"],
+        n_boot=n_boot,
+        confidence=confidence,
+        s_boot=s_boot,
+        t_start=t_start,
+        horizon=H,
+    )
+
+
+class _Bar:
+    """A tqdm bar when ``enabled`` and tqdm is installed; its rate gives the time estimate."""
+
+    def __init__(self, enabled: bool, *, total: int, desc: str) -> None:
+        self._bar: Any = None
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+
+                self._bar = tqdm(total=total, desc=desc, unit="it", leave=False)
+            except ImportError:  # pragma: no cover - tqdm is in the experiments extra
+                self._bar = None
+
+    def update(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()

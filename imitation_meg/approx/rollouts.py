@@ -1,0 +1,302 @@
+"""Environments given only through reset / step, and rollouts collected from them.
+
+:class:`EnvSource` makes fresh copies of an environment (a gymnasium id, an instance, or a
+factory), and reads its horizon: ``horizon=`` if given, else the ``TimeLimit`` of the
+registration (``env.spec.max_episode_steps``), else a seals-style ``env.unwrapped.horizon``.
+
+:func:`collect` runs ``n_episodes`` episodes of a behaviour in several copies stepped in
+lockstep (one batched policy call per step), each episode reset with its own seed drawn from the
+caller's generator, and returns the transitions as flat arrays (:class:`Rollouts`). Observations
+are flattened with ``gymnasium.spaces.flatten`` (``Discrete`` becomes one-hot) for the networks;
+the scored policy sees the raw observations.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["EnvSource", "Rollouts", "collect"]
+
+#: A behaviour: (raw observation batch, flat observations (n, d), decision times (n,)) -> (n, A).
+Behaviour = Callable[[Any, np.ndarray, np.ndarray], np.ndarray]
+
+
+class EnvSource:
+    """Fresh copies of an environment with a ``Discrete`` action space, and its horizon.
+
+    Args:
+        env: a registered gymnasium id, a ``gymnasium.Env`` (copied with ``copy.deepcopy``),
+            or a zero-argument factory returning one.
+        horizon: number of decisions ``H`` per episode; default the environment's time limit.
+
+    Attributes:
+        observation_space, n_actions, horizon, name, obs_dim (flat observation size).
+
+    Raises:
+        TypeError: a non-Discrete action space or an argument that is not an environment.
+        ValueError: no horizon can be found (pass ``horizon=``), or a non-positive horizon.
+    """
+
+    def __init__(self, env: Any, *, horizon: int | None = None) -> None:
+        import gymnasium as gym
+
+        if isinstance(env, str):
+            env_id = env
+            if env_id.startswith("seals/"):
+                import seals  # noqa: F401 (registers the seals environment ids)
+            try:
+                gym.spec(env_id)
+            except gym.error.Error as e:
+                raise ValueError(f"could not make environment {env_id!r}: {e}") from e
+            self._factory: Callable[[], Any] = lambda: gym.make(env_id)
+            self.name = env_id
+        elif isinstance(env, gym.Env):
+            proto = env
+            self._factory = lambda: copy.deepcopy(proto)
+            self.name = proto.spec.id if proto.spec is not None else type(proto.unwrapped).__name__
+        elif callable(env):
+            self._factory = env
+            self.name = getattr(env, "__name__", "env")
+        else:
+            raise TypeError(
+                f"env must be a gymnasium id, a gymnasium.Env or a factory, got {type(env).__name__}."
+            )
+        probe = self._factory()
+        if not isinstance(probe, gym.Env):
+            raise TypeError(
+                f"the env factory returned {type(probe).__name__}, not a gymnasium.Env."
+            )
+        if not isinstance(probe.action_space, gym.spaces.Discrete):
+            raise TypeError(
+                f"{self.name} has a {type(probe.action_space).__name__} action space "
+                f"({probe.action_space}); MEG needs Discrete actions."
+            )
+        self.observation_space = probe.observation_space
+        self.n_actions = int(probe.action_space.n)
+        self.env_limit = _time_limit(probe)
+        if horizon is None:
+            horizon = self.env_limit
+        if horizon is None:
+            raise ValueError(
+                f"{self.name} has no time limit (spec.max_episode_steps or a horizon attribute); "
+                "pass horizon=H, the number of decisions per episode to score."
+            )
+        if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
+            raise ValueError(f"horizon must be a positive integer, got {horizon!r}.")
+        self.horizon = int(horizon)
+        self.obs_dim = int(gym.spaces.flatdim(self.observation_space))
+        self._box = isinstance(self.observation_space, gym.spaces.Box)
+        probe.close()
+
+    def make(self) -> Any:
+        """A fresh copy of the environment."""
+        return self._factory()
+
+    def flatten(self, obs: list[Any]) -> np.ndarray:
+        """Flat float32 observations ``(n, obs_dim)`` for a list of raw observations."""
+        if self._box:
+            return np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        import gymnasium as gym
+
+        space = self.observation_space
+        rows: list[Any] = [gym.spaces.flatten(space, o) for o in obs]
+        return np.stack(rows).astype(np.float32)
+
+    def stack(self, obs: list[Any]) -> Any:
+        """Raw observations as one batch (an array, or a dict of arrays for ``Dict`` spaces)."""
+        if isinstance(obs[0], dict):
+            return {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+        return np.stack([np.asarray(o) for o in obs])
+
+
+def _time_limit(env: Any) -> int | None:
+    spec = getattr(env, "spec", None)
+    limit = getattr(spec, "max_episode_steps", None) if spec is not None else None
+    if limit is None:
+        limit = getattr(env.unwrapped, "horizon", None)
+    return int(limit) if isinstance(limit, (int, np.integer)) and limit > 0 else None
+
+
+@dataclasses.dataclass
+class Rollouts:
+    """Transitions of ``n_episodes`` episodes, flattened over steps (``N`` rows).
+
+    Attributes:
+        x: ``(N, d)`` float32 flat observations at decision time.
+        t: ``(N,)`` decision times ``0..H-1``.
+        a: ``(N,)`` actions taken.
+        r: ``(N,)`` rewards received.
+        x_next: ``(N, d)`` flat next observations.
+        done: ``(N,)`` no value follows this step (the episode terminated, or ``t + 1 = H``).
+        episode: ``(N,)`` episode index of each row.
+        lengths: ``(n_episodes,)`` decisions per episode.
+        returns: ``(n_episodes,)`` summed rewards per episode.
+        truncated_early: episodes the environment cut before ``H`` without terminating.
+        probs: ``(N, A)`` the scored policy's probabilities at each row (if requested).
+        features: ``(N, F)`` the scored agent's hidden features (if requested).
+    """
+
+    x: np.ndarray
+    t: np.ndarray
+    a: np.ndarray
+    r: np.ndarray
+    x_next: np.ndarray
+    done: np.ndarray
+    episode: np.ndarray
+    lengths: np.ndarray
+    returns: np.ndarray
+    truncated_early: int = 0
+    probs: np.ndarray | None = None
+    features: np.ndarray | None = None
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.t.shape[0])
+
+    @property
+    def n_episodes(self) -> int:
+        return int(self.lengths.shape[0])
+
+    @staticmethod
+    def concat(parts: list[Rollouts]) -> Rollouts:
+        """Rows of several collections in order (episode indices renumbered)."""
+        offsets = np.cumsum([0] + [p.n_episodes for p in parts[:-1]])
+        cat = np.concatenate
+
+        def opt(name: str) -> np.ndarray | None:
+            vals = [getattr(p, name) for p in parts]
+            return None if any(v is None for v in vals) else cat(vals)
+
+        return Rollouts(
+            x=cat([p.x for p in parts]),
+            t=cat([p.t for p in parts]),
+            a=cat([p.a for p in parts]),
+            r=cat([p.r for p in parts]),
+            x_next=cat([p.x_next for p in parts]),
+            done=cat([p.done for p in parts]),
+            episode=cat([p.episode + o for p, o in zip(parts, offsets, strict=True)]),
+            lengths=cat([p.lengths for p in parts]),
+            returns=cat([p.returns for p in parts]),
+            truncated_early=sum(p.truncated_early for p in parts),
+            probs=opt("probs"),
+            features=opt("features"),
+        )
+
+
+def collect(
+    source: EnvSource,
+    behaviour: Behaviour,
+    n_episodes: int | None,
+    rng: np.random.Generator,
+    *,
+    min_steps: int | None = None,
+    scored: Any = None,
+    features: bool = False,
+    n_envs: int = 16,
+    on_step: Callable[[int], None] | None = None,
+) -> Rollouts:
+    """Run episodes of ``behaviour`` and return their transitions.
+
+    Args:
+        source: the environment.
+        behaviour: ``(raw_obs_batch, flat_obs (n, d), t (n,)) -> (n, A)`` action probabilities.
+        n_episodes: episodes to run (each cut at the horizon), or None with ``min_steps``.
+        rng: draws the episodes' reset seeds and the actions.
+        min_steps: instead of a number of episodes, start new episodes until this many steps
+            are taken (the episodes in progress then finish).
+        scored: a :class:`~imitation_meg.approx.policy.PolicyFn` whose probabilities are stored
+            at every row (``Rollouts.probs``).
+        features: also store the scored agent's hidden features.
+        n_envs: environment copies stepped in lockstep.
+        on_step: called with the number of steps just taken (progress bars).
+
+    Returns:
+        :class:`Rollouts` with the rows of every episode in episode order.
+    """
+    if (n_episodes is None) == (min_steps is None):
+        raise ValueError("pass exactly one of n_episodes and min_steps.")
+    H, A = source.horizon, source.n_actions
+    seed_rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
+    cap = n_episodes if n_episodes is not None else max(1, -(-int(min_steps or 1) // H))
+    envs = [source.make() for _ in range(max(1, min(n_envs, cap)))]
+    slots: list[dict[str, Any] | None] = [None] * len(envs)
+    rows: list[list[dict[str, Any]]] = []
+    info = {"next": 0, "truncated": 0, "steps": 0}
+
+    def start(k: int) -> None:
+        i = info["next"]
+        more = i < n_episodes if n_episodes is not None else info["steps"] < (min_steps or 0)
+        if not more:
+            slots[k] = None
+            return
+        info["next"] = i + 1
+        rows.append([])
+        obs, _ = envs[k].reset(seed=int(seed_rng.integers(0, 2**31 - 1)))
+        slots[k] = {"ep": i, "obs": obs, "t": 0}
+
+    for k in range(len(envs)):
+        start(k)
+    while any(s is not None for s in slots):
+        active = [k for k, s in enumerate(slots) if s is not None]
+        raw = [slots[k]["obs"] for k in active]  # type: ignore[index]
+        raw_batch = source.stack(raw)
+        x = source.flatten(raw)
+        t = np.array([slots[k]["t"] for k in active], dtype=np.int64)  # type: ignore[index]
+        p = np.asarray(behaviour(raw_batch, x, t), dtype=np.float64)
+        sp = scored.probs(raw_batch) if scored is not None else None
+        ft = scored.features(raw_batch) if features and scored is not None else None
+        cdf = np.cumsum(p, axis=1)
+        u = rng.random(len(active)) * cdf[:, -1]
+        acts = np.minimum((cdf < u[:, None]).sum(1), A - 1)
+        for j, k in enumerate(active):
+            s = slots[k]
+            assert s is not None
+            a = int(acts[j])
+            obs2, r, term, trunc, _ = envs[k].step(a)
+            t_next = s["t"] + 1
+            end = bool(term) or t_next >= H
+            row = {
+                "x": x[j],
+                "t": s["t"],
+                "a": a,
+                "r": float(r),
+                "obs_next": obs2,
+                "done": end,
+            }
+            if sp is not None:
+                row["p"] = sp[j]
+            if ft is not None:
+                row["f"] = ft[j]
+            rows[s["ep"]].append(row)
+            if end or trunc:
+                if trunc and not end:
+                    info["truncated"] += 1
+                start(k)
+            else:
+                s["obs"], s["t"] = obs2, t_next
+        info["steps"] += len(active)
+        if on_step is not None:
+            on_step(len(active))
+    for env in envs:
+        env.close()
+    flat = [r for ep in rows for r in ep]
+    lengths = np.array([len(ep) for ep in rows], dtype=np.int64)
+    return Rollouts(
+        x=np.stack([r["x"] for r in flat]),
+        t=np.array([r["t"] for r in flat], dtype=np.int64),
+        a=np.array([r["a"] for r in flat], dtype=np.int64),
+        r=np.array([r["r"] for r in flat], dtype=np.float64),
+        x_next=source.flatten([r["obs_next"] for r in flat]),
+        done=np.array([r["done"] for r in flat], dtype=bool),
+        episode=np.repeat(np.arange(len(rows)), lengths),
+        lengths=lengths,
+        returns=np.array([sum(r["r"] for r in ep) for ep in rows]),
+        truncated_early=info["truncated"],
+        probs=np.stack([r["p"] for r in flat]) if scored is not None else None,
+        features=np.stack([r["f"] for r in flat]) if features and scored is not None else None,
+    )

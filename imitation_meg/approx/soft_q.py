@@ -1,0 +1,408 @@
+"""One soft Q-network for every rationality: fitted soft Q-iteration conditioned on beta and time.
+
+The model family is the finite-horizon soft-optimal one of the exact code, with episodes that
+end early treated as the tabular converters treat them (the state entered on termination is
+absorbing and worth nothing). In utility units, with ``m_b`` the exponential mean over actions,
+
+    q_t(s, a) = r(s, a) + E[ m_beta(q_{t+1}(s', .)) ],     q_H = 0,   q = 0 after termination,
+    m_beta(y)  = (1 / beta) log( (1/|A|) sum_a exp(beta y_a) )   (mean at 0, max / min at +-inf),
+    pi_beta,t  = softmax(beta q_t(s, .)).
+
+This is the paper's soft value iteration ``V = (1/beta) logsumexp(beta Q)`` with the constant
+``(H - t) log|A| / beta`` removed, so it stays finite at ``beta = 0`` and gives the same policies;
+subtracting ``log|A|`` makes an absorbing (terminated) state worth 0 for every beta, exactly
+as an absorbing state with zero utility is in :class:`~imitation_meg.TabularMDP`. No discount.
+
+The model (:class:`SoftQModel`) predicts ``f = q / q_scale`` as a one-step reward network of the
+observation plus ``(H - t - 1) / H`` times a continuation network of the standardised flat
+observation, the time-to-go fraction ``tau = (H - t) / H`` and bounded features
+``b / (c + |b|)`` of the normalised rationality ``b = beta * q_scale``. It is trained on a fixed
+set of transitions by regression on targets from a periodically frozen copy (fitted
+Q-iteration), each sample with its own ``b`` drawn from a prior over ``0``, ``+-inf`` and a
+log-uniform range, so one network serves every beta. The next-state expectation is a regression
+target (one sampled ``s'`` per row); the soft mean over actions is computed exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch as th
+from torch import nn
+
+from imitation_meg.approx.rollouts import Rollouts
+
+__all__ = ["BetaPrior", "SoftQModel", "beta_features", "fit_soft_q", "soft_mean"]
+
+#: Largest gradient norm of one fitting step.
+_GRAD_CLIP = 10.0
+
+#: Scales (decisions) of the time-to-go features ``exp(-(H - t - 1) / c)``.
+TIME_SCALES = (1.0, 3.0, 10.0)
+
+#: Scales ``c`` of the rationality features ``b / (c + |b|)`` (normalised units).
+BETA_SCALES = (0.03, 0.3, 3.0, 30.0, 300.0, 3000.0)
+
+
+def time_features(t: th.Tensor, horizon: int) -> th.Tensor:
+    """``(n, 1 + len(TIME_SCALES))``: the time-to-go fraction ``(H - t) / H`` and
+    ``exp(-(H - t - 1) / c)``, which resolve the last decisions, where soft-optimal policies
+    change fastest with time, whatever the horizon."""
+    left = (horizon - t).to(th.float32).reshape(-1, 1)
+    c = th.tensor(TIME_SCALES, dtype=th.float32)
+    return th.cat([left / horizon, th.exp(-(left - 1).clamp(min=0) / c)], dim=1)
+
+
+def beta_features(b: th.Tensor) -> th.Tensor:
+    """Bounded features ``(n, len(BETA_SCALES))`` of normalised rationalities ``b (n,)`` (+-inf ok)."""
+    b = b.reshape(-1, 1)
+    c = th.tensor(BETA_SCALES, dtype=b.dtype, device=b.device)
+    inf = th.isinf(b)
+    bf = th.where(inf, th.zeros_like(b), b)
+    return th.where(inf, th.sign(b).expand(-1, c.numel()), bf / (c + bf.abs()))
+
+
+def soft_mean(y: th.Tensor, b: th.Tensor) -> th.Tensor:
+    """``m_b(y) = (1/b) log mean_a exp(b y_a)`` per row: ``y (n, A)``, ``b (n,)`` -> ``(n,)``.
+
+    Exact limits: the mean at ``b = 0``, the max at ``+inf``, the min at ``-inf``. Small
+    ``|b| * spread`` uses ``log1p(mean(expm1(.)))``; the work is done in float64 (the result has
+    ``y``'s dtype).
+    """
+    out_dtype = y.dtype
+    y = y.double()
+    b = b.reshape(-1, 1).double()
+    mean = y.mean(-1, keepdim=True)
+    d = y - mean
+    finite = th.isfinite(b)
+    bf = th.where(finite, b, th.zeros_like(b))
+    z = bf * d
+    small = (z.abs().amax(-1, keepdim=True) < 1.0).expand_as(z)
+    safe_b = th.where(bf == 0, th.ones_like(bf), bf).squeeze(-1)
+    zs = th.where(small, z, th.zeros_like(z))
+    s_small = th.log1p(th.expm1(zs).mean(-1)) / safe_b
+    zl = th.where(small, th.zeros_like(z), z)
+    m = zl.amax(-1, keepdim=True)
+    s_large = (m.squeeze(-1) + th.log(th.exp(zl - m).mean(-1))) / safe_b
+    out = mean.squeeze(-1) + th.where(small[:, 0], s_small, s_large)
+    out = th.where(bf.squeeze(-1) == 0, mean.squeeze(-1), out)
+    b1 = b.squeeze(-1)
+    out = th.where(b1 == math.inf, y.amax(-1), out)
+    return th.where(b1 == -math.inf, y.amin(-1), out).to(out_dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class BetaPrior:
+    """The distribution of normalised rationalities ``b`` the network is trained on.
+
+    A mixture: point masses at ``0``, ``+inf``, ``-inf``; ``|b|`` log-uniform on
+    ``[10**log_lo, 10**log_hi]`` with a negative sign with probability ``p_negative``; and,
+    when ``focus`` is set, a share ``p_focus`` drawn around ``b = focus`` (log-normal with
+    ``focus_width`` decades, same sign), which sharpens the fit near the optimum found so far.
+    """
+
+    log_lo: float = -1.5
+    log_hi: float = 4.5
+    p_zero: float = 0.05
+    p_pos_inf: float = 0.1
+    p_neg_inf: float = 0.05
+    p_negative: float = 0.25
+    focus: float | None = None
+    focus_width: float = 0.4
+    p_focus: float = 0.5
+
+    def sample(self, n: int, gen: th.Generator) -> th.Tensor:
+        """``n`` draws (float32, may contain +-inf)."""
+        u = th.rand(n, generator=gen)
+        logs = self.log_lo + (self.log_hi - self.log_lo) * th.rand(n, generator=gen)
+        sign = th.where(th.rand(n, generator=gen) < self.p_negative, -1.0, 1.0)
+        b = sign * th.pow(10.0, logs)
+        if self.focus is not None and self.focus != 0 and math.isfinite(self.focus):
+            g = math.log10(abs(self.focus)) + self.focus_width * th.randn(n, generator=gen)
+            bf = math.copysign(1.0, self.focus) * th.pow(10.0, g)
+            b = th.where(th.rand(n, generator=gen) < self.p_focus, bf, b)
+        c0 = self.p_zero
+        c1 = c0 + self.p_pos_inf
+        c2 = c1 + self.p_neg_inf
+        b = th.where(u < c0, th.zeros_like(b), b)
+        b = th.where((u >= c0) & (u < c1), th.full_like(b, math.inf), b)
+        return th.where((u >= c1) & (u < c2), th.full_like(b, -math.inf), b)
+
+
+class _MLP(nn.Module):
+    def __init__(self, n_in: int, n_out: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        last = n_in
+        for h in hidden:
+            layers += [nn.Linear(last, h), nn.SiLU()]
+            last = h
+        layers.append(nn.Linear(last, n_out))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, z: th.Tensor) -> th.Tensor:
+        return self.net(z)
+
+
+class SoftQModel:
+    """A fitted beta-conditioned soft Q-function (see the module docstring).
+
+    The network predicts the normalised soft Q-value ``f(x, tau, b) = q / q_scale`` of every
+    action. When a utility function ``reward_fn`` of the observation is given (the
+    unknown-utility bound), the one-step utility is added exactly and the network predicts the
+    continuation only:
+
+        f(x, t, b) = reward_fn(x) / q_scale + ((H - t - 1) / H) * c(x, tau, b),
+
+    so the last decision's value is exactly its utility. ``f = 0`` for ``t >= H``. (Splitting
+    off a *learned* reward network the same way was tried and measured worse on the validation
+    environments: its errors add to the continuation's.)
+
+    Attributes:
+        horizon: ``H``.
+        n_actions: ``|A|``.
+        q_scale: utility units per network unit (``q = q_scale * f``).
+        obs_mean, obs_std: ``(d,)`` standardisation of flat observations.
+        nets: ``{"cont": network}``.
+        reward_fn: a fixed utility ``x (n, d) -> (n,)`` in utility units, or None.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        n_actions: int,
+        horizon: int,
+        *,
+        q_scale: float,
+        obs_mean: np.ndarray,
+        obs_std: np.ndarray,
+        hidden: tuple[int, ...] = (64, 64),
+        seed: int = 0,
+        reward_fn: Callable[[th.Tensor], th.Tensor] | None = None,
+    ) -> None:
+        self.horizon = int(horizon)
+        self.n_actions = int(n_actions)
+        self.q_scale = float(q_scale)
+        self.obs_mean = th.as_tensor(obs_mean, dtype=th.float32)
+        self.obs_std = th.as_tensor(obs_std, dtype=th.float32)
+        self.reward_fn = reward_fn
+        #: no reward in the data: every value is 0 (see :func:`new_model`)
+        self.null = False
+        # Layer initialisation draws from torch's global generator: fork it so that the
+        # caller's random state is left as it was.
+        with th.random.fork_rng(devices=[]):
+            th.manual_seed(seed)
+            n_in = obs_dim + 1 + len(TIME_SCALES) + len(BETA_SCALES)
+            nets = {"cont": _MLP(n_in, n_actions, hidden)}
+            self.split = reward_fn is not None
+            self.nets = nn.ModuleDict(nets)
+
+    def standardise(self, x: th.Tensor) -> th.Tensor:
+        return (x - self.obs_mean) / self.obs_std
+
+    def reward(self, x: th.Tensor) -> th.Tensor:
+        """Normalised one-step utility ``(n, A)`` of a given ``reward_fn``."""
+        assert self.reward_fn is not None
+        r = self.reward_fn(x).reshape(-1, 1) / self.q_scale
+        return r.to(th.float32).expand(-1, self.n_actions)
+
+    def f(
+        self, x: th.Tensor, t: th.Tensor, b: th.Tensor, nets: nn.ModuleDict | None = None
+    ) -> th.Tensor:
+        """Normalised soft Q-values ``(n, A)`` at times ``t (n,)`` and rationalities ``b (n,)``."""
+        nets = nets if nets is not None else self.nets
+        H = self.horizon
+        if self.null:
+            return th.zeros(x.shape[0], self.n_actions)
+        z = th.cat([self.standardise(x), time_features(t, H), beta_features(b)], dim=1)
+        left = ((H - 1 - t).clamp(min=0).to(th.float32) / H).reshape(-1, 1)
+        if not self.split:
+            out = nets["cont"](z)
+            return th.where((t >= H).reshape(-1, 1), th.zeros_like(out), out)
+        out = self.reward(x) + left * nets["cont"](z)
+        return th.where((t >= H).reshape(-1, 1), th.zeros_like(out), out)
+
+    def log_policy(self, x: th.Tensor, t: th.Tensor, b: th.Tensor) -> th.Tensor:
+        """``log pi_beta(. | s, t)`` ``(n, A)`` for normalised ``b (n,)`` (finite)."""
+        with th.no_grad():
+            return th.log_softmax(b.reshape(-1, 1) * self.f(x, t, b), dim=-1)
+
+    def copy(self) -> SoftQModel:
+        return copy.deepcopy(self)
+
+
+def _standardisation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mean = x.mean(0)
+    std = x.std(0)
+    std = np.where(std > 1e-6, std, 1.0)
+    return mean.astype(np.float32), std.astype(np.float32)
+
+
+def returns_scale(data: Rollouts) -> float:
+    """Largest absolute return-to-go in the data (the utility unit of the network)."""
+    rtg = np.zeros_like(data.r)
+    ends = np.cumsum(data.lengths)
+    starts = ends - data.lengths
+    for s, e in zip(starts, ends, strict=True):
+        rtg[s:e] = np.cumsum(data.r[s:e][::-1])[::-1]
+    return float(max(np.abs(rtg).max(initial=0.0), np.abs(data.r).max(initial=0.0)))
+
+
+def new_model(
+    data: Rollouts,
+    n_actions: int,
+    horizon: int,
+    *,
+    hidden: tuple[int, ...],
+    seed: int,
+    reward_fn: Callable[[th.Tensor], th.Tensor] | None = None,
+) -> SoftQModel:
+    """An untrained model whose scales are read from ``data``.
+
+    Args:
+        data: the transitions (their rewards set the scale, unless ``reward_fn`` is given).
+        n_actions, horizon: ``|A|`` and ``H``.
+        hidden: hidden layer sizes.
+        seed: the initialisation's seed.
+        reward_fn: a fixed utility of flat observations ``(n, d) -> (n,)`` replacing the
+            environment's reward (then the scale is read from its values on ``data``).
+
+    When the data hold no non-zero reward the model is *null*: its soft Q-values are 0, so every
+    soft-optimal model it gives is uniform (``new_model(...).null`` is True; the caller warns).
+    """
+    if reward_fn is not None:
+        with th.no_grad():
+            r = reward_fn(th.as_tensor(data.x)).double().numpy().reshape(-1)
+        data = dataclasses.replace(data, r=r)
+    scale = returns_scale(data)
+    mean, std = _standardisation(np.concatenate([data.x, data.x_next]))
+    model = SoftQModel(
+        data.x.shape[1],
+        n_actions,
+        horizon,
+        q_scale=scale if scale > 0 else 1.0,
+        obs_mean=mean,
+        obs_std=std,
+        hidden=hidden,
+        seed=seed,
+        reward_fn=reward_fn,
+    )
+    model.null = not scale > 0
+    return model
+
+
+def fit_soft_q(
+    model: SoftQModel,
+    data: Rollouts,
+    *,
+    iterations: int,
+    steps_per_iteration: int = 100,
+    batch_size: int = 256,
+    lr: float = 1e-3,
+    prior: BetaPrior | None = None,
+    seed: int = 0,
+    on_iteration: Callable[[int], None] | None = None,
+) -> list[float]:
+    """Fitted soft Q-iteration on ``data``, in place: returns the loss of each iteration.
+
+    Each iteration freezes a copy of the network, then takes ``steps_per_iteration`` Adam
+    steps on the squared error to the soft Bellman targets
+    ``r / q_scale + (1 - done) * m_b(f_frozen(x', t + 1, b))``, each row with its own ``b``
+    drawn from ``prior``. ``H`` iterations propagate values over the whole horizon. Targets are
+    clipped to the range every soft value lies in (``r_lo + (H - t - 1) min(r_lo, 0)`` to
+    ``r_hi + (H - t - 1) max(r_hi, 0)``, with the per-step reward range seen in the data) and
+    gradients to norm 10, against the divergence of fitted Q-iteration on long horizons.
+
+    Args:
+        model: the model to train (from :func:`new_model`, or a previous fit to continue).
+        data: the transitions.
+        iterations: target-network refreshes.
+        steps_per_iteration: gradient steps between refreshes.
+        batch_size: rows per step.
+        lr: Adam's learning rate (cosine-decayed to a tenth over the run).
+        prior: the rationalities to train on (default :class:`BetaPrior`).
+        seed: seeds the batches and the rationality draws.
+        on_iteration: called after each iteration with its index (progress bars).
+    """
+    if model.null:
+        return [0.0] * iterations
+    prior = prior or BetaPrior()
+    gen = th.Generator().manual_seed(seed)
+    x = th.as_tensor(data.x)
+    xn = th.as_tensor(data.x_next)
+    t = th.as_tensor(data.t)
+    a = th.as_tensor(data.a)
+    r = th.as_tensor(data.r / model.q_scale, dtype=th.float32)
+    live = th.as_tensor(~data.done, dtype=th.float32)
+    N = x.shape[0]
+    # Every soft value lies between these bounds (first reward, then any mix of rewards and
+    # termination): targets are clipped to them, which stops fitted Q-iteration from diverging
+    # through extrapolation on long horizons. The per-step range is the one seen in the data.
+    if model.reward_fn is not None:
+        with th.no_grad():
+            seen = th.cat([model.reward(x)[:, 0], model.reward(xn)[:, 0]])
+    else:
+        seen = r
+    r_lo, r_hi = float(seen.min()), float(seen.max())
+    left = (model.horizon - 1 - t).clamp(min=0).to(th.float32)
+    q_lo = r_lo + left * min(r_lo, 0.0)
+    q_hi = r_hi + left * max(r_hi, 0.0)
+    params = list(model.nets.parameters())
+    opt = th.optim.Adam(params, lr=lr)
+    total = iterations * steps_per_iteration
+    sched = th.optim.lr_scheduler.LambdaLR(
+        opt, lambda k: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(k / max(total, 1), 1.0)))
+    )
+    losses = []
+    for it in range(iterations):
+        frozen = copy.deepcopy(model.nets)
+        for p in frozen.parameters():
+            p.requires_grad_(False)
+        acc = 0.0
+        for _ in range(steps_per_iteration):
+            idx = th.randint(0, N, (batch_size,), generator=gen)
+            b = prior.sample(batch_size, gen)
+            with th.no_grad():
+                nxt = model.f(xn[idx], t[idx] + 1, b, nets=frozen)
+                cont = live[idx] * soft_mean(nxt, b)
+                own_r = model.reward_fn is not None
+                target = (model.reward(x[idx])[:, 0] if own_r else r[idx]) + cont
+                target = th.minimum(th.maximum(target, q_lo[idx]), q_hi[idx])
+            ai = a[idx].reshape(-1, 1)
+            pred = model.f(x[idx], t[idx], b).gather(1, ai).squeeze(1)
+            loss = th.mean((pred - target) ** 2)
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(params, _GRAD_CLIP)
+            opt.step()
+            sched.step()
+            acc += float(loss.detach())
+        losses.append(acc / steps_per_iteration)
+        if on_iteration is not None:
+            on_iteration(it)
+    return losses
+
+
+def bellman_residual(model: SoftQModel, data: Rollouts, b: float) -> tuple[float, float]:
+    """Mean and root-mean-square soft Bellman residual at ``b`` on ``data``, in utility units.
+
+    The residual ``q(s, a) - r - m_b(q(s', .))`` of each row includes the spread of the sampled
+    next state, so in stochastic environments its RMS is not zero even for the exact ``q``; its
+    mean is (up to sampling noise).
+    """
+    x = th.as_tensor(data.x)
+    xn = th.as_tensor(data.x_next)
+    t = th.as_tensor(data.t)
+    a = th.as_tensor(data.a)
+    r = th.as_tensor(data.r / model.q_scale, dtype=th.float32)
+    live = th.as_tensor(~data.done, dtype=th.float32)
+    bb = th.full((x.shape[0],), float(b))
+    with th.no_grad():
+        q = model.f(x, t, bb).gather(1, a.reshape(-1, 1)).squeeze(1)
+        res = q - r - live * soft_mean(model.f(xn, t + 1, bb), bb)
+    res = res.double() * model.q_scale
+    return float(res.mean()), float(res.pow(2).mean().sqrt())

@@ -1,0 +1,452 @@
+"""The approximate estimators: soft backup, environments, rollouts, policies, MEG against exact."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import imitation_meg as im
+from imitation_meg.approx import EnvSource, as_policy_fn, collect, meg_approx, soft_mean
+from imitation_meg.approx.envs import (
+    CoordinateObservation,
+    OneHotObservation,
+    TablePolicy,
+    TabularGymEnv,
+    stationary_epsilon_greedy,
+    validation_case,
+)
+from imitation_meg.approx.known import uniform_behaviour
+from imitation_meg.approx.soft_q import beta_features
+
+th.set_num_threads(1)
+
+# Small settings for the default run (seconds, not minutes).
+FAST = {
+    "n_data_steps": 2400,
+    "n_eval_episodes": 150,
+    "n_models": 2,
+    "hidden": (64, 64),
+    "iterations": 12,
+    "steps_per_iteration": 60,
+    "n_boot": 100,
+}
+
+
+# ------------------------------------------------------------------------------ soft backup
+def test_soft_mean_limits_and_closed_form():
+    y = th.tensor([[0.0, math.log(3.0)], [1.0, -2.0], [1.0, -2.0], [1.0, -2.0]])
+    b = th.tensor([1.0, 0.0, math.inf, -math.inf])
+    out = soft_mean(y, b)
+    # (1/1) log((e^0 + e^log3) / 2) = log 2; mean; max; min
+    assert out.tolist() == pytest.approx([math.log(2.0), -0.5, 1.0, -2.0], abs=1e-6)
+
+
+def test_soft_mean_small_beta_has_no_cancellation():
+    # mean 0, population variance 1/32, third central moment 1/256 (exact in binary)
+    y = th.tensor([[0.25, -0.125, -0.125]], dtype=th.float32)
+    b = 1e-3
+    # cumulant expansion: m_b = mean + b var / 2 + b^2 k3 / 6 + O(b^3)
+    expected = b / 2 / 32 + b**2 / 6 / 256
+    # the naive (logsumexp(b y) - log 3) / b loses ~1e-4 to cancellation in float32
+    assert float(soft_mean(y, th.tensor([b]))) == pytest.approx(expected, rel=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(-50, 50), min_size=2, max_size=5),
+    st.floats(-100, 100),
+    st.floats(-100, 100),
+)
+def test_soft_mean_is_monotone_in_beta_and_bounded(vals, b1, b2):
+    y = th.tensor([vals], dtype=th.float64)
+    lo, hi = sorted((b1, b2))
+    m_lo = float(soft_mean(y, th.tensor([lo], dtype=th.float64)))
+    m_hi = float(soft_mean(y, th.tensor([hi], dtype=th.float64)))
+    assert min(vals) - 1e-9 <= m_lo <= m_hi + 1e-9 <= max(vals) + 2e-9
+
+
+def test_beta_features_are_bounded_monotone_and_saturate_at_infinity():
+    b = th.tensor([-math.inf, -1e9, -1.0, 0.0, 1.0, 1e9, math.inf])
+    f = beta_features(b)
+    assert f.abs().max() <= 1.0
+    assert th.all(f[1:] >= f[:-1])
+    assert f[0].tolist() == [-1.0] * f.shape[1] and f[-1].tolist() == [1.0] * f.shape[1]
+    assert f[3].abs().max() == 0.0
+
+
+# ------------------------------------------------------------------------------ environments
+def test_tabular_gym_env_follows_the_mdp():
+    mdp = im.envs.random_mdp(5, 2, 3, seed=0)
+    feats = np.arange(10, dtype=np.float32).reshape(5, 2)
+    env = TabularGymEnv(mdp, feats)
+    T = mdp.dense_transition().numpy()
+    p0 = mdp.initial_state_dist.numpy()
+    r = mdp.reward_sa().numpy()
+    counts = np.zeros(5)
+    nxt = np.zeros(5)
+    for i in range(4000):
+        obs, info = env.reset(seed=i)
+        s = info["state"]
+        counts[s] += 1
+        assert np.array_equal(obs, feats[s])
+        obs2, rew, term, trunc, _step_info = env.step(1)
+        assert rew == pytest.approx(r[s, 1]) and not term and not trunc
+        if s == int(np.argmax(p0)):
+            nxt[int(obs2[0]) // 2] += 1
+    assert np.abs(counts / 4000 - p0).max() < 0.03
+    s_max = int(np.argmax(p0))
+    assert np.abs(nxt / nxt.sum() - T[s_max, 1]).max() < 0.05
+    env.reset(seed=0)
+    flags = [env.step(0)[3] for _ in range(3)]
+    assert flags == [False, False, True]  # truncated after H = 3 decisions
+
+
+def test_observation_wrappers_for_frozenlake():
+    onehot = OneHotObservation(gym.make("FrozenLake-v1"))
+    obs, _ = onehot.reset(seed=0)
+    assert obs.shape == (16,) and obs[0] == 1.0 and obs.sum() == 1.0
+    coords = CoordinateObservation(gym.make("FrozenLake-v1"))
+    m = coords.matrix()
+    assert m.shape == (16, 2)
+    assert m[5].tolist() == pytest.approx([1 / 3, 1 / 3])  # row 1, column 1 of the 4x4 grid
+    assert m[15].tolist() == [1.0, 1.0]
+    with pytest.raises(TypeError, match="Discrete"):
+        OneHotObservation(gym.make("CartPole-v1"))
+
+
+def test_table_policy_finds_states_by_observation():
+    obs = np.array([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    table = np.array([[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]])
+    pol = TablePolicy(table, obs)
+    out = pol(np.array([[1.0, 0.0], [0.0, 0.0]]))
+    assert out.tolist() == [[0.0, 1.0], [1.0, 0.0]]
+
+
+# ------------------------------------------------------------------------------ rollouts
+def test_env_source_checks_spaces_and_horizon():
+    with pytest.raises(TypeError, match="Discrete actions"):
+        EnvSource("Pendulum-v1")
+    with pytest.raises(ValueError, match="horizon must be a positive integer"):
+        EnvSource("CartPole-v1", horizon=0)
+    src = EnvSource("CartPole-v1")
+    assert src.horizon == 500 and src.n_actions == 2 and src.obs_dim == 4
+
+    class NoLimit(gym.Env):
+        observation_space = gym.spaces.Discrete(2)
+        action_space = gym.spaces.Discrete(2)
+
+    with pytest.raises(ValueError, match="pass horizon=H"):
+        EnvSource(NoLimit)
+
+
+def test_collect_respects_horizon_and_is_reproducible():
+    src = EnvSource("CartPole-v1", horizon=15)
+    a = collect(src, uniform_behaviour(2), 12, np.random.default_rng(3), n_envs=4)
+    b = collect(src, uniform_behaviour(2), 12, np.random.default_rng(3), n_envs=4)
+    assert np.array_equal(a.x, b.x) and np.array_equal(a.a, b.a)
+    assert a.lengths.max() <= 15 and a.n_steps == a.lengths.sum()
+    ends = np.cumsum(a.lengths) - 1
+    assert a.done[ends].all() and not a.done[np.setdiff1d(np.arange(a.n_steps), ends)].any()
+    assert (a.t[ends] == a.lengths - 1).all()
+
+
+# ------------------------------------------------------------------------------ policies
+def test_policy_fn_checks_callables():
+    bad = as_policy_fn(lambda obs: np.full((len(obs), 2), 0.7), n_actions=2)
+    with pytest.raises(ValueError, match="not 1"):
+        bad.probs(np.zeros((3, 4)))
+    wrong = as_policy_fn(lambda obs: np.full((len(obs), 3), 1 / 3), n_actions=2)
+    with pytest.raises(ValueError, match="shape"):
+        wrong.probs(np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="exposes no hidden layer"):
+        wrong.features(np.zeros((3, 4)))
+    with pytest.raises(TypeError, match="cannot read a policy"):
+        as_policy_fn(42, n_actions=2)
+    with pytest.raises(ValueError, match="epsilon= applies only to DQN"):
+        as_policy_fn(lambda obs: obs, n_actions=2, epsilon=0.1)
+
+
+@pytest.fixture(scope="module")
+def cartpole_ppo():
+    import stable_baselines3 as sb3
+
+    model = sb3.PPO(
+        "MlpPolicy",
+        "CartPole-v1",
+        n_steps=64,
+        batch_size=32,
+        n_epochs=1,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [16]},
+    )
+    model.learn(64)
+    return model
+
+
+def test_sb3_policy_probabilities_and_features(cartpole_ppo, tmp_path):
+    pol = as_policy_fn(cartpole_ppo, n_actions=2)
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    p = pol.probs(obs)
+    obs_t, _ = cartpole_ppo.policy.obs_to_tensor(obs)
+    ref = cartpole_ppo.policy.get_distribution(obs_t).distribution.probs.detach().numpy()
+    assert np.allclose(p, ref, atol=1e-6)
+    assert pol.features(obs).shape == (5, 16)
+    path = tmp_path / "ppo.zip"
+    cartpole_ppo.save(path)
+    loaded = as_policy_fn(str(path), n_actions=2, algo="ppo")
+    assert np.allclose(loaded.probs(obs), p, atol=1e-6)
+    # The algorithm is read from the zip; naming another one is a contradiction.
+    assert np.allclose(as_policy_fn(str(path), n_actions=2).probs(obs), p, atol=1e-6)
+    with pytest.raises(ValueError, match="was saved by PPO .* not DQN"):
+        as_policy_fn(str(path), n_actions=2, algo="dqn")
+    with pytest.raises(ValueError, match="actions"):
+        as_policy_fn(cartpole_ppo, n_actions=3)
+
+
+def test_dqn_needs_epsilon():
+    import stable_baselines3 as sb3
+
+    model = sb3.DQN("MlpPolicy", "CartPole-v1", seed=0, device="cpu", learning_starts=10)
+    with pytest.raises(ValueError, match="pass epsilon="):
+        as_policy_fn(model, n_actions=2)
+    pol = as_policy_fn(model, n_actions=2, epsilon=0.2)
+    p = pol.probs(np.zeros((3, 4), dtype=np.float32))
+    assert np.allclose(np.sort(p, axis=1), [[0.1, 0.9]] * 3)
+
+
+# ------------------------------------------------------------------------------ MEG
+def test_uniform_policy_scores_exactly_zero():
+    uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
+    res = meg_approx(uniform, "CartPole-v1", horizon=12, seed=1, **FAST)
+    # every model's L(beta) <= 0 with equality at beta = 0, for any fit
+    assert res.meg == 0.0 and res.beta == 0.0
+    assert res.certificate == pytest.approx(0.0, abs=1e-12)
+    assert res.upper_bound == pytest.approx(res.mean_length * math.log(2))
+
+
+def test_bad_settings_are_refused():
+    uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
+    with pytest.raises(ValueError, match="n_models must be an integer >= 1"):
+        meg_approx(uniform, "CartPole-v1", n_models=0)
+    with pytest.raises(ValueError, match="confidence"):
+        meg_approx(uniform, "CartPole-v1", confidence=1.5)
+    with pytest.raises(TypeError, match="seed"):
+        meg_approx(uniform, "CartPole-v1", seed=1.5)
+
+
+@pytest.fixture(scope="module")
+def small_case():
+    """A random MDP (6 states, 3 actions, H = 2, deterministic moves, state-action utility)
+    seen through 3 random features per state: small enough to fit well in seconds (the larger,
+    stochastic cases are the validation study's)."""
+    mdp = im.envs.random_mdp(6, 3, 2, branching=1, utility="state_action", seed=3)
+    feats = np.random.default_rng(7).normal(size=(6, 3)).astype(np.float32)
+    return mdp, feats
+
+
+SMALL = {
+    "n_data_steps": 1200,
+    "n_eval_episodes": 200,
+    "n_models": 2,
+    "hidden": (32, 32),
+    "iterations": 6,
+    "steps_per_iteration": 100,
+    "n_boot": 100,
+}
+
+
+def test_small_case_matches_exact_meg(small_case):
+    mdp, feats = small_case
+    table = stationary_epsilon_greedy(mdp, 0.1)
+    exact = im.meg(table, mdp).meg
+    assert exact > 0.5  # a goal-directed policy, far from the trivial 0
+    res = meg_approx(TablePolicy(table, feats), lambda: TabularGymEnv(mdp, feats), seed=0, **SMALL)
+    bound = mdp.horizon * math.log(3)
+    assert abs(res.meg - exact) <= 0.05 * bound
+    assert res.low <= exact <= res.high
+    assert res.meg <= res.certificate + 1e-12
+    assert res.n_env_steps > 0 and len(res.models) == 2
+
+
+def test_same_seed_same_result(small_case):
+    mdp, feats = small_case
+    pol = TablePolicy(stationary_epsilon_greedy(mdp, 0.3), feats)
+    kw = dict(FAST, iterations=3, n_boot=20)
+    a = meg_approx(pol, lambda: TabularGymEnv(mdp, feats), seed=5, **kw)
+    b = meg_approx(pol, lambda: TabularGymEnv(mdp, feats), seed=5, **kw)
+    c = meg_approx(pol, lambda: TabularGymEnv(mdp, feats), seed=6, **kw)
+    assert (a.meg, a.low, a.high, a.beta) == (b.meg, b.low, b.high, b.beta)
+    assert np.array_equal(a.replicates, b.replicates)
+    assert a.meg != c.meg
+
+
+def test_validation_case_exact_values_are_consistent():
+    case = validation_case("random_features", horizon=5)
+    assert case.observations.shape == (40, 6)
+    table = stationary_epsilon_greedy(case.mdp, 0.0)
+    assert th.allclose(table.sum(-1), th.ones(40, dtype=table.dtype))
+    with pytest.raises(ValueError, match="unknown validation case"):
+        validation_case("nope", horizon=3)
+
+
+def test_truncated_episodes_warn():
+    uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
+    env = lambda: gym.make("CartPole-v1", max_episode_steps=5)  # noqa: E731
+    with pytest.warns(im.approx.ApproxMEGWarning, match="cut by the environment"):
+        meg_approx(uniform, env, horizon=8, **dict(FAST, iterations=1, n_eval_episodes=4))
+
+
+# ------------------------------------------------------------------------------ layers, CLI
+def test_core_does_not_import_approx():
+    from tests.test_layers import import_graph
+
+    graph = import_graph()
+    for mod, targets in graph.items():
+        if mod.startswith("imitation_meg.approx") or mod in ("imitation_meg", "imitation_meg.cli"):
+            continue
+        assert not any(t.startswith("imitation_meg.approx") for t in targets), mod
+
+
+def test_score_function_prints_an_estimate(capsys, tmp_path):
+    from imitation_meg.approx.score import is_tabular, score_approx
+
+    assert is_tabular("FrozenLake-v1") and not is_tabular("CartPole-v1")
+    args = argparse.Namespace(
+        env="CartPole-v1",
+        policy="uniform",
+        algo=None,
+        epsilon=None,
+        horizon=8,
+        seed=0,
+        mode="known",
+        json=str(tmp_path / "out.json"),
+        signed=False,
+        rollouts=None,
+        target=None,
+        vec_normalize=None,
+        approx_models=2,
+        approx_episodes=8,
+        approx_iterations=2,
+        approx_steps=20,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert score_approx(args) == 0
+    out = capsys.readouterr().out
+    assert "MEG estimate" in out and "interval" in out and "wall time" in out
+    assert (tmp_path / "out.json").stat().st_size > 0
+    args.mode = "unknown"
+    with pytest.raises(ValueError, match="--mode unknown is not available"):
+        score_approx(args)
+
+
+def test_no_reward_in_the_data_warns_and_scores_zero():
+    # FrozenLake's only reward is at the goal, out of reach in 2 decisions
+    left = lambda obs: np.tile([0.7, 0.1, 0.1, 0.1], (len(obs), 1))  # noqa: E731
+    env = lambda: OneHotObservation(gym.make("FrozenLake-v1", max_episode_steps=2))  # noqa: E731
+    with pytest.warns(im.approx.ApproxMEGWarning, match="saw no non-zero reward"):
+        res = meg_approx(left, env, **dict(FAST, iterations=1))
+    assert res.meg == 0.0 and res.certificate > 0.0
+
+
+@pytest.mark.expensive
+def test_unknown_utility_lower_bound_on_a_small_case(small_case):
+    from imitation_meg.approx import meg_approx_unknown
+
+    mdp, feats = small_case
+    table = stationary_epsilon_greedy(mdp, 0.1)
+    exact_unknown = im.meg_unknown(table, mdp).meg
+    res = meg_approx_unknown(
+        TablePolicy(table, feats),
+        lambda: TabularGymEnv(mdp, feats),
+        ascent_steps=3,
+        episodes_per_step=20,
+        seed=0,
+        **FAST,
+    )
+    bound = mdp.horizon * math.log(3)
+    # a lower bound on the exact optimum over every utility of the state, up to estimation error
+    assert 0.0 <= res.meg <= exact_unknown + 0.05 * bound
+    assert set(res.candidates) == {"initial", "ascended"}
+    assert res.meg == max(res.candidates.values())
+    assert len(res.trace) == 3 and res.to_dict()["lower_bound"] is True
+
+
+def test_unknown_utility_over_agent_features(cartpole_ppo):
+    from imitation_meg.approx import meg_approx_unknown
+
+    res = meg_approx_unknown(
+        cartpole_ppo,
+        "CartPole-v1",
+        utility="agent",
+        horizon=6,
+        ascent_steps=2,
+        episodes_per_step=6,
+        **dict(FAST, iterations=2, n_eval_episodes=10, n_data_steps=60),
+    )
+    assert res.utility_class == "agent" and 0.0 <= res.meg <= res.result.certificate + 1e-12
+    with pytest.raises(ValueError, match="exposes none"):
+        meg_approx_unknown(
+            lambda obs: np.full((len(obs), 2), 0.5), "CartPole-v1", utility="agent", horizon=4
+        )
+    with pytest.raises(ValueError, match="utility must be one of"):
+        meg_approx_unknown(cartpole_ppo, "CartPole-v1", utility="linear")
+
+
+def test_cli_score_dispatches_to_the_approximate_estimator(capsys):
+    from imitation_meg.cli import main
+
+    # a non-tabular id goes to the approximate path, whose unsupported options exit 2
+    assert main(["score", "--env", "CartPole-v1", "--policy", "optimal"]) == 2
+    err = capsys.readouterr().err
+    assert "need a tabular environment (drop --approx)" in err
+    assert (
+        main(
+            [
+                "score",
+                "--env",
+                "FrozenLake-v1",
+                "--policy",
+                "uniform",
+                "--approx",
+                "--mode",
+                "unknown",
+            ]
+        )
+        == 2
+    )
+    assert "--mode unknown is not available" in capsys.readouterr().err
+    assert main(["score", "--env", "NoSuchEnv-v9", "--policy", "uniform"]) == 2
+    assert "could not make environment" in capsys.readouterr().err
+
+
+@pytest.mark.expensive
+def test_cli_scores_a_cartpole_ppo_zip_in_under_ten_minutes(tmp_path, capsys):
+    """The issue's acceptance command, end to end (measure on a quiet machine)."""
+    import time
+
+    import stable_baselines3 as sb3
+
+    from imitation_meg.cli import main
+
+    model = sb3.PPO(
+        "MlpPolicy", "CartPole-v1", seed=0, device="cpu", policy_kwargs={"net_arch": [64, 64]}
+    )
+    model.learn(30_000)
+    path = tmp_path / "ppo.zip"
+    model.save(path)
+    t0 = time.perf_counter()
+    code = main(["score", "--env", "CartPole-v1", "--policy", str(path), "--algo", "ppo"])
+    wall = time.perf_counter() - t0
+    out = capsys.readouterr().out
+    assert code == 0 and "MEG estimate" in out and "interval" in out
+    assert wall < 600, f"took {wall:.0f} s"
