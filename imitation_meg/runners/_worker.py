@@ -122,14 +122,28 @@ def unit_seed(key: str) -> int:
     return int(key[:8], 16)
 
 
+def unit_threads(module: types.ModuleType) -> int:
+    """Torch threads per unit: the driver's ``UNIT_THREADS`` (default 1).
+
+    Raises:
+        ValueError: if ``UNIT_THREADS`` is not a positive integer.
+    """
+    threads = getattr(module, "UNIT_THREADS", 1)
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"UNIT_THREADS must be a positive integer, got {threads!r}.")
+    return threads
+
+
 def execute_unit(
     module: types.ModuleType, cfg: Any, unit: Mapping[str, Any], key: str
 ) -> UnitOutcome:
     """Run ``module.run_unit(cfg, unit)`` as a pure function of its inputs.
 
     The global generators (``random``, numpy, torch) are seeded from the unit's key and torch runs
-    on one thread, whichever process runs the unit and whatever ran before; both are restored
-    afterwards, so running units in the caller's process leaves its state as it was.
+    on ``unit_threads(module)`` threads (one unless the driver's ``UNIT_THREADS`` says otherwise:
+    torch's parallel reductions round differently with another thread count), whichever process
+    runs the unit and whatever ran before; both are restored afterwards, so running units in the
+    caller's process leaves its state as it was.
 
     Returns:
         The result as JSON text (:func:`dumps_result`) and the wall seconds.
@@ -144,7 +158,7 @@ def execute_unit(
     random.seed(seed)
     np.random.seed(seed)
     th.manual_seed(seed)
-    th.set_num_threads(1)
+    th.set_num_threads(unit_threads(module))
     t0 = time.perf_counter()
     try:
         result = module.run_unit(cfg, dict(unit))

@@ -8,9 +8,11 @@ The study-unit protocol: a driver ``experiments/<name>.py`` defines a frozen dat
 - ``run_unit(cfg, unit) -> dict``: one unit's work, a pure function of ``(cfg, unit)``;
 - ``combine(cfg, results) -> dict``: the tables and figures from the unit results (given in the
   order of ``units(cfg)``), written under ``cfg.results_dir``;
-- optionally ``UNIT_RESOURCES`` (Ray resources per unit, e.g. ``{"num_cpus": 1}``) and
-  ``SWEEP_FIELDS`` (the config fields that only choose units, such as ``seeds``: changing them
-  keeps the finished units).
+- optionally ``UNIT_RESOURCES`` (Ray resources per unit, e.g. ``{"num_cpus": 1}``),
+  ``UNIT_THREADS`` (torch threads per unit, default 1: part of what makes a result exact, since
+  torch's parallel reductions round differently with another thread count) and ``SWEEP_FIELDS``
+  (the config fields that only choose units, such as ``seeds``: changing them keeps the finished
+  units).
 
 :func:`run_study` keys every unit by study, config and unit, skips the units whose files exist
 (an interrupted run resumes), runs the others on the chosen backend, writes each result as it
@@ -32,7 +34,7 @@ from typing import Any
 
 from imitation_meg.results import to_jsonable, write_json
 from imitation_meg.runners._store import UnitStore, canonical, config_fingerprint
-from imitation_meg.runners._worker import DriverSpec, UnitOutcome, loads_result
+from imitation_meg.runners._worker import DriverSpec, UnitOutcome, loads_result, unit_threads
 from imitation_meg.runners.backends import BACKENDS, import_ray, run_process, run_ray, run_serial
 
 __all__ = ["RUN_LOG", "UnitsFailedError", "is_unit_driver", "run_serially", "run_study"]
@@ -128,6 +130,7 @@ def run_study(
         import_ray()  # a clear error before any work when Ray is missing
     say = log or (lambda _line: None)
 
+    unit_threads(module)  # a bad UNIT_THREADS fails before any work
     units = _check_units(name, module.units(cfg))
     free = tuple(getattr(module, "SWEEP_FIELDS", ()))
     store = UnitStore(
@@ -181,7 +184,11 @@ def run_study(
             assert workers is not None
             finished = run_process(spec, todo, workers=workers, retries=retries)
         else:
-            res = dict(resources or getattr(module, "UNIT_RESOURCES", None) or {"num_cpus": 1})
+            res = dict(
+                resources
+                or getattr(module, "UNIT_RESOURCES", None)
+                or {"num_cpus": unit_threads(module)}
+            )
             finished = run_ray(
                 spec,
                 todo,
@@ -238,6 +245,7 @@ def run_study(
             "config_file": config_path,
             "backend": backend,
             "workers": workers if backend != "serial" else 1,
+            "torch_threads_per_unit": unit_threads(module),
             "address": address,
             "units": len(units),
             "units_run": len(todo),
