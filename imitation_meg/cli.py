@@ -475,7 +475,10 @@ def _add_reproduce_parsers(sub: Any) -> None:
         help="further attempts of a unit that fails (default 1)",
     )
     rep.add_argument(
-        "--cpus-per-unit", type=float, metavar="N", help="Ray CPUs per unit (default 1)"
+        "--cpus-per-unit",
+        type=float,
+        metavar="N",
+        help="Ray CPUs per unit (default: the study's UNIT_RESOURCES, mostly 1)",
     )
     rep.add_argument(
         "--gpus-per-unit",

@@ -286,3 +286,47 @@ def test_every_fast_config_is_the_same_in_processes(name, tmp_path):
 def _extra_overrides(name: str, tmp_path: pathlib.Path) -> list[str]:
     # Checkpoints go to the same place on both backends (their paths are in the results).
     return [f"checkpoint_dir={tmp_path / 'ck'}"] if name.startswith("sb3_training") else []
+
+
+def test_a_unit_runs_seeded_on_fixed_threads_and_leaves_the_caller_as_it_was():
+    import random
+    import types
+
+    import numpy as np
+    import torch as th
+
+    from imitation_meg.runners._worker import execute_unit, loads_result
+
+    module = types.ModuleType("driver")
+    module.run_unit = lambda cfg, unit: {  # type: ignore[attr-defined]
+        "threads": th.get_num_threads(),
+        "draws": [random.random(), float(np.random.rand()), float(th.rand(()))],
+    }
+    module.UNIT_THREADS = 2  # type: ignore[attr-defined]
+    th.set_num_threads(1)
+    np.random.seed(123)
+    expected_next = np.random.rand()
+    np.random.seed(123)
+    first = loads_result(execute_unit(module, None, {"u": 1}, "00ff00ff").result_json)
+    assert np.random.rand() == expected_next and th.get_num_threads() == 1
+    random.seed(7)  # whatever ran before, the unit draws the same numbers
+    again = loads_result(execute_unit(module, None, {"u": 1}, "00ff00ff").result_json)
+    assert first == again and first["threads"] == 2
+    other = loads_result(execute_unit(module, None, {"u": 1}, "11ff00ff").result_json)
+    assert other["draws"] != first["draws"]  # another key, other seeds
+    module.UNIT_THREADS = 0  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="UNIT_THREADS must be a positive integer"):
+        execute_unit(module, None, {"u": 1}, "00ff00ff")
+
+
+def test_unit_results_round_trip_exactly():
+    import math
+
+    from imitation_meg.runners._worker import dumps_result, loads_result
+
+    values = {"x": 0.1 + 0.2, "nan": math.nan, "inf": -math.inf, "t": (1, 2), "s": "a"}
+    back = loads_result(dumps_result(values))
+    assert back["x"] == 0.1 + 0.2 and math.isnan(back["nan"]) and back["inf"] == -math.inf
+    assert back["t"] == [1, 2] and list(back) == list(values)
+    with pytest.raises(TypeError, match="not JSON"):
+        dumps_result({"f": object()})
