@@ -126,12 +126,11 @@ def test_a_killed_run_resumes_with_only_the_missing_units(tmp_path):
     cmd = [sys.executable, "-m", "imitation_meg.cli", "reproduce", str(TABLE1_FAST)]
     cmd += ["--seeds", "0-5", "--no-progress"] + [x for a in args for x in ("--set", a)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # start-up alone takes minutes on a loaded machine
     try:
-        while time.monotonic() < deadline:
-            if out.joinpath("units").is_dir() and len(list(out.glob("units/*.json"))) >= 2:
-                break
+        while len(list(out.glob("units/*.json"))) < 2:
             assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, "no unit finished within 600 s"
             time.sleep(0.02)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
@@ -139,7 +138,10 @@ def test_a_killed_run_resumes_with_only_the_missing_units(tmp_path):
     assert proc.returncode == -signal.SIGKILL
     before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.glob("units/*.json")}
     assert 2 <= len(before) < 6
-    assert not (out / "results.json").exists() and not list(out.glob("units/.*.tmp"))
+    assert not (out / "results.json").exists()
+    # Unit files are whole (written to a temporary file, then renamed; a temporary file the kill
+    # interrupted is ignored).
+    assert all(json.loads(p.read_text())["result"] for p in out.glob("units/*.json"))
 
     lines: list[str] = []
     run_config(TABLE1_FAST, seeds="0-5", overrides=args, progress_bar=False, log=lines.append)
