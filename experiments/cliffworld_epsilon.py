@@ -4,20 +4,22 @@ For each epsilon: known-utility MEG (environment reward), exact unknown-utility 
 utility of the state, and the paper's MLP estimate (mean and 2 sigma over seeds); plus a horizon
 sweep of the first two, since the paper does not state its horizon.
 
-Run: ``imitation-meg reproduce configs/cliffworld_epsilon.yaml``.
+Units: one per epsilon (all three kinds of MEG), one per (horizon, epsilon) of the sweep.
+Run: ``imitation-meg reproduce configs/cliffworld_epsilon.yaml [--backend process --workers 2]``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
-import time
+import sys
+from typing import Any
 
 from imitation_meg import envs, policies
 from imitation_meg.plotting import plot_meg_series
-from imitation_meg.progress import progress
 from imitation_meg.report import SUMMARY_COLUMNS, meg_summary
 from imitation_meg.results import write_results
+from imitation_meg.runners import run_serially
 
 # Appendix D.1 of the paper (epsilon = 0.1 .. 0.9).
 PAPER_KNOWN = {
@@ -48,7 +50,7 @@ PAPER_UNKNOWN = {
 class Config:
     """Settings of the epsilon-greedy study (YAML keys of the same names)."""
 
-    results_dir: str = "docs/results/cliffworld_epsilon"
+    results_dir: str = "results/cliffworld_epsilon"
     width: int = 10
     height: int = 4
     horizon: int = 30
@@ -62,13 +64,32 @@ class Config:
     progress: bool = True
 
 
-def main(cfg: Config) -> dict:
-    """Run the study, write CSV / JSON / PNG under ``cfg.results_dir``; return the results."""
-    t0 = time.perf_counter()
-    out = pathlib.Path(cfg.results_dir)
-    mdp = envs.cliff_world(width=cfg.width, height=cfg.height, horizon=cfg.horizon)
-    rows = []
-    for eps in progress(cfg.epsilons, cfg.progress, "epsilon"):
+# Every unit names its epsilon (and horizon): changing the lists keeps the finished units.
+SWEEP_FIELDS = ("epsilons", "horizon_sweep")
+# Two torch threads per unit, as the published results were computed (the default on the
+# 2-core machine that made them): torch's parallel reductions round differently with another
+# thread count (exact unknown-utility MEG moves by ~1e-15 relative), so it is pinned.
+UNIT_THREADS = 2
+UNIT_RESOURCES = {"num_cpus": 2}
+
+
+def units(cfg: Config) -> list[dict[str, Any]]:
+    """One unit per epsilon (known, exact unknown and MLP MEG at ``cfg.horizon``), then one per
+    horizon of the sweep and epsilon (known and exact unknown MEG)."""
+    main_units = [{"part": "epsilon", "epsilon": eps} for eps in cfg.epsilons]
+    sweep = [
+        {"part": "horizon_sweep", "horizon": H, "epsilon": eps}
+        for H in cfg.horizon_sweep
+        for eps in cfg.epsilons
+    ]
+    return main_units + sweep
+
+
+def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
+    """Score one epsilon-greedy policy (see :func:`units`)."""
+    eps = unit["epsilon"]
+    if unit["part"] == "epsilon":
+        mdp = envs.cliff_world(width=cfg.width, height=cfg.height, horizon=cfg.horizon)
         pi = policies.epsilon_greedy(mdp, eps, tie_break=cfg.tie_break)
         s = meg_summary(
             pi,
@@ -78,27 +99,23 @@ def main(cfg: Config) -> dict:
             mlp_seeds=cfg.mlp_seeds,
             seed=cfg.seed,
         )
-        rows.append(
-            {
-                "epsilon": eps,
-                **{c: s[c] for c in SUMMARY_COLUMNS},
-                "paper_known": PAPER_KNOWN.get(round(eps, 3), float("nan")),
-                "paper_unknown_mlp": PAPER_UNKNOWN.get(round(eps, 3), float("nan")),
-            }
-        )
-    sweep = []
-    for H in progress(cfg.horizon_sweep, cfg.progress, "horizon sweep"):
-        m = envs.cliff_world(width=cfg.width, height=cfg.height, horizon=H)
-        for eps in cfg.epsilons:
-            s = meg_summary(policies.epsilon_greedy(m, eps, tie_break=cfg.tie_break), m)
-            sweep.append(
-                {
-                    "horizon": H,
-                    "epsilon": eps,
-                    "known": s["known"],
-                    "unknown_exact": s["unknown_exact"],
-                }
-            )
+        return {
+            "epsilon": eps,
+            **{c: s[c] for c in SUMMARY_COLUMNS},
+            "paper_known": PAPER_KNOWN.get(round(eps, 3), float("nan")),
+            "paper_unknown_mlp": PAPER_UNKNOWN.get(round(eps, 3), float("nan")),
+        }
+    H = unit["horizon"]
+    m = envs.cliff_world(width=cfg.width, height=cfg.height, horizon=H)
+    s = meg_summary(policies.epsilon_greedy(m, eps, tie_break=cfg.tie_break), m)
+    return {"horizon": H, "epsilon": eps, "known": s["known"], "unknown_exact": s["unknown_exact"]}
+
+
+def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Write ``results.csv``, ``horizon_sweep.csv``, ``results.json`` and the two figures."""
+    out = pathlib.Path(cfg.results_dir)
+    n = len(cfg.epsilons)
+    rows, sweep = results[:n], results[n:]
     eps_list = [r["epsilon"] for r in rows]
     figures = [
         plot_meg_series(
@@ -132,14 +149,17 @@ def main(cfg: Config) -> dict:
         out,
         cfg,
         {"results": rows, "horizon_sweep": sweep},
-        seconds=time.perf_counter() - t0,
         figures=[str(f) for f in figures],
     )
 
 
-if __name__ == "__main__":
-    import sys
+def main(cfg: Config) -> dict[str, Any]:
+    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes and
+    runs in parallel)."""
+    return run_serially(sys.modules[__name__], cfg)
 
+
+if __name__ == "__main__":
     from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

@@ -9,20 +9,24 @@ index, as an argmax-based planner does): the paper's finding that unknown-utilit
 rests on the optimal policy committing to the nearest goal squares. ``tie_break: uniform`` gives
 the maximum-entropy optimal policy instead (then both kinds of MEG fall with k).
 
-Run: ``imitation-meg reproduce configs/cliffworld_goal_region.yaml``.
+Units: one per goal region k (all three kinds of MEG, the occupancy), one per (horizon, k) of
+the sweep. Run: ``imitation-meg reproduce configs/cliffworld_goal_region.yaml``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
-import time
+import sys
+from typing import Any
+
+import numpy as np
 
 from imitation_meg import envs, occupancy_measures, policies
 from imitation_meg.plotting import plot_grid_values, plot_meg_bars
-from imitation_meg.progress import progress
 from imitation_meg.report import SUMMARY_COLUMNS, meg_summary
 from imitation_meg.results import write_results
+from imitation_meg.runners import run_serially
 
 # Appendix D.1 of the paper (k = 1 .. 4): known utility, unknown utility (MLP) mean and spread.
 PAPER_KNOWN = {1: 37.8, 2: 21.4, 3: 16.8, 4: 18.9}
@@ -34,7 +38,7 @@ PAPER_UNKNOWN_SPREAD = {1: 2.6, 2: 0.5, 3: 0.5, 4: 0.6}
 class Config:
     """Settings of the goal-region study (YAML keys of the same names)."""
 
-    results_dir: str = "docs/results/cliffworld_goal_region"
+    results_dir: str = "results/cliffworld_goal_region"
     width: int = 10
     height: int = 4
     horizon: int = 30
@@ -50,62 +54,94 @@ class Config:
     progress: bool = True
 
 
-def main(cfg: Config) -> dict:
-    """Run the study, write CSV / JSON / PNG under ``cfg.results_dir``; return the results."""
-    t0 = time.perf_counter()
+# Every unit names its k (and horizon); heatmaps only choose figures.
+SWEEP_FIELDS = ("goal_regions", "horizon_sweep", "heatmaps")
+# Two torch threads per unit, as the published results were computed (the default on the
+# 2-core machine that made them): torch's parallel reductions round differently with another
+# thread count (exact unknown-utility MEG moves by ~1e-15 relative), so it is pinned.
+UNIT_THREADS = 2
+UNIT_RESOURCES = {"num_cpus": 2}
+
+
+def _mdp(cfg: Config, k: int, horizon: int) -> Any:
+    return envs.cliff_world(
+        width=cfg.width,
+        height=cfg.height,
+        horizon=horizon,
+        goal_region=k,
+        goal_layout=cfg.goal_layout,
+    )
+
+
+def units(cfg: Config) -> list[dict[str, Any]]:
+    """One unit per goal region k at ``cfg.horizon`` (all three kinds of MEG and the occupancy),
+    then one per horizon of the sweep and k (known and exact unknown MEG)."""
+    main_units = [{"part": "goal_region", "k": k} for k in cfg.goal_regions]
+    sweep = [
+        {"part": "horizon_sweep", "horizon": H, "k": k}
+        for H in cfg.horizon_sweep
+        for k in cfg.goal_regions
+    ]
+    return main_units + sweep
+
+
+def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
+    """Score the optimal policy for one goal region (see :func:`units`)."""
+    k = unit["k"]
+    if unit["part"] == "horizon_sweep":
+        m = _mdp(cfg, k, unit["horizon"])
+        s = meg_summary(policies.optimal(m, tie_break=cfg.tie_break), m)
+        return {
+            "horizon": unit["horizon"],
+            "k": k,
+            "known": s["known"],
+            "unknown_exact": s["unknown_exact"],
+        }
+    mdp = _mdp(cfg, k, cfg.horizon)
+    pi = policies.optimal(mdp, tie_break=cfg.tie_break)
+    s = meg_summary(
+        pi,
+        mdp,
+        mlp_steps=cfg.mlp_steps,
+        mlp_lr=cfg.mlp_lr,
+        mlp_seeds=cfg.mlp_seeds,
+        seed=cfg.seed,
+    )
+    occ = occupancy_measures(mdp, pi)[:-1].sum(0) / cfg.horizon
+    return {
+        "row": {
+            "k": k,
+            **{c: s[c] for c in SUMMARY_COLUMNS},
+            "paper_known": PAPER_KNOWN.get(k, float("nan")),
+            "paper_unknown_mlp": PAPER_UNKNOWN.get(k, float("nan")),
+            "paper_unknown_spread": PAPER_UNKNOWN_SPREAD.get(k, float("nan")),
+        },
+        "occupancy": occ.tolist(),
+        "grid_shape": list(mdp.metadata["grid_shape"]),
+        "goal_cells": [list(c) for c in mdp.metadata["goal_cells"]],
+    }
+
+
+def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Write ``results.csv``, ``horizon_sweep.csv``, ``results.json``, the bar chart and the
+    occupancy heatmaps of the goal regions in ``cfg.heatmaps``."""
     out = pathlib.Path(cfg.results_dir)
-    rows, figures = [], []
-    for k in progress(cfg.goal_regions, cfg.progress, "goal region"):
-        mdp = envs.cliff_world(
-            width=cfg.width,
-            height=cfg.height,
-            horizon=cfg.horizon,
-            goal_region=k,
-            goal_layout=cfg.goal_layout,
+    n = len(cfg.goal_regions)
+    rows = [r["row"] for r in results[:n]]
+    sweep = results[n:]
+    figures = [
+        plot_grid_values(
+            out / f"occupancy_k{r['row']['k']}.png",
+            np.asarray(r["occupancy"]),
+            tuple(r["grid_shape"]),
+            marks=[tuple(c) for c in r["goal_cells"]],
+            title=(
+                f"Occupancy of the optimal policy, goal region k={r['row']['k']} (H={cfg.horizon})"
+            ),
         )
-        pi = policies.optimal(mdp, tie_break=cfg.tie_break)
-        s = meg_summary(
-            pi,
-            mdp,
-            mlp_steps=cfg.mlp_steps,
-            mlp_lr=cfg.mlp_lr,
-            mlp_seeds=cfg.mlp_seeds,
-            seed=cfg.seed,
-        )
-        rows.append(
-            {
-                "k": k,
-                **{c: s[c] for c in SUMMARY_COLUMNS},
-                "paper_known": PAPER_KNOWN.get(k, float("nan")),
-                "paper_unknown_mlp": PAPER_UNKNOWN.get(k, float("nan")),
-                "paper_unknown_spread": PAPER_UNKNOWN_SPREAD.get(k, float("nan")),
-            }
-        )
-        if k in cfg.heatmaps:
-            occ = occupancy_measures(mdp, pi)[:-1].sum(0) / cfg.horizon
-            figures.append(
-                plot_grid_values(
-                    out / f"occupancy_k{k}.png",
-                    occ.numpy(),
-                    mdp.metadata["grid_shape"],
-                    marks=mdp.metadata["goal_cells"],
-                    title=f"Occupancy of the optimal policy, goal region k={k} (H={cfg.horizon})",
-                )
-            )
-    sweep = []
-    for H in progress(cfg.horizon_sweep, cfg.progress, "horizon sweep"):
-        for k in cfg.goal_regions:
-            m = envs.cliff_world(
-                width=cfg.width,
-                height=cfg.height,
-                horizon=H,
-                goal_region=k,
-                goal_layout=cfg.goal_layout,
-            )
-            s = meg_summary(policies.optimal(m, tie_break=cfg.tie_break), m)
-            sweep.append(
-                {"horizon": H, "k": k, "known": s["known"], "unknown_exact": s["unknown_exact"]}
-            )
+        for r in results[:n]
+        if r["row"]["k"] in cfg.heatmaps
+    ]
     labels = [f"k={r['k']}" for r in rows]
     mlp_name = f"unknown (MLP, mean of {cfg.mlp_seeds})"
     figures.insert(
@@ -130,14 +166,17 @@ def main(cfg: Config) -> dict:
         out,
         cfg,
         {"results": rows, "horizon_sweep": sweep},
-        seconds=time.perf_counter() - t0,
         figures=[str(f) for f in figures],
     )
 
 
-if __name__ == "__main__":
-    import sys
+def main(cfg: Config) -> dict[str, Any]:
+    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes and
+    runs in parallel)."""
+    return run_serially(sys.modules[__name__], cfg)
 
+
+if __name__ == "__main__":
     from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

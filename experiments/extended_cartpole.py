@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import time
+import sys
+from typing import Any
 
 import numpy as np
-import torch as th
 
 from imitation_meg.extended import envs, run
-from imitation_meg.extended.gym_view import combine
+from imitation_meg.extended.gym_view import combine as combine_env
 from imitation_meg.extended.registry import agent_factory
 from imitation_meg.results import write_results
+from imitation_meg.runners import run_serially
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,33 +40,61 @@ class Config:
     results_dir: str = "results/extended_cartpole"
 
 
-def main(cfg: Config) -> dict:
-    """Run every (environment, agent, seed); returns the summary rows."""
-    th.set_num_threads(1)
+# Units name their environment, agent and seed.
+SWEEP_FIELDS = ("envs", "agents", "seeds")
+UNIT_RESOURCES = {"num_cpus": 1}
+
+
+def units(cfg: Config) -> list[dict[str, Any]]:
+    """One unit per environment, agent and seed (a run of ``n_episodes`` episodes)."""
+    return [
+        {"env": env_name, "agent": name, "seed": seed}
+        for env_name in cfg.envs
+        for name in cfg.agents
+        for seed in cfg.seeds
+    ]
+
+
+def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
+    """One run: the episode returns and lengths."""
+    combo = combine_env(cfg.gym_id, envs.get_env(unit["env"]))
+    name = unit["agent"]
+    base = name[3:-1] if name.startswith("RC(") else name
+    kwargs = {"total_timesteps": cfg.max_steps, **cfg.agent_kwargs.get(base, {})}
+    res = run(
+        combo,
+        agent_factory(name, kwargs),
+        cfg.max_steps,
+        seed=unit["seed"],
+        stop=lambda e: len(e.episode_returns) >= cfg.n_episodes,
+    )
+    return {
+        "env": combo.__name__,
+        "returns": [float(r) for r in res.env.episode_returns],
+        "lengths": [int(n) for n in res.env.episode_lengths],
+        "n_steps": int(res.n_steps),
+    }
+
+
+def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """``episodes.csv``, ``summary.csv``, ``results.json`` and one figure per environment."""
     out = pathlib.Path(cfg.results_dir)
     episodes, summary, curves = [], [], {}
+    by_unit = {
+        (u["env"], u["agent"], u["seed"]): r for u, r in zip(units(cfg), results, strict=True)
+    }
     for env_name in cfg.envs:
-        combo = combine(cfg.gym_id, envs.get_env(env_name))
         for name in cfg.agents:
-            base = name[3:-1] if name.startswith("RC(") else name
-            kwargs = {"total_timesteps": cfg.max_steps, **cfg.agent_kwargs.get(base, {})}
             returns, lengths = [], []
+            combo_name = by_unit[(env_name, name, cfg.seeds[0])]["env"] if cfg.seeds else env_name
             for seed in cfg.seeds:
-                t0 = time.perf_counter()
-                res = run(
-                    combo,
-                    agent_factory(name, kwargs),
-                    cfg.max_steps,
-                    seed=seed,
-                    stop=lambda e: len(e.episode_returns) >= cfg.n_episodes,
-                )
-                rets = list(res.env.episode_returns)
-                returns.append(rets)
-                lengths.append(list(res.env.episode_lengths))
-                for i, (r, n_len) in enumerate(zip(rets, lengths[-1], strict=True)):
+                res = by_unit[(env_name, name, seed)]
+                returns.append(res["returns"])
+                lengths.append(res["lengths"])
+                for i, (r, n_len) in enumerate(zip(res["returns"], res["lengths"], strict=True)):
                     episodes.append(
                         {
-                            "env": combo.__name__,
+                            "env": combo_name,
                             "agent": name,
                             "seed": seed,
                             "episode": i,
@@ -73,20 +102,15 @@ def main(cfg: Config) -> dict:
                             "length": n_len,
                         }
                     )
-                print(
-                    f"{combo.__name__} {name} seed {seed}: {len(rets)} episodes, "
-                    f"{res.n_steps} steps, {time.perf_counter() - t0:.1f}s",
-                    flush=True,
-                )
             n = min(len(r) for r in returns)
             mat = np.array([r[:n] for r in returns]) if n else np.zeros((len(returns), 0))
             lens = np.array([x[:n] for x in lengths]) if n else np.zeros((len(returns), 0))
-            curves[(combo.__name__, name)] = mat.mean(axis=0) if n else np.zeros(0)
+            curves[(combo_name, name)] = mat.mean(axis=0) if n else np.zeros(0)
             tail, tail_len = (mat[:, -cfg.tail :], lens[:, -cfg.tail :]) if n else (mat, lens)
             head, head_len = (mat[:, : cfg.tail], lens[:, : cfg.tail]) if n else (mat, lens)
             summary.append(
                 {
-                    "env": combo.__name__,
+                    "env": combo_name,
                     "agent": name,
                     "episodes": n,
                     "mean_return_first": float(head.mean()) if head.size else float("nan"),
@@ -101,6 +125,12 @@ def main(cfg: Config) -> dict:
     write_results(out, cfg, {"episodes": episodes, "summary": summary})
     _figures(curves, out, cfg)
     return {"summary": summary}
+
+
+def main(cfg: Config) -> dict[str, Any]:
+    """Run every (environment, agent, seed) in this process; returns the summary rows
+    (``imitation-meg reproduce`` also resumes and runs in parallel)."""
+    return run_serially(sys.modules[__name__], cfg)
 
 
 def _match(returns: np.ndarray, lengths: np.ndarray) -> float:
@@ -132,8 +162,6 @@ def _figures(curves: dict, out: pathlib.Path, cfg: Config) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

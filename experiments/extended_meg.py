@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import pathlib
+import sys
+from typing import Any
 
 import numpy as np
-import torch as th
 
 import imitation_meg
 from imitation_meg.extended import agents, envs, run
@@ -25,6 +26,7 @@ from imitation_meg.extended.meg_frames import (
     tempting_button_frame,
 )
 from imitation_meg.results import write_results
+from imitation_meg.runners import run_serially
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,73 +49,105 @@ def _mdp(frame, utility=None):
     )
 
 
-def main(cfg: Config) -> dict:
-    """Compute the MEG table; returns its rows."""
-    th.set_num_threads(1)
-    rows = []
-    H = cfg.horizon
-    closed = (1 + 0.25 * (H - 1)) * math.log(2)
-    q = run(envs.TemptingButton, agents.QLearner, cfg.q_train_steps, seed=cfg.seed).agent
-    pi_q = q_policy(q.q, 2, 2, q.epsilon)
-    tb_policies = {
+TB_POLICIES = ("always push", "never push", "uniform", "Q")
+PARENTS = ("always feed", "never feed", "feed iff nutrition < 5", "uniform")
+UNIT_RESOURCES = {"num_cpus": 1}
+
+
+def units(cfg: Config) -> list[dict[str, Any]]:
+    """One unit per scored policy: the TemptingButton policies (``"Q"`` is trained first), then
+    the CryingBaby parent policies."""
+    return [{"env": "TemptingButton", "policy": p} for p in TB_POLICIES] + [
+        {"env": "CryingBaby", "policy": p} for p in PARENTS
+    ]
+
+
+def _tb_policy(name: str, cfg: Config) -> tuple[str, np.ndarray]:
+    if name == "Q":
+        q = run(envs.TemptingButton, agents.QLearner, cfg.q_train_steps, seed=cfg.seed).agent
+        return f"Q after {cfg.q_train_steps} steps", q_policy(q.q, 2, 2, q.epsilon)
+    table = {
         "always push": np.array([[1.0, 0.0], [1.0, 0.0]]),
         "never push": np.array([[0.0, 1.0], [0.0, 1.0]]),
         "uniform": np.full((2, 2), 0.5),
-        f"Q after {cfg.q_train_steps} steps": pi_q,
     }
-    for name, pi in tb_policies.items():
+    return name, table[name]
+
+
+def _parent(name: str) -> np.ndarray:
+    table = {
+        "always feed": [1.0] * 10,
+        "never feed": [0.0] * 10,
+        "feed iff nutrition < 5": [1.0] * 5 + [0.0] * 5,
+        "uniform": [0.5] * 10,
+    }
+    return crying_baby_policy(table[name])
+
+
+def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
+    """The MEG rows of one policy (known and signed; CryingBaby also per target)."""
+    H = cfg.horizon
+    if unit["env"] == "TemptingButton":
+        name, pi = _tb_policy(unit["policy"], cfg)
+        closed = (1 + 0.25 * (H - 1)) * math.log(2)
         sim_pushes = bool(pi[0, 0] > 0.5)
         mdp = _mdp(tempting_button_frame(H, sim_pushes=sim_pushes))
         res, sres = imitation_meg.meg(pi, mdp), imitation_meg.meg(pi, mdp, signed=True)
-        rows.append(
-            {
-                "env": "TemptingButton",
-                "policy": name,
-                "measure": "known utility",
-                "meg": res.meg,
-                "signed_meg": sres.meg,
-                "beta": res.beta,
-                "closed_form": closed if name in ("always push", "never push") else None,
-            }
-        )
+        row = {
+            "env": "TemptingButton",
+            "policy": name,
+            "measure": "known utility",
+            "meg": res.meg,
+            "signed_meg": sres.meg,
+            "beta": res.beta,
+            "closed_form": closed if name in ("always push", "never push") else None,
+        }
+        return {"rows": [row]}
+    name = unit["policy"]
     frame = crying_baby_frame(H)
     mdp = _mdp(frame)
-    parent = {
-        "always feed": crying_baby_policy([1.0] * 10),
-        "never feed": crying_baby_policy([0.0] * 10),
-        "feed iff nutrition < 5": crying_baby_policy([1.0] * 5 + [0.0] * 5),
-        "uniform": crying_baby_policy([0.5] * 10),
-    }
-    for name, pi in parent.items():
-        res, sres = imitation_meg.meg(pi, mdp), imitation_meg.meg(pi, mdp, signed=True)
+    pi = _parent(name)
+    res, sres = imitation_meg.meg(pi, mdp), imitation_meg.meg(pi, mdp, signed=True)
+    rows = [
+        {
+            "env": "CryingBaby(frozen baby)",
+            "policy": name,
+            "measure": "known utility (laugh)",
+            "meg": res.meg,
+            "signed_meg": sres.meg,
+            "beta": res.beta,
+            "closed_form": None,
+        }
+    ]
+    for tname, target in frame.targets.items():
+        tres = imitation_meg.meg_target(pi, mdp, target)
         rows.append(
             {
                 "env": "CryingBaby(frozen baby)",
                 "policy": name,
-                "measure": "known utility (laugh)",
-                "meg": res.meg,
-                "signed_meg": sres.meg,
-                "beta": res.beta,
+                "measure": f"target {tname}",
+                "meg": float(tres.meg),
+                "signed_meg": None,
+                "beta": None,
                 "closed_form": None,
             }
         )
-        for tname, target in frame.targets.items():
-            tres = imitation_meg.meg_target(pi, mdp, target)
-            rows.append(
-                {
-                    "env": "CryingBaby(frozen baby)",
-                    "policy": name,
-                    "measure": f"target {tname}",
-                    "meg": float(tres.meg),
-                    "signed_meg": None,
-                    "beta": None,
-                    "closed_form": None,
-                }
-            )
+    return {"rows": rows}
+
+
+def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """``meg.csv``, ``results.json`` and ``meg.png``."""
+    rows = [row for res in results for row in res["rows"]]
     out = pathlib.Path(cfg.results_dir)
     write_results(out, cfg, {"meg": rows})
     _figure(rows, out / "meg.png")
     return {"rows": rows}
+
+
+def main(cfg: Config) -> dict[str, Any]:
+    """Compute the MEG table in this process; returns its rows (``imitation-meg reproduce``
+    also resumes and runs in parallel)."""
+    return run_serially(sys.modules[__name__], cfg)
 
 
 def _figure(rows: list[dict], path: pathlib.Path) -> None:
@@ -133,8 +167,6 @@ def _figure(rows: list[dict], path: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import time
+import sys
 from typing import Any
 
 import numpy as np
-import torch as th
 
 from imitation_meg.extended import envs, run
 from imitation_meg.extended.registry import agent_factory
 from imitation_meg.results import write_results
+from imitation_meg.runners import run_serially
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,56 +57,80 @@ def _updates(agent: Any) -> int:
     return int(getattr(model, "_n_updates", -1)) if model is not None else -1
 
 
-def main(cfg: Config) -> dict:
-    """Run every variant; returns the rows."""
-    th.set_num_threads(1)
-    rows = []
+# Units name their seed; a variant's settings stay in the config (so they are part of the key).
+SWEEP_FIELDS = ("seeds",)
+UNIT_RESOURCES = {"num_cpus": 1}
+
+
+def _cases(cfg: Config) -> list[tuple[str, type, bool]]:
     cases = [("original", envs.IgnoreRewards, False), ("reality_check", envs.IgnoreRewards, True)]
     if cfg.decouple_sim:
         cases.append(("original, decoupled sim", _DecoupledIgnoreRewards, False))
-    for var in cfg.variants:
-        kwargs = {"total_timesteps": cfg.n_steps, **var.kwargs}
-        if var.agent == "Q":
-            kwargs = dict(var.kwargs)
-        for label, env_cls, rc in cases:
-            name = f"RC({var.agent})" if rc else var.agent
-            for seed in cfg.seeds:
-                t0 = time.perf_counter()
-                res = run(env_cls, agent_factory(name, kwargs), cfg.n_steps, seed=seed)
-                sim = res.env.sim
-                frozen_at = (sim.inner.n_trainings + 1) if getattr(sim, "frozen", False) else None
-                n_win = cfg.n_steps // cfg.window
-                wins = res.rewards[: n_win * cfg.window].reshape(n_win, cfg.window).mean(axis=1)
-                rows.append(
-                    {
-                        "variant": var.label,
-                        "case": label,
-                        "seed": seed,
-                        "mean_reward": res.mean_reward,
-                        "updates": _updates(res.agent),
-                        "sim_frozen_at": frozen_at,
-                        "windows": " ".join(f"{w:.3f}" for w in wins),
-                        "seconds": round(time.perf_counter() - t0, 1),
-                    }
-                )
-                print(rows[-1], flush=True)
-    out = pathlib.Path(cfg.results_dir)
-    means = {}
+    return cases
+
+
+def units(cfg: Config) -> list[dict[str, Any]]:
+    """One unit per variant, case (original / reality check / decoupled sim) and seed.
+
+    Raises:
+        ValueError: if two variants share a label (units are named by label).
+    """
+    labels = [v.label for v in cfg.variants]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"variant labels must differ, got {labels}.")
+    return [
+        {"variant": var.label, "case": label, "seed": seed}
+        for var in cfg.variants
+        for label, _, _ in _cases(cfg)
+        for seed in cfg.seeds
+    ]
+
+
+def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
+    """One run on IgnoreRewards: a row of ``runs.csv``."""
+    var = next(v for v in cfg.variants if v.label == unit["variant"])
+    _, env_cls, rc = next(c for c in _cases(cfg) if c[0] == unit["case"])
+    kwargs = {"total_timesteps": cfg.n_steps, **var.kwargs}
+    if var.agent == "Q":
+        kwargs = dict(var.kwargs)
+    name = f"RC({var.agent})" if rc else var.agent
+    res = run(env_cls, agent_factory(name, kwargs), cfg.n_steps, seed=unit["seed"])
+    sim = res.env.sim
+    frozen_at = (sim.inner.n_trainings + 1) if getattr(sim, "frozen", False) else None
+    n_win = cfg.n_steps // cfg.window
+    wins = res.rewards[: n_win * cfg.window].reshape(n_win, cfg.window).mean(axis=1)
+    return {
+        "variant": var.label,
+        "case": unit["case"],
+        "seed": unit["seed"],
+        "mean_reward": res.mean_reward,
+        "updates": _updates(res.agent),
+        "sim_frozen_at": frozen_at,
+        "windows": " ".join(f"{w:.3f}" for w in wins),
+    }
+
+
+def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """``runs.csv``, ``summary.csv`` (mean reward per variant and case) and ``results.json``."""
+    rows = list(results)
+    means: dict[tuple[str, str], list[float]] = {}
     for r in rows:
         means.setdefault((r["variant"], r["case"]), []).append(r["mean_reward"])
     summary = [
         {"variant": v, "case": c, "mean_reward": float(np.mean(m)), "n_seeds": len(m)}
         for (v, c), m in means.items()
     ]
-    write_results(out, cfg, {"runs": rows, "summary": summary})
-    for s in summary:
-        print(s)
+    write_results(pathlib.Path(cfg.results_dir), cfg, {"runs": rows, "summary": summary})
     return {"runs": rows, "summary": summary}
 
 
-if __name__ == "__main__":
-    import sys
+def main(cfg: Config) -> dict[str, Any]:
+    """Run every variant in this process; returns the rows (``imitation-meg reproduce`` also
+    resumes and runs in parallel)."""
+    return run_serially(sys.modules[__name__], cfg)
 
+
+if __name__ == "__main__":
     from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import time
+import sys
+from typing import Any
 
 import numpy as np
-import torch as th
 
 from imitation_meg.extended import envs, run, self_reflection_measure
 from imitation_meg.extended.registry import agent_factory
 from imitation_meg.results import write_results
+from imitation_meg.runners import run_serially
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,66 +47,93 @@ def _factory(name: str, cfg: Config, n_steps: int):
     return agent_factory(name, kwargs)
 
 
-def main(cfg: Config) -> dict:
-    """Run original and reality-checked agents; returns summary rows."""
-    th.set_num_threads(1)
-    out = pathlib.Path(cfg.results_dir)
-    runs, summary = [], []
+# Units name their agent and seed.
+SWEEP_FIELDS = ("agents", "seeds", "battery_seeds")
+UNIT_RESOURCES = {"num_cpus": 1}
+
+
+def units(cfg: Config) -> list[dict[str, Any]]:
+    """Per agent X, for X and RC(X): one IgnoreRewards run per seed, then (``battery_steps >
+    0``) one battery measurement per battery seed (the order of ``runs.csv``)."""
+    out: list[dict[str, Any]] = []
     for name in cfg.agents:
-        row = {"agent": name}
-        for label, wrap in (("original", name), ("reality_check", f"RC({name})")):
-            vals, tails = [], []
-            for seed in cfg.seeds:
-                t0 = time.perf_counter()
-                res = run(
-                    envs.IgnoreRewards,
-                    _factory(wrap, cfg, cfg.ignore_rewards_steps),
-                    cfg.ignore_rewards_steps,
-                    seed=seed,
-                )
-                vals.append(res.mean_reward)
-                tails.append(float(res.rewards[-cfg.tail_steps :].mean()))
-                sim = res.env.sim
-                runs.append(
-                    {
-                        "agent": wrap,
-                        "env": "IgnoreRewards",
-                        "seed": seed,
-                        "n_steps": cfg.ignore_rewards_steps,
-                        "mean_reward": res.mean_reward,
-                        "tail_mean_reward": tails[-1],
-                        "sim_frozen_at": sim.inner.n_trainings
-                        if getattr(sim, "frozen", False)
-                        else None,
-                        "seconds": round(time.perf_counter() - t0, 2),
-                    }
-                )
-                print(runs[-1], flush=True)
-            row[f"ignore_rewards_{label}"] = float(np.mean(vals))
-            row[f"ignore_rewards_{label}_tail"] = float(np.mean(tails))
+        for label in ("original", "reality_check"):
+            out += [
+                {"agent": name, "case": label, "env": "IgnoreRewards", "seed": seed}
+                for seed in cfg.seeds
+            ]
             if cfg.battery_steps > 0:
-                bvals = []
-                for seed in cfg.battery_seeds:
-                    t0 = time.perf_counter()
-                    m = self_reflection_measure(
-                        _factory(wrap, cfg, cfg.battery_steps), cfg.battery_steps, seed=seed
-                    )
-                    bvals.append(m)
-                    runs.append(
-                        {
-                            "agent": wrap,
-                            "env": "battery(50)",
-                            "seed": seed,
-                            "n_steps": cfg.battery_steps,
-                            "mean_reward": m,
-                            "seconds": round(time.perf_counter() - t0, 2),
-                        }
-                    )
-                row[f"battery_{label}"] = float(np.mean(bvals))
+                out += [
+                    {"agent": name, "case": label, "env": "battery(50)", "seed": seed}
+                    for seed in cfg.battery_seeds
+                ]
+    return out
+
+
+def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
+    """One IgnoreRewards run or one battery measurement: a row of ``runs.csv``."""
+    name, seed = unit["agent"], unit["seed"]
+    wrap = name if unit["case"] == "original" else f"RC({name})"
+    if unit["env"] == "IgnoreRewards":
+        res = run(
+            envs.IgnoreRewards,
+            _factory(wrap, cfg, cfg.ignore_rewards_steps),
+            cfg.ignore_rewards_steps,
+            seed=seed,
+        )
+        sim = res.env.sim
+        return {
+            "agent": wrap,
+            "env": "IgnoreRewards",
+            "seed": seed,
+            "n_steps": cfg.ignore_rewards_steps,
+            "mean_reward": res.mean_reward,
+            "tail_mean_reward": float(res.rewards[-cfg.tail_steps :].mean()),
+            "sim_frozen_at": sim.inner.n_trainings if getattr(sim, "frozen", False) else None,
+        }
+    m = self_reflection_measure(
+        _factory(wrap, cfg, cfg.battery_steps), cfg.battery_steps, seed=seed
+    )
+    return {
+        "agent": wrap,
+        "env": "battery(50)",
+        "seed": seed,
+        "n_steps": cfg.battery_steps,
+        "mean_reward": m,
+    }
+
+
+def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """``runs.csv``, ``summary.csv`` (per agent: means over seeds of the original and the
+    reality-checked agent), ``results.json`` and the figure."""
+    out = pathlib.Path(cfg.results_dir)
+    runs = list(results)
+    summary = []
+    for name in cfg.agents:
+        row: dict[str, Any] = {"agent": name}
+        for label, wrap in (("original", name), ("reality_check", f"RC({name})")):
+            ir = [r for r in runs if r["agent"] == wrap and r["env"] == "IgnoreRewards"]
+            row[f"ignore_rewards_{label}"] = float(np.mean([r["mean_reward"] for r in ir]))
+            row[f"ignore_rewards_{label}_tail"] = float(
+                np.mean([r["tail_mean_reward"] for r in ir])
+            )
+            if cfg.battery_steps > 0:
+                bat = [
+                    r["mean_reward"]
+                    for r in runs
+                    if r["agent"] == wrap and r["env"] != "IgnoreRewards"
+                ]
+                row[f"battery_{label}"] = float(np.mean(bat))
         summary.append(row)
     write_results(out, cfg, {"runs": runs, "summary": summary})
     _figure(summary, out / "reality_check.png", cfg)
     return {"summary": summary, "runs": runs}
+
+
+def main(cfg: Config) -> dict[str, Any]:
+    """Run original and reality-checked agents in this process; returns summary rows
+    (``imitation-meg reproduce`` also resumes and runs in parallel)."""
+    return run_serially(sys.modules[__name__], cfg)
 
 
 def _figure(summary: list[dict], path: pathlib.Path, cfg: Config) -> None:
@@ -128,8 +156,6 @@ def _figure(summary: list[dict], path: pathlib.Path, cfg: Config) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

@@ -1,23 +1,27 @@
 """Paper Table 1: mean reward per step on TemptingButton (Example 2) for Q, DQN, A2C and PPO.
 
-Writes ``runs.csv`` (one row per agent and seed), ``table1.csv`` (ours beside the paper's),
-``results.json`` (config, library versions, results) and ``table1.png`` into ``results_dir``.
+Units: one per agent and seed. Writes ``runs.csv`` (one row per agent and seed), ``table1.csv``
+(ours beside the paper's), ``results.json`` (config, library versions, results) and
+``table1.png`` into ``results_dir``; each run's wall seconds are in the runner's ``run.json``.
 The paper's error is "StdErr" = population standard deviation over seeds divided by 5 (the
 number of seeds); we report that convention and the sample standard deviation.
+
+Run: ``imitation-meg reproduce configs/extended_table1.yaml --backend process --workers 2``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
-import time
+import sys
+from typing import Any
 
 import numpy as np
-import torch as th
 
 from imitation_meg.extended import envs, run
 from imitation_meg.extended.registry import agent_factory
-from imitation_meg.results import write_csv, write_results
+from imitation_meg.results import write_results
+from imitation_meg.runners import run_serially
 
 PAPER = {
     "Q": (-0.44858, 0.00044),
@@ -41,30 +45,39 @@ class Config:
     results_dir: str = "results/extended_table1"
 
 
-def main(cfg: Config) -> dict:
-    """Run every agent on every seed; returns the summary rows."""
-    th.set_num_threads(1)
-    env_cls = envs.get_env(cfg.env)
+# Units carry their agent and seed: changing these lists keeps the finished runs.
+SWEEP_FIELDS = ("agents", "seeds")
+UNIT_RESOURCES = {"num_cpus": 1}
+
+
+def units(cfg: Config) -> list[dict[str, Any]]:
+    """One unit per agent and seed (agent-major, the order of ``runs.csv``)."""
+    return [{"agent": name, "seed": seed} for name in cfg.agents for seed in cfg.seeds]
+
+
+def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
+    """Train and run one agent for ``n_steps`` on one seed; its mean reward per step."""
+    name, seed = unit["agent"], unit["seed"]
+    sb3 = name in ("DQN", "A2C", "PPO", "PPO-upstream")
+    kwargs = {"total_timesteps": cfg.n_steps} if sb3 else None
+    res = run(envs.get_env(cfg.env), agent_factory(name, kwargs), cfg.n_steps, seed=seed)
+    return {"agent": name, "seed": seed, "n_steps": cfg.n_steps, "mean_reward": res.mean_reward}
+
+
+def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """``runs.csv`` (one row per agent and seed), ``table1.csv``, ``results.json``, the figure."""
     out = pathlib.Path(cfg.results_dir)
-    runs = []
-    for name in cfg.agents:
-        sb3 = name in ("DQN", "A2C", "PPO", "PPO-upstream")
-        kwargs = {"total_timesteps": cfg.n_steps} if sb3 else None
-        for seed in cfg.seeds:
-            t0 = time.perf_counter()
-            res = run(env_cls, agent_factory(name, kwargs), cfg.n_steps, seed=seed)
-            runs.append(
-                {
-                    "agent": name,
-                    "seed": seed,
-                    "n_steps": cfg.n_steps,
-                    "mean_reward": res.mean_reward,
-                    "seconds": round(time.perf_counter() - t0, 2),
-                }
-            )
-            write_csv(out / "runs.csv", runs)  # progress survives an interrupted run
-            print(runs[-1], flush=True)
-    return _write(runs, out, cfg)
+    runs = list(results)
+    summary = summarize(runs)
+    write_results(out, cfg, {"runs": runs, "table1": summary})
+    _figure(summary, out / "table1.png", cfg)
+    return {"summary": summary, "runs": runs}
+
+
+def main(cfg: Config) -> dict[str, Any]:
+    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes and
+    runs in parallel)."""
+    return run_serially(sys.modules[__name__], cfg)
 
 
 def summarize(runs: list[dict]) -> list[dict]:
@@ -85,46 +98,6 @@ def summarize(runs: list[dict]) -> list[dict]:
             }
         )
     return summary
-
-
-def _write(runs: list[dict], out: pathlib.Path, cfg: Config) -> dict:
-    summary = summarize(runs)
-    write_results(out, cfg, {"runs": runs, "table1": summary})
-    _figure(summary, out / "table1.png", cfg)
-    return {"summary": summary, "runs": runs}
-
-
-def merge(dirs: list[str], results_dir: str) -> dict:
-    """Merge the ``runs.csv`` of shards (e.g. one agent per process) into one table.
-
-    All shards must have the same ``n_steps``; the merged table goes into ``results_dir``.
-    """
-    import csv
-
-    runs = []
-    for d in dirs:
-        with open(pathlib.Path(d) / "runs.csv", newline="") as fh:
-            runs += [
-                {
-                    **r,
-                    "seed": int(r["seed"]),
-                    "n_steps": int(r["n_steps"]),
-                    "mean_reward": float(r["mean_reward"]),
-                    "seconds": float(r["seconds"]),
-                }
-                for r in csv.DictReader(fh)
-            ]
-    steps = {r["n_steps"] for r in runs}
-    if len(steps) != 1:
-        raise ValueError(f"shards have different n_steps {sorted(steps)}; cannot merge.")
-    seeds = tuple(sorted({r["seed"] for r in runs}))
-    cfg = Config(
-        agents=tuple(dict.fromkeys(r["agent"] for r in runs)),
-        seeds=seeds,
-        n_steps=steps.pop(),
-        results_dir=results_dir,
-    )
-    return _write(runs, pathlib.Path(results_dir), cfg)
 
 
 def _figure(summary: list[dict], path: pathlib.Path, cfg: Config) -> None:
@@ -150,11 +123,6 @@ def _figure(summary: list[dict], path: pathlib.Path, cfg: Config) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     from imitation_meg.runners import run_config
 
-    if sys.argv[1] == "--merge":  # --merge OUT_DIR SHARD_DIR [SHARD_DIR ...]
-        merge(sys.argv[3:], sys.argv[2])
-    else:
-        run_config(sys.argv[1])
+    run_config(sys.argv[1])

@@ -8,23 +8,23 @@ policy's exact expected return in the tabular MDP, all plotted against training 
 DQN has no action distribution; its checkpoints are scored as epsilon-greedy policies over
 their Q-values with ``dqn_epsilon`` (the final exploration rate by default).
 
-Run: ``imitation-meg reproduce configs/sb3_training.yaml``.
+Units: per environment, the reference policies, then one training run per algorithm and seed.
+Run: ``imitation-meg reproduce configs/sb3_training.yaml --backend process --workers 2``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
-import time
+import sys
 from typing import Any
 
 import numpy as np
-import torch as th
 
 import imitation_meg as im
 from imitation_meg.adapters import policy_table
-from imitation_meg.progress import progress
 from imitation_meg.results import write_results
+from imitation_meg.runners import run_serially
 from imitation_meg.training import ALGOS, make_model
 
 ENVS = ("cliffworld", "frozenlake")
@@ -34,7 +34,7 @@ ENVS = ("cliffworld", "frozenlake")
 class Config:
     """Settings of the training study (YAML keys of the same names)."""
 
-    results_dir: str = "docs/results/sb3_training"
+    results_dir: str = "results/sb3_training"
     checkpoint_dir: str = "results/sb3_training/checkpoints"
     envs: tuple[str, ...] = ENVS
     algos: tuple[str, ...] = ("ppo", "dqn")
@@ -79,7 +79,7 @@ def _score(model: Any, algo: str, mdp: im.TabularMDP, cfg: Config) -> dict[str, 
     return row
 
 
-def _train_one(env_name: str, algo: str, seed: int, cfg: Config, bar: Any) -> list[dict[str, Any]]:
+def _train_one(env_name: str, algo: str, seed: int, cfg: Config) -> list[dict[str, Any]]:
     from stable_baselines3.common.env_util import make_vec_env
 
     factory, mdp = _make(env_name, cfg.cliff_horizon)
@@ -105,8 +105,6 @@ def _train_one(env_name: str, algo: str, seed: int, cfg: Config, bar: Any) -> li
                 **_score(model, algo, mdp, cfg),
             }
         )
-        if bar is not None:
-            bar.update(1)
     venv.close()
     return rows
 
@@ -161,8 +159,12 @@ def _plot(
     return save_figure(fig, path)
 
 
-def main(cfg: Config) -> dict:
-    """Train, checkpoint and score; write CSV / JSON / PNG under ``cfg.results_dir``."""
+# Units name their env, algorithm and seed; checkpoints are a by-product.
+SWEEP_FIELDS = ("envs", "algos", "seeds", "checkpoint_dir")
+UNIT_RESOURCES = {"num_cpus": 1}
+
+
+def _check(cfg: Config) -> None:
     for name in cfg.envs:
         if name not in ENVS:
             raise ValueError(f"unknown env {name!r} in config; choose from {ENVS}.")
@@ -171,45 +173,62 @@ def main(cfg: Config) -> dict:
             raise ValueError(f"unknown algo {algo!r} in config; choose from {ALGOS}.")
     if cfg.timesteps < cfg.n_checkpoints or cfg.n_checkpoints < 1:
         raise ValueError("need timesteps >= n_checkpoints >= 1.")
-    th.set_num_threads(1)
-    t0 = time.perf_counter()
-    out = pathlib.Path(cfg.results_dir)
-    total = len(cfg.envs) * len(cfg.algos) * len(cfg.seeds) * (cfg.n_checkpoints + 1)
-    bar = progress(None, cfg.progress, "checkpoints scored", total=total)  # a manual bar or None
-    rows: list[dict[str, Any]] = []
-    references: dict[str, dict[str, float]] = {}
+
+
+def units(cfg: Config) -> list[dict[str, Any]]:
+    """Per environment: the reference policies (optimal, uniform), then one training run per
+    algorithm and seed (trained, checkpointed and scored at every checkpoint)."""
+    _check(cfg)
+    out: list[dict[str, Any]] = []
     for env_name in cfg.envs:
-        _, mdp = _make(env_name, cfg.cliff_horizon)
+        out.append({"env": env_name, "part": "reference"})
+        out += [
+            {"env": env_name, "part": "training", "algo": algo, "seed": seed}
+            for algo in cfg.algos
+            for seed in cfg.seeds
+        ]
+    return out
+
+
+def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
+    """The references of one environment, or one training run's rows (see :func:`units`)."""
+    if unit["part"] == "reference":
+        _, mdp = _make(unit["env"], cfg.cliff_horizon)
         opt = im.meg(im.policies.optimal(mdp), mdp)
-        references[env_name] = {
+        return {
             "optimal_known": opt.meg,
             "optimal_return": opt.expected_utility,
             "uniform_return": opt.uniform_expected_utility,
         }
-        for algo in cfg.algos:
-            for seed in cfg.seeds:
-                rows.extend(_train_one(env_name, algo, seed, cfg, bar))
-    if bar is not None:
-        bar.close()
+    return {"rows": _train_one(unit["env"], unit["algo"], unit["seed"], cfg)}
+
+
+def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Write ``results.csv``, ``results.json`` and one figure per environment."""
+    out = pathlib.Path(cfg.results_dir)
+    rows: list[dict[str, Any]] = []
+    references: dict[str, dict[str, float]] = {}
+    for unit, res in zip(units(cfg), results, strict=True):
+        if unit["part"] == "reference":
+            references[unit["env"]] = res
+        else:
+            rows.extend(res["rows"])
     for r in rows:
         r["optimal_return"] = references[r["env"]]["optimal_return"]
     figures = [
         str(_plot(out / f"meg_during_training_{e}.png", rows, e, cfg, references[e]))
         for e in cfg.envs
     ]
-    return write_results(
-        out,
-        cfg,
-        {"results": rows},
-        references=references,
-        figures=figures,
-        seconds=time.perf_counter() - t0,
-    )
+    return write_results(out, cfg, {"results": rows}, references=references, figures=figures)
+
+
+def main(cfg: Config) -> dict[str, Any]:
+    """Train, checkpoint and score in this process; write CSV / JSON / PNG under
+    ``cfg.results_dir`` (``imitation-meg reproduce`` also resumes and runs in parallel)."""
+    return run_serially(sys.modules[__name__], cfg)
 
 
 if __name__ == "__main__":
-    import sys
-
     from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

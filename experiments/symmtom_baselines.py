@@ -1,6 +1,7 @@
 """Baseline table for SymmToM: reward per agent per episode of scripted agents on the paper's 12 configurations.
 
-Run: ``python experiments/symmtom_baselines.py configs/symmtom_baselines.yaml``. Writes
+Units: one per configuration, agent and seed. Run: ``imitation-meg reproduce
+configs/symmtom_baselines.yaml --backend process --workers 2``. Writes
 ``baselines.csv`` (one row per configuration and agent), ``baselines.json`` (config, library versions,
 rows) , ``baselines.md`` (the README table) and ``baselines.png`` into ``results_dir``.
 """
@@ -9,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import time
+import sys
+from typing import Any
 
 import numpy as np
 
 from imitation_meg.results import library_versions, write_csv, write_json
+from imitation_meg.runners import run_serially
 from imitation_meg.symmtom import parallel_env
 from imitation_meg.symmtom.agents import HeuristicPolicy, RandomPolicy, run_episodes
 
@@ -63,21 +66,53 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(cfg: Config) -> dict:
+# Units name their configuration, agent and seed.
+SWEEP_FIELDS = ("configurations", "agents", "seeds")
+UNIT_RESOURCES = {"num_cpus": 1}
+
+
+def units(cfg: Config) -> list[dict[str, Any]]:
+    """One unit per configuration, agent and seed (``episodes_per_seed`` episodes)."""
+    for name in cfg.agents:
+        make_policy(name, 0)  # an unknown agent fails here, before any work
+    return [
+        {"n": n, "w": w, "c": c, "agent": name, "seed": seed}
+        for n, w, c in cfg.configurations
+        for name in cfg.agents
+        for seed in cfg.seeds
+    ]
+
+
+def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
+    """Play one seed's episodes: the per-episode reward per agent and the means of the logs."""
+    env = parallel_env(n_agents=unit["n"], width=unit["w"], n_pieces=unit["c"])
+    seed = unit["seed"]
+    out = run_episodes(env, make_policy(unit["agent"], seed), cfg.episodes_per_seed, seed=seed)
+    return {
+        "reward": out["reward"].mean(axis=1).tolist(),
+        "logs": {k: float(v.mean()) for k, v in out.items()},
+    }
+
+
+def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """``baselines.csv`` (one row per configuration and agent), ``baselines.json``,
+    ``baselines.md`` and ``baselines.png``."""
     out_dir = pathlib.Path(cfg.results_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    by_unit = {
+        (u["n"], u["w"], u["c"], u["agent"], u["seed"]): r
+        for u, r in zip(units(cfg), results, strict=True)
+    }
     rows = []
     for n, w, c in cfg.configurations:
-        env = parallel_env(n_agents=n, width=w, n_pieces=c)
         for name in cfg.agents:
-            start = time.perf_counter()
             per_episode = []
             logs: dict[str, list[float]] = {}
             for seed in cfg.seeds:
-                out = run_episodes(env, make_policy(name, seed), cfg.episodes_per_seed, seed=seed)
-                per_episode.append(out["reward"].mean(axis=1))
-                for k, v in out.items():
-                    logs.setdefault(k, []).append(float(v.mean()))
+                res = by_unit[(n, w, c, name, seed)]
+                per_episode.append(np.asarray(res["reward"], dtype=float))
+                for k, v in res["logs"].items():
+                    logs.setdefault(k, []).append(v)
             rewards = np.concatenate(per_episode)
             seed_means = np.array([r.mean() for r in per_episode])
             row = {
@@ -98,12 +133,7 @@ def main(cfg: Config) -> dict:
             for k, v in logs.items():
                 if k != "reward":
                     row[f"{k}_per_agent"] = float(np.mean(v))
-            row["seconds"] = time.perf_counter() - start
             rows.append(row)
-            print(
-                f"n={n} w={w} c={c} {name:9s} {row['reward_mean']:7.2f} ± {row['reward_se']:.2f}",
-                flush=True,
-            )
     table = markdown_table(rows)
     write_csv(out_dir / "baselines.csv", rows)
     write_json(
@@ -112,6 +142,12 @@ def main(cfg: Config) -> dict:
     (out_dir / "baselines.md").write_text(table + "\n")
     _plot(rows, out_dir / "baselines.png")
     return {"rows": rows, "table": table}
+
+
+def main(cfg: Config) -> dict[str, Any]:
+    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes
+    and runs in parallel)."""
+    return run_serially(sys.modules[__name__], cfg)
 
 
 def _plot(rows: list[dict], path: pathlib.Path) -> None:
@@ -138,8 +174,6 @@ def _plot(rows: list[dict], path: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

@@ -1,6 +1,7 @@
 """Learned SymmToM baseline: PPO with frame stacking, with and without the oracle observation.
 
-Run: ``python experiments/symmtom_ppo.py configs/symmtom_ppo.yaml``. Trains one shared-parameter
+Run: ``imitation-meg reproduce configs/symmtom_ppo.yaml``. One unit per (configuration, oracle,
+seed): trains one shared-parameter
 PPO model per (configuration, oracle, seed), evaluates it with every agent played by the model,
 and writes ``ppo.csv``, ``ppo.json`` and ``ppo.md`` into ``results_dir``.
 """
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import time
+import sys
+from typing import Any
 
 import numpy as np
-import torch as th
 
 from imitation_meg.results import library_versions, write_csv, write_json
+from imitation_meg.runners import run_serially
 from imitation_meg.symmtom import parallel_env
 from imitation_meg.symmtom.agents import run_episodes
 
@@ -34,41 +36,58 @@ class Config:
     eval_episodes: int = 200
 
 
-def main(cfg: Config) -> dict:
+# Units name their configuration, oracle switch and seed.
+SWEEP_FIELDS = ("configurations", "oracle", "seeds")
+UNIT_RESOURCES = {"num_cpus": 1}
+
+
+def units(cfg: Config) -> list[dict[str, Any]]:
+    """One unit per configuration, oracle switch and seed (a training run and its evaluation)."""
+    return [
+        {"n": n, "w": w, "c": c, "oracle": oracle, "seed": seed}
+        for n, w, c in cfg.configurations
+        for oracle in cfg.oracle
+        for seed in cfg.seeds
+    ]
+
+
+def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
+    """Train one shared-parameter PPO model and evaluate it: per-episode rewards per agent."""
     from imitation_meg.symmtom.sb3 import SB3Policy, train_ppo
 
-    th.set_num_threads(1)
+    n, w, c, oracle, seed = (unit[k] for k in ("n", "w", "c", "oracle", "seed"))
+    model = train_ppo(
+        n_agents=n,
+        width=w,
+        n_pieces=c,
+        oracle=oracle,
+        frame_stack=cfg.frame_stack,
+        total_timesteps=cfg.total_timesteps,
+        mode=cfg.mode,
+        others=cfg.others,
+        seed=seed,
+    )
+    env = parallel_env(n_agents=n, width=w, n_pieces=c, oracle=oracle)
+    out = run_episodes(
+        env, SB3Policy(model, frame_stack=cfg.frame_stack), cfg.eval_episodes, seed=1000 + seed
+    )
+    return {"reward": out["reward"].mean(axis=1).tolist()}
+
+
+def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """``ppo.csv``, ``ppo.json`` and ``ppo.md``: one row per configuration and oracle switch."""
     out_dir = pathlib.Path(cfg.results_dir)
+    by_unit = {
+        (u["n"], u["w"], u["c"], u["oracle"], u["seed"]): r
+        for u, r in zip(units(cfg), results, strict=True)
+    }
     rows = []
     for n, w, c in cfg.configurations:
         for oracle in cfg.oracle:
-            per_seed = []
-            for seed in cfg.seeds:
-                start = time.perf_counter()
-                model = train_ppo(
-                    n_agents=n,
-                    width=w,
-                    n_pieces=c,
-                    oracle=oracle,
-                    frame_stack=cfg.frame_stack,
-                    total_timesteps=cfg.total_timesteps,
-                    mode=cfg.mode,
-                    others=cfg.others,
-                    seed=seed,
-                )
-                env = parallel_env(n_agents=n, width=w, n_pieces=c, oracle=oracle)
-                out = run_episodes(
-                    env,
-                    SB3Policy(model, frame_stack=cfg.frame_stack),
-                    cfg.eval_episodes,
-                    seed=1000 + seed,
-                )
-                per_seed.append(out["reward"].mean(axis=1))
-                print(
-                    f"n={n} w={w} c={c} oracle={oracle} seed={seed}: {per_seed[-1].mean():.2f} "
-                    f"({time.perf_counter() - start:.0f}s)",
-                    flush=True,
-                )
+            per_seed = [
+                np.asarray(by_unit[(n, w, c, oracle, seed)]["reward"], dtype=float)
+                for seed in cfg.seeds
+            ]
             rewards = np.concatenate(per_seed)
             rows.append(
                 {
@@ -99,9 +118,13 @@ def main(cfg: Config) -> dict:
     return {"rows": rows, "table": table}
 
 
-if __name__ == "__main__":
-    import sys
+def main(cfg: Config) -> dict[str, Any]:
+    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes
+    and runs in parallel)."""
+    return run_serially(sys.modules[__name__], cfg)
 
+
+if __name__ == "__main__":
     from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

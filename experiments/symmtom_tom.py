@@ -1,6 +1,6 @@
 """Theory-of-mind test table for SymmToM: SR / FR / RATSO of scripted and baseline agents.
 
-Run: ``python experiments/symmtom_tom.py configs/symmtom_tom.yaml``. Writes ``tom.csv``,
+Run: ``imitation-meg reproduce configs/symmtom_tom.yaml``. One unit per test and agent. Writes ``tom.csv``,
 ``tom.json`` and ``tom.md`` into ``results_dir``. A trial of the probabilistic test is two episodes (one
 per piece blue may have told green), so its cost per trial is twice the others'.
 """
@@ -10,8 +10,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import pathlib
+import sys
+from typing import Any
 
 from imitation_meg.results import library_versions, write_csv, write_json
+from imitation_meg.runners import run_serially
 from imitation_meg.symmtom.agents import HeuristicPolicy, RandomPolicy
 from imitation_meg.symmtom.tom import (
     BeliefGreedyPolicy,
@@ -59,13 +62,31 @@ def _policy(agent: str, test: str, seed: int):
     )
 
 
-def main(cfg: Config) -> dict:
+# Units name their test and agent.
+SWEEP_FIELDS = ("agents",)
+UNIT_RESOURCES = {"num_cpus": 1}
+
+
+def units(cfg: Config) -> list[dict[str, Any]]:
+    """One unit per ToM test and agent."""
+    for agent in cfg.agents:
+        _policy(agent, "zeroth_order", cfg.seed)  # an unknown agent fails here, before any work
+    return [{"test": name, "agent": agent} for name in tom_tests() for agent in cfg.agents]
+
+
+def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
+    """Run one ToM test with one agent: a row of ``tom.csv``."""
+    test = tom_tests()[unit["test"]]
+    res = run_tom_test(
+        test, _policy(unit["agent"], unit["test"], cfg.seed), cfg.trials, seed=cfg.seed
+    )
+    return {"agent": unit["agent"], **res.to_dict()}
+
+
+def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """``tom.csv``, ``tom.json`` and ``tom.md``."""
     out_dir = pathlib.Path(cfg.results_dir)
-    rows = []
-    for name, test in tom_tests().items():
-        for agent in cfg.agents:
-            res = run_tom_test(test, _policy(agent, name, cfg.seed), cfg.trials, seed=cfg.seed)
-            rows.append({"agent": agent, **res.to_dict()})
+    rows = list(results)
 
     def fmt(v: float | None) -> str:
         return "–" if v is None else ("nan" if math.isnan(v) else f"{v:.2f}")
@@ -80,13 +101,16 @@ def main(cfg: Config) -> dict:
     write_csv(out_dir / "tom.csv", rows)
     write_json(out_dir / "tom.json", {"config": cfg, "versions": library_versions(), "rows": rows})
     (out_dir / "tom.md").write_text(table + "\n")
-    print(table)
     return {"rows": rows, "table": table}
 
 
-if __name__ == "__main__":
-    import sys
+def main(cfg: Config) -> dict[str, Any]:
+    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes
+    and runs in parallel)."""
+    return run_serially(sys.modules[__name__], cfg)
 
+
+if __name__ == "__main__":
     from imitation_meg.runners import run_config
 
     run_config(sys.argv[1])

@@ -1,9 +1,9 @@
-"""The ``imitation-meg`` command line: ``demo``, ``score``, ``plot`` and ``reproduce``.
+"""The ``imitation-meg`` command line: ``demo``, ``score``, ``plot``, ``reproduce`` and ``publish``.
 
 This is the only module that parses command lines; the work is done by library modules
 (:mod:`imitation_meg.scoring`, :mod:`imitation_meg.plotting`, the adapters). Errors in user input
 end the program with exit code 2 and a one-line message on stderr; the package's warnings are
-printed as one line each. (Over 500 lines: the argument parsers and table printing of all four
+printed as one line each. (Over 500 lines: the argument parsers and table printing of all five
 subcommands live here by design, as the only place that parses command lines.)
 """
 
@@ -546,10 +546,138 @@ def _add_plot_parser(sub: Any) -> None:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from imitation_meg.runners import run_config
+    from imitation_meg.runners import UnitsFailedError, run_config
 
-    run_config(args.config)
+    resources: dict[str, float] = {}
+    for flag, key in (("cpus_per_unit", "num_cpus"), ("gpus_per_unit", "num_gpus")):
+        value = getattr(args, flag)
+        if value is not None:
+            if value < 0:
+                raise ValueError(f"--{flag.replace('_', '-')} must be >= 0, got {value}.")
+            resources[key] = value
+    if resources and args.backend != "ray":
+        raise ValueError("--cpus-per-unit / --gpus-per-unit apply to --backend ray only.")
+    try:
+        out = run_config(
+            args.config,
+            backend=args.backend,
+            workers=args.workers,
+            address=args.address,
+            overrides=args.set or (),
+            seeds=args.seeds,
+            retries=args.retries,
+            resources=resources or None,
+            merge=args.merge or (),
+            fresh=args.fresh,
+            dry_run=args.dry_run,
+            progress_bar=not args.no_progress,
+        )
+    except UnitsFailedError as e:
+        print(f"imitation-meg reproduce: {_one_line(e)}", file=sys.stderr)
+        return 1
+    if args.dry_run:
+        print(
+            f"{out['study']}: {out['units']} units, {len(out['done'])} done, "
+            f"{len(out['missing'])} missing ({out['units_dir']})"
+        )
+        for unit in out["missing"]:
+            print(f"  missing {unit}")
     return 0
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from imitation_meg.runners import publish
+
+    status = publish(args.results_dir, to=args.to)
+    for kind in ("new", "updated", "unchanged"):
+        for path in status[kind]:
+            print(f"{kind:9s} {path}")
+    changed = len(status["new"]) + len(status["updated"])
+    print(f"published {changed} changed file(s) of {args.results_dir}; review with git diff.")
+    return 0
+
+
+def _add_reproduce_parsers(sub: Any) -> None:
+    rep = sub.add_parser(
+        "reproduce",
+        help="run a study from its YAML config (serial, local processes or Ray)",
+        description=(
+            "Run a study from its YAML config. Its units (seeds x configurations x agents ...) "
+            "run on the chosen backend and are saved one file each under "
+            "<results_dir>/units/, so an interrupted run resumes where it stopped; the results "
+            "are the same bytes on every backend. Full runs write under results/; "
+            "'imitation-meg publish' copies a finished run into docs/results/."
+        ),
+    )
+    rep.add_argument("config", help="path of a config under configs/")
+    rep.add_argument(
+        "--backend",
+        choices=("serial", "process", "ray"),
+        default="serial",
+        help="serial (default), process (local processes) or ray (local Ray or a cluster)",
+    )
+    rep.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="units in parallel (process: default all CPUs; ray: default what the cluster fits)",
+    )
+    rep.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="Ray cluster to join ('auto' after 'ray start --head'; default a local Ray)",
+    )
+    rep.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config value (YAML; repeatable), e.g. --set n_steps=20000",
+    )
+    rep.add_argument("--seeds", metavar="LIST", help="the seeds to run, e.g. 0-4 or 0,2,5-7")
+    rep.add_argument(
+        "--retries",
+        type=int,
+        default=1,
+        metavar="N",
+        help="further attempts of a unit that fails (default 1)",
+    )
+    rep.add_argument(
+        "--cpus-per-unit",
+        type=float,
+        metavar="N",
+        help="Ray CPUs per unit (default: the study's UNIT_RESOURCES, mostly 1)",
+    )
+    rep.add_argument(
+        "--gpus-per-unit",
+        type=float,
+        metavar="N",
+        help="Ray GPUs per unit, used when the cluster has GPUs (default 0)",
+    )
+    rep.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="DIR",
+        help="first take the finished units of other runs of this config (results folders); "
+        "a unit found twice is an error",
+    )
+    rep.add_argument("--fresh", action="store_true", help="rerun every unit instead of resuming")
+    rep.add_argument(
+        "--dry-run", action="store_true", help="list finished and missing units, run nothing"
+    )
+    rep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rep.set_defaults(func=_reproduce)
+
+    pub = sub.add_parser(
+        "publish",
+        help="copy a finished run's results into docs/results/",
+        description=(
+            "Copy the result files of a finished run (tables, JSON, figures, run log; not its "
+            "units/) from its results folder into docs/results/<name>/."
+        ),
+    )
+    pub.add_argument("results_dir", help="the run's results folder, e.g. results/extended_table1")
+    pub.add_argument("--to", metavar="DIR", help="destination (default docs/results/<name>)")
+    pub.set_defaults(func=_publish)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -569,9 +697,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="PPO seed (default 0)")
     demo.set_defaults(func=_demo)
 
-    rep = sub.add_parser("reproduce", help="run an experiment from its YAML config")
-    rep.add_argument("config", help="path of a config under configs/")
-    rep.set_defaults(func=_reproduce)
+    _add_reproduce_parsers(sub)
 
     _add_score_parser(sub)
     _add_plot_parser(sub)

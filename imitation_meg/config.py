@@ -22,7 +22,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["load_config", "load_yaml"]
+__all__ = ["load_config", "load_yaml", "parse_yaml_value"]
 
 C = TypeVar("C")
 
@@ -39,12 +39,52 @@ def load_yaml(path: str | pathlib.Path) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"config file {str(path)!r} does not exist; pass the path of a YAML file.")
     with path.open() as f:
-        data = yaml.safe_load(f)
+        try:
+            data = yaml.safe_load(f)
+        except yaml.YAMLError as e:
+            raise ValueError(
+                f"config file {str(path)!r} is not valid YAML: {_yaml_problem(e)}"
+            ) from e
     if not isinstance(data, dict):
         raise ValueError(  # noqa: TRY004 - the file's content is a bad value
             f"config file {str(path)!r} must hold a YAML mapping, got {type(data).__name__}."
         )
     return data
+
+
+def _yaml_problem(e: Exception) -> str:
+    """One line on a YAML syntax error: where (1-based line and column), what, and the fix."""
+
+    def at(mark: Any) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = at(mark) if mark is not None else "an unknown place"
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    context = getattr(e, "context", None)
+    context_mark = getattr(e, "context_mark", None)
+    if context and context_mark is not None and context_mark is not mark:
+        context = f"{context} started at {at(context_mark)}"
+    what = f"{problem} ({context})" if context else problem
+    return (
+        f"{what} at {where}; fix the syntax there (indent nested keys evenly, write "
+        "'key: value' with a space after the colon, close every [ and {, quote values that "
+        "hold ': ' or '#')."
+    )
+
+
+def parse_yaml_value(text: str, *, where: str = "value") -> Any:
+    """Read one value written in YAML (``3``, ``[Q, PPO]``, ``{n_steps: 128}``, ``false``).
+
+    Raises:
+        ValueError: malformed YAML, with the column and the fix.
+    """
+    import yaml
+
+    try:
+        return yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as e:
+        raise ValueError(f"{where} is not valid YAML: {_yaml_problem(e)}") from e
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:

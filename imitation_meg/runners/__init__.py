@@ -1,34 +1,64 @@
-"""Running a study from its YAML config.
+"""Running a study from its YAML config, on one machine or many.
 
-A config's top-level key ``experiment`` names a driver file ``experiments/<experiment>.py``
-beside the ``configs/`` folder (the speed benchmark's lives in ``benchmarks/``). The driver defines
-a frozen dataclass ``Config`` and a function ``main(cfg: Config) -> dict``; every other key of the
-YAML becomes a field of ``Config`` (unknown keys raise ``ValueError``).
+A config's top-level key ``experiment`` names a driver file ``experiments/<experiment>.py`` beside
+the ``configs/`` folder (the speed benchmark's lives in ``benchmarks/``). The driver defines a
+frozen dataclass ``Config`` (every other key of the YAML is a field; unknown keys raise
+``ValueError``) and either the study-unit protocol (``units`` / ``run_unit`` / ``combine``, see
+:mod:`imitation_meg.runners.study`), which runs on any backend and resumes, or only
+``main(cfg) -> dict``, which runs serially.
+
+- :func:`run_config`: load a config, apply ``--set key=value`` overrides and ``--seeds``, and
+  run it on the ``serial``, ``process`` or ``ray`` backend (:mod:`imitation_meg.runners.backends`).
+- :func:`~imitation_meg.runners.publish.publish`: copy a finished run's results into
+  ``docs/results/`` (the explicit publishing step).
 
 Example:
     >>> from imitation_meg.runners import run_config
-    >>> results = run_config("configs/cliffworld_epsilon_fast.yaml")  # doctest: +SKIP
+    >>> results = run_config(
+    ...     "configs/extended_table1_fast.yaml", backend="process", workers=2, seeds="0-1"
+    ... )  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import pathlib
 import sys
 import types
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from imitation_meg.config import load_config, load_yaml
+from imitation_meg.config import load_config, load_yaml, parse_yaml_value
+from imitation_meg.runners._worker import DriverSpec
+from imitation_meg.runners.publish import publish
+from imitation_meg.runners.study import (
+    RUN_LOG,
+    UnitsFailedError,
+    is_unit_driver,
+    run_serially,
+    run_study,
+)
 from imitation_meg.type_aliases import PathLike
 
-__all__ = ["load_driver", "run_config"]
+__all__ = [
+    "RUN_LOG",
+    "UnitsFailedError",
+    "apply_overrides",
+    "load_driver",
+    "parse_seeds",
+    "publish",
+    "run_config",
+    "run_serially",
+]
 
 
 def load_driver(name: str, experiments_dir: PathLike) -> types.ModuleType:
-    """Import ``experiments_dir/<name>.py`` and check it defines ``Config`` and ``main``.
+    """Import ``experiments_dir/<name>.py`` and check it defines ``Config`` and either the
+    study-unit protocol (``units`` / ``run_unit`` / ``combine``) or ``main``.
 
     Raises:
-        ValueError: if the file is missing or lacks ``Config`` / ``main``.
+        ValueError: if the file is missing or lacks them.
     """
     path = pathlib.Path(experiments_dir) / f"{name}.py"
     if not path.is_file():
@@ -41,21 +71,138 @@ def load_driver(name: str, experiments_dir: PathLike) -> types.ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    for attr in ("Config", "main"):
-        if not hasattr(module, attr):
-            raise ValueError(f"driver {str(path)!r} must define {attr!r}.")
+    if not hasattr(module, "Config"):
+        raise ValueError(f"driver {str(path)!r} must define 'Config'.")
+    if not is_unit_driver(module) and not hasattr(module, "main"):
+        raise ValueError(
+            f"driver {str(path)!r} must define 'units', 'run_unit' and 'combine' (or 'main')."
+        )
     return module
 
 
-def run_config(path: PathLike, *, experiments_dir: PathLike | None = None) -> Any:
-    """Run the experiment a YAML config names and return what its ``main`` returns.
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """Seeds from a command-line list: ``"0-4"``, ``"0,2,7"`` or ``"0-2,7,9-10"``.
+
+    Raises:
+        ValueError: malformed text, a descending range, or a seed given twice.
+    """
+    seeds: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        try:
+            first = int(lo)
+            last = int(hi) if sep else first
+        except ValueError:
+            raise ValueError(
+                f"--seeds {text!r}: {part!r} is not a seed or a range; write e.g. 0-4 or 0,2,7."
+            ) from None
+        if first < 0 or last < first:
+            raise ValueError(
+                f"--seeds {text!r}: {part!r} must be a non-negative seed or an ascending range."
+            )
+        seeds.extend(range(first, last + 1))
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ValueError(f"--seeds {text!r} names seeds {repeated} twice; each may count once.")
+    return tuple(seeds)
+
+
+def apply_overrides(
+    data: Mapping[str, Any], overrides: Sequence[str] | Mapping[str, Any]
+) -> dict[str, Any]:
+    """A copy of a config mapping with ``key=value`` overrides applied.
+
+    Values are read as YAML (``n_steps=2000``, ``agents=[Q,PPO]``, ``unknown=false``); a dotted
+    key sets a field inside a mapping (``agent_kwargs.PPO.n_steps=128``).
+
+    Raises:
+        ValueError: an override without ``=``, malformed YAML, or a key below a non-mapping.
+    """
+    out = copy.deepcopy(dict(data))
+    if isinstance(overrides, Mapping):
+        pairs = [(str(k), v) for k, v in overrides.items()]
+    else:
+        pairs = []
+        for text in overrides:
+            key, sep, raw = text.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(
+                    f"--set {text!r} must be KEY=VALUE, e.g. --set n_steps=20000 or "
+                    "--set agents=[Q,PPO]."
+                )
+            pairs.append((key.strip(), parse_yaml_value(raw, where=f"--set {text!r}")))
+    for key, value in pairs:
+        if key == "experiment" or key.startswith("experiment."):
+            raise ValueError("--set cannot change 'experiment' (the driver); use another config.")
+        *path, last = key.split(".")
+        node = out
+        for part in path:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ValueError(  # noqa: TRY004 - a bad command-line value
+                    f"--set {key}: {part!r} is not a mapping, so it has no keys."
+                )
+            node = child
+        node[last] = value
+    return out
+
+
+def _experiments_dir(path: pathlib.Path, name: str) -> pathlib.Path:
+    root = path.resolve().parent.parent
+    # Studies live in experiments/; the speed benchmark in benchmarks/ (not shipped).
+    experiments_dir = root / "experiments"
+    if (
+        not (experiments_dir / f"{name}.py").is_file()
+        and (root / "benchmarks" / f"{name}.py").is_file()
+    ):
+        experiments_dir = root / "benchmarks"
+    return experiments_dir
+
+
+def run_config(
+    path: PathLike,
+    *,
+    experiments_dir: PathLike | None = None,
+    backend: str = "serial",
+    workers: int | None = None,
+    address: str | None = None,
+    overrides: Sequence[str] | Mapping[str, Any] = (),
+    seeds: str | Sequence[int] | None = None,
+    retries: int = 1,
+    resources: Mapping[str, float] | None = None,
+    merge: Sequence[str] = (),
+    fresh: bool = False,
+    dry_run: bool = False,
+    progress_bar: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> Any:
+    """Run the study a YAML config names and return what it produces.
 
     Args:
         path: YAML config with a top-level ``experiment`` key.
         experiments_dir: folder of the drivers; default ``<config folder>/../experiments``.
+        backend: ``"serial"`` (default), ``"process"`` or ``"ray"``.
+        workers: parallel units (process / ray).
+        address: Ray cluster address (``"auto"``); default a local Ray.
+        overrides: ``key=value`` strings (or a mapping) applied over the YAML.
+        seeds: the ``seeds`` list, e.g. ``"0-4"``.
+        retries: further attempts of a unit that failed.
+        resources: Ray resources per unit (``num_cpus``, ``num_gpus``).
+        merge: results folders of other runs of the same config to take finished units from.
+        fresh: rerun every unit instead of resuming.
+        dry_run: only report finished and missing units.
+        progress_bar: a progress bar over units.
+        log: receives the runner's one-line notes (default stderr); pass ``lambda s: None`` to
+            silence them.
+
+    Returns:
+        The driver's ``combine`` (or ``main``) payload; with ``dry_run`` the finished and missing
+        units.
 
     Raises:
-        ValueError: missing ``experiment`` key, unknown driver, or invalid config values.
+        ValueError: missing ``experiment`` key, unknown driver, invalid config values or options.
+        UnitsFailedError: some units failed (the others are kept; rerun to resume).
     """
     path = pathlib.Path(path)
     data = load_yaml(path)
@@ -65,15 +212,44 @@ def run_config(path: PathLike, *, experiments_dir: PathLike | None = None) -> An
             f"config {str(path)!r} needs a top-level 'experiment: <driver name>' key "
             "naming a file under experiments/."
         )
-    if experiments_dir is None:
-        root = path.resolve().parent.parent
-        # Studies live in experiments/; the speed benchmark in benchmarks/ (not shipped).
-        experiments_dir = root / "experiments"
-        if (
-            not (experiments_dir / f"{name}.py").is_file()
-            and (root / "benchmarks" / f"{name}.py").is_file()
-        ):
-            experiments_dir = root / "benchmarks"
-    module = load_driver(name, experiments_dir)
+    exp_dir = pathlib.Path(experiments_dir) if experiments_dir else _experiments_dir(path, name)
+    module = load_driver(name, exp_dir)
+    data = apply_overrides(data, overrides)
+    if seeds is not None:
+        fields = set(getattr(module.Config, "__dataclass_fields__", {}))
+        if "seeds" not in fields:
+            raise ValueError(
+                f"study {name!r} has no 'seeds' list (its fields: {sorted(fields)}); "
+                "use --set to change its settings."
+            )
+        if any(o.partition("=")[0].strip() == "seeds" for o in overrides if isinstance(o, str)):
+            raise ValueError("give the seeds once: --seeds or --set seeds=..., not both.")
+        data["seeds"] = list(parse_seeds(seeds) if isinstance(seeds, str) else seeds)
+    data.pop("experiment", None)
     cfg = load_config(data, module.Config, where=str(path))
-    return module.main(cfg)
+    if not is_unit_driver(module):
+        if backend != "serial" or workers not in (None, 1) or merge or dry_run or address:
+            raise ValueError(
+                f"driver {name!r} has no units (it runs serially through main(cfg)); run it "
+                "without --backend / --workers / --address / --merge / --dry-run."
+            )
+        return module.main(cfg)
+    source_path = exp_dir / f"{name}.py"
+    spec = DriverSpec(name=name, path=str(source_path), source=source_path.read_text(), data=data)
+    kwargs: dict[str, Any] = {} if log is None else {"log": log}
+    return run_study(
+        module,
+        cfg,
+        spec=spec,
+        backend=backend,
+        workers=workers,
+        address=address,
+        retries=retries,
+        resources=resources,
+        merge=merge,
+        fresh=fresh,
+        dry_run=dry_run,
+        progress_bar=progress_bar,
+        config_path=str(path),
+        **kwargs,
+    )

@@ -206,7 +206,7 @@ def test_sb3_policy_probabilities_and_features(cartpole_ppo, tmp_path):
     assert np.allclose(loaded.probs(obs), p, atol=1e-6)
     # The algorithm is read from the zip; naming another one is a contradiction.
     assert np.allclose(as_policy_fn(str(path), n_actions=2).probs(obs), p, atol=1e-6)
-    with pytest.raises(ValueError, match="was saved by PPO .* not DQN"):
+    with pytest.raises(ValueError, match=r"was saved by PPO .* not DQN"):
         as_policy_fn(str(path), n_actions=2, algo="dqn")
     with pytest.raises(ValueError, match="actions"):
         as_policy_fn(cartpole_ppo, n_actions=3)

@@ -97,23 +97,6 @@ def test_reality_check_driver_builds_rc_agents_with_the_original_keywords():
     assert rc_dqn.inner.model.learning_starts == 7 and rc_dqn.inner.total_timesteps == 300
 
 
-def test_table1_merge_of_shards(tmp_path):
-    module = load_driver("extended_table1", ROOT / "experiments")
-    header = "agent,seed,n_steps,mean_reward,seconds\n"
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    (tmp_path / "a" / "runs.csv").write_text(header + "Q,0,10,-0.4,0.1\nQ,1,10,-0.6,0.1\n")
-    (tmp_path / "b" / "runs.csv").write_text(header + "PPO,0,10,-0.2,0.1\n")
-    out = module.merge([str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "m"))
-    rows = {r["agent"]: r for r in out["summary"]}
-    assert rows["Q"]["mean"] == pytest.approx(-0.5) and rows["Q"]["n_seeds"] == 2
-    assert rows["Q"]["paper_stderr_convention"] == pytest.approx(0.1 / 2)
-    assert rows["PPO"]["n_seeds"] == 1 and (tmp_path / "m" / "table1.csv").exists()
-    (tmp_path / "b" / "runs.csv").write_text(header + "PPO,0,20,-0.2,0.1\n")
-    with pytest.raises(ValueError, match="n_steps"):
-        module.merge([str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "m2"))
-
-
 def test_rc_diagnosis_fast(tmp_path):
     """Before PPO's first update the agent matches its identically seeded sim on every step
     (original and RC alike); against a sim with another seed it does not."""

@@ -1,0 +1,203 @@
+"""Per-unit result files: ``<results_dir>/units/<key>.json``, one per finished unit.
+
+A unit's key is a hash of the study's name, the config's *fingerprint* (every field except the
+output folder, progress switches and the driver's ``SWEEP_FIELDS``, which only choose the units)
+and the unit itself. A rerun of the same config finds the finished units by key and runs only
+the missing ones; a different config (another ``n_steps``, say) never reuses them. Files are
+written atomically (a temporary file, then a rename), so a run killed at any moment leaves only
+whole unit files behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from imitation_meg.results import library_versions, to_jsonable
+from imitation_meg.runners._worker import UnitOutcome, loads_result
+
+__all__ = ["ALWAYS_FREE_FIELDS", "UnitStore", "canonical", "config_fingerprint"]
+
+#: Config fields that never change a unit's result (where a driver has them).
+ALWAYS_FREE_FIELDS = ("results_dir", "progress")
+
+
+def canonical(obj: Any) -> str:
+    """Canonical JSON of plain values: sorted keys, no spaces (the text that keys hash)."""
+    return json.dumps(to_jsonable(obj), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def config_fingerprint(cfg: Any, free_fields: Iterable[str]) -> dict[str, Any]:
+    """The config fields a unit's result may depend on, as plain JSON values.
+
+    Args:
+        cfg: the study's config dataclass instance.
+        free_fields: fields left out (they only choose units or name outputs).
+    """
+    data = to_jsonable(dataclasses.asdict(cfg))
+    assert isinstance(data, dict)
+    skip = set(free_fields) | set(ALWAYS_FREE_FIELDS)
+    return {k: v for k, v in data.items() if k not in skip}
+
+
+def _atomic_write(path: pathlib.Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclasses.dataclass
+class UnitStore:
+    """The finished units of one study and config, under ``<results_dir>/units/``.
+
+    Attributes:
+        results_dir: the study's results folder.
+        study: the driver's name.
+        fingerprint: :func:`config_fingerprint` of the config.
+    """
+
+    results_dir: pathlib.Path
+    study: str
+    fingerprint: dict[str, Any]
+
+    @property
+    def folder(self) -> pathlib.Path:
+        """Where the unit files live."""
+        return self.results_dir / "units"
+
+    def key(self, unit: Mapping[str, Any]) -> str:
+        """The unit's key: a hash of study, config fingerprint and unit (16 hex digits)."""
+        text = canonical({"study": self.study, "config": self.fingerprint, "unit": unit})
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def path(self, key: str) -> pathlib.Path:
+        """The file of the unit with ``key``."""
+        return self.folder / f"{key}.json"
+
+    def _read(self, path: pathlib.Path) -> dict[str, Any]:
+        try:
+            record = loads_result(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(
+                f"unit file {str(path)!r} cannot be read ({e}); delete it to run that unit again."
+            ) from e
+        if not isinstance(record, dict) or not {"study", "config", "unit", "result"} <= set(record):
+            raise ValueError(
+                f"unit file {str(path)!r} is not a unit result of imitation-meg; remove it from "
+                f"{str(path.parent)!r}."
+            )
+        return record
+
+    def load(self, key: str, unit: Mapping[str, Any]) -> tuple[Any, float] | None:
+        """The stored result and seconds of ``unit``, or ``None`` when it has not run.
+
+        Raises:
+            ValueError: if the file is damaged or belongs to another study, config or unit.
+        """
+        path = self.path(key)
+        if not path.is_file():
+            return None
+        record = self._read(path)
+        if (
+            record["study"] != self.study
+            or record["config"] != self.fingerprint
+            or canonical(record["unit"]) != canonical(unit)
+        ):
+            raise ValueError(
+                f"unit file {str(path)!r} does not hold unit {canonical(unit)} of this config; "
+                "delete it to run that unit again."
+            )
+        return record["result"], float(record.get("seconds", float("nan")))
+
+    def save(self, key: str, unit: Mapping[str, Any], outcome: UnitOutcome) -> pathlib.Path:
+        """Write a finished unit's file (atomically)."""
+        record = {
+            "study": self.study,
+            "unit": to_jsonable(unit),
+            "config": self.fingerprint,
+            "seconds": round(outcome.seconds, 3),
+            "versions": library_versions(),
+            "result": loads_result(outcome.result_json),
+        }
+        path = self.path(key)
+        _atomic_write(path, json.dumps(record, indent=1, allow_nan=True) + "\n")
+        return path
+
+    def merge(self, sources: Sequence[str | os.PathLike[str]]) -> list[pathlib.Path]:
+        """Copy the unit files of other runs of the same config into this store.
+
+        Each source is a results folder (its ``units/`` is read) or a ``units/`` folder. Nothing
+        is copied unless every file passes: all must be units of this study and config, and no
+        unit may appear twice (in two sources, or in a source and this store).
+
+        Returns:
+            The paths of the copied files.
+
+        Raises:
+            ValueError: a missing source, a unit of another config, or a unit merged twice.
+        """
+        incoming: dict[str, tuple[pathlib.Path, dict[str, Any]]] = {}
+        for src in sources:
+            folder = pathlib.Path(src)
+            if (folder / "units").is_dir():
+                folder = folder / "units"
+            if not folder.is_dir():
+                raise ValueError(
+                    f"--merge source {str(src)!r} is not a results folder with units/ in it."
+                )
+            if folder.resolve() == self.folder.resolve():
+                raise ValueError(
+                    f"--merge source {str(src)!r} is this run's own results folder; merge other "
+                    "runs' folders into it."
+                )
+            for path in sorted(folder.glob("*.json")):
+                record = self._read(path)
+                if record["study"] != self.study or record["config"] != self.fingerprint:
+                    raise ValueError(
+                        f"unit file {str(path)!r} was made by another "
+                        f"{'study' if record['study'] != self.study else 'config'} "
+                        f"({_difference(record, self.study, self.fingerprint)}); merge only runs "
+                        "of the same config (same --set values)."
+                    )
+                key = self.key(record["unit"])
+                unit = canonical(record["unit"])
+                if key in incoming:
+                    raise ValueError(
+                        f"unit {unit} is in both {str(incoming[key][0])!r} and {str(path)!r}; "
+                        "merging it twice would count it twice: remove one of the two files."
+                    )
+                if self.path(key).is_file():
+                    raise ValueError(
+                        f"unit {unit} from {str(path)!r} is already in {str(self.folder)!r}; "
+                        "merging it again would count it twice: drop that source from --merge."
+                    )
+                incoming[key] = (path, record)
+        copied = []
+        for key, (path, _) in incoming.items():
+            _atomic_write(self.path(key), path.read_text())
+            copied.append(self.path(key))
+        return copied
+
+
+def _difference(record: Mapping[str, Any], study: str, fingerprint: Mapping[str, Any]) -> str:
+    if record["study"] != study:
+        return f"study {record['study']!r}, not {study!r}"
+    theirs = record["config"]
+    keys = sorted(set(theirs) | set(fingerprint))
+    diff = [k for k in keys if theirs.get(k) != fingerprint.get(k)]
+    return ", ".join(
+        f"{k}={json.dumps(theirs.get(k))} there, {json.dumps(fingerprint.get(k))} here"
+        for k in diff[:3]
+    )

@@ -1,0 +1,83 @@
+"""Publishing a finished run: copy its results from ``results/<study>`` into ``docs/results/``.
+
+Full runs write under ``results/`` (ignored by git); what the docs show is copied from there by
+this explicit step, so that a run never overwrites tracked files by itself. Only a finished run
+is published: its folder must hold the runner's ``run.json`` marked complete (or, for a driver
+without units, its ``results.json``). The per-unit files (``units/``), failure reports and
+checkpoints stay behind; the files at the top of the folder (tables, JSON, figures, the run log)
+are copied.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import pathlib
+import shutil
+
+from imitation_meg.type_aliases import PathLike
+
+__all__ = ["publish"]
+
+
+def publish(
+    results_dir: PathLike, *, to: PathLike | None = None, docs_root: PathLike = "docs/results"
+) -> dict[str, list[str]]:
+    """Copy a finished run's result files into the docs.
+
+    Args:
+        results_dir: the run's results folder, e.g. ``results/extended_table1``.
+        to: the destination folder; default ``<docs_root>/<name of results_dir>``.
+        docs_root: where published results live (relative to the working directory).
+
+    Returns:
+        ``{"new": [...], "updated": [...], "unchanged": [...]}``: destination paths by status.
+
+    Raises:
+        ValueError: the folder is missing, holds no finished run, or the destination's parent
+            does not exist (run from the repository root or pass ``to``).
+    """
+    src = pathlib.Path(results_dir)
+    if not src.is_dir():
+        raise ValueError(f"results folder {str(src)!r} does not exist; run the study first.")
+    log = src / "run.json"
+    if log.is_file():
+        try:
+            complete = bool(json.loads(log.read_text()).get("complete"))
+        except ValueError:
+            complete = False
+        if not complete:
+            raise ValueError(
+                f"{str(log)!r} does not mark a complete run; finish it with imitation-meg "
+                "reproduce (it resumes) before publishing."
+            )
+    elif not (src / "results.json").is_file():
+        raise ValueError(
+            f"{str(src)!r} holds no finished run (no run.json); run imitation-meg reproduce "
+            "CONFIG first, then publish its results folder."
+        )
+    dest = pathlib.Path(to) if to is not None else pathlib.Path(docs_root) / src.name
+    if not dest.parent.is_dir():
+        raise ValueError(
+            f"the destination's folder {str(dest.parent)!r} does not exist; run from the "
+            "repository root or pass --to."
+        )
+    if dest.resolve() == src.resolve():
+        raise ValueError(f"{str(src)!r} is already the destination; pass --to.")
+    files = sorted(p for p in src.iterdir() if p.is_file() and not p.name.startswith("."))
+    if not files:
+        raise ValueError(f"{str(src)!r} has no result files to publish.")
+    dest.mkdir(exist_ok=True)
+    status: dict[str, list[str]] = {"new": [], "updated": [], "unchanged": []}
+    for f in files:
+        target = dest / f.name
+        if not target.exists():
+            kind = "new"
+        elif filecmp.cmp(f, target, shallow=False):
+            kind = "unchanged"
+        else:
+            kind = "updated"
+        if kind != "unchanged":
+            shutil.copyfile(f, target)
+        status[kind].append(str(target))
+    return status

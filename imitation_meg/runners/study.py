@@ -1,0 +1,304 @@
+"""Running a study from its config: units, per-unit files, a backend, then the combined results.
+
+The study-unit protocol: a driver ``experiments/<name>.py`` defines a frozen dataclass ``Config``
+(every YAML key is a field) and
+
+- ``units(cfg) -> list[dict]``: the study's independent work units (seed x configuration x
+  checkpoint x agent ...), each a small dict of plain JSON values;
+- ``run_unit(cfg, unit) -> dict``: one unit's work, a pure function of ``(cfg, unit)``;
+- ``combine(cfg, results) -> dict``: the tables and figures from the unit results (given in the
+  order of ``units(cfg)``), written under ``cfg.results_dir``;
+- optionally ``UNIT_RESOURCES`` (Ray resources per unit, e.g. ``{"num_cpus": 1}``),
+  ``UNIT_THREADS`` (torch threads per unit, default 1: part of what makes a result exact, since
+  torch's parallel reductions round differently with another thread count) and ``SWEEP_FIELDS``
+  (the config fields that only choose units, such as ``seeds``: changing them keeps the finished
+  units).
+
+:func:`run_study` keys every unit by study, config and unit, skips the units whose files exist
+(an interrupted run resumes), runs the others on the chosen backend, writes each result as it
+arrives, and combines them all. A driver with only ``main(cfg)`` (the timing-sensitive speed
+benchmark) runs serially through ``main``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import pathlib
+import sys
+import time
+import traceback
+import types
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from imitation_meg.results import to_jsonable, write_json
+from imitation_meg.runners._store import UnitStore, canonical, config_fingerprint
+from imitation_meg.runners._worker import DriverSpec, UnitOutcome, loads_result, unit_threads
+from imitation_meg.runners.backends import BACKENDS, import_ray, run_process, run_ray, run_serial
+
+__all__ = ["RUN_LOG", "UnitsFailedError", "is_unit_driver", "run_serially", "run_study"]
+
+#: The runner's log of a run in the results folder (timings; not part of the results proper).
+RUN_LOG = "run.json"
+_PROTOCOL = ("units", "run_unit", "combine")
+
+
+class UnitsFailedError(RuntimeError):
+    """Some units raised on every attempt; the others' results are kept for the next run."""
+
+
+def is_unit_driver(module: types.ModuleType) -> bool:
+    """Whether a driver follows the study-unit protocol (``units`` / ``run_unit`` / ``combine``)."""
+    return all(callable(getattr(module, name, None)) for name in _PROTOCOL)
+
+
+def _check_units(name: str, units: Any) -> list[dict[str, Any]]:
+    if not isinstance(units, list) or not all(isinstance(u, dict) for u in units):
+        raise TypeError(f"driver {name!r}: units(cfg) must return a list of dicts.")
+    for u in units:
+        if canonical(u) != canonical(loads_result(canonical(u))) or not all(
+            isinstance(k, str) for k in u
+        ):
+            raise TypeError(f"driver {name!r}: unit {u!r} must hold plain JSON values.")
+    return units
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _failure_text(e: BaseException) -> str:
+    return "".join(traceback.format_exception(type(e), e, e.__traceback__))
+
+
+def run_study(
+    module: types.ModuleType,
+    cfg: Any,
+    *,
+    spec: DriverSpec,
+    backend: str = "serial",
+    workers: int | None = None,
+    address: str | None = None,
+    retries: int = 1,
+    resources: Mapping[str, float] | None = None,
+    merge: Sequence[str] = (),
+    fresh: bool = False,
+    dry_run: bool = False,
+    progress_bar: bool = True,
+    log: Callable[[str], None] | None = _stderr,
+    config_path: str | None = None,
+) -> Any:
+    """Run a protocol driver's units on a backend and combine them.
+
+    Args:
+        module: the driver module (``units`` / ``run_unit`` / ``combine``).
+        cfg: its ``Config`` instance.
+        spec: the same driver and config as shipped to workers.
+        backend: ``"serial"``, ``"process"`` or ``"ray"``.
+        workers: parallel units (process: default the machine's CPUs; ray: see
+            :func:`~imitation_meg.runners.backends.run_ray`); serial takes none.
+        address: Ray cluster address (``"auto"``, ``"ray://host:10001"``); ray only.
+        retries: further attempts of a unit that raised (and, on Ray, whose worker died).
+        resources: Ray resources per unit; default the driver's ``UNIT_RESOURCES`` or one CPU.
+        merge: results folders of other runs of the same config whose units to take first.
+        fresh: run every unit again (overwriting its file) instead of resuming.
+        dry_run: only count the finished and missing units.
+        progress_bar: a progress bar over units on stderr (tqdm).
+        log: receives one-line notes (default: stderr); ``None`` for silence.
+        config_path: the config file, recorded in the run log.
+
+    Returns:
+        What ``combine`` returns; with ``dry_run`` a dict of the finished and missing units.
+
+    Raises:
+        ValueError: bad options, duplicate units, a unit merged twice, Ray missing.
+        UnitsFailedError: some units failed every attempt (the others' results are kept).
+    """
+    name = spec.name
+    if backend not in BACKENDS:
+        raise ValueError(f"--backend {backend!r} is not one of {list(BACKENDS)}.")
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {workers}.")
+    if backend == "serial" and workers not in (None, 1):
+        raise ValueError("--workers applies to --backend process or ray; serial runs one unit.")
+    if address is not None and backend != "ray":
+        raise ValueError("--address applies to --backend ray only.")
+    if retries < 0:
+        raise ValueError(f"--retries must be >= 0, got {retries}.")
+    if backend == "ray" and not dry_run:
+        import_ray()  # a clear error before any work when Ray is missing
+    say = log or (lambda _line: None)
+
+    unit_threads(module)  # a bad UNIT_THREADS fails before any work
+    units = _check_units(name, module.units(cfg))
+    free = tuple(getattr(module, "SWEEP_FIELDS", ()))
+    store = UnitStore(
+        pathlib.Path(cfg.results_dir), name, config_fingerprint(cfg, free_fields=free)
+    )
+    keys = [store.key(u) for u in units]
+    seen: dict[str, dict[str, Any]] = {}
+    for key, unit in zip(keys, units, strict=True):
+        if key in seen:
+            raise ValueError(
+                f"study {name!r} lists unit {canonical(unit)} twice (a value repeated in the "
+                "config, e.g. a seed in 'seeds' or --seeds); each unit may count once."
+            )
+        seen[key] = unit
+    merged = store.merge(merge) if merge else []
+    if merged:
+        say(f"merged {len(merged)} unit files from {', '.join(map(str, merge))}.")
+
+    done: dict[str, tuple[Any, float]] = {}
+    if not fresh:
+        for key, unit in zip(keys, units, strict=True):
+            found = store.load(key, unit)
+            if found is not None:
+                done[key] = found
+    todo = [(k, u) for k, u in zip(keys, units, strict=True) if k not in done]
+    if dry_run:
+        return {
+            "study": name,
+            "units": len(units),
+            "done": [u for k, u in zip(keys, units, strict=True) if k in done],
+            "missing": [u for _, u in todo],
+            "units_dir": str(store.folder),
+        }
+
+    if backend == "process" and workers is None:
+        import os
+
+        workers = os.cpu_count() or 1
+    where = backend if backend == "serial" else f"{backend} x{workers or 'cluster'}"
+    say(
+        f"{name}: {len(units)} units, {len(done)} already done in {store.folder}, "
+        f"running {len(todo)} ({where})."
+    )
+    t0 = time.perf_counter()
+    seconds = {k: s for k, (_, s) in done.items()}
+    failures: dict[str, BaseException] = {}
+    if todo:
+        if backend == "serial":
+            finished = run_serial(module, cfg, todo, retries=retries)
+        elif backend == "process":
+            assert workers is not None
+            finished = run_process(spec, todo, workers=workers, retries=retries)
+        else:
+            res = dict(
+                resources
+                or getattr(module, "UNIT_RESOURCES", None)
+                or {"num_cpus": unit_threads(module)}
+            )
+            finished = run_ray(
+                spec,
+                todo,
+                workers=workers,
+                address=address,
+                resources=res,
+                retries=retries,
+                log=log,
+            )
+        from imitation_meg.progress import progress
+
+        bar: Any = progress(None, progress_bar, f"{name} units", total=len(todo))  # type: ignore[arg-type]
+        try:
+            for key, outcome in finished:
+                if isinstance(outcome, UnitOutcome):
+                    store.save(key, seen[key], outcome)
+                    seconds[key] = outcome.seconds
+                    (store.results_dir / "failed" / f"{key}.txt").unlink(missing_ok=True)
+                else:
+                    failures[key] = outcome
+                    path = store.results_dir / "failed" / f"{key}.txt"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(f"unit {canonical(seen[key])}\n\n{_failure_text(outcome)}")
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+    wall = time.perf_counter() - t0
+    if failures:
+        first = next(iter(failures))
+        err = failures[first]
+        raise UnitsFailedError(
+            f"{len(failures)} of {len(todo)} units of {name!r} failed (first: unit "
+            f"{canonical(seen[first])}: {type(err).__name__}: {err}); tracebacks in "
+            f"{store.results_dir / 'failed'}; the {len(todo) - len(failures)} others are saved: "
+            "rerun the same command to run only the missing units."
+        )
+
+    results = []
+    for key, unit in zip(keys, units, strict=True):
+        found = store.load(key, unit)
+        assert found is not None, key
+        results.append(found[0])
+    payload = module.combine(cfg, results)
+    _write_run_log(
+        store,
+        cfg,
+        units=units,
+        keys=keys,
+        seconds=seconds,
+        info={
+            "study": name,
+            "config_file": config_path,
+            "backend": backend,
+            "workers": workers if backend != "serial" else 1,
+            "torch_threads_per_unit": unit_threads(module),
+            "address": address,
+            "units": len(units),
+            "units_run": len(todo),
+            "units_reused": len(done),
+            "units_merged": len(merged),
+            "wall_seconds": round(wall, 2),
+        },
+    )
+    say(
+        f"{name}: done in {wall:.1f} s ({len(todo)} units run, {len(done)} reused); results in "
+        f"{store.results_dir}/."
+    )
+    return payload
+
+
+def run_serially(module: types.ModuleType, cfg: Any) -> Any:
+    """Run every unit of a protocol driver in this process and combine, without unit files.
+
+    Units run exactly as on the serial backend (global generators seeded from each unit's key,
+    torch on one thread), so a driver's ``main(cfg)`` built on this gives the same results as
+    ``imitation-meg reproduce``; it neither resumes nor writes ``units/``.
+    """
+    from imitation_meg.runners._worker import execute_unit
+
+    name = pathlib.Path(module.__file__ or module.__name__).stem  # the config's 'experiment'
+    units = _check_units(name, module.units(cfg))
+    free = tuple(getattr(module, "SWEEP_FIELDS", ()))
+    store = UnitStore(
+        pathlib.Path(cfg.results_dir), name, config_fingerprint(cfg, free_fields=free)
+    )
+    results = [
+        loads_result(execute_unit(module, cfg, unit, store.key(unit)).result_json) for unit in units
+    ]
+    return module.combine(cfg, results)
+
+
+def _write_run_log(
+    store: UnitStore,
+    cfg: Any,
+    *,
+    units: list[dict[str, Any]],
+    keys: list[str],
+    seconds: Mapping[str, float],
+    info: dict[str, Any],
+) -> None:
+    log = {
+        **info,
+        "complete": True,
+        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "config": to_jsonable(dataclasses.asdict(cfg)),
+        "unit_seconds": [
+            {"unit": unit, "seconds": round(seconds.get(key, float("nan")), 2)}
+            for key, unit in zip(keys, units, strict=True)
+        ],
+    }
+    write_json(store.results_dir / RUN_LOG, log)

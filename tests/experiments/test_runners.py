@@ -1,0 +1,334 @@
+"""The study runner: same bytes on every backend, resume after a kill, duplicate units refused,
+``--set`` / ``--seeds`` / ``publish``, clear errors.
+
+The backends run real studies (extended Table 1's fast config trains real SB3 agents; the
+SymmToM ToM table plays real episodes) in real worker processes and on a real local Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from imitation_meg.cli import main as cli_main
+from imitation_meg.runners import apply_overrides, parse_seeds, publish, run_config
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs"
+TABLE1_FAST = CONFIGS / "extended_table1_fast.yaml"
+TOM_FAST = CONFIGS / "symmtom_tom_fast.yaml"
+QUIET = {"progress_bar": False, "log": lambda line: None}
+# A light Table 1: a tabular learner and a PPO (torch) per seed.
+TABLE1_LIGHT = ["agents=[Q, PPO]", "n_steps=120"]
+
+
+def _result_files(folder: pathlib.Path) -> dict[str, bytes]:
+    """The combined results (not the unit files, not the run log with its timings)."""
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.name != "run.json"
+    }
+
+
+def _unit_results(folder: pathlib.Path) -> dict[str, object]:
+    return {
+        p.name: json.loads(p.read_text())["result"] for p in sorted((folder / "units").iterdir())
+    }
+
+
+def test_backends_write_the_same_bytes(tmp_path):
+    """serial, process (2 workers) and a local Ray (2 CPUs) give byte-identical result files."""
+    runs: dict[str, pathlib.Path] = {}
+    out = tmp_path / "table1"
+    for backend, workers in (("serial", None), ("process", 2), ("ray", 2)):
+        if backend == "ray":
+            pytest.importorskip("ray", reason="the ray extra is not installed")
+        run_config(
+            TABLE1_FAST,
+            backend=backend,
+            workers=workers,
+            overrides=[*TABLE1_LIGHT, f"results_dir={out}"],
+            seeds="0-1",
+            **QUIET,
+        )
+        runs[backend] = tmp_path / backend
+        shutil.move(out, runs[backend])
+    serial = _result_files(runs["serial"])
+    assert {"results.json", "runs.csv", "table1.csv", "table1.png"} <= set(serial)
+    assert len(_unit_results(runs["serial"])) == 4
+    for backend, folder in runs.items():
+        assert _result_files(folder) == serial, backend
+        assert _unit_results(folder) == _unit_results(runs["serial"]), backend
+        log = json.loads((folder / "run.json").read_text())
+        assert log["backend"] == backend and log["complete"] and log["units_run"] == 4
+
+
+def test_rerun_reuses_units_and_sweep_fields_keep_them(tmp_path):
+    over = [f"results_dir={tmp_path}"]
+    first = run_config(TOM_FAST, overrides=[*over, "agents=[scripted_correct]"], **QUIET)
+    assert len(first["rows"]) == 4
+    # 'agents' only chooses units: the finished ones count for the wider run ...
+    plan = run_config(TOM_FAST, overrides=over, dry_run=True, **QUIET)
+    assert (len(plan["done"]), len(plan["missing"])) == (4, 4)
+    assert all(u["agent"] == "scripted_wrong" for u in plan["missing"])
+    # ... while a setting every unit depends on (trials) makes them all new.
+    plan = run_config(TOM_FAST, overrides=[*over, "trials=5"], dry_run=True, **QUIET)
+    assert (len(plan["done"]), len(plan["missing"])) == (0, 8)
+
+
+def test_duplicate_units_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"lists unit .* twice"):
+        run_config(
+            TABLE1_FAST,
+            overrides=[*TABLE1_LIGHT, "seeds=[0, 0]", f"results_dir={tmp_path}"],
+            **QUIET,
+        )
+    with pytest.raises(ValueError, match=r"names seeds \[1\] twice"):
+        parse_seeds("0-2,1")
+
+
+def test_merging_the_same_unit_twice_is_an_error(tmp_path, capsys):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    run_config(TOM_FAST, overrides=[f"results_dir={a}"], **QUIET)
+    shutil.copytree(a, b)
+    argv = ["reproduce", str(TOM_FAST), "--no-progress", "--set", f"results_dir={c}"]
+    assert cli_main([*argv, "--merge", str(a), str(b)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is in both" in err and "count it twice" in err and len(err.splitlines()) == 1
+    assert not (c / "units").exists()  # nothing was copied
+    # One source merges; merging it again into the same folder is refused.
+    assert cli_main([*argv, "--merge", str(a)]) == 0
+    for table in ("tom.csv", "tom.md"):  # tom.json differs by its results_dir only
+        assert (c / table).read_bytes() == (a / table).read_bytes()
+    capsys.readouterr()
+    assert cli_main([*argv, "--merge", str(b)]) == 2
+    assert "already in" in capsys.readouterr().err
+    # Units of another config are refused, naming the difference.
+    other = tmp_path / "other"
+    run_config(TOM_FAST, overrides=[f"results_dir={other}", "trials=3"], **QUIET)
+    with pytest.raises(ValueError, match="trials=3 there, 4 here"):
+        run_config(TOM_FAST, overrides=[f"results_dir={tmp_path / 'd'}"], merge=[other], **QUIET)
+
+
+def test_a_killed_run_resumes_with_only_the_missing_units(tmp_path):
+    """A real ``imitation-meg reproduce`` is killed after some units; the rerun runs the rest."""
+    out = tmp_path / "killed"
+    args = ["agents=[A2C]", "n_steps=160", f"results_dir={out}"]
+    cmd = [sys.executable, "-m", "imitation_meg.cli", "reproduce", str(TABLE1_FAST)]
+    cmd += ["--seeds", "0-5", "--no-progress"] + [x for a in args for x in ("--set", a)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600  # start-up alone takes minutes on a loaded machine
+    try:
+        while len(list(out.glob("units/*.json"))) < 2:
+            assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, "no unit finished within 600 s"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.glob("units/*.json")}
+    assert 2 <= len(before) < 6
+    assert not (out / "results.json").exists()
+    # Unit files are whole (written to a temporary file, then renamed; a temporary file the kill
+    # interrupted is ignored).
+    assert all(json.loads(p.read_text())["result"] for p in out.glob("units/*.json"))
+
+    lines: list[str] = []
+    run_config(TABLE1_FAST, seeds="0-5", overrides=args, progress_bar=False, log=lines.append)
+    assert f"{len(before)} already done" in lines[0] and f"running {6 - len(before)}" in lines[0]
+    after = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.glob("units/*.json")}
+    assert len(after) == 6 and all(after[k] == v for k, v in before.items())
+    log = json.loads((out / "run.json").read_text())
+    assert (log["units_run"], log["units_reused"]) == (6 - len(before), len(before))
+    # The resumed results equal those of an uninterrupted run.
+    whole = tmp_path / "whole"
+    run_config(TABLE1_FAST, seeds="0-5", overrides=[*args[:2], f"results_dir={whole}"], **QUIET)
+    resumed, uninterrupted = _result_files(out), _result_files(whole)
+    del resumed["results.json"], uninterrupted["results.json"]  # they name their results_dir
+    assert resumed == uninterrupted and set(resumed) == {"runs.csv", "table1.csv", "table1.png"}
+
+
+def test_failed_units_are_reported_and_the_rest_kept(tmp_path, capsys):
+    """An epsilon outside [0, 1] fails its unit; the other unit is saved, the rerun skips it."""
+    argv = ["reproduce", str(CONFIGS / "cliffworld_epsilon_fast.yaml"), "--no-progress"]
+    argv += ["--set", "epsilons=[0.3, 1.5]", "--set", "horizon_sweep=[]"]
+    argv += ["--set", "mlp_steps=0", "--set", f"results_dir={tmp_path}", "--retries", "0"]
+    assert cli_main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "1 of 2 units" in err and "epsilon" in err and "rerun the same command" in err
+    assert len(list(tmp_path.glob("units/*.json"))) == 1
+    (report,) = tmp_path.glob("failed/*.txt")
+    assert '"epsilon":1.5' in report.read_text() and "Traceback" in report.read_text()
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_publish_copies_a_finished_run(tmp_path, capsys):
+    res = tmp_path / "results" / "tom"
+    docs = tmp_path / "docs" / "results"
+    docs.mkdir(parents=True)
+    with pytest.raises(ValueError, match="does not exist"):
+        publish(res, docs_root=docs)
+    run_config(TOM_FAST, overrides=[f"results_dir={res}"], **QUIET)
+    status = publish(res, docs_root=docs)
+    names = sorted(pathlib.Path(p).name for p in status["new"])
+    assert names == ["run.json", "tom.csv", "tom.json", "tom.md"]
+    assert not (docs / "tom" / "units").exists()
+    assert (docs / "tom" / "tom.md").read_bytes() == (res / "tom.md").read_bytes()
+    assert cli_main(["publish", str(res), "--to", str(docs / "tom")]) == 0
+    assert "unchanged" in capsys.readouterr().out
+    log = json.loads((res / "run.json").read_text())
+    (res / "run.json").write_text(json.dumps({**log, "complete": False}))
+    with pytest.raises(ValueError, match="complete run"):
+        publish(res, docs_root=docs)
+
+
+def test_overrides_and_seeds():
+    data = {"experiment": "x", "n_steps": 10, "agent_kwargs": {"PPO": {"n_steps": 64}}}
+    out = apply_overrides(
+        data, ["n_steps=2000", "agents=[Q, PPO]", "agent_kwargs.PPO.n_steps=128", "flag=false"]
+    )
+    assert out["n_steps"] == 2000 and out["agents"] == ["Q", "PPO"] and out["flag"] is False
+    assert out["agent_kwargs"] == {"PPO": {"n_steps": 128}}
+    assert data["agent_kwargs"]["PPO"]["n_steps"] == 64  # the input is untouched
+    assert parse_seeds("0-4") == (0, 1, 2, 3, 4)
+    assert parse_seeds("0,2,5-7") == (0, 2, 5, 6, 7)
+    for bad, match in (("4-0", "ascending"), ("a", "not a seed"), ("-1", "ascending|not a seed")):
+        with pytest.raises(ValueError, match=match):
+            parse_seeds(bad)
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        apply_overrides(data, ["n_steps"])
+    with pytest.raises(ValueError, match="is not valid YAML"):
+        apply_overrides(data, ["agents=[Q, PPO"])
+    with pytest.raises(ValueError, match="cannot change 'experiment'"):
+        apply_overrides(data, ["experiment=other"])
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["--set", "n_stepz=5"], r"unknown keys \['n_stepz'\]"),
+        (["--backend", "serial", "--workers", "2"], "--workers applies to"),
+        (["--address", "auto"], "--address applies to --backend ray"),
+        (["--workers", "0", "--backend", "process"], "--workers must be at least 1"),
+        (["--seeds", "0-1", "--set", "seeds=[0]"], "give the seeds once"),
+        (["--cpus-per-unit", "2"], "apply to --backend ray only"),
+    ],
+)
+def test_reproduce_option_errors_exit_2_with_one_line(extra, match, capsys):
+    assert cli_main(["reproduce", str(TABLE1_FAST), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("imitation-meg reproduce: error:")
+    assert pytest.importorskip("re").search(match, err), err
+
+
+def test_seeds_on_a_study_without_seeds(capsys):
+    assert cli_main(["reproduce", str(TOM_FAST), "--seeds", "0-2"]) == 2
+    assert "has no 'seeds' list" in capsys.readouterr().err
+
+
+def test_malformed_yaml_exits_2_naming_file_line_and_fix(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("experiment: symmtom_tom\ntrials: [4, 5\nseed: 0\n")
+    assert cli_main(["reproduce", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert str(bad) in err and "line 3" in err and "started at line 2" in err
+    assert "fix the syntax there" in err
+    bad.write_text("experiment: symmtom_tom\n  trials: 4\n seed: 0\n")
+    assert cli_main(["reproduce", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "line 2, column 9" in err and "not valid YAML" in err
+
+
+def test_ray_backend_without_ray_is_a_clear_error(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    assert cli_main(["reproduce", str(TOM_FAST), "--backend", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert "needs Ray" in err and "imitation-meg[ray]" in err
+
+
+def test_the_timing_sensitive_benchmark_stays_serial(capsys):
+    argv = ["reproduce", str(CONFIGS / "benchmark_fast.yaml"), "--backend", "process"]
+    assert cli_main(argv) == 2
+    assert "runs serially through main(cfg)" in capsys.readouterr().err
+
+
+FAST_CONFIGS = sorted(p.name for p in CONFIGS.glob("*_fast.yaml") if "benchmark" not in p.name)
+
+
+@pytest.mark.expensive
+@pytest.mark.parametrize("name", FAST_CONFIGS)
+def test_every_fast_config_is_the_same_in_processes(name, tmp_path):
+    """Every converted driver gives the same bytes serially and in 2 worker processes."""
+    out = tmp_path / "out"
+    folders = {}
+    for backend, workers in (("serial", None), ("process", 2)):
+        run_config(
+            CONFIGS / name,
+            backend=backend,
+            workers=workers,
+            overrides=[f"results_dir={out}", *_extra_overrides(name, tmp_path)],
+            **QUIET,
+        )
+        folders[backend] = tmp_path / backend
+        shutil.move(out, folders[backend])
+    assert _result_files(folders["process"]) == _result_files(folders["serial"])
+
+
+def _extra_overrides(name: str, tmp_path: pathlib.Path) -> list[str]:
+    # Checkpoints go to the same place on both backends (their paths are in the results).
+    return [f"checkpoint_dir={tmp_path / 'ck'}"] if name.startswith("sb3_training") else []
+
+
+def test_a_unit_runs_seeded_on_fixed_threads_and_leaves_the_caller_as_it_was():
+    import random
+    import types
+
+    import numpy as np
+    import torch as th
+
+    from imitation_meg.runners._worker import execute_unit, loads_result
+
+    module = types.ModuleType("driver")
+    module.run_unit = lambda cfg, unit: {  # type: ignore[attr-defined]
+        "threads": th.get_num_threads(),
+        "draws": [random.random(), float(np.random.rand()), float(th.rand(()))],
+    }
+    module.UNIT_THREADS = 2  # type: ignore[attr-defined]
+    th.set_num_threads(1)
+    np.random.seed(123)
+    expected_next = np.random.rand()
+    np.random.seed(123)
+    first = loads_result(execute_unit(module, None, {"u": 1}, "00ff00ff").result_json)
+    assert np.random.rand() == expected_next and th.get_num_threads() == 1
+    random.seed(7)  # whatever ran before, the unit draws the same numbers
+    again = loads_result(execute_unit(module, None, {"u": 1}, "00ff00ff").result_json)
+    assert first == again and first["threads"] == 2
+    other = loads_result(execute_unit(module, None, {"u": 1}, "11ff00ff").result_json)
+    assert other["draws"] != first["draws"]  # another key, other seeds
+    module.UNIT_THREADS = 0  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="UNIT_THREADS must be a positive integer"):
+        execute_unit(module, None, {"u": 1}, "00ff00ff")
+
+
+def test_unit_results_round_trip_exactly():
+    import math
+
+    from imitation_meg.runners._worker import dumps_result, loads_result
+
+    values = {"x": 0.1 + 0.2, "nan": math.nan, "inf": -math.inf, "t": (1, 2), "s": "a"}
+    back = loads_result(dumps_result(values))
+    assert back["x"] == 0.1 + 0.2 and math.isnan(back["nan"]) and back["inf"] == -math.inf
+    assert back["t"] == [1, 2] and list(back) == list(values)
+    with pytest.raises(TypeError, match="not JSON"):
+        dumps_result({"f": object()})
