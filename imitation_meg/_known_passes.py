@@ -25,9 +25,10 @@ import math
 
 import torch as th
 
-from imitation_meg._operators import Array, Products
+from imitation_meg._operators import Array, Operands, Products
 from imitation_meg.mdp import TabularMDP
-from imitation_meg.soft_vi import TIE_TOL, _tie_log_policy
+from imitation_meg.progress import progress
+from imitation_meg.soft_vi import TIE_TOL, long_pass
 
 __all__ = ["Behaviour", "PassBuffers", "derivative_pass", "limit_pass", "zero_pass"]
 
@@ -35,6 +36,8 @@ __all__ = ["Behaviour", "PassBuffers", "derivative_pass", "limit_pass", "zero_pa
 _W_BYTES = 1 << 27
 # Pass workspaces up to this size are kept (per MDP) for the next pass with the same batch size.
 _WS_KEEP_BYTES = 1 << 22
+# Passes keep every step's rows (and per-step views, ~2 kB a step) up to this many steps.
+_HIST_MAX_STEPS = 1 << 12
 
 
 @dataclasses.dataclass(eq=False)
@@ -132,8 +135,8 @@ class PassBuffers:
     V: list[th.Tensor]  # per step (1, S, K) views: V
     g: list[th.Tensor]  # per step (1, S, K) views: g
     h: list[th.Tensor] | None  # per step (1, S, K) views: h
-    Q_ops: list[Array]  # the rows as the products take them
-    X_ops: list[Array]  # the carries as the products take them
+    Q_ops: Operands  # the rows as the products take them
+    X_ops: Operands  # the carries as the products take them
     C_op: Array  # the constant as the products take it
 
 
@@ -145,7 +148,9 @@ def _pass_buffers(
     H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
     blocks = 3 if second else 2  # [Q | G | d2Q] or [Q | G]
     SA, R = S * A, blocks * K
-    hist = W is not None and H * R * (SA + S) * r.element_size() <= _W_BYTES
+    hist = (
+        W is not None and H <= _HIST_MAX_STEPS and H * R * (SA + S) * r.element_size() <= _W_BYTES
+    )
     # Kept per operator (shared by copies with another horizon: H is in the key), layout and
     # dtype (the operator adds the thread); the buffers are overwritten by every pass and the
     # constant's utility block is refilled by each pass.
@@ -219,7 +224,10 @@ def derivative_pass(
     acc.zero_()
     d2L_acc = acc[2 * K :]
     gamma = mdp.discount
-    for t in range(H - 1, -1, -1):
+    steps = progress(
+        range(H - 1, -1, -1), enabled=_long(mdp, 3 * K), desc=f"MEG pass ({K} betas)", total=H
+    )
+    for t in steps:
         i, j = (t, t + 1) if ws.hist else (0, 0)  # this step's slot, the carry's slot
         Qb, q, G = ws.Q[i], ws.q[i], ws.G[i]
         if t == H - 1:
@@ -275,7 +283,7 @@ def zero_pass(
     H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
     SA = S * A
     W = beh.weights()
-    hist = W is not None
+    hist = W is not None and H <= _HIST_MAX_STEPS
     n = H if hist else 1
     C = r.new_zeros(SA, 2)  # [0 | r] (action-major)
     C[:, 1] = r.T.reshape(SA)
@@ -290,7 +298,10 @@ def zero_pass(
     prod = mdp.operator.products(r.dtype, 2)
     Q_ops, X_ops = prod.operands(Qh, 2), prod.operands(Xh, 2)
     C_op = prod.operands(C.unsqueeze(0), 2)[0]
-    for t in range(H - 1, -1, -1):
+    steps = progress(
+        range(H - 1, -1, -1), enabled=_long(mdp, 2), desc="MEG pass (beta = 0)", total=H
+    )
+    for t in steps:
         i, j = (t, t + 1) if hist else (0, 0)  # this step's slot, the carry's slot
         Qb, G, g = Qs[i], Gs[i], gs[i]
         if t == H - 1:
@@ -313,52 +324,65 @@ def zero_pass(
     return L, acc[1:2], acc[0:1], (mdp.initial_state_dist @ Xh[0, :, 1:2]) * inv_a
 
 
-def _limits_fit(mdp: TabularMDP, r: th.Tensor, beh: Behaviour) -> bool:
-    """Whether both limits' hard Q-values ``(H, 2, S, A)`` fit the small-MDP budget."""
-    size = 2 * mdp.horizon * mdp.n_states * mdp.n_actions * r.element_size()
-    return beh.weights() is not None and size <= _W_BYTES
-
-
 def limit_pass(
-    mdp: TabularMDP, r: th.Tensor, beh: Behaviour, sign: float
-) -> dict[float, tuple[float, float]]:
-    """``L`` and the model's expected utility at ``beta = sign * inf``, as ``{sign: (L, eu)}``.
+    mdp: TabularMDP, r: th.Tensor, beh: Behaviour, signs: tuple[float, ...] = (1.0, -1.0)
+) -> dict[float, tuple[float, float, float]]:
+    """The limits at ``beta = sign * inf`` in one hard backward pass (both signs as columns).
 
-    Small MDPs compute both limits in one hard backward pass of ``U`` and ``-U`` (max backups,
-    two calls per step; the tie policies of all steps in one vectorised call) and return both;
-    large ones run the hard backup of the requested sign with the tie policy per step.
+    For ``u = sign * r`` with hard values ``V*`` (max backups) and tie sets
+    ``T_t(s) = {a : Q*_t(s, a) >= V*_t(s) - TIE_TOL (1 + max_a |Q*_t(s, a)|)}``:
+
+    - ``L`` at ``beta = sign * inf``, the policy uniform over ``T_t(s)``: ``sum_t E_w[-log |T_t|]``
+      (``-inf`` when ``w`` leaves the ties);
+    - ``L_approach``, the limit of ``L(beta)`` as ``beta -> sign * inf``: with
+      ``Q_beta,t = beta Q*_t + q1_t + o(1)``, where ``q1_t = gamma E[v1_{t+1}]`` and
+      ``v1_t = logsumexp_{a in T_t} q1_t`` (``v1_H = 0``), the soft policies tend to
+      ``softmax(q1_t)`` over the ties: ties are broken by future entropy, not evenly, so
+      ``L_approach`` may exceed ``L``;
+    - the model's expected utility ``sign * E_p0[V*_0]`` (both limit policies are optimal for
+      ``u``).
+
+    The carries ``[V* | v1]`` of the signs go through one product per step.
+
+    Returns:
+        ``{sign: (L, model_eu, L_approach)}``.
     """
-    S, H, A = mdp.n_states, mdp.horizon, mdp.n_actions
-    if _limits_fit(mdp, r, beh):
-        rf = th.stack([r.T.reshape(A * S), -r.T.reshape(A * S)], 1)  # action-major (A S, 2)
-        Qh = r.new_empty(H, A, S, 2)
-        X = r.new_zeros(S, 2)  # hard values of U and -U at step t + 1
-        prod = mdp.operator.products(r.dtype, 2)
-        for t in range(H - 1, -1, -1):
-            q = Qh[t].view(A * S, 2)
-            if t == H - 1:
-                q.copy_(rf)
-            else:
-                prod.backup(q, X, rf, mdp.discount)
-            th.amax(Qh[t], 0, keepdim=True, out=X.view(1, S, 2))
-        Qh[..., 1].neg_()
-        X[:, 1].neg_()
-        eus = mdp.initial_state_dist @ X
-        W = beh.weights()
-        assert W is not None
-        w = W.view(H, A, S).transpose(-1, -2)
-        out = {}
-        for j, sg in enumerate((1.0, -1.0)):
-            logp = _tie_log_policy(Qh[..., j].transpose(-1, -2), sg, TIE_TOL)
-            L = float(th.where(w > 0, w * logp, th.zeros_like(w)).sum())
-            out[sg] = (L, float(eus[j]))
-        return out
-    V_next = r.new_zeros(S)
-    L = 0.0
-    for t in range(H - 1, -1, -1):
-        Q = r + mdp.discount * mdp.expect_next(V_next) if t < H - 1 else r
-        logp = _tie_log_policy(Q, sign, TIE_TOL)
-        w, _ = beh.w(t)
-        L += float(th.where(w > 0, w * logp, th.zeros_like(w)).sum())
-        V_next = Q.amax(-1) if sign > 0 else Q.amin(-1)
-    return {sign: (L, float(V_next @ mdp.initial_state_dist))}
+    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    m = len(signs)
+    sg = r.new_tensor(signs)
+    C = r.new_zeros(A * S, 2 * m)  # [sign r ... | 0 ...] action-major
+    C[:, :m] = r.T.reshape(A * S, 1) * sg
+    Q = r.new_empty(A * S, 2 * m)
+    X = r.new_zeros(S, 2 * m)  # carries [V* | v1] of step t + 1
+    Qv, Xv = Q.view(A, S, 2 * m), X.view(1, S, 2 * m)
+    Qh, q1 = Qv[..., :m], Qv[..., m:]
+    acc = r.new_zeros(2 * m)  # [L | L_approach]
+    W = beh.weights()
+    prod = mdp.operator.products(r.dtype, 2 * m)
+    steps = progress(range(H - 1, -1, -1), enabled=_long(mdp, 2 * m), desc="MEG limits", total=H)
+    for t in steps:
+        if t == H - 1:
+            Q.copy_(C)
+        else:
+            prod.backup(Q, X, C, mdp.discount)
+        best = Qh.amax(0, keepdim=True)
+        tol = TIE_TOL * (1.0 + Qh.abs().amax(0, keepdim=True))
+        ties = Qh >= best - tol
+        lp_tie = th.where(ties, -ties.sum(0, keepdim=True).to(r.dtype).log(), -math.inf)
+        q1m = th.where(ties, q1, -math.inf)
+        v1 = th.logsumexp(q1m, 0, keepdim=True)
+        lp_lim = q1m - v1
+        Xv[..., :m] = best
+        Xv[..., m:] = v1
+        wf = W[t] if W is not None else beh.w_am(t)[0]
+        lps = th.cat([lp_tie, lp_lim], -1).view(A * S, 2 * m)
+        lps.masked_fill_((wf == 0).unsqueeze(-1), 0.0)  # 0 * -inf: no mass, no term
+        acc += wf @ lps
+    eus = mdp.initial_state_dist @ X[:, :m]
+    return {s: (float(acc[j]), s * float(eus[j]), float(acc[m + j])) for j, s in enumerate(signs)}
+
+
+def _long(mdp: TabularMDP, columns: int) -> bool:
+    """Whether a pass over ``columns`` value columns is long enough for a progress bar."""
+    H = mdp.horizon
+    return long_pass(H, H * mdp.n_states * mdp.n_actions * columns)

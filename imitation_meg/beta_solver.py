@@ -15,8 +15,9 @@ actions) reuses this solver by implementing :class:`BetaObjective`:
 - ``evaluate_zero()`` and ``evaluate_batch(betas, second=...)``: ``L``, ``dL/dbeta``,
   ``d2L/dbeta2`` and the model's expected utility as a :class:`BetaEvaluation` of ``(K,)``
   tensors (``d2L`` may be NaN when ``second=False``);
-- ``evaluate_limit(sign)``: :class:`LimitValue` ``(L, model_eu)`` at ``beta = sign * inf``
-  (``L = -inf`` when the behaviour leaves the limit policy's support);
+- ``evaluate_limit(sign)``: :class:`LimitValue` ``(L, model_eu, L_approach)`` at
+  ``beta = sign * inf`` (``L = -inf`` when the behaviour leaves the limit policy's support;
+  ``L_approach`` the limit of ``L(beta)``, NaN if unknown);
 - ``limit_upper_bound()``: an upper bound on both limits' ``L`` (``inf`` if none is known), which
   lets the solver skip the limit pass when an interior optimum provably beats it.
 
@@ -77,10 +78,20 @@ class BetaEvaluation(NamedTuple):
 
 
 class LimitValue(NamedTuple):
-    """``L`` and the model's expected utility at ``beta = +inf`` or ``-inf``."""
+    """The limit at ``beta = +inf`` or ``-inf``.
+
+    Attributes:
+        L: ``L`` of the limit policy itself (``-inf`` when the behaviour leaves its support).
+        model_eu: the limit policy's expected utility.
+        L_approach: the limit of ``L(beta)`` as ``beta`` tends to the end; it may exceed ``L``
+            where the limit of the soft policies differs from the limit policy (MEG: hard
+            Q-values tie, and finite betas break the ties by future entropy rather than
+            evenly). NaN when unknown (the solver then approaches it by large finite betas).
+    """
 
     L: float
     model_eu: float
+    L_approach: float = math.nan
 
 
 @runtime_checkable
@@ -293,7 +304,7 @@ def solve_beta(obj: BetaObjective) -> BetaSolution:
     _bracket(st, scale)
     root_hit = st.converged and abs(st.flat.beta) * scale < _SATURATED_X  # dL = 0 at finite beta
     if math.isinf(st.bracket.hi) and not root_hit:
-        return _increasing_to_the_limit(st)
+        return _increasing_to_the_limit(st, scale)
     _refine(st)
     return _compare_with_the_limit(st, scale)
 
@@ -326,16 +337,44 @@ def _bracket(st: _Solver, scale: float) -> None:
         x = cand if math.isfinite(cand) and x < cand <= 100.0 * x else 10.0 * x
 
 
-def _increasing_to_the_limit(st: _Solver) -> BetaSolution:
+def _is_flat(p: _Point, scale: float) -> bool:
+    """Whether ``L`` has flattened to rounding at ``p`` (the soft policies have saturated):
+    beyond ``beta * scale = 1e6``, or a negligible curvature ``|d2L| beta^2``. There ``L``
+    carries rounding of order ``eps * beta * scale`` per step and the exact limit of ``L(beta)``
+    is the better value."""
+    x = abs(p.beta)
+    return x * scale >= _SATURATED_X or (
+        x > 0 and math.isfinite(p.d2L) and abs(p.d2L) * x * x <= 1e-9 * max(1.0, abs(p.L))
+    )
+
+
+def _limit_or(st: _Solver, candidate: _Point, scale: float) -> BetaSolution | None:
+    """The limit at ``beta = sign * inf`` if it is at least as good as ``candidate``, else None.
+
+    Its value is the larger of ``L(sign * inf)`` and the limit of ``L(beta)`` (when the objective
+    knows it; then it is exact and preferred over a candidate on the saturated plateau).
+    """
+    lim = st.limit()
+    known = not math.isnan(lim.L_approach)
+    L_inf = max(lim.L, lim.L_approach) if known else lim.L
+    tol = 1e-12 * max(1.0, abs(candidate.L))
+    plateau = known and _is_flat(candidate, scale)
+    if math.isfinite(L_inf) and (plateau or L_inf >= candidate.L - tol):
+        at_inf = _Point(st.sign * math.inf, L_inf, math.nan, lim.model_eu, math.nan)
+        value = L_inf if plateau else max(L_inf, candidate.L)
+        return st.solution(at_inf, value, converged=True, at_boundary=True)
+    return None
+
+
+def _increasing_to_the_limit(st: _Solver, scale: float) -> BetaSolution:
     """``dL`` keeps the sign of ``dL(0)`` up to the largest beta: ``L`` increases towards
     ``beta = sign * inf``. The supremum is the larger of ``L(sign * inf)`` and the limit of
-    ``L(beta)``, which the last betas reach once ``dL`` vanishes to rounding (``saturated``)."""
-    L_inf, eu_inf = st.limit()
-    best = st.best
-    if math.isfinite(L_inf) and L_inf >= best.L - 1e-12 * max(1.0, abs(best.L)):
-        at_inf = _Point(st.sign * math.inf, L_inf, math.nan, eu_inf, math.nan)
-        return st.solution(at_inf, max(L_inf, best.L), converged=True, at_boundary=True)
-    return st.solution(best, best.L, converged=st.saturated(), at_boundary=True)
+    ``L(beta)``: both exact when the objective knows ``L_approach``; else the last betas reach
+    the latter once ``dL`` vanishes to rounding (``saturated``)."""
+    won = _limit_or(st, st.best, scale)
+    if won is not None:
+        return won
+    return st.solution(st.best, st.best.L, converged=st.saturated(), at_boundary=True)
 
 
 def _refine(st: _Solver) -> None:
@@ -396,22 +435,22 @@ def _refine(st: _Solver) -> None:
 def _compare_with_the_limit(st: _Solver, scale: float) -> BetaSolution:
     """The interior optimum against the exact limit at ``beta = sign * inf``.
 
-    The limit wins when it is at least as good: a finite beta whose soft policy has saturated to
-    the hard one (``dL`` exactly 0) is reported as the exact limit. (Not skipped for an interior
-    root: where hard Q-values tie, ``L(beta)`` does not tend to ``L(sign * inf)``.) The limit
-    pass is skipped when ``limit_upper_bound()`` proves that the limit cannot win.
+    The limit wins when it is at least as good. A root on the saturated plateau (see
+    :func:`_is_flat`) is where ``L`` has reached the limit of ``L(beta)`` to rounding: then the
+    exact limit is reported. Otherwise an interior root beats the limit of ``L(beta)`` (``L`` is
+    concave) and only ``L(sign * inf)`` itself can win (where hard Q-values tie, ``L(beta)``
+    does not tend to it); that limit pass is skipped when ``limit_upper_bound()`` proves that
+    it cannot win.
     """
-    best = st.best
+    best, flat = st.best, st.flat
     tol_best = 1e-12 * max(1.0, abs(best.L))
-    if st.obj.limit_upper_bound() >= best.L - tol_best:
-        L_inf, eu_inf = st.limit()
-    else:
-        L_inf, eu_inf = -math.inf, math.nan
-    if math.isfinite(L_inf) and L_inf >= best.L - tol_best:
-        at_inf = _Point(st.sign * math.inf, L_inf, math.nan, eu_inf, math.nan)
-        return st.solution(at_inf, max(L_inf, best.L), converged=True, at_boundary=True)
+    if _is_flat(flat, scale) or st.obj.limit_upper_bound() >= best.L - tol_best:
+        # A best point on the plateau carries rounding: the limit is compared with the root.
+        cand = best if not _is_flat(best, scale) else flat
+        won = _limit_or(st, cand, scale)
+        if won is not None:
+            return won
     # Near the root L is flat to rounding: report the root estimate when its L ties the best.
-    flat = st.flat
     eps = np.finfo(np.float64).eps
     pick = flat if best.L - 8 * eps * max(1.0, abs(best.L)) <= flat.L else best
     # A "root" beyond beta * scale = 1e6 is where dL has vanished to rounding while L still

@@ -15,7 +15,12 @@ first two derivatives by a plain loop over time (the reference); :class:`MEGObje
 them for a batch of betas in one fused pass (:mod:`imitation_meg._known_passes`, tested against
 the reference), and :func:`meg` maximises ``L`` with the 1-D solver of
 :mod:`imitation_meg.beta_solver`, which also compares the interior optimum with the exact limits
-at ``beta = +-inf``. The result is deterministic and accurate to about 1e-10 relative.
+at ``beta = +-inf``. :func:`meg` solves for the normalised utility ``(r - shift) / unit`` (spread 1
+across actions) and maps ``beta`` and the expected utilities back, so the result does not depend
+on the utility's scale or offset (Proposition 3.1; tested for scales 1e-200 .. 1e200). The result
+is deterministic; ``beta`` is accurate to about 1e-11 relative at an interior optimum, and the
+limits at ``+-inf`` (including the limit of ``L(beta)`` where hard Q-values tie) are exact to
+rounding.
 
 Reusing the solver. Any objective of the same form (a concave ``L(beta)`` with exact first and
 second derivatives and exact limits at ``+-inf``; e.g. MEG of a decision in a causal influence
@@ -195,7 +200,7 @@ class MEGObjective:
         self.L0 = -H * math.log(A)
         self.evaluations = 0
         self.passes = 0
-        self._limits: dict[float, tuple[float, float]] = {}
+        self._limits: dict[float, tuple[float, float, float]] = {}
         per_beta = 16 * S * A * self.r.element_size()
         self.batch = int(max(1, min(64, _BATCH_BYTES // max(per_beta, 1))))
 
@@ -262,15 +267,21 @@ class MEGObjective:
         return self.behaviour.support_bound()
 
     def evaluate_limit(self, sign: float) -> LimitValue:
-        """``L`` and the model's expected utility at ``beta = sign * inf``.
+        """``L`` at ``beta = sign * inf`` (ties split evenly), the model's expected utility there,
+        and the limit of ``L(beta)`` as ``beta -> sign * inf`` (ties broken by future entropy;
+        see :func:`imitation_meg._known_passes.limit_pass`).
 
-        Small MDPs compute both limits in one hard backward pass and cache them; large ones run
-        the hard backup of the requested sign.
+        Small MDPs compute both signs in one hard backward pass and cache them; large ones
+        (bandwidth-bound passes) the requested sign.
         """
         sign = 1.0 if sign > 0 else -1.0
         if sign not in self._limits:
             self.passes += 1
-            self._limits.update(limit_pass(self.mdp, self.r, self.behaviour, sign))
+            mdp = self.mdp
+            both = mdp.n_states * mdp.n_actions <= _BATCH_MAX_SA
+            self._limits.update(
+                limit_pass(mdp, self.r, self.behaviour, (1.0, -1.0) if both else (sign,))
+            )
         return LimitValue(*self._limits[sign])
 
 
@@ -328,6 +339,15 @@ def sa_occupancy_of(mdp: TabularMDP, policy: PolicyLike) -> th.Tensor:
     return D.unsqueeze(-1) * pi_t
 
 
+def _normalisation(r: th.Tensor) -> tuple[float, float]:
+    """``(shift, unit)``: the midpoint of ``r`` and its spread across actions (:func:`_scale`),
+    so that ``(r - shift) / unit`` has spread 1 whatever the utility's scale and offset (``unit``
+    is 0 for a constant utility)."""
+    unit = _scale(r)
+    shift = 0.5 * float(r.max()) + 0.5 * float(r.min())  # no overflow near the float limits
+    return shift, unit
+
+
 def _scale(r: th.Tensor) -> float:
     """Spread of the per-step reward across actions, the natural unit of 1/beta."""
     spread = float((r.amax(-1) - r.amin(-1)).max())
@@ -373,7 +393,12 @@ def meg(
             f"mdp must be an imitation_meg.TabularMDP, got {type(mdp).__name__}; build one with "
             "TabularMDP(...) or TabularMDP.from_env(env)."
         )
-    obj = MEGObjective(mdp, policy, utility, sa_occupancy=sa_occupancy)
+    # MEG depends on the utility only through its direction (Proposition 3.1): solve for the
+    # normalised utility (r - shift) / unit, whose spread across actions is 1, and map back.
+    r = mdp.reward_sa(utility).detach()
+    shift, unit = _normalisation(r)
+    r_n = (r - shift) / unit if unit > 0 else th.zeros_like(r)
+    obj = MEGObjective(mdp, policy, r_n, sa_occupancy=sa_occupancy)
     sol = solve_beta(obj)
     H, A = mdp.horizon, mdp.n_actions
     bound = H * math.log(A)
@@ -383,16 +408,21 @@ def meg(
     tol = 1e-12 * max(1.0, abs(sol.expected_utility))
     if signed:
         value = value if diff > tol else (-value if diff < -tol else 0.0)
+    # Expected utilities in the caller's units: unit * E[r_n] + shift * (discounted step mass);
+    # every soft-optimal model puts mass 1 on each step, the behaviour its occupancy's.
+    gam = mdp.discount ** th.arange(H, dtype=th.float64)
+    steps = float(gam.sum())
+    own = float((gam * obj.behaviour.D.sum(-1).double().cpu()).sum())
     return MEGResult(
         meg=float(value),
-        beta=float(sol.beta),
+        beta=float(sol.beta) / unit if unit > 0 else 0.0,
         upper_bound=bound,
         normalized=float(value / bound) if bound > 0 else 0.0,
-        expected_utility=float(sol.expected_utility),
-        model_expected_utility=float(sol.model_eu),
-        uniform_expected_utility=float(sol.uniform_eu),
+        expected_utility=unit * sol.expected_utility + shift * own,
+        model_expected_utility=unit * sol.model_eu + shift * steps,
+        uniform_expected_utility=unit * sol.uniform_eu + shift * steps,
         log_likelihood=float(sol.L),
-        grad=float(sol.grad),
+        grad=float(sol.grad) * unit,
         converged=bool(sol.converged),
         at_boundary=bool(sol.at_boundary),
         signed=signed,
