@@ -36,6 +36,9 @@ __all__ = ["Behaviour", "PassBuffers", "derivative_pass", "limit_pass", "zero_pa
 _W_BYTES = 1 << 27
 # Pass workspaces up to this size are kept (per MDP) for the next pass with the same batch size.
 _WS_KEEP_BYTES = 1 << 22
+# Passes keep every step's rows when they fit in this many bytes (cache-sized: beyond, writing
+# the history costs more memory traffic than the per-step accumulations cost calls).
+_HIST_BYTES = 1 << 22
 # Passes keep every step's rows (and per-step views, ~2 kB a step) up to this many steps.
 _HIST_MAX_STEPS = 1 << 12
 
@@ -149,7 +152,9 @@ def _pass_buffers(
     blocks = 3 if second else 2  # [Q | G | d2Q] or [Q | G]
     SA, R = S * A, blocks * K
     hist = (
-        W is not None and H <= _HIST_MAX_STEPS and H * R * (SA + S) * r.element_size() <= _W_BYTES
+        W is not None
+        and H <= _HIST_MAX_STEPS
+        and H * R * (SA + S) * r.element_size() <= _HIST_BYTES
     )
     # Kept per operator (shared by copies with another horizon: H is in the key), layout and
     # dtype (the operator adds the thread); the buffers are overwritten by every pass and the
@@ -201,10 +206,10 @@ def _pass_buffers(
 
 def derivative_pass(
     mdp: TabularMDP, r: th.Tensor, beh: Behaviour, betas: th.Tensor, *, second: bool = True
-) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
-    """One fused backward pass for finite ``betas (K,)``: ``(L, dL, d2L, model_eu)``, each
-    ``(K,)`` (``d2L`` NaN and no ``d2Q`` / ``h`` columns when ``second`` is False: 9 instead of
-    12 calls per step).
+) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+    """One fused backward pass for finite ``betas (K,)``: ``(L, dL, d2L, model_eu, dmodel_eu)``,
+    each ``(K,)`` (``d2L`` and ``dmodel_eu`` NaN and no ``d2Q`` / ``h`` columns when ``second``
+    is False: 9 instead of 12 calls per step).
 
     ``log pi`` is one ``log_softmax`` into its own buffer (``V`` is ``Q`` minus it at the best
     action: ``max Q - max log pi``), and the columns ``[G | d2Q]`` become ``[G - g | d2Q]`` in
@@ -264,15 +269,18 @@ def derivative_pass(
         acc[:K] += th.bmm(Wb, ws.LPh.view(H, -1, K)).sum(0).view(-1)
         if second:
             d2L_acc -= th.bmm(beh.D.unsqueeze(1), ws.Xh[:H, :, 2 * K :]).sum(0).view(K)
-    model_eu = mdp.initial_state_dist @ ws.Xh[0, :, K : 2 * K]
+    p0 = mdp.initial_state_dist
+    model_eu = p0 @ ws.Xh[0, :, K : 2 * K]  # E_p0[g_0] = E_p0[dV_0 / dbeta]
     out = acc.clone()  # the workspace is reused by the next pass
-    d2L = out[2 * K : 3 * K] if second else th.full_like(out[:K], math.nan)
-    return out[:K], out[K : 2 * K], d2L, model_eu
+    nan = th.full_like(out[:K], math.nan)
+    d2L = out[2 * K : 3 * K] if second else nan
+    deu = p0 @ ws.Xh[0, :, 2 * K : 3 * K] if second else nan  # E_p0[h_0]
+    return out[:K], out[K : 2 * K], d2L, model_eu, deu
 
 
 def zero_pass(
     mdp: TabularMDP, r: th.Tensor, beh: Behaviour
-) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
     """The pass at ``beta = 0`` (the uniform policy): ``log pi = -log A`` needs no softmax.
 
     Carries ``[h | g] (S, 2)`` only: ``G = r + gamma E[g']``, ``g = mean_a G``, ``d2Q = gamma
@@ -321,12 +329,13 @@ def zero_pass(
         acc += th.bmm(W.unsqueeze(1), Qh).sum(0).view(2)
         acc[0:1] -= inv_a * th.bmm(beh.D.unsqueeze(1), Xh[:H, :, 0:1]).sum(0).view(1)
     L = (-math.log(A)) * beh.D.sum().reshape(1)  # sum_t sum_s D_t(s) log(1 / A)
-    return L, acc[1:2], acc[0:1], (mdp.initial_state_dist @ Xh[0, :, 1:2]) * inv_a
+    p0 = mdp.initial_state_dist
+    return L, acc[1:2], acc[0:1], (p0 @ Xh[0, :, 1:2]) * inv_a, (p0 @ Xh[0, :, 0:1]) * inv_a
 
 
 def limit_pass(
     mdp: TabularMDP, r: th.Tensor, beh: Behaviour, signs: tuple[float, ...] = (1.0, -1.0)
-) -> dict[float, tuple[float, float, float]]:
+) -> dict[float, tuple[float, float, float, float]]:
     """The limits at ``beta = sign * inf`` in one hard backward pass (both signs as columns).
 
     For ``u = sign * r`` with hard values ``V*`` (max backups) and tie sets
@@ -340,12 +349,16 @@ def limit_pass(
       ``softmax(q1_t)`` over the ties: ties are broken by future entropy, not evenly, so
       ``L_approach`` may exceed ``L``;
     - the model's expected utility ``sign * E_p0[V*_0]`` (both limit policies are optimal for
-      ``u``).
+      ``u``);
+    - the limit of ``dL/dbeta``: ``G_t`` tends to ``Q*_t`` and ``g_t`` to ``V*_t``, so
+      ``sign * dL/dbeta -> sum_t E_w[Q*_t - V*_t]`` (the behaviour's hard advantage, ``<= 0``; 0
+      on the ties). It is 0 exactly when the behaviour stays on the ties, and then ``L``
+      increases all the way to the limit.
 
     The carries ``[V* | v1]`` of the signs go through one product per step.
 
     Returns:
-        ``{sign: (L, model_eu, L_approach)}``.
+        ``{sign: (L, model_eu, L_approach, dL)}``.
     """
     H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
     m = len(signs)
@@ -356,7 +369,7 @@ def limit_pass(
     X = r.new_zeros(S, 2 * m)  # carries [V* | v1] of step t + 1
     Qv, Xv = Q.view(A, S, 2 * m), X.view(1, S, 2 * m)
     Qh, q1 = Qv[..., :m], Qv[..., m:]
-    acc = r.new_zeros(2 * m)  # [L | L_approach]
+    acc = r.new_zeros(3 * m)  # [L | L_approach | advantage]
     W = beh.weights()
     prod = mdp.operator.products(r.dtype, 2 * m)
     steps = progress(range(H - 1, -1, -1), enabled=_long(mdp, 2 * m), desc="MEG limits", total=H)
@@ -375,11 +388,15 @@ def limit_pass(
         Xv[..., :m] = best
         Xv[..., m:] = v1
         wf = W[t] if W is not None else beh.w_am(t)[0]
-        lps = th.cat([lp_tie, lp_lim], -1).view(A * S, 2 * m)
+        adv = th.where(ties, 0.0, Qh - best)
+        lps = th.cat([lp_tie, lp_lim, adv], -1).view(A * S, 3 * m)
         lps.masked_fill_((wf == 0).unsqueeze(-1), 0.0)  # 0 * -inf: no mass, no term
         acc += wf @ lps
     eus = mdp.initial_state_dist @ X[:, :m]
-    return {s: (float(acc[j]), s * float(eus[j]), float(acc[m + j])) for j, s in enumerate(signs)}
+    return {
+        s: (float(acc[j]), s * float(eus[j]), float(acc[m + j]), s * float(acc[2 * m + j]))
+        for j, s in enumerate(signs)
+    }
 
 
 def _long(mdp: TabularMDP, columns: int) -> bool:

@@ -93,8 +93,11 @@ __all__ = [
 ]
 
 _BETAS_PER_PASS = 8
-# Above this many state-action pairs a pass is bandwidth-bound and evaluates one beta.
-_BATCH_MAX_SA = 1 << 15
+# Up to this many state-action pairs a pass over 8 betas costs about as much as one (per-step
+# call overhead dominates: 10x4 CliffWorld 1.2 ms against 0.7 ms), and the solver batches; above
+# it a pass costs about K times one (100x20: 115 ms against 24 ms for 8 betas) and the solver
+# takes one Newton step per pass.
+_BATCH_MAX_SA = 1 << 11
 # Temporary-memory budget of one batched pass (about 16 (S, A) temporaries per beta).
 _BATCH_BYTES = 1 << 28
 
@@ -200,15 +203,15 @@ class MEGObjective:
         self.L0 = -H * math.log(A)
         self.evaluations = 0
         self.passes = 0
-        self._limits: dict[float, tuple[float, float, float]] = {}
+        self._limits: dict[float, tuple[float, float, float, float]] = {}
         per_beta = 16 * S * A * self.r.element_size()
         self.batch = int(max(1, min(64, _BATCH_BYTES // max(per_beta, 1))))
 
     @property
     def betas_per_pass(self) -> int:
-        """Betas per solver pass: at small S a pass costs about the same for 1 or 8 betas
-        (per-step overhead dominates); at large S one (bandwidth-bound, a pass over K betas
-        costs K times one), and the memory budget ``batch`` may cap it further."""
+        """Betas per solver pass: at small ``S * A`` a pass costs about the same for 1 or 8
+        betas (per-step overhead dominates); above ``_BATCH_MAX_SA`` one (a pass over K betas
+        costs about K times one), and the memory budget ``batch`` may cap it further."""
         if self.mdp.n_states * self.mdp.n_actions > _BATCH_MAX_SA:
             return 1
         return max(1, min(self.batch, _BETAS_PER_PASS))
@@ -224,7 +227,7 @@ class MEGObjective:
         Returns:
             ``(L (K,), dL (K,), model_expected_utility (K,))``.
         """
-        L, dL, _, eu = self.evaluate_batch(betas)
+        L, dL, _, eu, _ = self.evaluate_batch(betas)
         return L, dL, eu
 
     def evaluate_batch(self, betas: th.Tensor, *, second: bool = True) -> BetaEvaluation:
@@ -232,8 +235,8 @@ class MEGObjective:
         a cheaper pass: 9 instead of 12 calls per step).
 
         Returns:
-            :class:`~imitation_meg.beta_solver.BetaEvaluation` ``(L, dL, d2L, model_eu)``, each
-            ``(K,)``.
+            :class:`~imitation_meg.beta_solver.BetaEvaluation` ``(L, dL, d2L, model_eu,
+            dmodel_eu)``, each ``(K,)``.
         """
         betas = betas.to(dtype=self.mdp.dtype, device=self.mdp.device).reshape(-1)
         outs = []
@@ -244,10 +247,14 @@ class MEGObjective:
             outs.append(derivative_pass(self.mdp, self.r, self.behaviour, chunk, second=second))
         if len(outs) == 1:
             return BetaEvaluation(*outs[0])
-        return BetaEvaluation(*(th.cat([o[j] for o in outs]) for j in range(4)))
+        return BetaEvaluation(*(th.cat([o[j] for o in outs]) for j in range(5)))
 
-    #: The former name of :meth:`evaluate_batch`.
-    evaluate2 = evaluate_batch
+    def evaluate2(
+        self, betas: th.Tensor, *, second: bool = True
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+        """The former form of :meth:`evaluate_batch`: ``(L, dL, d2L, model_expected_utility)``."""
+        ev = self.evaluate_batch(betas, second=second)
+        return ev.L, ev.dL, ev.d2L, ev.model_eu
 
     def evaluate_zero(self) -> BetaEvaluation:
         """The pass at ``beta = 0`` (the uniform policy; cheaper than :meth:`evaluate_batch`)."""
@@ -268,8 +275,8 @@ class MEGObjective:
 
     def evaluate_limit(self, sign: float) -> LimitValue:
         """``L`` at ``beta = sign * inf`` (ties split evenly), the model's expected utility there,
-        and the limit of ``L(beta)`` as ``beta -> sign * inf`` (ties broken by future entropy;
-        see :func:`imitation_meg._known_passes.limit_pass`).
+        and the limits of ``L(beta)`` (ties broken by future entropy) and of ``dL/dbeta`` as
+        ``beta -> sign * inf`` (see :func:`imitation_meg._known_passes.limit_pass`).
 
         Small MDPs compute both signs in one hard backward pass and cache them; large ones
         (bandwidth-bound passes) the requested sign.
