@@ -333,14 +333,14 @@ class _Solver:
 
     def newton_error(self, dec: float) -> float:
         """The predicted error of the Newton step of length ``dec`` from the newest point,
-        ``|f''| / (2 |f'|) dec^2``, with ``f''`` from the two newest points when they are close
-        (within ``100 dec``); ``inf`` when it cannot be predicted."""
+        ``|f''| / (2 |f'|) dec^2`` (times 10 for safety), with ``f''`` from the two newest points
+        when they are within 1% of each other; ``inf`` when it cannot be predicted."""
         if len(self.recent) < 2:
             return math.inf
         (a, _, da), (b, _, db) = self.recent
-        if not (0 < abs(b - a) <= 100.0 * dec) or not db < 0:
+        if not (0 < abs(b - a) <= 1e-2 * max(a, b)) or not db < 0:
             return math.inf
-        return abs((db - da) / (b - a)) / (2.0 * abs(db)) * dec * dec
+        return 10.0 * abs((db - da) / (b - a)) / (2.0 * abs(db)) * dec * dec
 
     def curvature_slope(self) -> float:
         """``d3L/dbeta3`` from the second derivatives at the two newest points (0 if unknown)."""
@@ -513,6 +513,8 @@ def _newton(st: _Solver, scale: float) -> None:
             c = x + (2.0 if f > 0.25 * f_prev else 1.0) * dec if math.isfinite(dec) else 16.0 * x
             if f > 0.5 * f_prev:
                 c = max(c, 4.0 * x)
+            elif x < ch < 64.0 * x and abs(ch - cn) <= 0.5 * dec:
+                c = ch  # the Hermite root refines Newton's (order ~2.7 from the same side)
             f_prev, x = f, min(c, 64.0 * x, st.x_max)
             continue
         if hi - lo <= _BRACKET_RTOL * hi:

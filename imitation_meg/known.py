@@ -121,6 +121,8 @@ class MEGResult:
         signed: whether ``meg`` carries the sign of ``E_pi[U] - E_uniform[U]``.
         evaluations: number of beta values evaluated.
         extra: additional fields of specialised solvers (unknown-utility MEG and friends).
+        passes: passes over the MDP (known-utility MEG): the behaviour's occupancy, the
+            ``beta = 0`` pass, each batched pass over betas (counted once) and the limit pass.
     """
 
     meg: float
@@ -137,6 +139,7 @@ class MEGResult:
     signed: bool = False
     evaluations: int = 0
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    passes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dictionary (NaN becomes ``None``, infinite floats ``"inf"`` / ``"-inf"``)."""
@@ -434,6 +437,7 @@ def meg(
         at_boundary=bool(sol.at_boundary),
         signed=signed,
         evaluations=sol.evaluations,
+        passes=sol.passes + (1 if sa_occupancy is None else 0),
     )
 
 
