@@ -9,13 +9,8 @@ import pytest
 import torch as th
 
 import imitation_meg as im
-from imitation_meg.beta_solver import (
-    BetaEvaluation,
-    BetaObjective,
-    LimitValue,
-    _cubic_roots_01,
-    solve_beta,
-)
+from imitation_meg._hermite import cubic_roots
+from imitation_meg.beta_solver import BetaEvaluation, BetaObjective, LimitValue, solve_beta
 
 
 class OneDecision:
@@ -108,7 +103,7 @@ def test_cubic_roots_on_the_unit_interval_match_numpy(rng):
             for z in np.roots(c[::-1])
             if abs(z.imag) <= 1e-9 * max(1.0, abs(z)) and 0.0 < z.real < 1.0
         )
-        ours = sorted(_cubic_roots_01(*c))
+        ours = sorted(cubic_roots(*c))
         assert len(ours) == len(ref)
         np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-7)
 
