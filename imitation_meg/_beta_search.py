@@ -23,16 +23,24 @@ from imitation_meg._hermite import (
     tangents,
 )
 
-__all__ = ["MAX_DECADES", "SATURATED_X", "Bracket", "Point", "Solver", "grid", "newton", "refine"]
+__all__ = [
+    "MAX_DECADES",
+    "RTOL",
+    "SATURATED_X",
+    "Bracket",
+    "Point",
+    "Solver",
+    "grid",
+    "newton",
+    "refine",
+]
 
 # Grid and stopping settings of the 1-D solver.
 _GRID_AROUND = (-0.8, 0.8)  # first grid: x0 * 10**-0.8 .. x0 * 10**0.8 around the Newton step at 0
 MAX_DECADES = 15.0  # extend the grid up to beta * scale = 1e15
 # beta * scale beyond which a soft policy counts as saturated (its limit reached to rounding).
 SATURATED_X = 1e6
-_BRACKET_RTOL = 1e-11
-# Two estimates of the root (Hermite, Newton) agreeing to this are reported without a new pass.
-_AGREE_RTOL = 1e-11
+RTOL = 1e-11  # the root's relative tolerance for float64 objectives
 # A refinement pass evaluates only the Hermite root once the bracket is this narrow (relative).
 _SINGLE_PROBE_REL = 1e-3
 
@@ -69,6 +77,7 @@ class Solver:
     obj: BetaObjective
     sign: float
     d_tol: float  # |dL| below which a point counts as a root
+    rtol: float  # relative tolerance on the root (1e-11, looser for low-precision objectives)
     n: int  # betas per pass
     x_max: float
     best: Point  # the largest L seen
@@ -171,7 +180,7 @@ class Solver:
     def settle_light(self, x: float, fp: float) -> bool:
         """After a pass without second derivatives at ``x``: when the Newton step from it (with
         ``f'`` interpolated over the bracket) is below ``1e-9`` relative and its error (the
-        step times the interpolation's relative error) below ``_AGREE_RTOL``, report it (``L``
+        step times the interpolation's relative error) below ``rtol``, report it (``L``
         to second order, the expected utility to first order with the slope of the nearest
         point that has it)."""
         p = self.points.get(x)
@@ -181,7 +190,7 @@ class Solver:
         dx = -self.sign * p.dL / fp  # the Newton step in x
         # The interpolated f' is off by at most the spread of f' over the bracket.
         spread = abs(br.fp_hi - br.fp_lo) / min(abs(br.fp_lo), abs(br.fp_hi))
-        if abs(dx) * (spread + abs(dx) / x) > _AGREE_RTOL * x or abs(dx) > 1e-9 * x:
+        if abs(dx) * (spread + abs(dx) / x) > self.rtol * x or abs(dx) > max(1e-9, self.rtol) * x:
             return False
         db = self.sign * dx
         # The expected utility's slope from the nearest point that has it.
@@ -215,7 +224,7 @@ class Solver:
         root to first order, and the next step would be quadratically smaller."""
         x, d, d2 = self.sign * self.flat.beta, self.flat.dL, self.flat.d2L
         br = self.bracket
-        return x > 0 and d2 < 0 and abs(d / d2) <= _BRACKET_RTOL * x and br.lo <= x <= br.hi
+        return x > 0 and d2 < 0 and abs(d / d2) <= self.rtol * x and br.lo <= x <= br.hi
 
     def saturated(self) -> bool:
         """``L`` has stopped increasing to rounding at the largest beta seen (``dL`` vanishes).
@@ -302,7 +311,7 @@ def newton(st: Solver, scale: float) -> None:
         if st.converged:
             return
         dec = abs(f / fp) if fp < 0 else math.inf  # Newton decrement: distance to the root
-        if dec <= _BRACKET_RTOL * x:
+        if dec <= st.rtol * x:
             st.converged = True
             return
         lo, hi = br.lo, br.hi
@@ -311,8 +320,8 @@ def newton(st: Solver, scale: float) -> None:
         if (
             not light
             and lo < cn < hi
-            and abs(ch - cn) <= _AGREE_RTOL * x
-            and st.newton_error(dec) <= _AGREE_RTOL * x
+            and abs(ch - cn) <= st.rtol * x
+            and st.newton_error(dec) <= st.rtol * x
             and st.settle(0.5 * (ch + cn), (x,))
         ):
             return  # Newton's predicted error is negligible, and the Hermite root agrees
@@ -328,7 +337,7 @@ def newton(st: Solver, scale: float) -> None:
                 c = ch  # the Hermite root refines Newton's (order ~2.7 from the same side)
             f_prev, x = f, min(c, 64.0 * x, st.x_max)
             continue
-        if hi - lo <= _BRACKET_RTOL * hi:
+        if hi - lo <= st.rtol * hi:
             st.converged = True
             return
         c = math.nan
@@ -371,7 +380,7 @@ def refine(st: Solver) -> None:
     single_tried = False
     n = st.n
     for _ in range(60):
-        if st.converged or br.hi - br.lo <= _BRACKET_RTOL * br.hi or st.newton_done():
+        if st.converged or br.hi - br.lo <= st.rtol * br.hi or st.newton_done():
             st.converged = True
             break
         c = hermite_root(br.lo, br.f_lo, br.fp_lo, br.hi, br.f_hi, br.fp_hi)
@@ -386,7 +395,7 @@ def refine(st: Solver) -> None:
         if not (lo < c < hi):
             c = cn if lo < cn < hi else _bisect(lo, hi)
         exact = not any(st.points[e].light for e in (lo, hi) if e in st.points)
-        agree = exact and lo < cn < hi and abs(cn - c) <= _AGREE_RTOL * c and hi - lo <= 1e-4 * c
+        agree = exact and lo < cn < hi and abs(cn - c) <= st.rtol * c and hi - lo <= 1e-4 * c
         if agree and st.settle(0.5 * (c + cn), (lo, hi)):
             break  # the Hermite root and Newton agree: no confirming pass
         rel = (hi - lo) / c
@@ -420,13 +429,13 @@ def refine(st: Solver) -> None:
             st.run([_bisect(br.lo, br.hi)])
             if abs(br.f_lo) <= st.d_tol or abs(br.f_hi) <= st.d_tol:
                 st.converged = True
-    if not st.converged and br.hi - br.lo <= _BRACKET_RTOL * br.hi:
+    if not st.converged and br.hi - br.lo <= st.rtol * br.hi:
         st.converged = True
 
 
 def _nested_hermite_agree(st: Solver) -> bool:
     """Settle at the Hermite root of the tightest bracket of evaluated points when it agrees to
-    ``_AGREE_RTOL`` with the Hermite root of a bracket one point wider (whose error, shrinking
+    ``rtol / 10`` with the Hermite root of a bracket one point wider (whose error, shrinking
     like the fourth power of the width, bounds the tighter one's)."""
     pts = sorted((x, p) for x, p in st.points.items() if math.isfinite(p.d2L) and not p.light)
     fs = [(x, st.sign * p.dL, p.d2L) for x, p in pts]
@@ -440,7 +449,7 @@ def _nested_hermite_agree(st: Solver) -> bool:
             wider.append(hermite_root(*fs[i - 1], b, fb, db))
         if i + 2 < len(fs):
             wider.append(hermite_root(a, fa, da, *fs[i + 2]))
-        good = [c2 for c2 in wider if abs(c2 - c1) <= 0.1 * _AGREE_RTOL * c1]
+        good = [c2 for c2 in wider if abs(c2 - c1) <= 0.1 * st.rtol * c1]
         if math.isfinite(c1) and good and b - a <= 1e-3 * c1:
             return st.settle(c1, (a, b))
         return False

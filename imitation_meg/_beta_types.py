@@ -81,6 +81,10 @@ class BetaObjective(Protocol):
     def betas_per_pass(self) -> int:
         """How many betas one pass should evaluate."""
 
+    # Optional: ``eps``, the relative precision of the evaluations (float32 objectives: 1.2e-7);
+    # the solver then stops at 10 * eps instead of 1e-11. Read with ``getattr`` (default:
+    # float64's).
+
     def evaluate_zero(self) -> BetaEvaluation:
         """The evaluation at ``beta = 0`` (``(1,)`` tensors)."""
 

@@ -45,8 +45,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from imitation_meg._beta_search import (
     MAX_DECADES,
+    RTOL,
     SATURATED_X,
     Bracket,
     Point,
@@ -74,13 +77,18 @@ def solve_beta(obj: BetaObjective) -> BetaSolution:
     L0 = float(obj.L0)
     dL0, d2L0, eu_uniform = float(ev0.dL[0]), float(ev0.d2L[0]), float(ev0.model_eu[0])
     zero = Point(0.0, L0, dL0, eu_uniform, d2L0)
-    # Tolerance on the derivative below which beta = 0 is optimal (utility gives no signal).
-    d_tol = 1e-12 * max(1.0, abs(obj.expected_utility), abs(eu_uniform), obj.utility_scale)
+    # Tolerances: 1e-12 on dL (relative to the expected utilities) and RTOL on the root, or 10
+    # units of the evaluations' precision (``eps``: float32 objectives) if that is coarser.
+    eps = float(getattr(obj, "eps", np.finfo(np.float64).eps))
+    d_tol = max(1e-12, 10.0 * eps) * max(
+        1.0, abs(obj.expected_utility), abs(eu_uniform), obj.utility_scale
+    )
     sign = 1.0 if dL0 > 0 else -1.0
     st = Solver(
         obj=obj,
         sign=sign,
         d_tol=d_tol,
+        rtol=max(RTOL, 10.0 * eps),
         n=max(1, int(obj.betas_per_pass)),
         x_max=10.0**MAX_DECADES / scale if scale > 0 else math.inf,
         best=dataclasses.replace(zero),
@@ -184,7 +192,7 @@ def _compare_with_the_limit(st: Solver, scale: float) -> BetaSolution:
     # be a neighbour's rounding); else the largest L seen.
     x = abs(flat.beta)
     dec = abs(flat.dL / flat.d2L) if flat.d2L < 0 else math.inf
-    at_root = abs(flat.dL) <= st.d_tol or dec <= 1e-9 * x
+    at_root = abs(flat.dL) <= st.d_tol or dec <= max(1e-9, st.rtol) * x
     pick = flat if at_root else best
     L = pick.L + 0.5 * abs(flat.dL) * dec if at_root and math.isfinite(dec) else pick.L
     # A "root" beyond beta * scale = 1e6 is where dL has vanished to rounding while L still

@@ -167,6 +167,8 @@ class MEGObjective:
         scale: the spread of ``r`` across actions (the natural unit of ``1 / beta``).
         utility_scale: ``H * scale``.
         L0: ``L(0) = -H log|A|``.
+        eps: the relative precision of the passes (the MDP's dtype); the solver's tolerances
+            are no finer than 10 of it.
         batch: the largest number of betas one pass evaluates (memory budget).
         evaluations: betas evaluated so far; passes: calls so far.
     """
@@ -204,6 +206,7 @@ class MEGObjective:
         self.scale = _scale(self.r)
         self.utility_scale = H * self.scale
         self.L0 = -H * math.log(A)
+        self.eps = float(th.finfo(mdp.dtype).eps)  # the passes' precision (float32: 1.2e-7)
         self.evaluations = 0
         self.passes = 0
         self._limits: dict[float, tuple[float, float, float, float]] = {}
