@@ -35,17 +35,20 @@ HERE = pathlib.Path(__file__).resolve().parent
 __all__ = [
     "best_time",
     "copy_bandwidth",
+    "epsilon_greedy_policy",
     "goal_directed_policy",
     "imitation_env",
     "imitation_meg_baseline",
     "peak_rss_mib",
     "row_meg_cliff",
+    "row_meg_long",
     "row_meg_random",
     "row_meg_unknown",
     "row_svi_cliff",
     "row_svi_random",
     "run_row_in_subprocess",
     "sparse_pass_bandwidth",
+    "sparse_pass_breakdown",
 ]
 
 
@@ -176,6 +179,49 @@ def goal_directed_policy(mdp: TabularMDP, *, temperature: float = 0.5) -> th.Ten
     return th.softmax(q / (temperature * float(q.std()) + 1e-12), -1)
 
 
+def epsilon_greedy_policy(mdp: TabularMDP, epsilon: float) -> th.Tensor:
+    """A stationary ``(S, A)`` epsilon-greedy policy on the one-step lookahead of the utility
+    (the greedy action of :func:`goal_directed_policy`'s scores, ties to the first).
+
+    Stationary on purpose: the time-dependent optimal policy of a million-state MDP would take
+    ``H * S * A`` floats (3.2 GB at H = 100, float64) by itself.
+    """
+    r = mdp.reward_sa()
+    U = mdp.utility if mdp.utility is not None and mdp.utility.ndim == 1 else r.amax(-1)
+    q = r + mdp.expect_next(U.unsqueeze(0))[0]
+    greedy = th.nn.functional.one_hot(q.argmax(-1), mdp.n_actions).to(q.dtype)
+    return (1.0 - epsilon) * greedy + epsilon / mdp.n_actions
+
+
+def sparse_pass_breakdown(mdp: TabularMDP, repeats: int = 3) -> dict[str, float]:
+    """What bounds one sparse backup (``expect_next`` of one value vector, state-major CSR).
+
+    Times, best of ``repeats``: ``stream_s``, reading the CSR values and column indices once (a
+    sum over each: the bandwidth part); ``gather_s``, reading the value vector at every stored
+    column index (``index_select`` into a preallocated buffer: the random-access part); and
+    ``pass_s``, the product itself. Returns those with ``sparse_pass_bytes``.
+    """
+    P, _ = mdp.operator.csr(mdp.dtype)
+    v = th.randn(mdp.n_states, dtype=mdp.dtype, device=mdp.device)
+    vals, cols = P.values(), P.col_indices()
+    buf = th.empty_like(vals)
+    nbytes, t_pass = sparse_pass_bandwidth(mdp, repeats)
+    t = best_time(
+        {
+            "stream": lambda: (vals.sum(), cols.sum()),
+            "gather": lambda: th.index_select(v, 0, cols, out=buf),
+        },
+        repeats,
+        str(mdp.device),
+    )
+    return {
+        "sparse_pass_bytes": nbytes,
+        "sparse_pass_s": t_pass,
+        "stream_s": t["stream"],
+        "gather_s": t["gather"],
+    }
+
+
 # ---------------------------------------------------------------------- rows
 def row_svi_cliff(
     width: int, height: int, horizon: int, n_betas: int, repeats: int, *, incumbent: bool = True
@@ -277,7 +323,7 @@ def row_svi_random(
     if dt == th.float32:
         _, D64 = soft_state_visitation(mdp, betas)
         err32 = float((out["D"].double() - D64).abs().max() / D64.abs().max())
-    nbytes, t_pass = sparse_pass_bandwidth(mdp_dt)
+    breakdown = sparse_pass_breakdown(mdp_dt)
     row: dict[str, Any] = {
         "task": "soft VI + occupancy",
         "env": f"random sparse S={n_states:.0e}",
@@ -293,17 +339,21 @@ def row_svi_random(
             float(np.abs(out["D"].cpu().numpy() - out["D_inc"]).max()) if incumbent else None
         ),
         "float32_err": err32,
-        "sparse_pass_bytes": nbytes,
-        "sparse_pass_s": t_pass,
+        **breakdown,
     }
     row["speedup"] = row["incumbent_s"] / row["ours_s"] if incumbent else None
     return row
 
 
 def row_meg_cliff(
-    width: int, height: int, horizon: int, epsilon: float, repeats: int
+    width: int, height: int, horizon: int, epsilon: float, repeats: int, *, fit_evals: int = 40
 ) -> dict[str, Any]:
-    """Known-utility MEG end to end: ours vs Brent on imitation's ``mce_partition_fh``."""
+    """Known-utility MEG end to end: ours vs Brent on imitation's ``mce_partition_fh``.
+
+    ``speedup`` is against the Brent run itself; ``speedup_vs_fit`` against an imitation-based
+    fit of ``fit_evals`` evaluations (the Brent run's time per evaluation times ``fit_evals``),
+    the issue's yardstick.
+    """
     from imitation_meg import policies
     from imitation_meg.envs import cliff_world
 
@@ -322,6 +372,7 @@ def row_meg_cliff(
     m32 = mdp.to(dtype=th.float32)
     r32 = meg(pi.float(), m32)
     res, base = out["ours"], out["inc"]
+    per_eval = t["incumbent"] / base["calls"]
     return {
         "task": f"known-utility MEG (eps-greedy {epsilon})",
         "env": f"CliffWorld {width}x{height}",
@@ -334,31 +385,55 @@ def row_meg_cliff(
         "ours_s": t["ours"],
         "incumbent_s": t["incumbent"],
         "speedup": t["incumbent"] / t["ours"],
+        "speedup_vs_fit": fit_evals * per_eval / t["ours"],
+        "fit_evals": fit_evals,
         "meg": res.meg,
         "meg_incumbent": base["meg"],
         "err_vs_incumbent": abs(res.meg - base["meg"]),
         "float32_err": abs(r32.meg - res.meg),
         "evaluations": res.evaluations,
+        "passes": res.passes,
         "incumbent_calls": base["calls"],
     }
 
 
 def row_meg_random(
-    n_states: int, horizon: int, *, dtype: str = "float64", device: str = "cpu", seed: int = 0
+    n_states: int,
+    horizon: int,
+    *,
+    policy: str = "softmax",
+    epsilon: float = 0.1,
+    dtype: str = "float64",
+    device: str = "cpu",
+    seed: int = 0,
 ) -> dict[str, Any]:
-    """Known-utility MEG of a stationary goal-directed policy on a random sparse MDP (timed once)."""
+    """Known-utility MEG of a stationary policy on a random sparse MDP (timed once).
+
+    ``policy``: ``"softmax"`` (:func:`goal_directed_policy`) or ``"epsilon_greedy"``
+    (:func:`epsilon_greedy_policy` with ``epsilon``). With ``dtype="float32"`` the row also runs
+    the float64 MEG (untimed) and reports the difference.
+    """
     from imitation_meg.envs import random_mdp
 
     dt = th.float32 if dtype == "float32" else th.float64
     mdp = random_mdp(n_states, 4, horizon, branching=4, seed=seed, dtype=dt, device=device)
-    pi = goal_directed_policy(mdp)
+    if policy == "softmax":
+        pi, label = goal_directed_policy(mdp), "softmax lookahead policy"
+    elif policy == "epsilon_greedy":
+        pi, label = epsilon_greedy_policy(mdp, epsilon), f"eps-greedy {epsilon} lookahead policy"
+    else:
+        raise ValueError(f"policy must be 'softmax' or 'epsilon_greedy', got {policy!r}.")
     _sync(device)
     t0 = time.perf_counter()
     res = meg(pi, mdp)
     _sync(device)
     elapsed = time.perf_counter() - t0
+    err32 = None
+    if dt == th.float32:
+        m64 = mdp.to(dtype=th.float64)
+        err32 = abs(meg(pi.double(), m64).meg - res.meg)
     return {
-        "task": "known-utility MEG (softmax lookahead policy)",
+        "task": f"known-utility MEG ({label})",
         "env": f"random sparse S={n_states:.0e}",
         "S": n_states,
         "A": 4,
@@ -373,6 +448,41 @@ def row_meg_random(
         "beta": res.beta,
         "converged": res.converged,
         "evaluations": res.evaluations,
+        "passes": res.passes,
+        "float32_err": err32,
+    }
+
+
+def row_meg_long(
+    n_states: int, horizon: int, *, epsilon: float = 0.2, seed: int = 0
+) -> dict[str, Any]:
+    """Known-utility MEG of a time-dependent epsilon-greedy policy over a long horizon on a
+    small random MDP (timed once; building the policy is not timed)."""
+    from imitation_meg import policies
+    from imitation_meg.envs import random_mdp
+
+    mdp = random_mdp(n_states, 2, horizon, seed=seed)
+    pi = policies.epsilon_greedy(mdp, epsilon)
+    t0 = time.perf_counter()
+    res = meg(pi, mdp)
+    elapsed = time.perf_counter() - t0
+    return {
+        "task": f"known-utility MEG, long horizon (eps-greedy {epsilon}, time-dependent)",
+        "env": f"random S={n_states}",
+        "S": n_states,
+        "A": 2,
+        "H": horizon,
+        "K": 1,
+        "dtype": "float64",
+        "device": "cpu",
+        "ours_s": elapsed,
+        "incumbent_s": None,
+        "speedup": None,
+        "meg": res.meg,
+        "beta": res.beta,
+        "converged": res.converged,
+        "evaluations": res.evaluations,
+        "passes": res.passes,
     }
 
 
@@ -425,6 +535,7 @@ ROWS: dict[str, Callable[..., Any]] = {
     "svi_random": row_svi_random,
     "meg_cliff": row_meg_cliff,
     "meg_random": row_meg_random,
+    "meg_long": row_meg_long,
     "meg_unknown": row_meg_unknown,
 }
 

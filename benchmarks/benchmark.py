@@ -42,7 +42,19 @@ class Config:
     float32_states: tuple[int, ...] = (100_000, 1_000_000)
     meg_grid: tuple[int, ...] = (10, 4, 30)
     meg_epsilon: float = 0.3
+    # Further known-utility MEG rows on CliffWorld: (width, height, horizon, epsilon).
+    meg_cliff_extra: tuple[tuple[float, ...], ...] = (
+        (10, 4, 30, 0.1),
+        (10, 4, 30, 0.4),
+        (100, 20, 110, 0.1),
+        (100, 20, 110, 0.4),
+    )
+    meg_cliff_repeats_large: int = 3
     meg_random_states: tuple[int, ...] = (1_000_000,)
+    meg_random_policies: tuple[str, ...] = ("softmax", "epsilon_greedy")
+    meg_random_float32_states: tuple[int, ...] = (1_000_000,)
+    # Long horizons: (states, horizon) of a small random MDP.
+    meg_long: tuple[tuple[int, ...], ...] = ((3, 100_000),)
     unknown_steps: int = 500
     unknown_restarts: int = 4
     repeats: int = 3
@@ -94,10 +106,21 @@ def _note(kind: str, kwargs: dict[str, Any], row: dict[str, Any]) -> str:
         else:
             parts.append(f"incumbent cannot run (dense S x A x S = {gib:.3g} GiB)")
     if kind == "meg_cliff":
-        parts.append(f"ours {row['evaluations']} betas; incumbent {row['incumbent_calls']} calls")
-    if kind == "meg_random":
         parts.append(
-            f"{row['evaluations']} betas, beta = {row['beta']:.6g}, converged {row['converged']}"
+            f"ours {row['evaluations']} betas in {row['passes']} passes; incumbent "
+            f"{row['incumbent_calls']} calls; {row['speedup_vs_fit']:.1f}x a "
+            f"{row['fit_evals']}-evaluation fit"
+        )
+    if kind in ("meg_random", "meg_long"):
+        parts.append(
+            f"{row['evaluations']} betas in {row['passes']} passes, beta = {row['beta']:.6g}, "
+            f"converged {row['converged']}"
+        )
+    if kind == "svi_random" and row.get("gather_s"):
+        parts.append(
+            f"of one backup: streaming the CSR arrays {row['stream_s'] * 1e3:.3g} ms, gathering "
+            f"the values at the column indices {row['gather_s'] * 1e3:.3g} ms, the product "
+            f"{row['sparse_pass_s'] * 1e3:.3g} ms"
         )
     return "; ".join(parts)
 
@@ -153,6 +176,14 @@ def main(cfg: Config) -> dict:
     for grid in (*cfg.cliff_grids, cfg.meg_grid):
         if len(grid) != 3:
             raise ValueError(f"grids are (width, height, horizon) triples, got {grid}.")
+    for row in cfg.meg_cliff_extra:
+        if len(row) != 4:
+            raise ValueError(
+                f"meg_cliff_extra rows are (width, height, horizon, epsilon), got {row}."
+            )
+    for row in cfg.meg_long:
+        if len(row) != 2:
+            raise ValueError(f"meg_long rows are (states, horizon) pairs, got {row}.")
     devices = ["cpu"] + (["cuda"] if cfg.gpu and th.cuda.is_available() else [])
     bandwidth = bench.copy_bandwidth(cfg.bandwidth_bytes)
     jobs: list[tuple[str, dict[str, Any]]] = []
@@ -210,11 +241,48 @@ def main(cfg: Config) -> dict:
             },
         )
     )
+    for cw, ch, cH, ceps in cfg.meg_cliff_extra:
+        slow = cw * ch >= cfg.slow_states
+        jobs.append(
+            (
+                "meg_cliff",
+                {
+                    "width": int(cw),
+                    "height": int(ch),
+                    "horizon": int(cH),
+                    "epsilon": float(ceps),
+                    "repeats": cfg.meg_cliff_repeats_large if slow else cfg.repeats,
+                },
+            )
+        )
     for dev in devices:
         for S in cfg.meg_random_states:
+            for policy in cfg.meg_random_policies:
+                jobs.append(
+                    (
+                        "meg_random",
+                        {
+                            "n_states": S,
+                            "horizon": cfg.random_horizon,
+                            "policy": policy,
+                            "device": dev,
+                        },
+                    )
+                )
+        for S in cfg.meg_random_float32_states:
             jobs.append(
-                ("meg_random", {"n_states": S, "horizon": cfg.random_horizon, "device": dev})
+                (
+                    "meg_random",
+                    {
+                        "n_states": S,
+                        "horizon": cfg.random_horizon,
+                        "dtype": "float32",
+                        "device": dev,
+                    },
+                )
             )
+    for S, H in cfg.meg_long:
+        jobs.append(("meg_long", {"n_states": int(S), "horizon": int(H)}))
     jobs.append(
         (
             "meg_unknown",

@@ -25,9 +25,10 @@ import math
 
 import torch as th
 
-from imitation_meg._operators import Array, Products
+from imitation_meg._operators import Array, Operands, Products
 from imitation_meg.mdp import TabularMDP
-from imitation_meg.soft_vi import TIE_TOL, _tie_log_policy
+from imitation_meg.progress import progress
+from imitation_meg.soft_vi import TIE_TOL, long_pass
 
 __all__ = ["Behaviour", "PassBuffers", "derivative_pass", "limit_pass", "zero_pass"]
 
@@ -35,6 +36,11 @@ __all__ = ["Behaviour", "PassBuffers", "derivative_pass", "limit_pass", "zero_pa
 _W_BYTES = 1 << 27
 # Pass workspaces up to this size are kept (per MDP) for the next pass with the same batch size.
 _WS_KEEP_BYTES = 1 << 22
+# Passes keep every step's rows when they fit in this many bytes (cache-sized: beyond, writing
+# the history costs more memory traffic than the per-step accumulations cost calls).
+_HIST_BYTES = 1 << 22
+# Passes keep every step's rows (and per-step views, ~2 kB a step) up to this many steps.
+_HIST_MAX_STEPS = 1 << 12
 
 
 @dataclasses.dataclass(eq=False)
@@ -132,9 +138,33 @@ class PassBuffers:
     V: list[th.Tensor]  # per step (1, S, K) views: V
     g: list[th.Tensor]  # per step (1, S, K) views: g
     h: list[th.Tensor] | None  # per step (1, S, K) views: h
-    Q_ops: list[Array]  # the rows as the products take them
-    X_ops: list[Array]  # the carries as the products take them
+    Q_ops: Operands  # the rows as the products take them
+    X_ops: Operands  # the carries as the products take them
     C_op: Array  # the constant as the products take it
+
+
+def _wsum(acc: th.Tensor, M: th.Tensor, w: th.Tensor, alpha: float = 1.0) -> None:
+    """``acc += alpha * w @ M`` for ``M (n, c)``, ``w (n,)``, accumulated in ``acc``'s float64
+    whatever ``M``'s dtype: float32 sums of ~1e5 terms drift by ~1e-3 relative (0.1 nat of L on
+    a 2e4-state MDP)."""
+    if M.dtype == acc.dtype:
+        acc.addmv_(M.T, w, alpha=alpha)
+    else:
+        acc.add_((M * w.unsqueeze(-1)).sum(0, dtype=acc.dtype), alpha=alpha)
+
+
+def _wsum_steps(W: th.Tensor, X: th.Tensor, acc_dtype: th.dtype) -> th.Tensor:
+    """``sum_t W[t] @ X[t]`` for ``W (H, n)``, ``X (H, n, c)``: ``(c,)`` in ``acc_dtype``."""
+    if X.dtype == acc_dtype:
+        return th.bmm(W.unsqueeze(1), X).sum(0).view(-1)
+    return (W.unsqueeze(-1) * X).sum((0, 1), dtype=acc_dtype)
+
+
+def _dot64(p: th.Tensor, x: th.Tensor) -> th.Tensor:
+    """``p @ x`` accumulated in float64 (``(S,)`` with ``(S, c)``)."""
+    if x.dtype == th.float64:
+        return p @ x
+    return (p.unsqueeze(-1) * x).sum(0, dtype=th.float64)
 
 
 def _pass_buffers(
@@ -145,7 +175,11 @@ def _pass_buffers(
     H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
     blocks = 3 if second else 2  # [Q | G | d2Q] or [Q | G]
     SA, R = S * A, blocks * K
-    hist = W is not None and H * R * (SA + S) * r.element_size() <= _W_BYTES
+    hist = (
+        W is not None
+        and H <= _HIST_MAX_STEPS
+        and H * R * (SA + S) * r.element_size() <= _HIST_BYTES
+    )
     # Kept per operator (shared by copies with another horizon: H is in the key), layout and
     # dtype (the operator adds the thread); the buffers are overwritten by every pass and the
     # constant's utility block is refilled by each pass.
@@ -176,7 +210,7 @@ def _pass_buffers(
         T=r.new_empty(A, S, K),
         m=r.new_empty(1, S, K),
         z=r.new_empty(1, S, K),
-        acc=r.new_empty(R),
+        acc=th.empty(R, dtype=th.float64, device=r.device),
         Q=list(Qh.unbind(0)),
         q=cols(Qv, 0),
         G=cols(Qv, 1),
@@ -196,10 +230,10 @@ def _pass_buffers(
 
 def derivative_pass(
     mdp: TabularMDP, r: th.Tensor, beh: Behaviour, betas: th.Tensor, *, second: bool = True
-) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
-    """One fused backward pass for finite ``betas (K,)``: ``(L, dL, d2L, model_eu)``, each
-    ``(K,)`` (``d2L`` NaN and no ``d2Q`` / ``h`` columns when ``second`` is False: 9 instead of
-    12 calls per step).
+) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+    """One fused backward pass for finite ``betas (K,)``: ``(L, dL, d2L, model_eu, dmodel_eu)``,
+    each ``(K,)`` (``d2L`` and ``dmodel_eu`` NaN and no ``d2Q`` / ``h`` columns when ``second``
+    is False: 9 instead of 12 calls per step).
 
     ``log pi`` is one ``log_softmax`` into its own buffer (``V`` is ``Q`` minus it at the best
     action: ``max Q - max log pi``), and the columns ``[G | d2Q]`` become ``[G - g | d2Q]`` in
@@ -219,7 +253,10 @@ def derivative_pass(
     acc.zero_()
     d2L_acc = acc[2 * K :]
     gamma = mdp.discount
-    for t in range(H - 1, -1, -1):
+    steps = progress(
+        range(H - 1, -1, -1), enabled=_long(mdp, 3 * K), desc=f"MEG pass ({K} betas)", total=H
+    )
+    for t in steps:
         i, j = (t, t + 1) if ws.hist else (0, 0)  # this step's slot, the carry's slot
         Qb, q, G = ws.Q[i], ws.q[i], ws.G[i]
         if t == H - 1:
@@ -244,27 +281,29 @@ def derivative_pass(
             th.sum(T, 0, keepdim=True, out=ws.h[i])  # h = E_pi[d2Q] + Var_pi(G)
         if not ws.hist:
             wf, wS = (W[t], beh.D[t]) if W is not None else beh.w_am(t)
-            acc[K:].addmv_(Qb[:, K:].T, wf)
-            acc[:K].addmv_(lp.view(-1, K).T, wf)
+            _wsum(acc[K:], Qb[:, K:], wf)
+            _wsum(acc[:K], lp.view(-1, K), wf)
             if second:
                 assert ws.h is not None
-                d2L_acc.addmv_(ws.h[i][0].T, wS, alpha=-1.0)
+                _wsum(d2L_acc, ws.h[i][0], wS, alpha=-1.0)
     if ws.hist:
         assert W is not None
-        Wb = W.unsqueeze(1)
-        acc[K:] += th.bmm(Wb, ws.Qh[..., K:]).sum(0).view(-1)
-        acc[:K] += th.bmm(Wb, ws.LPh.view(H, -1, K)).sum(0).view(-1)
+        acc[K:] += _wsum_steps(W, ws.Qh[..., K:], acc.dtype)
+        acc[:K] += _wsum_steps(W, ws.LPh.view(H, -1, K), acc.dtype)
         if second:
-            d2L_acc -= th.bmm(beh.D.unsqueeze(1), ws.Xh[:H, :, 2 * K :]).sum(0).view(K)
-    model_eu = mdp.initial_state_dist @ ws.Xh[0, :, K : 2 * K]
+            d2L_acc -= _wsum_steps(beh.D, ws.Xh[:H, :, 2 * K :], acc.dtype)
+    p0 = mdp.initial_state_dist
+    model_eu = _dot64(p0, ws.Xh[0, :, K : 2 * K])  # E_p0[g_0] = E_p0[dV_0 / dbeta]
     out = acc.clone()  # the workspace is reused by the next pass
-    d2L = out[2 * K : 3 * K] if second else th.full_like(out[:K], math.nan)
-    return out[:K], out[K : 2 * K], d2L, model_eu
+    nan = th.full_like(out[:K], math.nan)
+    d2L = out[2 * K : 3 * K] if second else nan
+    deu = _dot64(p0, ws.Xh[0, :, 2 * K : 3 * K]) if second else nan  # E_p0[h_0]
+    return out[:K], out[K : 2 * K], d2L, model_eu, deu
 
 
 def zero_pass(
     mdp: TabularMDP, r: th.Tensor, beh: Behaviour
-) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
     """The pass at ``beta = 0`` (the uniform policy): ``log pi = -log A`` needs no softmax.
 
     Carries ``[h | g] (S, 2)`` only: ``G = r + gamma E[g']``, ``g = mean_a G``, ``d2Q = gamma
@@ -275,14 +314,14 @@ def zero_pass(
     H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
     SA = S * A
     W = beh.weights()
-    hist = W is not None
+    hist = W is not None and H <= _HIST_MAX_STEPS
     n = H if hist else 1
     C = r.new_zeros(SA, 2)  # [0 | r] (action-major)
     C[:, 1] = r.T.reshape(SA)
     Qh = r.new_empty(n, SA, 2)  # [d2Q | G], then [d2Q | G - g]
     Xh = r.new_zeros(n + 1, S, 2)  # carries [A h | A g]
     T = r.new_empty(A, S)
-    acc = r.new_zeros(2)  # [first part of d2L | dL]
+    acc = th.zeros(2, dtype=th.float64, device=r.device)  # [first part of d2L | dL]
     Qv, Xv = Qh.view(n, A, S, 2), Xh.view(n + 1, 1, S, 2)
     Qs, d2Qs, Gs = Qh.unbind(0), Qv[..., 0].unbind(0), Qv[..., 1].unbind(0)
     Xs, hs, gs = Xh.unbind(0), Xv[..., 0].unbind(0), Xv[..., 1].unbind(0)
@@ -290,7 +329,10 @@ def zero_pass(
     prod = mdp.operator.products(r.dtype, 2)
     Q_ops, X_ops = prod.operands(Qh, 2), prod.operands(Xh, 2)
     C_op = prod.operands(C.unsqueeze(0), 2)[0]
-    for t in range(H - 1, -1, -1):
+    steps = progress(
+        range(H - 1, -1, -1), enabled=_long(mdp, 2), desc="MEG pass (beta = 0)", total=H
+    )
+    for t in steps:
         i, j = (t, t + 1) if hist else (0, 0)  # this step's slot, the carry's slot
         Qb, G, g = Qs[i], Gs[i], gs[i]
         if t == H - 1:
@@ -303,62 +345,90 @@ def zero_pass(
         th.sum(T, 0, keepdim=True, out=hs[i])  # A h = sum_a d2Q + sum_a (G - g)^2
         if not hist:
             wf, wS = beh.w_am(t)
-            acc.addmv_(Qb.T, wf)
-            acc[0:1].addmv_(Xs[i][:, 0:1].T, wS, alpha=-inv_a)
+            _wsum(acc, Qb, wf)
+            _wsum(acc[0:1], Xs[i][:, 0:1], wS, alpha=-inv_a)
     if hist:
         assert W is not None
-        acc += th.bmm(W.unsqueeze(1), Qh).sum(0).view(2)
-        acc[0:1] -= inv_a * th.bmm(beh.D.unsqueeze(1), Xh[:H, :, 0:1]).sum(0).view(1)
-    L = (-math.log(A)) * beh.D.sum().reshape(1)  # sum_t sum_s D_t(s) log(1 / A)
-    return L, acc[1:2], acc[0:1], (mdp.initial_state_dist @ Xh[0, :, 1:2]) * inv_a
-
-
-def _limits_fit(mdp: TabularMDP, r: th.Tensor, beh: Behaviour) -> bool:
-    """Whether both limits' hard Q-values ``(H, 2, S, A)`` fit the small-MDP budget."""
-    size = 2 * mdp.horizon * mdp.n_states * mdp.n_actions * r.element_size()
-    return beh.weights() is not None and size <= _W_BYTES
+        acc += _wsum_steps(W, Qh, acc.dtype)
+        acc[0:1] -= inv_a * _wsum_steps(beh.D, Xh[:H, :, 0:1], acc.dtype)
+    L = (-math.log(A)) * beh.D.sum(dtype=th.float64).reshape(1)  # sum_t sum_s D_t(s) log(1/A)
+    p0 = mdp.initial_state_dist
+    return (
+        L,
+        acc[1:2],
+        acc[0:1],
+        _dot64(p0, Xh[0, :, 1:2]) * inv_a,
+        _dot64(p0, Xh[0, :, 0:1]) * inv_a,
+    )
 
 
 def limit_pass(
-    mdp: TabularMDP, r: th.Tensor, beh: Behaviour, sign: float
-) -> dict[float, tuple[float, float]]:
-    """``L`` and the model's expected utility at ``beta = sign * inf``, as ``{sign: (L, eu)}``.
+    mdp: TabularMDP, r: th.Tensor, beh: Behaviour, signs: tuple[float, ...] = (1.0, -1.0)
+) -> dict[float, tuple[float, float, float, float]]:
+    """The limits at ``beta = sign * inf`` in one hard backward pass (both signs as columns).
 
-    Small MDPs compute both limits in one hard backward pass of ``U`` and ``-U`` (max backups,
-    two calls per step; the tie policies of all steps in one vectorised call) and return both;
-    large ones run the hard backup of the requested sign with the tie policy per step.
+    For ``u = sign * r`` with hard values ``V*`` (max backups) and tie sets
+    ``T_t(s) = {a : Q*_t(s, a) >= V*_t(s) - TIE_TOL (1 + max_a |Q*_t(s, a)|)}``:
+
+    - ``L`` at ``beta = sign * inf``, the policy uniform over ``T_t(s)``: ``sum_t E_w[-log |T_t|]``
+      (``-inf`` when ``w`` leaves the ties);
+    - ``L_approach``, the limit of ``L(beta)`` as ``beta -> sign * inf``: with
+      ``Q_beta,t = beta Q*_t + q1_t + o(1)``, where ``q1_t = gamma E[v1_{t+1}]`` and
+      ``v1_t = logsumexp_{a in T_t} q1_t`` (``v1_H = 0``), the soft policies tend to
+      ``softmax(q1_t)`` over the ties: ties are broken by future entropy, not evenly, so
+      ``L_approach`` may exceed ``L``;
+    - the model's expected utility ``sign * E_p0[V*_0]`` (both limit policies are optimal for
+      ``u``);
+    - the limit of ``dL/dbeta``: ``G_t`` tends to ``Q*_t`` and ``g_t`` to ``V*_t``, so
+      ``sign * dL/dbeta -> sum_t E_w[Q*_t - V*_t]`` (the behaviour's hard advantage, ``<= 0``; 0
+      on the ties). It is 0 exactly when the behaviour stays on the ties, and then ``L``
+      increases all the way to the limit.
+
+    The carries ``[V* | v1]`` of the signs go through one product per step.
+
+    Returns:
+        ``{sign: (L, model_eu, L_approach, dL)}``.
     """
-    S, H, A = mdp.n_states, mdp.horizon, mdp.n_actions
-    if _limits_fit(mdp, r, beh):
-        rf = th.stack([r.T.reshape(A * S), -r.T.reshape(A * S)], 1)  # action-major (A S, 2)
-        Qh = r.new_empty(H, A, S, 2)
-        X = r.new_zeros(S, 2)  # hard values of U and -U at step t + 1
-        prod = mdp.operator.products(r.dtype, 2)
-        for t in range(H - 1, -1, -1):
-            q = Qh[t].view(A * S, 2)
-            if t == H - 1:
-                q.copy_(rf)
-            else:
-                prod.backup(q, X, rf, mdp.discount)
-            th.amax(Qh[t], 0, keepdim=True, out=X.view(1, S, 2))
-        Qh[..., 1].neg_()
-        X[:, 1].neg_()
-        eus = mdp.initial_state_dist @ X
-        W = beh.weights()
-        assert W is not None
-        w = W.view(H, A, S).transpose(-1, -2)
-        out = {}
-        for j, sg in enumerate((1.0, -1.0)):
-            logp = _tie_log_policy(Qh[..., j].transpose(-1, -2), sg, TIE_TOL)
-            L = float(th.where(w > 0, w * logp, th.zeros_like(w)).sum())
-            out[sg] = (L, float(eus[j]))
-        return out
-    V_next = r.new_zeros(S)
-    L = 0.0
-    for t in range(H - 1, -1, -1):
-        Q = r + mdp.discount * mdp.expect_next(V_next) if t < H - 1 else r
-        logp = _tie_log_policy(Q, sign, TIE_TOL)
-        w, _ = beh.w(t)
-        L += float(th.where(w > 0, w * logp, th.zeros_like(w)).sum())
-        V_next = Q.amax(-1) if sign > 0 else Q.amin(-1)
-    return {sign: (L, float(V_next @ mdp.initial_state_dist))}
+    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    m = len(signs)
+    sg = r.new_tensor(signs)
+    C = r.new_zeros(A * S, 2 * m)  # [sign r ... | 0 ...] action-major
+    C[:, :m] = r.T.reshape(A * S, 1) * sg
+    Q = r.new_empty(A * S, 2 * m)
+    X = r.new_zeros(S, 2 * m)  # carries [V* | v1] of step t + 1
+    Qv, Xv = Q.view(A, S, 2 * m), X.view(1, S, 2 * m)
+    Qh, q1 = Qv[..., :m], Qv[..., m:]
+    acc = th.zeros(3 * m, dtype=th.float64, device=r.device)  # [L | L_approach | advantage]
+    W = beh.weights()
+    prod = mdp.operator.products(r.dtype, 2 * m)
+    steps = progress(range(H - 1, -1, -1), enabled=_long(mdp, 2 * m), desc="MEG limits", total=H)
+    for t in steps:
+        if t == H - 1:
+            Q.copy_(C)
+        else:
+            prod.backup(Q, X, C, mdp.discount)
+        best = Qh.amax(0, keepdim=True)
+        tol = TIE_TOL * (1.0 + Qh.abs().amax(0, keepdim=True))
+        ties = Qh >= best - tol
+        lp_tie = th.where(ties, -ties.sum(0, keepdim=True).to(r.dtype).log(), -math.inf)
+        q1m = th.where(ties, q1, -math.inf)
+        v1 = th.logsumexp(q1m, 0, keepdim=True)
+        lp_lim = q1m - v1
+        Xv[..., :m] = best
+        Xv[..., m:] = v1
+        wf = W[t] if W is not None else beh.w_am(t)[0]
+        adv = th.where(ties, 0.0, Qh - best)
+        lps = th.cat([lp_tie, lp_lim, adv], -1).view(A * S, 3 * m)
+        lps.masked_fill_((wf == 0).unsqueeze(-1), 0.0)  # 0 * -inf: no mass, no term
+        _wsum(acc, lps, wf)
+    eus = _dot64(mdp.initial_state_dist, X[:, :m])
+    return {
+        s: (float(acc[j]), s * float(eus[j]), float(acc[m + j]), s * float(acc[2 * m + j]))
+        for j, s in enumerate(signs)
+    }
+
+
+def _long(mdp: TabularMDP, columns: int) -> bool:
+    """Whether a pass over ``columns`` value columns is long enough for a progress bar."""
+    H = mdp.horizon
+    return long_pass(H, H * mdp.n_states * mdp.n_actions * columns)

@@ -58,6 +58,7 @@ __all__ = [
     "SCIPY_MAX_WORK",
     "TORCH_KERNELS",
     "Kernels",
+    "Operands",
     "Products",
     "TransitionOperator",
     "promoted_dtype",
@@ -71,12 +72,16 @@ AM_MAX_SA = 1 << 20
 # loops, whose per-call cost is a few microseconds below torch's sparse kernels; above it the
 # call cost no longer matters and torch's kernels are as fast or faster.
 SCIPY_MAX_WORK = 1 << 17
+# Per-step views are made once up to this many steps (each costs ~0.2 kB); beyond, per access.
+_MAX_VIEW_STEPS = 1 << 12
 # Tests set this to force one path of :meth:`TransitionOperator.products` on fresh operators:
 # "dense", "csr" (torch's kernels), "scipy" or "state_major"; None chooses by the rules above.
 LAYOUT_OVERRIDE: str | None = None
 
 W = TypeVar("W")
 Array = Any  # a torch tensor, or a numpy view of one in the numpy paths
+#: Per-step operands, indexed by step: a list of views, or an array / tensor whose rows are.
+Operands = list[Any] | np.ndarray | th.Tensor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,17 +248,17 @@ class Products:
         """A C-contiguous ``t`` as the flat argument the scipy path takes, else ``t``."""
         return t.numpy().reshape(-1) if self._np is not None else t
 
-    def operands(self, buf: th.Tensor, k: int) -> list[Array]:
+    def operands(self, buf: th.Tensor, k: int) -> Operands:
         """The per-step operands of a C-contiguous buffer ``(n, ..., k)`` (``n`` steps of
         ``(A, S, k)`` rows or ``(S, k)`` carries), in the form :meth:`backup` and :meth:`push`
-        take them: flat numpy views with :attr:`numpy`, else ``(rows,)`` for ``k = 1`` and
-        ``(rows, k)`` tensors."""
+        take them, indexed by step: flat numpy rows with :attr:`numpy`, else ``(rows,)`` for
+        ``k = 1`` and ``(rows, k)`` tensors (made once per step up to ``_MAX_VIEW_STEPS``
+        steps, a view per access beyond, so that memory does not grow with long horizons)."""
         n = buf.shape[0]
         if self._np is not None:
-            return list(buf.numpy().reshape(n, -1))
-        if k == 1:
-            return list(buf.view(n, -1).unbind(0))
-        return list(buf.view(n, -1, k).unbind(0))
+            return buf.numpy().reshape(n, -1)
+        v = buf.view(n, -1) if k == 1 else buf.view(n, -1, k)
+        return list(v.unbind(0)) if n <= _MAX_VIEW_STEPS else v
 
     def sa_buffer(self, k: int, like: th.Tensor) -> th.Tensor:
         """An empty ``(A, S, k)`` state-action mass for :meth:`push` (on large MDPs a transposed

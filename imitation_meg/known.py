@@ -15,7 +15,12 @@ first two derivatives by a plain loop over time (the reference); :class:`MEGObje
 them for a batch of betas in one fused pass (:mod:`imitation_meg._known_passes`, tested against
 the reference), and :func:`meg` maximises ``L`` with the 1-D solver of
 :mod:`imitation_meg.beta_solver`, which also compares the interior optimum with the exact limits
-at ``beta = +-inf``. The result is deterministic and accurate to about 1e-10 relative.
+at ``beta = +-inf``. :func:`meg` solves for the normalised utility ``(r - shift) / unit`` (spread 1
+across actions) and maps ``beta`` and the expected utilities back, so the result does not depend
+on the utility's scale or offset (Proposition 3.1; tested for scales 1e-200 .. 1e200). The result
+is deterministic; ``beta`` is accurate to about 1e-11 relative at an interior optimum, and the
+limits at ``+-inf`` (including the limit of ``L(beta)`` where hard Q-values tie) are exact to
+rounding.
 
 Reusing the solver. Any objective of the same form (a concave ``L(beta)`` with exact first and
 second derivatives and exact limits at ``+-inf``; e.g. MEG of a decision in a causal influence
@@ -88,8 +93,11 @@ __all__ = [
 ]
 
 _BETAS_PER_PASS = 8
-# Above this many state-action pairs a pass is bandwidth-bound and evaluates one beta.
-_BATCH_MAX_SA = 1 << 15
+# Up to this many state-action pairs a pass over 8 betas costs about as much as one (per-step
+# call overhead dominates: 10x4 CliffWorld 1.2 ms against 0.7 ms), and the solver batches; above
+# it a pass costs about K times one (100x20: 115 ms against 24 ms for 8 betas) and the solver
+# takes one Newton step per pass.
+_BATCH_MAX_SA = 1 << 11
 # Temporary-memory budget of one batched pass (about 16 (S, A) temporaries per beta).
 _BATCH_BYTES = 1 << 28
 
@@ -113,6 +121,8 @@ class MEGResult:
         signed: whether ``meg`` carries the sign of ``E_pi[U] - E_uniform[U]``.
         evaluations: number of beta values evaluated.
         extra: additional fields of specialised solvers (unknown-utility MEG and friends).
+        passes: passes over the MDP (known-utility MEG): the behaviour's occupancy, the
+            ``beta = 0`` pass, each batched pass over betas (counted once) and the limit pass.
     """
 
     meg: float
@@ -129,6 +139,7 @@ class MEGResult:
     signed: bool = False
     evaluations: int = 0
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    passes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dictionary (NaN becomes ``None``, infinite floats ``"inf"`` / ``"-inf"``)."""
@@ -156,6 +167,8 @@ class MEGObjective:
         scale: the spread of ``r`` across actions (the natural unit of ``1 / beta``).
         utility_scale: ``H * scale``.
         L0: ``L(0) = -H log|A|``.
+        eps: the relative precision of the passes (the MDP's dtype); the solver's tolerances
+            are no finer than 10 of it.
         batch: the largest number of betas one pass evaluates (memory budget).
         evaluations: betas evaluated so far; passes: calls so far.
     """
@@ -193,17 +206,18 @@ class MEGObjective:
         self.scale = _scale(self.r)
         self.utility_scale = H * self.scale
         self.L0 = -H * math.log(A)
+        self.eps = float(th.finfo(mdp.dtype).eps)  # the passes' precision (float32: 1.2e-7)
         self.evaluations = 0
         self.passes = 0
-        self._limits: dict[float, tuple[float, float]] = {}
+        self._limits: dict[float, tuple[float, float, float, float]] = {}
         per_beta = 16 * S * A * self.r.element_size()
         self.batch = int(max(1, min(64, _BATCH_BYTES // max(per_beta, 1))))
 
     @property
     def betas_per_pass(self) -> int:
-        """Betas per solver pass: at small S a pass costs about the same for 1 or 8 betas
-        (per-step overhead dominates); at large S one (bandwidth-bound, a pass over K betas
-        costs K times one), and the memory budget ``batch`` may cap it further."""
+        """Betas per solver pass: at small ``S * A`` a pass costs about the same for 1 or 8
+        betas (per-step overhead dominates); above ``_BATCH_MAX_SA`` one (a pass over K betas
+        costs about K times one), and the memory budget ``batch`` may cap it further."""
         if self.mdp.n_states * self.mdp.n_actions > _BATCH_MAX_SA:
             return 1
         return max(1, min(self.batch, _BETAS_PER_PASS))
@@ -219,7 +233,7 @@ class MEGObjective:
         Returns:
             ``(L (K,), dL (K,), model_expected_utility (K,))``.
         """
-        L, dL, _, eu = self.evaluate_batch(betas)
+        L, dL, _, eu, _ = self.evaluate_batch(betas)
         return L, dL, eu
 
     def evaluate_batch(self, betas: th.Tensor, *, second: bool = True) -> BetaEvaluation:
@@ -227,8 +241,8 @@ class MEGObjective:
         a cheaper pass: 9 instead of 12 calls per step).
 
         Returns:
-            :class:`~imitation_meg.beta_solver.BetaEvaluation` ``(L, dL, d2L, model_eu)``, each
-            ``(K,)``.
+            :class:`~imitation_meg.beta_solver.BetaEvaluation` ``(L, dL, d2L, model_eu,
+            dmodel_eu)``, each ``(K,)``.
         """
         betas = betas.to(dtype=self.mdp.dtype, device=self.mdp.device).reshape(-1)
         outs = []
@@ -239,10 +253,14 @@ class MEGObjective:
             outs.append(derivative_pass(self.mdp, self.r, self.behaviour, chunk, second=second))
         if len(outs) == 1:
             return BetaEvaluation(*outs[0])
-        return BetaEvaluation(*(th.cat([o[j] for o in outs]) for j in range(4)))
+        return BetaEvaluation(*(th.cat([o[j] for o in outs]) for j in range(5)))
 
-    #: The former name of :meth:`evaluate_batch`.
-    evaluate2 = evaluate_batch
+    def evaluate2(
+        self, betas: th.Tensor, *, second: bool = True
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+        """The former form of :meth:`evaluate_batch`: ``(L, dL, d2L, model_expected_utility)``."""
+        ev = self.evaluate_batch(betas, second=second)
+        return ev.L, ev.dL, ev.d2L, ev.model_eu
 
     def evaluate_zero(self) -> BetaEvaluation:
         """The pass at ``beta = 0`` (the uniform policy; cheaper than :meth:`evaluate_batch`)."""
@@ -262,15 +280,21 @@ class MEGObjective:
         return self.behaviour.support_bound()
 
     def evaluate_limit(self, sign: float) -> LimitValue:
-        """``L`` and the model's expected utility at ``beta = sign * inf``.
+        """``L`` at ``beta = sign * inf`` (ties split evenly), the model's expected utility there,
+        and the limits of ``L(beta)`` (ties broken by future entropy) and of ``dL/dbeta`` as
+        ``beta -> sign * inf`` (see :func:`imitation_meg._known_passes.limit_pass`).
 
-        Small MDPs compute both limits in one hard backward pass and cache them; large ones run
-        the hard backup of the requested sign.
+        Small MDPs compute both signs in one hard backward pass and cache them; large ones
+        (bandwidth-bound passes) the requested sign.
         """
         sign = 1.0 if sign > 0 else -1.0
         if sign not in self._limits:
             self.passes += 1
-            self._limits.update(limit_pass(self.mdp, self.r, self.behaviour, sign))
+            mdp = self.mdp
+            both = mdp.n_states * mdp.n_actions <= _BATCH_MAX_SA
+            self._limits.update(
+                limit_pass(mdp, self.r, self.behaviour, (1.0, -1.0) if both else (sign,))
+            )
         return LimitValue(*self._limits[sign])
 
 
@@ -328,6 +352,15 @@ def sa_occupancy_of(mdp: TabularMDP, policy: PolicyLike) -> th.Tensor:
     return D.unsqueeze(-1) * pi_t
 
 
+def _normalisation(r: th.Tensor) -> tuple[float, float]:
+    """``(shift, unit)``: the midpoint of ``r`` and its spread across actions (:func:`_scale`),
+    so that ``(r - shift) / unit`` has spread 1 whatever the utility's scale and offset (``unit``
+    is 0 for a constant utility)."""
+    unit = _scale(r)
+    shift = 0.5 * float(r.max()) + 0.5 * float(r.min())  # no overflow near the float limits
+    return shift, unit
+
+
 def _scale(r: th.Tensor) -> float:
     """Spread of the per-step reward across actions, the natural unit of 1/beta."""
     spread = float((r.amax(-1) - r.amin(-1)).max())
@@ -373,7 +406,12 @@ def meg(
             f"mdp must be an imitation_meg.TabularMDP, got {type(mdp).__name__}; build one with "
             "TabularMDP(...) or TabularMDP.from_env(env)."
         )
-    obj = MEGObjective(mdp, policy, utility, sa_occupancy=sa_occupancy)
+    # MEG depends on the utility only through its direction (Proposition 3.1): solve for the
+    # normalised utility (r - shift) / unit, whose spread across actions is 1, and map back.
+    r = mdp.reward_sa(utility).detach()
+    shift, unit = _normalisation(r)
+    r_n = (r - shift) / unit if unit > 0 else th.zeros_like(r)
+    obj = MEGObjective(mdp, policy, r_n, sa_occupancy=sa_occupancy)
     sol = solve_beta(obj)
     H, A = mdp.horizon, mdp.n_actions
     bound = H * math.log(A)
@@ -383,20 +421,26 @@ def meg(
     tol = 1e-12 * max(1.0, abs(sol.expected_utility))
     if signed:
         value = value if diff > tol else (-value if diff < -tol else 0.0)
+    # Expected utilities in the caller's units: unit * E[r_n] + shift * (discounted step mass);
+    # every soft-optimal model puts mass 1 on each step, the behaviour its occupancy's.
+    gam = mdp.discount ** th.arange(H, dtype=th.float64)
+    steps = float(gam.sum())
+    own = float((gam * obj.behaviour.D.sum(-1).double().cpu()).sum())
     return MEGResult(
         meg=float(value),
-        beta=float(sol.beta),
+        beta=float(sol.beta) / unit if unit > 0 else 0.0,
         upper_bound=bound,
         normalized=float(value / bound) if bound > 0 else 0.0,
-        expected_utility=float(sol.expected_utility),
-        model_expected_utility=float(sol.model_eu),
-        uniform_expected_utility=float(sol.uniform_eu),
+        expected_utility=unit * sol.expected_utility + shift * own,
+        model_expected_utility=unit * sol.model_eu + shift * steps,
+        uniform_expected_utility=unit * sol.uniform_eu + shift * steps,
         log_likelihood=float(sol.L),
-        grad=float(sol.grad),
+        grad=float(sol.grad) * unit,
         converged=bool(sol.converged),
         at_boundary=bool(sol.at_boundary),
         signed=signed,
         evaluations=sol.evaluations,
+        passes=sol.passes + (1 if sa_occupancy is None else 0),
     )
 
 

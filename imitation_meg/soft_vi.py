@@ -39,6 +39,7 @@ import torch as th
 
 from imitation_meg._validation import as_betas, as_policy
 from imitation_meg.mdp import TabularMDP
+from imitation_meg.progress import progress
 from imitation_meg.type_aliases import ArrayLike, PolicyLike, UtilityLike
 
 __all__ = [
@@ -57,6 +58,15 @@ __all__ = [
 
 #: Relative tolerance under which hard Q-values count as tied (beta = +-inf).
 TIE_TOL = 1e-9
+# Passes of at least this many steps or (step, state, action, column) entries show progress.
+_LONG_PASS_WORK = 1 << 28
+_LONG_PASS_STEPS = 1 << 15
+
+
+def long_pass(H: int, work: int) -> bool:
+    """Whether a pass of ``H`` steps over ``work`` entries is long enough for a progress bar
+    (many steps, each costing ~20 us of calls on small MDPs, or much data)."""
+    return H >= _LONG_PASS_STEPS or work >= _LONG_PASS_WORK
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,18 +129,31 @@ def hard_value_iteration(
         tied best actions and is ``-inf`` elsewhere.
     """
     r = mdp.reward_sa(utility)
-    H = mdp.horizon
-    S = mdp.n_states
+    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
     V_next = th.zeros(S, dtype=r.dtype, device=r.device)
-    Qs, Vs, logps = [], [], []
-    for _t in range(H - 1, -1, -1):
-        Q = r + mdp.discount * mdp.expect_next(V_next)
-        V = Q.amax(-1) if sign > 0 else Q.amin(-1)
-        Qs.append(Q)
-        Vs.append(V)
-        logps.append(_tie_log_policy(Q, sign, tie_tol))
-        V_next = V
-    return th.stack(Qs[::-1]), th.stack(Vs[::-1]), th.stack(logps[::-1])
+    if r.requires_grad:  # stacked steps for autograd
+        Qs, Vs, logps = [], [], []
+        for _t in range(H - 1, -1, -1):
+            Q = r + mdp.discount * mdp.expect_next(V_next)
+            V = Q.amax(-1) if sign > 0 else Q.amin(-1)
+            Qs.append(Q)
+            Vs.append(V)
+            logps.append(_tie_log_policy(Q, sign, tie_tol))
+            V_next = V
+        return th.stack(Qs[::-1]), th.stack(Vs[::-1]), th.stack(logps[::-1])
+    # Written into preallocated outputs: memory does not grow with H beyond them.
+    Qo, Vo, Lo = r.new_empty(H, S, A), r.new_empty(H, S), r.new_empty(H, S, A)
+    long = long_pass(H, H * S * A)
+    for t in progress(range(H - 1, -1, -1), enabled=long, desc="hard VI", total=H):
+        Q = Qo[t]
+        Q.copy_(r + mdp.discount * mdp.expect_next(V_next))
+        if sign > 0:
+            th.amax(Q, -1, out=Vo[t])
+        else:
+            th.amin(Q, -1, out=Vo[t])
+        Lo[t] = _tie_log_policy(Q, sign, tie_tol)
+        V_next = Vo[t]
+    return Qo, Vo, Lo
 
 
 def soft_value_iteration(
@@ -293,7 +316,8 @@ def _soft_backward_fast(
     k = prod.kernels
     amax0, sum0, sub, add, exp, log, div = k.amax0, k.sum0, k.sub, k.add, k.exp, k.log, k.div
     backup = prod.backup
-    for t in range(H - 1, -1, -1):
+    long = long_pass(H, H * S * A * K)
+    for t in progress(range(H - 1, -1, -1), enabled=long, desc="soft VI", total=H):
         lp, p = LP[t], PI[t]
         if t == H - 1:
             k.copy(Cv, lp)
@@ -377,7 +401,8 @@ def occupancy_measures(mdp: TabularMDP, policy: PolicyLike, *, validate: bool = 
     D_ops, M_op = prod.operands(D, K), prod.flat(mass)
     stationary = pw.shape[0] == 1
     mul, push = k.mul, prod.push
-    for t in range(H):
+    long = long_pass(H, H * S * mdp.n_actions * K)
+    for t in progress(range(H), enabled=long, desc="occupancy", total=H):
         mul(Dv[t], Pv[0] if stationary else Pv[t], Mv)
         push(D_ops[t + 1], M_op)
     return D.permute(2, 0, 1) if batch else D[..., 0]

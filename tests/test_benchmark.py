@@ -41,7 +41,11 @@ def test_benchmark_fast_config_end_to_end(tmp_path):
         ("soft VI + occupancy", "random sparse S=3e+02", 4, "float64"),
         ("soft VI + occupancy", "random sparse S=3e+02", 1, "float32"),
         ("known-utility MEG", "CliffWorld 10x4", 1, "float64"),
+        ("known-utility MEG", "CliffWorld 10x4", 1, "float64"),
         ("known-utility MEG", "random sparse S=3e+02", 1, "float64"),
+        ("known-utility MEG", "random sparse S=3e+02", 1, "float64"),
+        ("known-utility MEG", "random sparse S=3e+02", 1, "float32"),
+        ("known-utility MEG, long horizon", "random S=3", 1, "float64"),
     ]
     if hasattr(imitation_meg, "meg_unknown"):
         expected.append(("unknown-utility MEG", "CliffWorld 10x4", 1, "float64"))
@@ -54,6 +58,9 @@ def test_benchmark_fast_config_end_to_end(tmp_path):
             assert r["float32_err"] < 1e-4
     meg_row = rows[5]
     assert 0 < meg_row["meg"] <= 6 * np.log(4)
+    for r in rows[5:11]:  # every known-utility MEG row: converged, in few passes
+        assert r.get("converged", True) and 1 <= r["passes"] <= 12
+        assert r["evaluations"] >= 1
     if hasattr(imitation_meg, "meg_unknown"):
         assert rows[-1]["meg"] >= meg_row["meg"] - 1e-8  # unknown-utility MEG >= known-utility MEG
     assert out["bandwidth"] > 0

@@ -9,13 +9,8 @@ import pytest
 import torch as th
 
 import imitation_meg as im
-from imitation_meg.beta_solver import (
-    BetaEvaluation,
-    BetaObjective,
-    LimitValue,
-    _cubic_roots_01,
-    solve_beta,
-)
+from imitation_meg._hermite import cubic_roots
+from imitation_meg.beta_solver import BetaEvaluation, BetaObjective, LimitValue, solve_beta
 
 
 class OneDecision:
@@ -108,6 +103,79 @@ def test_cubic_roots_on_the_unit_interval_match_numpy(rng):
             for z in np.roots(c[::-1])
             if abs(z.imag) <= 1e-9 * max(1.0, abs(z)) and 0.0 < z.real < 1.0
         )
-        ours = sorted(_cubic_roots_01(*c))
+        ours = sorted(cubic_roots(*c))
         assert len(ours) == len(ref)
         np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-7)
+
+
+class Kink:
+    """A concave ``L`` whose slope steps down steeply near ``x_s``:
+    ``f(x) = a - b tanh(k (x - x_s))`` (``L`` its integral), the shape of MEG's derivative where
+    the soft-optimal route changes (CliffWorld 100x20, epsilon 0.1). Root in closed form:
+    ``x_s + atanh(a / b) / k``."""
+
+    def __init__(self, a, b, k, x_s, per_pass):
+        self.a, self.b, self.k, self.x_s = a, b, k, x_s
+        self.scale = 1.0
+        self.utility_scale = 1.0
+        self.expected_utility = 0.0
+        self.L0 = self._L(th.zeros(1, dtype=th.float64))[0].item()
+        self.betas_per_pass = per_pass
+        self.passes = 0
+
+    def _L(self, x):
+        z = self.k * (x - self.x_s)
+        logcosh = z.abs() + th.log1p(th.exp(-2 * z.abs())) - math.log(2.0)
+        return self.a * x - self.b / self.k * logcosh
+
+    def evaluate_batch(self, betas, *, second=True):
+        self.passes += 1
+        x = betas.double()
+        t = th.tanh(self.k * (x - self.x_s))
+        f = self.a - self.b * t
+        fp = -self.b * self.k * (1 - t * t)
+        return BetaEvaluation(self._L(x), f, fp if second else fp * math.nan, -f, -fp)
+
+    def evaluate_zero(self):
+        return self.evaluate_batch(th.zeros(1, dtype=th.float64))
+
+    def evaluate_limit(self, sign):
+        return LimitValue(-math.inf, math.nan, -math.inf, -(self.a + self.b) * sign)
+
+    def limit_upper_bound(self):
+        return -math.inf
+
+
+@pytest.mark.parametrize("per_pass", [1, 8])
+@pytest.mark.parametrize("k", [1.0, 30.0])
+def test_steep_slope_is_found_in_few_passes(per_pass, k):
+    obj = Kink(0.35, 5.7, k, 14.5, per_pass)
+    sol = solve_beta(obj)
+    root = 14.5 + math.atanh(0.35 / 5.7) / k
+    assert sol.converged and not sol.at_boundary
+    assert sol.beta == pytest.approx(root, rel=1e-10)
+    assert pytest.approx(float(obj._L(th.tensor([root], dtype=th.float64))[0]), rel=1e-13) == sol.L
+    assert sol.passes <= 13 and obj.passes == sol.passes
+
+
+@pytest.mark.parametrize("per_pass", [1, 8])
+def test_one_decision_in_both_modes(per_pass):
+    obj = OneDecision([1.0, 0.3, -0.4, -2.0], [0.5, 0.3, 0.15, 0.05])
+    obj.betas_per_pass = per_pass
+    ref = im.meg_one_step([0.5, 0.3, 0.15, 0.05], [1.0, 0.3, -0.4, -2.0])
+    sol = solve_beta(obj)
+    assert sol.L + math.log(4) == pytest.approx(ref.meg, rel=1e-11)
+    assert sol.beta == pytest.approx(ref.beta, rel=1e-9)
+    assert sol.model_eu == pytest.approx(sol.expected_utility, rel=1e-10)  # Theorem 5.1
+
+
+def test_behaviour_on_the_ties_needs_no_search():
+    # The optimal policy of CliffWorld: dL/dbeta stays positive up to the limit (its limit is
+    # 0), so the supremum is the exact limit after the beta = 0 pass and one limit pass.
+    from imitation_meg.known import MEGObjective
+
+    mdp = im.envs.cliff_world(horizon=12)
+    obj = MEGObjective(mdp, im.policies.optimal(mdp))
+    sol = solve_beta(obj)
+    assert sol.beta == math.inf and sol.converged and sol.passes == 2
+    assert obj.evaluate_limit(1.0).dL == 0.0

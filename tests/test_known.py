@@ -172,13 +172,44 @@ def test_time_dependent_policy_and_discount(rng):
     assert abs(float(L[1] - L[0]) / (2 * h)) < 1e-6
 
 
-def test_extreme_scale_utilities_stay_finite():
-    mdp = cliff_world(horizon=10)
-    pi = policies.epsilon_greedy(mdp, 0.2)
-    base = im.meg(pi, mdp).meg
-    for scale in (1e-8, 1e8):
-        res = im.meg(pi, mdp, scale * mdp.utility)
-        assert math.isfinite(res.meg) and res.meg == pytest.approx(base, rel=1e-7)
+@pytest.mark.parametrize("scale", [1e-200, 1e-15, 1e-8, 1e8, 1e100, 1e200])
+def test_extreme_scale_utilities_give_the_same_meg(scale):
+    # Issue 12: the 10x4 CliffWorld utility times 1e-15 gave 0.0 (eps-greedy 0.1, H = 30, MEG
+    # 26.4856), a false "NaN or inf" error at 1e100, a torch assert at 1e200. MEG depends on
+    # the utility only through its direction (Proposition 3.1).
+    mdp = cliff_world(horizon=30)
+    pi = policies.epsilon_greedy(mdp, 0.1)
+    base = im.meg(pi, mdp)
+    ref, _ = _np_meg(pi.numpy(), mdp, (0.0, 5.0))  # independent: scipy's bounded Brent
+    assert base.meg == pytest.approx(ref, rel=1e-9) and round(base.meg, 4) == 26.4856
+    res = im.meg(pi, mdp, scale * mdp.utility)
+    assert res.converged and not res.at_boundary
+    assert res.meg == pytest.approx(base.meg, rel=1e-12)
+    assert res.beta == pytest.approx(base.beta / scale, rel=1e-10)
+    assert res.expected_utility == pytest.approx(scale * base.expected_utility, rel=1e-12)
+    assert res.model_expected_utility == pytest.approx(res.expected_utility, rel=1e-9)
+
+
+def test_one_state_utility_at_1e_14():
+    # Issue 12: a utility of 1e-14 on one state gave 0.0 instead of 0.6256. The optimum is at a
+    # negative beta (the eps-greedy policy of the MDP's own utility avoids that state).
+    mdp = cliff_world(horizon=30)
+    pi = policies.epsilon_greedy(mdp, 0.1)
+    U = np.zeros(40)
+    U[5] = 1.0
+    ref, ref_beta = _np_meg(pi.numpy(), mdp.with_utility(U), (-20.0, 0.0))
+    for c in (1.0, 1e-14):
+        res = im.meg(pi, mdp, c * U)
+        assert res.converged and round(res.meg, 4) == 0.6256
+        assert res.meg == pytest.approx(ref, rel=1e-9)
+        assert res.beta * c == pytest.approx(ref_beta, rel=1e-5)
+
+
+def test_meg_one_step_is_scale_invariant():
+    for c in (1e-200, 1e-14, 1.0, 1e14, 1e200):
+        res = im.meg_one_step([0.8, 0.2], [c, -c])
+        assert res.meg == pytest.approx(0.8 * math.log(0.8) + 0.2 * math.log(0.2) + LOG2, rel=1e-13)
+        assert res.beta * c == pytest.approx(0.5 * math.log(4.0), rel=1e-10) and res.converged
 
 
 def test_result_to_dict_is_json_ready():
@@ -235,6 +266,51 @@ def test_property_bounds_and_invariance(seed, S, A, H, mix, a, b):
     assert res.meg <= cert + 1e-9  # Gibbs upper certificate
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    S=st.integers(1, 10),
+    A=st.integers(2, 4),
+    H=st.integers(1, 7),
+    mix=st.floats(0.0, 1.0),
+    log_scale=st.floats(-200.0, 200.0),
+    negative=st.booleans(),
+    shift=st.floats(-5.0, 5.0),
+    discount=st.sampled_from([1.0, 0.9]),
+    kind=st.sampled_from(["state", "state_action"]),
+)
+def test_property_scale_and_translation_invariance(
+    seed, S, A, H, mix, log_scale, negative, shift, discount, kind
+):
+    # Proposition 3.1 over 1e-200 .. 1e200, with translations: equal MEG (relative 1e-8), beta
+    # mapped by 1 / a, converged throughout; bounds, Gibbs certificate, uniform policy 0.
+    rng = np.random.default_rng(seed)
+    mdp = random_mdp(S, A, H, seed=rng, utility=kind, discount=discount)
+    pi = mix * policies.optimal(mdp) + (1 - mix) * th.as_tensor(
+        rng.dirichlet(np.ones(A), size=(H, S))
+    )
+    base = im.meg(pi, mdp)
+    a = (-1.0 if negative else 1.0) * 10.0**log_scale
+    U = mdp.utility
+    moved = im.meg(pi, mdp, a * U + shift * abs(a) * float(U.max() - U.min()))
+    assert base.converged and moved.converged
+    assert moved.meg == pytest.approx(base.meg, rel=1e-8, abs=1e-10)
+    assert moved.at_boundary == base.at_boundary
+    if math.isfinite(base.beta) and base.beta != 0.0:
+        assert moved.beta * a == pytest.approx(base.beta, rel=1e-6)
+    else:
+        assert moved.beta * math.copysign(1.0, a) == base.beta
+    assert 0.0 <= base.meg <= H * math.log(A) + 1e-12
+    cert = float(
+        (
+            im.occupancy_measures(mdp, pi)[:-1]
+            * (math.log(A) + (th.where(pi > 0, pi * pi.log(), th.zeros_like(pi))).sum(-1))
+        ).sum()
+    )
+    assert base.meg <= cert + 1e-9
+    assert im.meg(policies.uniform(mdp), mdp, a * U).meg == 0.0
+
+
 # ----------------------------------------------------------------------------- solver internals
 def test_zero_pass_matches_the_general_pass(rng):
     from imitation_meg.known import MEGObjective
@@ -247,25 +323,63 @@ def test_zero_pass_matches_the_general_pass(rng):
             th.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
 
 
-def test_both_limits_match_the_per_step_hard_pass(rng, monkeypatch):
+def test_limit_pass_matches_the_hard_recursion(layout, rng):
+    # L at +-inf from hard_value_iteration's tie policy (the reference), both signs in one pass
+    # or one at a time; on a tie-free MDP the limit of L(beta) equals it.
     from imitation_meg import _known_passes
+    from imitation_meg.known import MEGObjective, objective_reference, sa_occupancy_of
+    from imitation_meg.soft_vi import hard_value_iteration
+
+    for mdp, eps in ((cliff_world(horizon=7), 0.0), (cliff_world(horizon=7), 0.3)):
+        pi = policies.epsilon_greedy(mdp, eps)
+        obj = MEGObjective(mdp, pi)
+        w = sa_occupancy_of(mdp, pi)
+        for sign in (1.0, -1.0):
+            lim = obj.evaluate_limit(sign)
+            (one,) = _known_passes.limit_pass(mdp, obj.r, obj.behaviour, (sign,)).values()
+            assert one == pytest.approx(tuple(lim), rel=1e-13, abs=1e-13)
+            _, V, lp = hard_value_iteration(mdp, sign=sign)
+            ref = float(th.where(w > 0, w * lp, th.zeros_like(w)).sum())
+            assert pytest.approx(ref, rel=1e-12) == lim.L or lim.L == ref == -math.inf
+            assert lim.model_eu == pytest.approx(float(V[0] @ mdp.initial_state_dist), rel=1e-12)
+    mdp = random_mdp(15, 3, 5, utility="state_action", seed=3)  # no ties in the hard Q
+    pi = policies.optimal(mdp) * 0.999 + 0.001 / 3
+    obj = MEGObjective(mdp, pi, sa_occupancy=None)
+    w = sa_occupancy_of(mdp, policies.optimal(mdp))
+    lim = MEGObjective(mdp, sa_occupancy=w).evaluate_limit(1.0)
+    assert lim.L == 0.0 and lim.L_approach == 0.0  # the optimal policy itself, deterministic
+    far = objective_reference(mdp, w, 1e3)[0]
+    assert far == pytest.approx(lim.L_approach, abs=1e-9)
+
+
+def test_limit_of_l_breaks_ties_by_future_entropy():
+    # Hand-derived, H = 3, a state utility received at every step. From state 0 both actions
+    # tie in hard value (a0 -> state 1, a1 -> state 2, both reach the +1 state 3 next); state 1
+    # has 2 actions tied, state 2 only 1 (its a1 leads to the -1 state 4); at the last step all
+    # actions tie. With v1 the log-number of tied continuations, Q_beta(0, a) = beta * 1 +
+    # v1(next state) + o(1) with v1(1) = 2 log 2, v1(2) = log 2: the soft policies take a0 with
+    # probability 4 / (4 + 2) = 2/3 in the limit, while the beta = inf policy splits evenly.
+    # The behaviour takes a0 at t = 0, splits evenly at state 1 (t = 1), a0 at t = 2:
+    # L(+inf) = 3 log(1/2), lim L(beta) = log(2/3) + 2 log(1/2), so MEG = log(2/3) + log 2.
+    S, A = 5, 2
+    T = np.zeros((S, A, S))
+    T[0, 0, 1] = T[0, 1, 2] = 1.0
+    T[1, :, 3] = 1.0
+    T[2, 0, 3] = T[2, 1, 4] = 1.0
+    T[3, :, 3] = T[4, :, 4] = 1.0
+    U = np.array([0.0, 0.0, 0.0, 1.0, -1.0])
+    mdp = im.TabularMDP(T, U, 3)
+    pi = np.zeros((3, S, A))
+    pi[:, :, 0] = 1.0
+    pi[1, 1] = [0.5, 0.5]
     from imitation_meg.known import MEGObjective
 
-    mdp = cliff_world(horizon=7)
-    for eps in (0.0, 0.3):
-        pi = policies.epsilon_greedy(mdp, eps)
-        fast = MEGObjective(mdp, pi)
-        slow = MEGObjective(mdp, pi)
-        for sign in (1.0, -1.0):
-            L_fast, eu_fast = fast.evaluate_limit(sign)
-            with monkeypatch.context() as m:  # the per-step path used at large S
-                m.setattr(_known_passes, "_limits_fit", lambda *args: False)
-                L_slow, eu_slow = slow.evaluate_limit(sign)
-            assert L_fast == pytest.approx(L_slow, rel=1e-12) or L_fast == L_slow == -math.inf
-            assert eu_fast == pytest.approx(eu_slow, rel=1e-12)
-    assert math.isfinite(
-        MEGObjective(mdp, policies.epsilon_greedy(mdp, 0.0)).evaluate_limit(1.0)[0]
-    )
+    lim = MEGObjective(mdp, pi).evaluate_limit(1.0)
+    assert pytest.approx(3 * math.log(0.5), rel=1e-14) == lim.L
+    assert lim.L_approach == pytest.approx(math.log(2 / 3) + 2 * math.log(0.5), rel=1e-14)
+    res = im.meg(pi, mdp)
+    assert res.beta == math.inf and res.at_boundary and res.converged
+    assert res.meg == pytest.approx(math.log(2 / 3) + math.log(2), rel=1e-14)
 
 
 @pytest.mark.parametrize("k", [2, 3])
@@ -399,3 +513,14 @@ def test_reference_derivatives_match_autograd(rng):
         gam = 0.85 ** th.arange(5, dtype=th.float64)
         eu = float((gam.view(5, 1) * D * (pib * mdp.reward_sa()).sum(-1)).sum())
         assert ref[3] == pytest.approx(eu, rel=1e-12)
+
+
+def test_long_passes_show_progress(monkeypatch, capsys):
+    pytest.importorskip("tqdm")
+    from imitation_meg import soft_vi
+
+    monkeypatch.setattr(soft_vi, "_LONG_PASS_STEPS", 1)  # every pass counts as long
+    mdp = random_mdp(3, 2, 5, seed=0)
+    res = im.meg(policies.epsilon_greedy(mdp, 0.3), mdp)
+    err = capsys.readouterr().err
+    assert res.converged and "MEG pass" in err and "occupancy" in err
