@@ -407,6 +407,15 @@ def _labels(values: list[Any]) -> np.ndarray:
     return out
 
 
+def _is_label_list(target: Any) -> bool:
+    """A list or 1-D array of labels (not a matrix of probabilities, not a numeric array)."""
+    if isinstance(target, np.ndarray):
+        return target.ndim == 1 and target.dtype.kind in "OUS"
+    if isinstance(target, list):
+        return all(not isinstance(v, (list, np.ndarray, th.Tensor)) for v in target)
+    return False
+
+
 def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
     """One-hot state features ``(S, K)`` of a target variable.
 
@@ -439,13 +448,12 @@ def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
         target = grid_target(mdp, target)
     elif callable(target):
         target = _labels([target(s) for s in range(S)])
-    elif isinstance(target, (list, np.ndarray)) and np.asarray(target, dtype=object).ndim == 1:
-        arr = np.asarray(target, dtype=object)
-        if arr.shape[0] != S:
+    elif _is_label_list(target):
+        if len(target) != S:
             raise ValueError(
-                f"target must give one value per state: shape ({S},), got {arr.shape}."
+                f"target must give one value per state: shape ({S},), got ({len(target)},)."
             )
-        target = _labels(list(arr))
+        target = _labels(list(target))
     t = as_tensor(target, name="target", device=mdp.device)
     if t.ndim == 2:
         if t.shape[0] != S:
