@@ -6,6 +6,13 @@ behaviour's state-action occupancy. Unknown-utility MEG over a class is ``sup_r 
 :mod:`imitation_meg.unknown` maximises it exactly over linear classes and
 :mod:`imitation_meg.algorithm2` by gradient ascent over differentiable ones. Both build their
 results here, with the Gibbs certificate that bounds them all.
+
+For linear classes, :class:`ClassObjective` evaluates ``L``, its gradient and Hessian-vector
+products by explicit passes over the MDP (no autograd): a value is one backward (soft value
+iteration) pass, a gradient one more forward pass, a Hessian-vector product one tangent
+backward and one tangent forward pass. :func:`maximise` is the damped truncated Newton method
+that uses them. Long sums go through numpy's pairwise summation on the CPU, so results are the
+same bits in every process and for every torch thread count.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import time
 import warnings
 from typing import Any
 
+import numpy as np
 import torch as th
 
 from imitation_meg._validation import as_sa_occupancy
@@ -39,10 +47,40 @@ __all__ = [
 _DENSE_OPS_ENTRIES = 1 << 20
 # Conjugate-gradient steps per Newton step at most.
 _CG_MAX = 2000
+# Above this size a trial point's policy is written over the current one (which a rejected step
+# then recomputes: one more pass) instead of into a second buffer.
+_TRIAL_BUFFER_BYTES = 1 << 27
 # Ridge of the diagonal preconditioner, relative to its largest entry.
 _RIDGE = 1e-12
 # Smallest non-zero damping, relative to the largest curvature.
 _LAM_MIN = 1e-6
+
+
+def _dot(x: th.Tensor, y: th.Tensor) -> float:
+    """``sum(x * y)`` summed in an order that does not depend on the number of threads (on the
+    CPU numpy's pairwise sum; torch's reductions split long sums by thread), so that results
+    are the same bits on every run and every thread count."""
+    if x.device.type == "cpu":
+        xn = x.detach().reshape(-1).numpy()
+        yn = y.detach().reshape(-1).numpy()
+        return float(np.sum(np.multiply(xn, yn)))
+    return float(th.dot(x.reshape(-1), y.reshape(-1)))
+
+
+def _contract(phi: th.Tensor, v: th.Tensor) -> th.Tensor:
+    """``phi^T v`` for ``phi (n, F)``, ``v (n,)``, in a thread-independent order on the CPU."""
+    if phi.device.type == "cpu":
+        out = np.einsum("nf,n->f", phi.numpy(), v.detach().contiguous().numpy(), optimize=False)
+        return th.from_numpy(np.ascontiguousarray(out))
+    return phi.T @ v
+
+
+def _combine(phi: th.Tensor, theta: th.Tensor) -> th.Tensor:
+    """``phi @ theta`` for ``phi (..., F)``, in a thread-independent order on the CPU."""
+    if phi.device.type == "cpu":
+        out = np.einsum("...f,f->...", phi.numpy(), theta.detach().contiguous().numpy())
+        return th.from_numpy(np.ascontiguousarray(out))
+    return phi @ theta
 
 
 def behaviour_occupancy(
@@ -71,7 +109,7 @@ def gibbs_certificate(mdp: TabularMDP, sa_occupancy: th.Tensor) -> float:
     w = sa_occupancy
     ws = w.sum(-1, keepdim=True)
     cond = th.where(ws > 0, w / ws.clamp_min(1e-300), th.zeros_like(w))
-    own = th.where(w > 0, w * cond.clamp_min(1e-300).log(), th.zeros_like(w)).sum()
+    own = _dot(w, th.where(w > 0, cond.clamp_min(1e-300).log(), th.zeros_like(w)))
     return float(mdp.horizon * math.log(mdp.n_actions) + own)
 
 
@@ -116,7 +154,7 @@ def class_result(
     r = reward.detach()
     spread = float(r.max() - r.min())
     gam = mdp.discount ** th.arange(H, dtype=mdp.dtype, device=mdp.device)
-    eu = float((gam.view(H, 1, 1) * w * r).sum())
+    eu = _dot(gam.view(H, 1, 1) * w, r.expand(H, *r.shape))
     sv = soft_value_iteration(mdp, [1.0, 0.0], utility=r)
     pis = sv.pi  # (2, H, S, A)
     D = occupancy_measures(mdp, pis)[:, :-1]  # (2, H, S)
@@ -165,8 +203,8 @@ class ClassFeatures:
             return theta[self.labels].unsqueeze(0).expand(A, S)
         assert self.phi is not None
         if self.kind == "state":
-            return (self.phi @ theta).unsqueeze(0).expand(A, S)
-        return (self.phi @ theta).T
+            return _combine(self.phi, theta).unsqueeze(0).expand(A, S)
+        return _combine(self.phi, theta).T
 
     def project(self, g: th.Tensor) -> th.Tensor:
         """``phi^T g`` for an action-major ``g (A, S)``: ``(F,)``."""
@@ -176,17 +214,18 @@ class ClassFeatures:
             return out.index_add_(0, self.labels, g.sum(0))
         assert self.phi is not None
         if self.kind == "state":
-            return self.phi.T @ g.sum(0)
-        return th.einsum("saf,as->f", self.phi, g)
+            return _contract(self.phi, g.sum(0))
+        return _contract(self.phi.reshape(-1, self.n_features), g.T.reshape(-1))
 
     def project_squares(self, c: th.Tensor) -> th.Tensor:
         """``(phi ** 2)^T c`` for an action-major ``c (A, S)``: the diagonal preconditioner."""
         if self.kind == "index":
             return self.project(c)
         assert self.phi is not None
+        sq = self.phi.square()
         if self.kind == "state":
-            return self.phi.square().T @ c.sum(0)
-        return th.einsum("saf,as->f", self.phi.square(), c)
+            return _contract(sq, c.sum(0))
+        return _contract(sq.reshape(-1, self.n_features), c.T.reshape(-1))
 
     def utility(self, theta: th.Tensor, S: int, A: int) -> th.Tensor:
         """The state-major ``(S, A)`` per-step reward of ``theta``."""
@@ -266,18 +305,21 @@ class ClassObjective:
         self.features = features
         self._p0 = mdp.initial_state_dist.to(w.dtype)
         self.ops = _ActionMajorOps(mdp, w.dtype)
-        self.w = w.permute(0, 2, 1).contiguous()  # (H, A, S)
+        self.w = w  # (H, S, A): the caller's, not copied
         self.blocked = None if allowed is None else (~allowed).permute(0, 2, 1).contiguous()
-        nu = self.w.sum(1)  # (H, S)
+        nu = w.sum(2)  # (H, S)
         for t in range(1, H):
-            nu[t].sub_(self.ops.push(self.w[t - 1]), alpha=self.gamma)
+            nu[t].sub_(self.ops.push(w[t - 1].T), alpha=self.gamma)
         self.nu = nu
         self.concave = bool((nu[1:] >= -1e-12).all()) if H > 1 else True
-        self.wsum = self.w.sum(0)  # (A, S)
+        self.wsum = w.sum(0).T.contiguous()  # (A, S)
         self.pi = w.new_empty(H, A, S)
         self.rho = w.new_empty(H, S)
         self._dV = w.new_empty(H, S)
         self._trial: th.Tensor | None = None  # (H, A, S) policy of a trial point
+        self._at: th.Tensor | None = None  # the point whose policy is in self.pi
+        self._trial_at: th.Tensor | None = None  # the trial point
+        self._saved: th.Tensor | None = None  # the kept point while a trial overwrites it
         self._dQ: th.Tensor | None = None  # (H, A, S) tangent Q-values, made on first use
         self._q = w.new_empty(A, S)
         self._m = w.new_empty(1, S)
@@ -285,17 +327,24 @@ class ClassObjective:
         self.passes = 0
 
     def value(self, theta: th.Tensor, *, commit: bool = True) -> float:
-        """``L(theta)``; keeps the model's policy for :meth:`grad` and :meth:`neg_hvp` (with
-        ``commit=False`` in a second buffer, kept by a later :meth:`commit`)."""
+        """``L(theta)``; keeps the model's policy for :meth:`grad` and :meth:`neg_hvp`.
+
+        With ``commit=False`` (a trial point) the policy goes to a second buffer, kept by a later
+        :meth:`commit` while the current one stays; above ``_TRIAL_BUFFER_BYTES`` there is no
+        second buffer: the trial overwrites the current policy, and :meth:`restore` recomputes it.
+        """
         r = self.features.reward(theta, self.S, self.A)
+        pi = self.pi
         if commit:
-            pi = self.pi
-        else:
+            self._at = theta
+        elif self.pi.numel() * self.pi.element_size() <= _TRIAL_BUFFER_BYTES:
             if self._trial is None:
                 self._trial = th.empty_like(self.pi)
-            pi = self._trial
+            pi, self._trial_at = self._trial, theta
+        else:
+            self._saved, self._at, self._trial_at = self._at, theta, theta
         q, m, z = self._q, self._m, self._z
-        Ls = r.new_empty(self.H)
+        Ls = [0.0] * self.H
         V: th.Tensor | None = None
         for t in range(self.H - 1, -1, -1):
             if V is None:
@@ -313,15 +362,24 @@ class ClassObjective:
             q.sub_(z)  # log pi_t
             if self.blocked is not None:
                 q.clamp_(min=-1e300)  # 0 * log 0 = 0 where the behaviour has no mass
-            Ls[t] = th.dot(self.w[t].view(-1), q.view(-1))
+            Ls[t] = _dot(self.w[t], q.T)
             V = m.add_(z).view(-1)  # read by the next step's backup before m is rewritten
         self.passes += 1
-        return float(Ls.sum())
+        return float(sum(Ls))
 
     def commit(self) -> None:
-        """Keep the policy of the last ``value(..., commit=False)`` call."""
-        assert self._trial is not None
-        self.pi, self._trial = self._trial, self.pi
+        """Keep the trial point of the last ``value(..., commit=False)`` call."""
+        if self._at is not self._trial_at:  # the trial's policy is in the second buffer
+            assert self._trial is not None
+            self.pi, self._trial = self._trial, self.pi
+            self._at = self._trial_at
+        self._saved = None
+
+    def restore(self) -> None:
+        """Drop the trial point: the policy is that of the last kept point again."""
+        if self._saved is not None:
+            self.value(self._saved)
+            self._saved = None
 
     def grad(self) -> th.Tensor:
         """``dL/dtheta (F,)`` at the point of the last :meth:`value` call."""
@@ -346,7 +404,7 @@ class ClassObjective:
         """``E[sum_t gamma^t r(s_t, a_t)]`` of a policy ``pi (H, A, S)`` (None: uniform) from
         ``p0``, for an action-major reward ``r (A, S)``."""
         d = self._p0
-        total = r.new_zeros(())
+        total = 0.0
         m = r.new_empty(self.A, self.S)
         for t in range(self.H):
             if pi is None:
@@ -354,10 +412,10 @@ class ClassObjective:
                 m[1:] = m[0]
             else:
                 th.mul(d, pi[t], out=m)
-            total += (self.gamma**t) * th.dot(m.view(-1), r.reshape(-1))
+            total += (self.gamma**t) * _dot(m, r)
             if t + 1 < self.H:
                 d = self.ops.push(m)
-        return float(total)
+        return total
 
     def neg_hvp(self, v: th.Tensor) -> th.Tensor:
         """``-Hessian @ v (F,)`` at the point of the last :meth:`grad` call."""
@@ -438,7 +496,7 @@ def maximise(
             diag = obj.curvature_diagonal()
             dmax = float(diag.max().clamp_min(1e-300))
             diag = diag + _RIDGE * dmax
-        gM = math.sqrt(float(g @ (g / diag)))
+        gM = math.sqrt(_dot(g, g / diag))
         g0 = gM if g0 is None else g0
         eta = min(0.5, math.sqrt(gM / g0)) if g0 > 0 else 0.5
 
@@ -447,8 +505,8 @@ def maximise(
 
         p, Bp, n_cg = _pcg(damped, g, diag + lam, eta, max(10, min(F, _CG_MAX)))
         out["cg_iterations"] += n_cg
-        gp = float(g @ p)
-        pred = gp - 0.5 * (float(p @ Bp) - lam * float(p @ p))  # the undamped model's rise
+        gp = _dot(g, p)
+        pred = gp - 0.5 * (_dot(p, Bp) - lam * _dot(p, p))  # the undamped model's rise
         scale = max(1.0, abs(L))
         out["iterations"] = k + 1
         if lam == 0.0:
@@ -483,7 +541,9 @@ def maximise(
             diag = None
             if last:
                 converged = True
-        elif last or Lc == L:
+        else:
+            obj.restore()
+        if not taken and (last or Lc == L):
             # The model's last refinement does not register in L: the gap is at rounding level.
             converged = gp / 2 <= max(tol, 1e-8) * scale
             break
@@ -514,12 +574,12 @@ def _pcg(
     r = g.clone()
     z = r / diag
     p = z.clone()
-    rz = float(r @ z)
+    rz = _dot(r, z)
     target = eta * math.sqrt(rz)
     n = 0
     for n in range(1, max_iter + 1):
         Bp = matvec(p)
-        pBp = float(p @ Bp)
+        pBp = _dot(p, Bp)
         if not pBp > 0:
             if n == 1:
                 x, Bx = p, Bp
@@ -529,7 +589,7 @@ def _pcg(
         Bx.add_(Bp, alpha=a)
         r.sub_(Bp, alpha=a)
         z = r / diag
-        rz_new = float(r @ z)
+        rz_new = _dot(r, z)
         if math.sqrt(max(rz_new, 0.0)) <= target:
             break
         p = z.add_(p, alpha=rz_new / rz)

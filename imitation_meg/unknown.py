@@ -58,6 +58,7 @@ from imitation_meg.known import MEGResult
 from imitation_meg.likelihood import (
     ClassFeatures,
     ClassObjective,
+    _dot,
     behaviour_occupancy,
     gibbs_certificate,
     log_likelihood,
@@ -364,7 +365,7 @@ def _result(
         value = 0.0
     gam = mdp.discount ** th.arange(H, dtype=w.dtype, device=w.device)
     r_sa = r.T
-    eu = float((gam.view(H, 1, 1) * w * r_sa).sum())
+    eu = _dot(gam.view(H, 1, 1) * w, r_sa.expand(H, *r_sa.shape))
     return MEGResult(
         meg=float(value),
         beta=float(beta),
