@@ -78,6 +78,8 @@ __all__ = ["Face", "find_face", "needs_face", "reachable"]
 FACE_LP_MAX_ROWS = 2_000_000
 # Slack that separates excluded from optimal actions in the programme's units (z = 1).
 _SEPARATION = 0.5
+# Interior point (with crossover): much faster than simplex on the large, sparse programmes here.
+_LP_METHOD = "highs-ipm"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +210,7 @@ def find_face(
         A_eq=M[eq],
         b_eq=np.zeros(int(eq.sum())),
         bounds=bounds,
-        method="highs",
+        method=_LP_METHOD,
     )
     if res.status != 0 or res.x is None:
         return None

@@ -57,13 +57,12 @@ _LAM_MIN = 1e-6
 
 
 def _dot(x: th.Tensor, y: th.Tensor) -> float:
-    """``sum(x * y)`` summed in an order that does not depend on the number of threads (on the
-    CPU numpy's pairwise sum; torch's reductions split long sums by thread), so that results
-    are the same bits on every run and every thread count."""
+    """``sum(x * y)`` (same shapes, any strides) summed in an order that does not depend on the
+    number of threads (on the CPU numpy's einsum loop, no BLAS; torch's reductions split long sums
+    by thread), so that results are the same bits on every run and every thread count."""
     if x.device.type == "cpu":
-        xn = x.detach().reshape(-1).numpy()
-        yn = y.detach().reshape(-1).numpy()
-        return float(np.sum(np.multiply(xn, yn)))
+        idx = "abcdefgh"[: x.ndim]
+        return float(np.einsum(f"{idx},{idx}->", x.detach().numpy(), y.detach().numpy()))
     return float(th.dot(x.reshape(-1), y.reshape(-1)))
 
 
@@ -232,6 +231,20 @@ class ClassFeatures:
         return self.reward(theta, S, A).T.contiguous()
 
 
+def _int32_csr(csr: th.Tensor) -> th.Tensor:
+    """The same CSR matrix with int32 indices when they fit (half the index traffic: about twice
+    as fast a product)."""
+    if csr.values().numel() >= 2**31 - 1 or max(csr.shape) >= 2**31 - 1:
+        return csr
+    return th.sparse_csr_tensor(
+        csr.crow_indices().to(th.int32),
+        csr.col_indices().to(th.int32),
+        csr.values(),
+        csr.shape,
+        check_invariants=False,
+    )
+
+
 class _ActionMajorOps:
     """The transitions as action-major operators: ``expect (A * S, S)`` (row ``a * S + s``) and
     its transpose ``push (S, A * S)``, dense for small MDPs, else CSR (built once per objective)."""
@@ -255,8 +268,8 @@ class _ActionMajorOps:
             with warnings.catch_warnings():  # "sparse CSR support is in beta"
                 warnings.simplefilter("ignore", UserWarning)
                 coo = th.sparse_coo_tensor(th.stack([rows, cols]), vals, (A * S, S)).coalesce()
-                self.M = coo.to_sparse_csr()
-                self.MT = coo.t().coalesce().to_sparse_csr()
+                self.M = _int32_csr(coo.to_sparse_csr())
+                self.MT = _int32_csr(coo.t().coalesce().to_sparse_csr())
         self.S, self.A = S, A
 
     def expect(self, V: th.Tensor) -> th.Tensor:
