@@ -44,6 +44,7 @@ __all__ = [
     "row_meg_long",
     "row_meg_random",
     "row_meg_unknown",
+    "row_meg_unknown_random",
     "row_svi_cliff",
     "row_svi_random",
     "run_row_in_subprocess",
@@ -491,7 +492,8 @@ def row_meg_unknown(
 ) -> dict[str, Any] | None:
     """Exact unknown-utility MEG vs the paper's Algorithm 2 with the MLP (same policy and MDP).
 
-    Returns None when ``imitation_meg.meg_unknown`` is not available.
+    Both timed once, in this order, in one process. Returns None when
+    ``imitation_meg.meg_unknown`` is not available.
     """
     import imitation_meg
 
@@ -527,7 +529,83 @@ def row_meg_unknown(
         "meg_incumbent": mlp.meg,
         "err_vs_incumbent": exact.meg - mlp.meg,
         "converged": exact.converged,
+        "iterations": exact.extra["iterations"],
+        "cg_iterations": exact.extra["cg_iterations"],
+        "passes": exact.extra["passes"],
     }
+
+
+def _seconds_to_reach(trace: list[dict[str, float]], value: float, bound: float) -> float | None:
+    """Seconds after which the exact solver's iterate first scored ``value`` (from its trace)."""
+    for step in trace:
+        if step["L"] + bound >= value:
+            return step["seconds"]
+    return None
+
+
+def row_meg_unknown_random(
+    n_states: int,
+    horizon: int,
+    *,
+    alg2_steps: int = 0,
+    alg2_restarts: int = 1,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Exact unknown-utility MEG over every state utility on a random sparse MDP (4 actions,
+    4 successors) for the softmax-lookahead policy, and optionally the paper's Algorithm 2 (the
+    256-unit MLP on the one-hot states, ``alg2_steps`` Adam steps x ``alg2_restarts``) after it in
+    the same process.
+
+    The exact solver's time, its peak RSS (taken before Algorithm 2 runs), Newton steps, CG steps
+    and passes over the MDP; with Algorithm 2, its time and value, the ratio of the two times and
+    the time the exact solver took to first reach Algorithm 2's value (from its trace).
+    """
+    import imitation_meg
+    from imitation_meg.envs import random_mdp
+
+    mdp = random_mdp(n_states, 4, horizon, branching=4, seed=seed)
+    pi = goal_directed_policy(mdp)
+    t0 = time.perf_counter()
+    exact = imitation_meg.meg_unknown(pi, mdp)
+    t_exact = time.perf_counter() - t0
+    row: dict[str, Any] = {
+        "task": "unknown-utility MEG, every state utility (softmax lookahead policy)",
+        "env": f"random sparse S={n_states:.0e}",
+        "S": n_states,
+        "A": 4,
+        "H": horizon,
+        "K": 1,
+        "dtype": "float64",
+        "device": "cpu",
+        "ours_s": t_exact,
+        "incumbent_s": None,
+        "speedup": None,
+        "meg": exact.meg,
+        "converged": exact.converged,
+        "iterations": exact.extra["iterations"],
+        "cg_iterations": exact.extra["cg_iterations"],
+        "passes": exact.extra["passes"],
+        "exact_peak_rss_mib": peak_rss_mib(),
+    }
+    if alg2_steps > 0:
+        t0 = time.perf_counter()
+        mlp = imitation_meg.meg_unknown(
+            pi, mdp, utility_model="mlp", steps=alg2_steps, restarts=alg2_restarts, seed=0
+        )
+        t_mlp = time.perf_counter() - t0
+        bound = horizon * math.log(4)
+        reach = _seconds_to_reach(exact.extra["trace"], mlp.meg, bound)
+        row.update(
+            task=row["task"] + f"; baseline: Algorithm 2 MLP, {alg2_steps} steps x "
+            f"{alg2_restarts} restarts",
+            incumbent_s=t_mlp,
+            speedup=t_mlp / t_exact,
+            meg_incumbent=mlp.meg,
+            err_vs_incumbent=exact.meg - mlp.meg,
+            ours_to_incumbent_value_s=reach,
+            speedup_at_incumbent_value=None if not reach else t_mlp / reach,
+        )
+    return row
 
 
 ROWS: dict[str, Callable[..., Any]] = {
@@ -537,6 +615,7 @@ ROWS: dict[str, Callable[..., Any]] = {
     "meg_random": row_meg_random,
     "meg_long": row_meg_long,
     "meg_unknown": row_meg_unknown,
+    "meg_unknown_random": row_meg_unknown_random,
 }
 
 

@@ -57,6 +57,12 @@ class Config:
     meg_long: tuple[tuple[int, ...], ...] = ((3, 100_000),)
     unknown_steps: int = 500
     unknown_restarts: int = 4
+    # Exact unknown-utility MEG (every state utility) on random sparse MDPs of these sizes; on
+    # those also in unknown_alg2_states, Algorithm 2 (MLP) with these settings in the same process.
+    unknown_random_states: tuple[int, ...] = (10_000, 100_000)
+    unknown_alg2_states: tuple[int, ...] = (10_000,)
+    unknown_alg2_steps: int = 50
+    unknown_alg2_restarts: int = 1
     repeats: int = 3
     repeats_large: int = 1
     # Best-of-N for CliffWorld sweeps whose incumbent side is slow (S >= slow_states): 32
@@ -122,6 +128,19 @@ def _note(kind: str, kwargs: dict[str, Any], row: dict[str, Any]) -> str:
             f"the values at the column indices {row['gather_s'] * 1e3:.3g} ms, the product "
             f"{row['sparse_pass_s'] * 1e3:.3g} ms"
         )
+    if kind in ("meg_unknown", "meg_unknown_random"):
+        parts.append(
+            f"exact: {row['iterations']} Newton steps, {row['cg_iterations']} CG steps, "
+            f"{row['passes']} passes, converged {row['converged']}"
+        )
+        if row.get("exact_peak_rss_mib") is not None:
+            parts.append(f"exact solver's peak RSS {row['exact_peak_rss_mib']:.0f} MiB")
+        if row.get("ours_to_incumbent_value_s") is not None:
+            parts.append(
+                f"exact solver first at Algorithm 2's value after "
+                f"{row['ours_to_incumbent_value_s']:.3g} s "
+                f"({row['speedup_at_incumbent_value']:.0f}x)"
+            )
     return "; ".join(parts)
 
 
@@ -296,6 +315,19 @@ def main(cfg: Config) -> dict:
             },
         )
     )
+    for S in cfg.unknown_random_states:
+        alg2 = S in cfg.unknown_alg2_states
+        jobs.append(
+            (
+                "meg_unknown_random",
+                {
+                    "n_states": S,
+                    "horizon": cfg.random_horizon,
+                    "alg2_steps": cfg.unknown_alg2_steps if alg2 else 0,
+                    "alg2_restarts": cfg.unknown_alg2_restarts,
+                },
+            )
+        )
     rows, skipped = [], []
     for kind, kwargs in jobs:
         t0 = time.perf_counter()

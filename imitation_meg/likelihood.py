@@ -6,22 +6,80 @@ behaviour's state-action occupancy. Unknown-utility MEG over a class is ``sup_r 
 :mod:`imitation_meg.unknown` maximises it exactly over linear classes and
 :mod:`imitation_meg.algorithm2` by gradient ascent over differentiable ones. Both build their
 results here, with the Gibbs certificate that bounds them all.
+
+For linear classes, :class:`ClassObjective` evaluates ``L``, its gradient and Hessian-vector
+products by explicit passes over the MDP (no autograd): a value is one backward (soft value
+iteration) pass, a gradient one more forward pass, a Hessian-vector product one tangent
+backward and one tangent forward pass. :func:`maximise` is the damped truncated Newton method
+that uses them. Long sums go through numpy's pairwise summation on the CPU, so results are the
+same bits in every process and for every torch thread count.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import time
+import warnings
 from typing import Any
 
+import numpy as np
 import torch as th
 
 from imitation_meg._validation import as_sa_occupancy
 from imitation_meg.known import MEGResult, sa_occupancy_of
 from imitation_meg.mdp import TabularMDP
+from imitation_meg.progress import progress as _progress
 from imitation_meg.soft_vi import occupancy_measures, soft_value_iteration
 from imitation_meg.type_aliases import ArrayLike, PolicyLike
 
-__all__ = ["behaviour_occupancy", "class_result", "gibbs_certificate", "log_likelihood"]
+__all__ = [
+    "ClassFeatures",
+    "ClassObjective",
+    "behaviour_occupancy",
+    "class_result",
+    "gibbs_certificate",
+    "log_likelihood",
+    "maximise",
+]
+
+# Transition operators up to this many A * S * S entries are dense matrices (one BLAS call).
+_DENSE_OPS_ENTRIES = 1 << 20
+# Conjugate-gradient steps per Newton step at most.
+_CG_MAX = 2000
+# Above this size a trial point's policy is written over the current one (which a rejected step
+# then recomputes: one more pass) instead of into a second buffer.
+_TRIAL_BUFFER_BYTES = 1 << 27
+# Ridge of the diagonal preconditioner, relative to its largest entry.
+_RIDGE = 1e-12
+# Smallest non-zero damping, relative to the largest curvature.
+_LAM_MIN = 1e-6
+
+
+def _dot(x: th.Tensor, y: th.Tensor) -> float:
+    """``sum(x * y)`` (same shapes, any strides) summed in an order that does not depend on the
+    number of threads (on the CPU numpy's einsum loop, no BLAS; torch's reductions split long sums
+    by thread), so that results are the same bits on every run and every thread count."""
+    if x.device.type == "cpu":
+        idx = "abcdefgh"[: x.ndim]
+        return float(np.einsum(f"{idx},{idx}->", x.detach().numpy(), y.detach().numpy()))
+    return float(th.dot(x.reshape(-1), y.reshape(-1)))
+
+
+def _contract(phi: th.Tensor, v: th.Tensor) -> th.Tensor:
+    """``phi^T v`` for ``phi (n, F)``, ``v (n,)``, in a thread-independent order on the CPU."""
+    if phi.device.type == "cpu":
+        out = np.einsum("nf,n->f", phi.numpy(), v.detach().contiguous().numpy(), optimize=False)
+        return th.from_numpy(np.ascontiguousarray(out))
+    return phi.T @ v
+
+
+def _combine(phi: th.Tensor, theta: th.Tensor) -> th.Tensor:
+    """``phi @ theta`` for ``phi (..., F)``, in a thread-independent order on the CPU."""
+    if phi.device.type == "cpu":
+        out = np.einsum("...f,f->...", phi.numpy(), theta.detach().contiguous().numpy())
+        return th.from_numpy(np.ascontiguousarray(out))
+    return phi @ theta
 
 
 def behaviour_occupancy(
@@ -50,7 +108,7 @@ def gibbs_certificate(mdp: TabularMDP, sa_occupancy: th.Tensor) -> float:
     w = sa_occupancy
     ws = w.sum(-1, keepdim=True)
     cond = th.where(ws > 0, w / ws.clamp_min(1e-300), th.zeros_like(w))
-    own = th.where(w > 0, w * cond.clamp_min(1e-300).log(), th.zeros_like(w)).sum()
+    own = _dot(w, th.where(w > 0, cond.clamp_min(1e-300).log(), th.zeros_like(w)))
     return float(mdp.horizon * math.log(mdp.n_actions) + own)
 
 
@@ -95,7 +153,7 @@ def class_result(
     r = reward.detach()
     spread = float(r.max() - r.min())
     gam = mdp.discount ** th.arange(H, dtype=mdp.dtype, device=mdp.device)
-    eu = float((gam.view(H, 1, 1) * w * r).sum())
+    eu = _dot(gam.view(H, 1, 1) * w, r.expand(H, *r.shape))
     sv = soft_value_iteration(mdp, [1.0, 0.0], utility=r)
     pis = sv.pi  # (2, H, S, A)
     D = occupancy_measures(mdp, pis)[:, :-1]  # (2, H, S)
@@ -115,3 +173,438 @@ def class_result(
         evaluations=evaluations,
         extra=dict(extra, utility=r.cpu(), certificate=gibbs_certificate(mdp, w)),
     )
+
+
+# --------------------------------------------------------------------------- linear classes
+@dataclasses.dataclass(frozen=True)
+class ClassFeatures:
+    """A linear utility class ``r_theta(s, a) = phi(s, a) @ theta`` in one of three layouts.
+
+    Attributes:
+        kind: ``"index"`` (one-hot state features given by ``labels (S,)``, values ``0 .. F-1``:
+            every utility of the state, or of a target), ``"state"`` (``phi (S, F)``) or
+            ``"state_action"`` (``phi (S, A, F)``).
+        n_features: ``F``.
+        labels: ``(S,)`` int64 for ``"index"``.
+        phi: ``(S, F)`` or ``(S, A, F)`` for the dense kinds.
+    """
+
+    kind: str
+    n_features: int
+    labels: th.Tensor | None = None
+    phi: th.Tensor | None = None
+
+    def reward(self, theta: th.Tensor, S: int, A: int) -> th.Tensor:
+        """The per-step reward of ``theta (F,)`` as an action-major ``(A, S)`` tensor (a view
+        broadcast over actions for state features)."""
+        if self.kind == "index":
+            assert self.labels is not None
+            return theta[self.labels].unsqueeze(0).expand(A, S)
+        assert self.phi is not None
+        if self.kind == "state":
+            return _combine(self.phi, theta).unsqueeze(0).expand(A, S)
+        return _combine(self.phi, theta).T
+
+    def project(self, g: th.Tensor) -> th.Tensor:
+        """``phi^T g`` for an action-major ``g (A, S)``: ``(F,)``."""
+        if self.kind == "index":
+            assert self.labels is not None
+            out = g.new_zeros(self.n_features)
+            return out.index_add_(0, self.labels, g.sum(0))
+        assert self.phi is not None
+        if self.kind == "state":
+            return _contract(self.phi, g.sum(0))
+        return _contract(self.phi.reshape(-1, self.n_features), g.T.reshape(-1))
+
+    def project_squares(self, c: th.Tensor) -> th.Tensor:
+        """``(phi ** 2)^T c`` for an action-major ``c (A, S)``: the diagonal preconditioner."""
+        if self.kind == "index":
+            return self.project(c)
+        assert self.phi is not None
+        sq = self.phi.square()
+        if self.kind == "state":
+            return _contract(sq, c.sum(0))
+        return _contract(sq.reshape(-1, self.n_features), c.T.reshape(-1))
+
+    def utility(self, theta: th.Tensor, S: int, A: int) -> th.Tensor:
+        """The state-major ``(S, A)`` per-step reward of ``theta``."""
+        return self.reward(theta, S, A).T.contiguous()
+
+
+def _int32_csr(csr: th.Tensor) -> th.Tensor:
+    """The same CSR matrix with int32 indices when they fit (half the index traffic: about twice
+    as fast a product)."""
+    if csr.values().numel() >= 2**31 - 1 or max(csr.shape) >= 2**31 - 1:
+        return csr
+    return th.sparse_csr_tensor(
+        csr.crow_indices().to(th.int32),
+        csr.col_indices().to(th.int32),
+        csr.values(),
+        csr.shape,
+        check_invariants=False,
+    )
+
+
+class _ActionMajorOps:
+    """The transitions as action-major operators: ``expect (A * S, S)`` (row ``a * S + s``) and
+    its transpose ``push (S, A * S)``, dense for small MDPs, else CSR (built once per objective)."""
+
+    def __init__(self, mdp: TabularMDP, dtype: th.dtype) -> None:
+        S, A = mdp.n_states, mdp.n_actions
+        ns, pr = mdp.next_state, mdp.prob.to(dtype)
+        B = ns.shape[-1]
+        keep = pr.reshape(-1) != 0
+        am_row = (
+            th.arange(A, device=ns.device).view(1, A, 1) * S
+            + th.arange(S, device=ns.device).view(S, 1, 1)
+        ).expand(S, A, B)
+        am_row = am_row.reshape(-1)
+        rows, cols, vals = am_row[keep], ns.reshape(-1)[keep], pr.reshape(-1)[keep]
+        if A * S * S <= _DENSE_OPS_ENTRIES:
+            M = th.zeros(A * S, S, dtype=dtype, device=ns.device)
+            M.index_put_((rows, cols), vals, accumulate=True)
+            self.M, self.MT = M, M.T.contiguous()
+        else:
+            with warnings.catch_warnings():  # "sparse CSR support is in beta"
+                warnings.simplefilter("ignore", UserWarning)
+                coo = th.sparse_coo_tensor(th.stack([rows, cols]), vals, (A * S, S)).coalesce()
+                self.M = _int32_csr(coo.to_sparse_csr())
+                self.MT = _int32_csr(coo.t().coalesce().to_sparse_csr())
+        self.S, self.A = S, A
+
+    def expect(self, V: th.Tensor) -> th.Tensor:
+        """``E[V(s') | s, a]`` as ``(A, S)`` for ``V (S,)``."""
+        return (self.M @ V).view(self.A, self.S)
+
+    def push(self, m: th.Tensor) -> th.Tensor:
+        """``sum_{s, a} m[a, s] T[s, a, s']`` ``(S,)`` for an action-major mass ``m (A, S)``."""
+        return self.MT @ m.reshape(-1)
+
+
+class ClassObjective:
+    """``L(theta) = E_w[sum_t log pi_theta,t(a | s)]`` of a linear class by exact passes.
+
+    With ``nu_0 = w_0`` and ``nu_t = w_t - gamma * push(w_{t-1})`` (summed over actions; zero for
+    ``t >= 1`` when ``w`` is a policy's occupancy and ``gamma = 1``), the telescoped form
+
+        L(theta) = <w, r_theta> - sum_t nu_t . V_t(theta)
+
+    gives the gradient ``phi^T (sum_t w_t - sum_t rho_t pi_t)``, where ``rho`` is the forward
+    pass of the model's policy seeded by ``nu`` (for a policy's occupancy: the model's state
+    occupancy). A Hessian-vector product is the same two passes in tangent mode. ``L`` is
+    concave whenever ``nu >= 0`` (every policy's occupancy); empirical occupancies of a
+    stochastic MDP have small negative parts and need not give a concave ``L``.
+
+    ``allowed (H, S, A)`` restricts the model to a face: the model's policy is the softmax over
+    the allowed actions only (the limit of ``theta + t d`` for a direction ``d`` whose optimal
+    actions are the allowed ones, see :mod:`imitation_meg.faces`).
+
+    One value costs a backward pass, a gradient one more forward pass, a Hessian-vector product
+    a backward and a forward pass. Arrays are kept action-major ``(H, A, S)``.
+    """
+
+    def __init__(
+        self,
+        mdp: TabularMDP,
+        sa_occupancy: th.Tensor,
+        features: ClassFeatures,
+        *,
+        allowed: th.Tensor | None = None,
+    ) -> None:
+        w = sa_occupancy
+        H, S, A = w.shape
+        self.H, self.S, self.A = H, S, A
+        self.gamma = mdp.discount
+        self.features = features
+        self._p0 = mdp.initial_state_dist.to(w.dtype)
+        self.ops = _ActionMajorOps(mdp, w.dtype)
+        self.w = w  # (H, S, A): the caller's, not copied
+        self.blocked = None if allowed is None else (~allowed).permute(0, 2, 1).contiguous()
+        nu = w.sum(2)  # (H, S)
+        for t in range(1, H):
+            nu[t].sub_(self.ops.push(w[t - 1].T), alpha=self.gamma)
+        self.nu = nu
+        self.concave = bool((nu[1:] >= -1e-12).all()) if H > 1 else True
+        self.wsum = w.sum(0).T.contiguous()  # (A, S)
+        self.pi = w.new_empty(H, A, S)
+        self.rho = w.new_empty(H, S)
+        self._dV = w.new_empty(H, S)
+        self._trial: th.Tensor | None = None  # (H, A, S) policy of a trial point
+        self._at: th.Tensor | None = None  # the point whose policy is in self.pi
+        self._trial_at: th.Tensor | None = None  # the trial point
+        self._saved: th.Tensor | None = None  # the kept point while a trial overwrites it
+        self._dQ: th.Tensor | None = None  # (H, A, S) tangent Q-values, made on first use
+        self._q = w.new_empty(A, S)
+        self._m = w.new_empty(1, S)
+        self._z = w.new_empty(1, S)
+        self.passes = 0
+
+    def value(self, theta: th.Tensor, *, commit: bool = True) -> float:
+        """``L(theta)``; keeps the model's policy for :meth:`grad` and :meth:`neg_hvp`.
+
+        With ``commit=False`` (a trial point) the policy goes to a second buffer, kept by a later
+        :meth:`commit` while the current one stays; above ``_TRIAL_BUFFER_BYTES`` there is no
+        second buffer: the trial overwrites the current policy, and :meth:`restore` recomputes it.
+        """
+        r = self.features.reward(theta, self.S, self.A)
+        pi = self.pi
+        if commit:
+            self._at = theta
+        elif self.pi.numel() * self.pi.element_size() <= _TRIAL_BUFFER_BYTES:
+            if self._trial is None:
+                self._trial = th.empty_like(self.pi)
+            pi, self._trial_at = self._trial, theta
+        else:
+            self._saved, self._at, self._trial_at = self._at, theta, theta
+        q, m, z = self._q, self._m, self._z
+        Ls = [0.0] * self.H
+        V: th.Tensor | None = None
+        for t in range(self.H - 1, -1, -1):
+            if V is None:
+                q.copy_(r)
+            else:
+                th.add(r, self.ops.expect(V), alpha=self.gamma, out=q)
+            if self.blocked is not None:
+                q.masked_fill_(self.blocked[t], -math.inf)
+            th.amax(q, 0, keepdim=True, out=m)
+            q.sub_(m)
+            th.exp(q, out=pi[t])
+            th.sum(pi[t], 0, keepdim=True, out=z)
+            pi[t].div_(z)
+            z.log_()
+            q.sub_(z)  # log pi_t
+            if self.blocked is not None:
+                q.clamp_(min=-1e300)  # 0 * log 0 = 0 where the behaviour has no mass
+            Ls[t] = _dot(self.w[t], q.T)
+            V = m.add_(z).view(-1)  # read by the next step's backup before m is rewritten
+        self.passes += 1
+        return float(sum(Ls))
+
+    def commit(self) -> None:
+        """Keep the trial point of the last ``value(..., commit=False)`` call."""
+        if self._at is not self._trial_at:  # the trial's policy is in the second buffer
+            assert self._trial is not None
+            self.pi, self._trial = self._trial, self.pi
+            self._at = self._trial_at
+        self._saved = None
+
+    def restore(self) -> None:
+        """Drop the trial point: the policy is that of the last kept point again."""
+        if self._saved is not None:
+            self.value(self._saved)
+            self._saved = None
+
+    def grad(self) -> th.Tensor:
+        """``dL/dtheta (F,)`` at the point of the last :meth:`value` call."""
+        pi, rho, nu = self.pi, self.rho, self.nu
+        G = self.wsum.clone()
+        rho[0] = nu[0]
+        m = self._q
+        for t in range(self.H):
+            th.mul(rho[t], pi[t], out=m)
+            G.sub_(m)
+            if t + 1 < self.H:
+                th.add(nu[t + 1], self.ops.push(m), alpha=self.gamma, out=rho[t + 1])
+        self.passes += 1
+        return self.features.project(G)
+
+    def curvature_diagonal(self) -> th.Tensor:
+        """``(phi ** 2)^T sum_t |rho_t| pi_t (F,)``: a diagonal preconditioner for the Hessian."""
+        c = (self.rho.abs().unsqueeze(1) * self.pi).sum(0)
+        return self.features.project_squares(c)
+
+    def expected_return(self, r: th.Tensor, pi: th.Tensor | None) -> float:
+        """``E[sum_t gamma^t r(s_t, a_t)]`` of a policy ``pi (H, A, S)`` (None: uniform) from
+        ``p0``, for an action-major reward ``r (A, S)``."""
+        d = self._p0
+        total = 0.0
+        m = r.new_empty(self.A, self.S)
+        for t in range(self.H):
+            if pi is None:
+                th.mul(d, 1.0 / self.A, out=m[0])
+                m[1:] = m[0]
+            else:
+                th.mul(d, pi[t], out=m)
+            total += (self.gamma**t) * _dot(m, r)
+            if t + 1 < self.H:
+                d = self.ops.push(m)
+        return total
+
+    def neg_hvp(self, v: th.Tensor) -> th.Tensor:
+        """``-Hessian @ v (F,)`` at the point of the last :meth:`grad` call."""
+        u = self.features.reward(v, self.S, self.A)
+        pi, rho, dV = self.pi, self.rho, self._dV
+        H, gamma = self.H, self.gamma
+        if self._dQ is None:
+            self._dQ = pi.new_empty(H, self.A, self.S)
+        dQ, tmp = self._dQ, self._q
+        for t in range(H - 1, -1, -1):  # tangent backward: dV_t = sum_a pi_t dQ_t
+            if t == H - 1:
+                dQ[t].copy_(u)
+            else:
+                th.add(u, self.ops.expect(dV[t + 1]), alpha=gamma, out=dQ[t])
+            th.mul(dQ[t], pi[t], out=tmp)
+            th.sum(tmp, 0, out=dV[t])
+        drho = th.zeros_like(rho[0])
+        dG = th.zeros_like(self.wsum)
+        for t in range(H):  # tangent forward of rho_t pi_t
+            dq = dQ[t]
+            dq.sub_(dV[t]).mul_(rho[t]).add_(drho).mul_(pi[t])
+            dG.add_(dq)
+            if t + 1 < H:
+                drho = self.ops.push(dq)
+                if gamma != 1.0:
+                    drho.mul_(gamma)
+        self.passes += 2
+        return self.features.project(dG)
+
+
+# --------------------------------------------------------------------------- the solver
+def maximise(
+    obj: ClassObjective,
+    *,
+    tol: float,
+    max_iter: int,
+    theta0: th.Tensor | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Maximise a class's log-likelihood by a damped (Levenberg-Marquardt) truncated Newton method.
+
+    Each step solves ``(B + lam I) p = g`` (``B = -Hess``, ``g`` the gradient) by conjugate
+    gradients with exact Hessian-vector products (:meth:`ClassObjective.neg_hvp`) and the
+    diagonal preconditioner ``diag(B) + lam`` (:meth:`ClassObjective.curvature_diagonal`), to a
+    relative residual ``min(0.5, sqrt(|g| / |g0|))`` (superlinear convergence). The damping
+    ``lam`` follows the ratio of the actual rise of ``L`` to the rise the quadratic model
+    predicted (a trust region in the features' Euclidean norm): far from the optimum, where
+    nearly deterministic models make the curvature vanish in some directions, it keeps steps
+    short; near the optimum it vanishes and the steps are Newton's. A step is taken when ``L``
+    rises. Undamped, the Newton decrement ``lambda^2 = g . p`` estimates the remaining gap
+    ``sup L - L`` as ``lambda^2 / 2``: the solve stops when that is at most
+    ``tol * max(1, |L|)`` (after taking that last step), or when ``L`` no longer rises at
+    rounding level.
+
+    Returns:
+        dict with ``theta``, ``L``, ``grad`` (its norm), ``decrement`` (the last ``lambda^2``),
+        ``converged``, ``iterations`` (Newton steps), ``cg_iterations``, ``passes``, ``seconds``
+        and ``trace`` (per step: seconds since the start, ``L``, ``g . p``, CG steps, the
+        damping and whether the step was taken).
+    """
+    F = obj.features.n_features
+    dtype, device = obj.w.dtype, obj.w.device
+    theta = th.zeros(F, dtype=dtype, device=device) if theta0 is None else theta0.clone()
+    start = time.perf_counter()
+    L = obj.value(theta)
+    g = obj.grad()
+    trace: list[dict[str, float]] = []
+    out: dict[str, Any] = {"iterations": 0, "cg_iterations": 0, "decrement": math.inf}
+    converged = F == 0
+    g0 = None
+    lam = 0.0
+    diag = None
+    steps = _progress(range(max_iter), enabled=progress, desc="MEG (Newton)")
+    for k in steps:
+        if converged or not math.isfinite(L):
+            break
+        if diag is None:
+            diag = obj.curvature_diagonal()
+            dmax = float(diag.max().clamp_min(1e-300))
+            diag = diag + _RIDGE * dmax
+        gM = math.sqrt(_dot(g, g / diag))
+        g0 = gM if g0 is None else g0
+        eta = min(0.5, math.sqrt(gM / g0)) if g0 > 0 else 0.5
+
+        def damped(v: th.Tensor, lam: float = lam) -> th.Tensor:
+            return obj.neg_hvp(v).add_(v, alpha=lam) if lam > 0 else obj.neg_hvp(v)
+
+        p, Bp, n_cg = _pcg(damped, g, diag + lam, eta, max(10, min(F, _CG_MAX)))
+        out["cg_iterations"] += n_cg
+        gp = _dot(g, p)
+        pred = gp - 0.5 * (_dot(p, Bp) - lam * _dot(p, p))  # the undamped model's rise
+        scale = max(1.0, abs(L))
+        out["iterations"] = k + 1
+        if lam == 0.0:
+            out["decrement"] = gp
+        trace.append(
+            {
+                "seconds": time.perf_counter() - start,
+                "L": L,
+                "decrement": gp,
+                "cg": n_cg,
+                "damping": lam,
+            }
+        )
+        if not pred > 1e-16 * scale:  # no ascent left at rounding level
+            converged = lam == 0.0
+            if converged:
+                break
+        last = lam == 0.0 and gp / 2 <= tol * scale
+        cand = theta + p
+        Lc = obj.value(cand, commit=False)
+        ratio = (Lc - L) / pred if math.isfinite(Lc) and pred > 0 else -math.inf
+        if ratio < 0.25:
+            lam = max(16.0 * lam, _LAM_MIN * dmax)
+        elif ratio > 0.75:
+            lam = lam / 8.0 if lam > 8.0 * _LAM_MIN * dmax else 0.0
+        taken = Lc > L
+        trace[-1]["taken"] = float(taken)
+        if taken:
+            obj.commit()
+            theta, L = cand, Lc
+            g = obj.grad()
+            diag = None
+            if last:
+                converged = True
+        else:
+            obj.restore()
+        if not taken and (last or Lc == L):
+            # The model's last refinement does not register in L: the gap is at rounding level.
+            converged = gp / 2 <= max(tol, 1e-8) * scale
+            break
+    out.update(
+        theta=theta,
+        L=L,
+        grad=float(g.norm()),
+        converged=converged,
+        passes=obj.passes,
+        trace=trace,
+        seconds=time.perf_counter() - start,
+    )
+    return out
+
+
+def _pcg(
+    matvec: Any, g: th.Tensor, diag: th.Tensor, eta: float, max_iter: int
+) -> tuple[th.Tensor, th.Tensor, int]:
+    """Preconditioned conjugate gradients for ``B p = g`` (``B p = matvec(p)``, preconditioner
+    ``diag``), to relative residual ``eta`` in the preconditioner's norm; stops early on
+    non-positive curvature (then the iterate so far, or the preconditioned gradient first).
+
+    Returns:
+        ``(p, B p, CG steps)``.
+    """
+    x = th.zeros_like(g)
+    Bx = th.zeros_like(g)
+    r = g.clone()
+    z = r / diag
+    p = z.clone()
+    rz = _dot(r, z)
+    target = eta * math.sqrt(rz)
+    n = 0
+    for n in range(1, max_iter + 1):
+        Bp = matvec(p)
+        pBp = _dot(p, Bp)
+        if not pBp > 0:
+            if n == 1:
+                x, Bx = p, Bp
+            break
+        a = rz / pBp
+        x.add_(p, alpha=a)
+        Bx.add_(Bp, alpha=a)
+        r.sub_(Bp, alpha=a)
+        z = r / diag
+        rz_new = _dot(r, z)
+        if math.sqrt(max(rz_new, 0.0)) <= target:
+            break
+        p = z.add_(p, alpha=rz_new / rz)
+        rz = rz_new
+    return x, Bx, n

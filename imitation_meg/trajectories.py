@@ -22,6 +22,17 @@ nothing to MEG. We pad with the absorbing state and a uniform action distributio
 the final state to be absorbing and (for a known utility) the utility there to be the same for
 every action; both are checked. Episodes that stop early in a non-absorbing state (truncated) are
 refused: use an MDP with a shorter horizon.
+
+Impossible steps. A trajectory that starts where ``p0`` is 0, or moves ``(s, a) -> s'`` where
+``T[s, a, s'] = 0``, was not generated in this MDP (another environment, a wrong state mapping,
+a bug in the recording), and its empirical occupancy is no policy's occupancy here. Such data are
+refused by default (``impossible="raise"``); ``impossible="count"`` scores them anyway and reports
+how many impossible steps there were (``n_impossible``).
+
+Unknown-utility and target MEG from trajectories. The empirical occupancy of trajectories in a
+stochastic MDP satisfies the MDP's flow equations only approximately, and the class's
+log-likelihood is then not guaranteed concave (see :mod:`imitation_meg.faces`); the solver
+returns a stationary point (``result.extra["concave"]`` is False).
 """
 
 from __future__ import annotations
@@ -29,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,8 +49,10 @@ from imitation_meg._validation import ImitationMEGWarning, as_policy, as_tensor
 from imitation_meg.known import meg
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.results import to_jsonable
+from imitation_meg.trajectory_data import check_transitions, trajectory_state_actions
 
 __all__ = [
+    "IMPOSSIBLE_MODES",
     "TrajectoryLengthWarning",
     "TrajectoryMEGResult",
     "empirical_occupancy",
@@ -51,6 +63,8 @@ __all__ = [
 
 #: Tolerance for "every action gives the same utility" at absorbing states.
 _UTILITY_TOL = 1e-9
+#: What to do with steps the MDP gives probability zero.
+IMPOSSIBLE_MODES = ("raise", "count")
 
 
 class TrajectoryLengthWarning(ImitationMEGWarning):
@@ -74,6 +88,7 @@ class TrajectoryMEGResult:
         n_padded: trajectories that ended early in an absorbing state and were padded.
         n_cut: trajectories longer than the horizon whose tail was dropped.
         horizon: the MDP's horizon ``H``.
+        n_impossible: steps the MDP gives probability zero (with ``impossible="count"``).
     """
 
     meg: float
@@ -88,6 +103,7 @@ class TrajectoryMEGResult:
     n_padded: int = 0
     n_cut: int = 0
     horizon: int = 0
+    n_impossible: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the point result expanded, replicates as a list)."""
@@ -106,210 +122,11 @@ class TrajectoryMEGResult:
                 "n_padded": self.n_padded,
                 "n_cut": self.n_cut,
                 "horizon": self.horizon,
+                "n_impossible": self.n_impossible,
                 "result": res,
                 "replicates": self.replicates,
             }
         )  # type: ignore[return-value]
-
-
-# ---------------------------------------------------------------------------------- extraction
-def _is_trajectory(x: Any) -> bool:
-    return hasattr(x, "acts") and hasattr(x, "obs")
-
-
-def _int_array(x: Any, name: str) -> np.ndarray:
-    arr = np.asarray(as_tensor(x, name=name).cpu()) if not isinstance(x, np.ndarray) else x
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise ValueError(f"{name} must hold integers, got non-integer values.")
-    elif arr.dtype.kind not in "iub":
-        raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}.")
-    return arr.astype(np.int64)
-
-
-def _lookup_states(obs: np.ndarray, mdp: TabularMDP, where: str) -> np.ndarray:
-    """States ``(n,)`` whose observation equals each row of ``obs`` ``(n, ...)``."""
-    S = mdp.n_states
-    if obs.ndim == 1:
-        states = _int_array(obs, f"{where} observations")
-        bad = (states < 0) | (states >= S)
-        if bad.any():
-            j = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"{where}: observation {int(states[j])} at step {j} is out of range for the "
-                f"{S} states of {mdp.name}; integer observations must be state indices."
-            )
-        return states
-    if mdp.observation_matrix is None:
-        raise ValueError(
-            f"{where}: observations are vectors of shape {obs.shape[1:]} but {mdp.name} has no "
-            "observation_matrix to look them up in; record the state in the step infos "
-            "(seals does, under 'old_state') or pass (states, actions) arrays."
-        )
-    table = np.asarray(mdp.observation_matrix.cpu(), dtype=np.float64).reshape(S, -1)
-    flat = obs.reshape(obs.shape[0], -1).astype(np.float64)
-    if flat.shape[1] != table.shape[1]:
-        raise ValueError(
-            f"{where}: observations have shape {obs.shape[1:]} but {mdp.name}'s observation_matrix "
-            f"rows have {table.shape[1]} entries; the trajectories come from another environment."
-        )
-    uniq, inverse = np.unique(flat, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    match = np.isclose(uniq[:, None, :], table[None, :, :], rtol=1e-5, atol=1e-6).all(-1)  # (U, S)
-    counts = match.sum(1)
-    if (counts == 0).any():
-        u = int(np.flatnonzero(counts == 0)[0])
-        j = int(np.flatnonzero(inverse == u)[0])
-        raise ValueError(
-            f"{where}: the observation at step {j} matches no state's row of {mdp.name}'s "
-            "observation_matrix (out of range); the trajectories come from another environment."
-        )
-    if (counts > 1).any():
-        u = int(np.flatnonzero(counts > 1)[0])
-        j = int(np.flatnonzero(inverse == u)[0])
-        raise ValueError(
-            f"{where}: the observation at step {j} is ambiguous: states "
-            f"{np.flatnonzero(match[u]).tolist()} of {mdp.name} share it. Record the state in the "
-            "step infos (seals does, under 'old_state') or pass (states, actions) arrays."
-        )
-    return match.argmax(1)[inverse]
-
-
-def _from_trajectory(
-    traj: Any, i: int, mdp: TabularMDP, state_key: str
-) -> tuple[np.ndarray, np.ndarray, int | None]:
-    """``(states (T,), actions (T,), final state or None)`` of one imitation Trajectory."""
-    where = f"trajectory {i}"
-    acts = _int_array(np.asarray(traj.acts), f"{where} acts")
-    if acts.ndim != 1:
-        raise ValueError(
-            f"{where}: acts must be one integer action per step, got shape {acts.shape}."
-        )
-    T = acts.shape[0]
-    infos = getattr(traj, "infos", None)
-    if (
-        infos is not None
-        and len(infos) == T
-        and T > 0
-        and all(isinstance(info, Mapping) and state_key in info for info in infos)
-    ):
-        states = _int_array(
-            np.array([info[state_key] for info in infos]), f"{where} infos[{state_key!r}]"
-        )
-        final: int | None = None
-        last = infos[-1]
-        if "new_state" in last:
-            final = int(last["new_state"])
-        else:
-            try:
-                final = int(_lookup_states(np.asarray(traj.obs)[-1:], mdp, where)[0])
-            except ValueError:
-                final = None
-        return states, acts, final
-    obs = np.asarray(traj.obs)
-    if obs.shape[0] != T + 1:
-        raise ValueError(
-            f"{where}: expected {T + 1} observations for {T} actions, got {obs.shape[0]}."
-        )
-    states = _lookup_states(obs, mdp, where)
-    return states[:T], acts, int(states[T])
-
-
-def _split_raw(trajectories: tuple[Any, Any]) -> list[tuple[np.ndarray, np.ndarray]]:
-    states, actions = trajectories
-    if isinstance(states, (np.ndarray, th.Tensor)) and isinstance(actions, (np.ndarray, th.Tensor)):
-        s = _int_array(states, "states")
-        a = _int_array(actions, "actions")
-        if s.ndim == 1 and a.ndim == 1:
-            return [(s, a)]
-        if s.ndim != 2 or a.ndim != 2 or s.shape[0] != a.shape[0]:
-            raise ValueError(
-                "raw trajectories must be (states (N, T) or (N, T + 1), actions (N, T)) integer "
-                f"arrays; got shapes {tuple(s.shape)} and {tuple(a.shape)}."
-            )
-        return list(zip(s, a, strict=True))
-    if (
-        isinstance(states, Sequence)
-        and isinstance(actions, Sequence)
-        and len(states) == len(actions)
-    ):
-        return [
-            (_int_array(s, f"states[{i}]").reshape(-1), _int_array(a, f"actions[{i}]").reshape(-1))
-            for i, (s, a) in enumerate(zip(states, actions, strict=True))
-        ]
-    raise TypeError(
-        "raw trajectories must be a pair (states, actions) of (N, T) arrays or of equal-length "
-        "lists of 1-D arrays."
-    )
-
-
-def trajectory_state_actions(
-    trajectories: Any, mdp: TabularMDP, *, state_key: str = "old_state"
-) -> list[tuple[np.ndarray, np.ndarray, int | None]]:
-    """Per trajectory: decision states ``(T,)``, actions ``(T,)`` and the final state (or None).
-
-    Args:
-        trajectories: a sequence of imitation ``Trajectory`` / ``TrajectoryWithRew`` objects,
-            or a pair ``(states, actions)``: ``(N, T)`` or ``(N, T + 1)`` states and ``(N, T)``
-            actions (integer arrays), or two equal-length lists of 1-D arrays (ragged lengths).
-        mdp: the MDP whose state indices the trajectories are mapped to.
-        state_key: the step-info key holding the state before each step (seals: ``"old_state"``).
-
-    States of imitation trajectories come from ``infos[t][state_key]`` when every step has it
-    (seals environments), else from the observations: integer observations are state indices
-    (toy-text), vector observations are looked up in ``mdp.observation_matrix``.
-
-    Raises:
-        ValueError: no trajectories, out-of-range states or actions, observations that match no
-            state or several states, inconsistent lengths.
-        TypeError: input of the wrong kind.
-    """
-    if (
-        isinstance(trajectories, tuple)
-        and len(trajectories) == 2
-        and not any(_is_trajectory(x) for x in trajectories)
-    ):
-        out: list[tuple[np.ndarray, np.ndarray, int | None]] = []
-        for i, (s, a) in enumerate(_split_raw(trajectories)):
-            if s.shape[0] == a.shape[0] + 1:
-                out.append((s[:-1], a, int(s[-1])))
-            elif s.shape[0] == a.shape[0]:
-                out.append((s, a, None))
-            else:
-                raise ValueError(
-                    f"trajectory {i}: {s.shape[0]} states for {a.shape[0]} actions; pass T or "
-                    "T + 1 states (the last being the final state) for T actions."
-                )
-    elif isinstance(trajectories, Sequence) and not isinstance(trajectories, (str, bytes)):
-        trajs = list(trajectories)
-        bad = [i for i, t in enumerate(trajs) if not _is_trajectory(t)]
-        if bad:
-            raise TypeError(
-                f"trajectories must be imitation Trajectory objects (with .obs and .acts) or a pair "
-                f"(states, actions); item {bad[0]} is a {type(trajs[bad[0]]).__name__}."
-            )
-        out = [_from_trajectory(t, i, mdp, state_key) for i, t in enumerate(trajs)]
-    else:
-        raise TypeError(
-            "trajectories must be a list of imitation Trajectory objects or a pair (states, "
-            f"actions) of integer arrays, got {type(trajectories).__name__}."
-        )
-    if not out:
-        raise ValueError("no trajectories given; pass at least one.")
-    S, A = mdp.n_states, mdp.n_actions
-    for i, (s, a, final) in enumerate(out):
-        if s.size and (s.min() < 0 or s.max() >= S):
-            raise ValueError(
-                f"trajectory {i}: states {s[(s < 0) | (s >= S)][:5].tolist()} outside [0, {S})."
-            )
-        if final is not None and not 0 <= final < S:
-            raise ValueError(f"trajectory {i}: final state {final} outside [0, {S}).")
-        if a.size and (a.min() < 0 or a.max() >= A):
-            raise ValueError(
-                f"trajectory {i}: actions {a[(a < 0) | (a >= A)][:5].tolist()} outside [0, {A}) "
-                f"for {mdp.name}."
-            )
-    return out
 
 
 def _absorbing_states(mdp: TabularMDP) -> np.ndarray:
@@ -396,8 +213,31 @@ def _occupancy(coded: _Coded, weights: np.ndarray, mdp: TabularMDP) -> th.Tensor
     return th.as_tensor(w / total, dtype=mdp.dtype, device=mdp.device)
 
 
+def _impossible_steps(
+    items: list[tuple[np.ndarray, np.ndarray, int | None]], mdp: TabularMDP, impossible: str
+) -> int:
+    """The number of impossible steps; raises for ``impossible="raise"`` if there are any."""
+    if impossible not in IMPOSSIBLE_MODES:
+        raise ValueError(f"impossible must be one of {IMPOSSIBLE_MODES}, got {impossible!r}.")
+    found = check_transitions(items, mdp)
+    if found.total and impossible == "raise":
+        raise ValueError(
+            f"{found.total} steps of {found.n_trajectories} trajectories are impossible in "
+            f"{mdp.name} ({found.n_starts} starts where p0 = 0, {found.n_transitions} transitions "
+            f"with probability 0); the first: {found.first}. The trajectories come from other "
+            "dynamics or were mapped to the wrong states; pass impossible='count' to score them "
+            "anyway and report the count."
+        )
+    return found.total
+
+
 def empirical_occupancy(
-    trajectories: Any, mdp: TabularMDP, *, state_key: str = "old_state", utility: Any = None
+    trajectories: Any,
+    mdp: TabularMDP,
+    *,
+    state_key: str = "old_state",
+    utility: Any = None,
+    impossible: str = "raise",
 ) -> th.Tensor:
     """Empirical state-action occupancy ``w[t, s, a]`` ``(H, S, A)`` of trajectories.
 
@@ -409,12 +249,15 @@ def empirical_occupancy(
         trajectories, state_key: see :func:`trajectory_state_actions`.
         mdp: the MDP.
         utility: if given, checked to be constant over actions at the absorbing end states.
+        impossible: ``"raise"`` (default) refuses steps the MDP gives probability zero;
+            ``"count"`` accepts them.
 
     Raises:
         ValueError: see :func:`trajectory_state_actions`; short trajectories that do not end in
-            an absorbing state.
+            an absorbing state; impossible steps (unless ``impossible="count"``).
     """
     items = trajectory_state_actions(trajectories, mdp, state_key=state_key)
+    _impossible_steps(items, mdp, impossible)
     r = None if utility is None else mdp.reward_sa(utility)
     coded = _encode(items, mdp, r)
     return _occupancy(coded, np.ones(len(items)), mdp)
@@ -527,6 +370,7 @@ def meg_from_trajectories(
     confidence: float = 0.95,
     rng: np.random.Generator | int | None = None,
     state_key: str = "old_state",
+    impossible: str = "raise",
     progress: bool = False,
 ) -> TrajectoryMEGResult:
     """MEG of the policy that generated ``trajectories``, with a bootstrap percentile interval.
@@ -549,21 +393,26 @@ def meg_from_trajectories(
         utility: known utility ``(S,)``, ``(S, A)`` or ``(S, A, S)``; default ``mdp.utility``.
         features: unknown-utility MEG over linear utilities of these ``(S, F)`` features, or
             ``"all"`` for every utility function of the state (needs ``imitation_meg.unknown``).
-        target: target-variable MEG for this ``(S,)`` integer target (needs
-            ``imitation_meg.unknown``).
+        target: target-variable MEG for this target (``(S,)`` labels of any hashable kind, a
+            callable on states, a grid-helper name; see :func:`imitation_meg.unknown.target_features`).
         signed: the signed known-utility variant (paper footnote 4).
         n_boot: bootstrap replicates (0 disables the interval: ``low = high = nan``).
         confidence: nominal coverage of the percentile interval, in ``(0, 1)``.
         rng: generator or seed for the bootstrap (default seed 0).
         state_key: the step-info key with the pre-step state (seals: ``"old_state"``).
+        impossible: ``"raise"`` (default) refuses trajectories holding steps the MDP gives
+            probability zero (a start where ``p0 = 0``, a transition with ``T[s, a, s'] = 0``);
+            ``"count"`` scores them anyway and reports the count as ``n_impossible``.
         progress: show a progress bar over the replicates (needs tqdm).
 
     Returns:
-        :class:`TrajectoryMEGResult` with ``.meg``, ``.low``, ``.high``, ``.n_trajectories``.
+        :class:`TrajectoryMEGResult` with ``.meg``, ``.low``, ``.high``, ``.n_trajectories``,
+        ``.n_impossible``.
 
     Raises:
         ValueError: invalid trajectories (see :func:`trajectory_state_actions`), early ends in
-            non-absorbing states, conflicting modes, bad ``n_boot`` / ``confidence``.
+            non-absorbing states, impossible steps (unless ``impossible="count"``), conflicting
+            modes, bad ``n_boot`` / ``confidence``.
         TypeError: arguments of the wrong kind.
 
     Example:
@@ -586,6 +435,7 @@ def meg_from_trajectories(
     mode, score = _scorer(mdp, utility, features, target, signed)
 
     items = trajectory_state_actions(trajectories, mdp, state_key=state_key)
+    n_impossible = _impossible_steps(items, mdp, impossible)
     r = mdp.reward_sa(utility) if mode == "known" else None
     coded = _encode(items, mdp, r)
     N = len(items)
@@ -632,4 +482,5 @@ def meg_from_trajectories(
         n_padded=coded.n_padded,
         n_cut=coded.n_cut,
         horizon=mdp.horizon,
+        n_impossible=n_impossible,
     )

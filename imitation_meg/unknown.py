@@ -6,12 +6,30 @@ For a linear class ``r_theta(s, a) = Phi(s, a) @ theta`` the rationality ``beta`
     L(theta) = E_pi[ sum_t log pi_theta,t(a_t | s_t) ]
 
 (``pi_theta`` the soft-optimal policy of ``r_theta`` at ``beta = 1``) is MCE-IRL's causal
-log-likelihood: concave in ``theta``, with gradient ``Phi^T (D_pi - D_theta)`` for ``discount = 1``.
-Unknown-utility MEG over the class is ``sup_theta L(theta) + H log|A|``, a convex problem with a
-global optimum which :func:`meg_unknown` solves with L-BFGS (exact autograd gradients) followed by
-damped Newton steps on the exact Hessian for classes of moderate dimension. The supremum may lie
-at infinity (near-deterministic policies); the solver then follows the ascent direction outwards
-and reports the limit with the size of the last improvement as its tolerance.
+log-likelihood: concave in ``theta`` for a policy's occupancy. Unknown-utility MEG over the class
+is the best known-utility MEG of its members,
+
+    MEG_class(pi) = max( sup_theta L(theta), max_U L(tie-split optimal policy of U) ) + H log|A|,
+
+a property of the policy, the dynamics and the class alone (not of the utility the MDP carries).
+:func:`meg_unknown` computes it exactly:
+
+1. **Normalise the class.** Each feature column is divided by its largest magnitude, shifted to
+   start at 0 and divided by its spread; constant columns are dropped (adding a constant to
+   every reward leaves every soft policy unchanged), one-hot state features become an index
+   map. The optimum depends only on the span, so results agree to solver tolerance for any
+   representable positive scale of the features (to the last bit for one-hot features such as
+   ``np.eye(S) * c``), and under translation.
+2. **Find the face at infinity** when the behaviour leaves some action untried in a state it
+   visits: one linear programme gives the smallest set of actions ``Z`` that some member of the
+   class makes optimal while keeping the behaviour's actions optimal, and that member's
+   direction ``d`` (:mod:`imitation_meg.faces`). The supremum of ``L`` is the maximum of the
+   class restricted to ``Z`` (the limit along ``theta0 + t d``, with finite ``theta0``), and the
+   best tie-split optimal policy is ``d``'s.
+3. **Solve the (restricted) concave problem** by a truncated Newton method with exact gradients
+   ``Phi^T (sum_t w_t - sum_t rho_t pi_t)`` and Hessian-vector products, each a backward and a
+   forward pass over the MDP (:func:`imitation_meg.likelihood.maximise`); it stops when the
+   Newton decrement says the remaining gap is below ``tol * max(1, |L|)``.
 
 :func:`meg_target` is MEG with respect to target variables (paper Definition 4.4): the class of
 all utility functions of the target, i.e. one-hot features of ``target(s)``.
@@ -23,25 +41,36 @@ from several random restarts.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import warnings
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
 import torch as th
 from torch import nn
 
-from imitation_meg._validation import as_tensor
+from imitation_meg._validation import ImitationMEGWarning, as_tensor
 from imitation_meg.algorithm2 import meg_algorithm2
+from imitation_meg.faces import find_face, needs_face
 from imitation_meg.known import MEGResult
 from imitation_meg.likelihood import (
+    ClassFeatures,
+    ClassObjective,
+    _dot,
     behaviour_occupancy,
-    class_result,
     gibbs_certificate,
     log_likelihood,
+    maximise,
 )
 from imitation_meg.mdp import TabularMDP
+from imitation_meg.soft_vi import hard_value_iteration
+from imitation_meg.type_aliases import ArrayLike, PolicyLike
 
 __all__ = [
+    "FaceWarning",
+    "class_features",
     "gibbs_certificate",
     "log_likelihood",
     "meg_target",
@@ -49,52 +78,106 @@ __all__ = [
     "target_features",
 ]
 
-_NEWTON_MAX_FEATURES = 256
+
+class FaceWarning(ImitationMEGWarning):
+    """The face at infinity of a linear class could not be determined; the value may be low."""
 
 
-def _features_sa(mdp: TabularMDP, features: Any) -> th.Tensor | None:
-    """Reduce a feature array to per-step state-action features ``(S, A, F)`` (None = identity)."""
-    if features is None:
-        return None
+@dataclasses.dataclass(frozen=True)
+class _Coordinates:
+    """How the normalised parameters map back to the user's features:
+    ``theta_user[kept] = theta / scale`` (other entries 0), up to an additive constant in the
+    reward."""
+
+    n_user: int
+    kept: th.Tensor  # (F,) int64
+    scale: th.Tensor  # (F,)
+
+    def to_user(self, theta: th.Tensor) -> th.Tensor:
+        out = theta.new_zeros(self.n_user)
+        out[self.kept] = theta / self.scale
+        return out
+
+
+def _reduce_features(mdp: TabularMDP, features: ArrayLike) -> th.Tensor:
+    """Features as ``(S, F)`` state or ``(S, A, F)`` per-step state-action features."""
     phi = as_tensor(features, name="features", dtype=mdp.dtype, device=mdp.device)
     S, A = mdp.n_states, mdp.n_actions
     if not bool(th.isfinite(phi).all()):
-        raise ValueError("features contain NaN or infinite values.")
+        bad = (~th.isfinite(phi)).nonzero()[:3].tolist()
+        raise ValueError(
+            f"features contain NaN or infinite values (first at {bad}); pass finite features."
+        )
     if phi.ndim == 2 and phi.shape[0] == S:
-        return phi.unsqueeze(1).expand(S, A, phi.shape[1])
+        return phi
     if phi.ndim == 3 and phi.shape[:2] == (S, A):
         return phi
     if phi.ndim == 4 and phi.shape[:3] == (S, A, S):
         F = phi.shape[-1]
-        flat = phi.reshape(S * A, S, F)
-        sa = (
-            th.arange(S, device=mdp.device).view(S, 1, 1) * A
-            + th.arange(A, device=mdp.device).view(1, A, 1)
-        ).expand_as(mdp.next_state)
-        vals = flat[sa.reshape(-1), mdp.next_state.reshape(-1)].view(*mdp.prob.shape, F)
-        return (vals * mdp.prob.unsqueeze(-1)).sum(-2)
+        # Expected feature of the next state: scale first so that huge values cannot overflow.
+        m = phi.abs().amax((0, 1, 2)).clamp_min(1e-300)
+        flat = (phi / m).reshape(S * A, S, F)
+        sa = (th.arange(S, device=mdp.device).view(S, 1, 1) * A).add(
+            th.arange(A, device=mdp.device).view(1, A, 1)
+        )
+        vals = flat[sa.expand_as(mdp.next_state).reshape(-1), mdp.next_state.reshape(-1)]
+        return (vals.view(*mdp.prob.shape, F) * mdp.prob.unsqueeze(-1)).sum(-2) * m
     raise ValueError(
         f"features must have shape (S, F), (S, A, F) or (S, A, S, F) with S={S}, A={A}; "
         f"got {tuple(phi.shape)}."
     )
 
 
-def _reward_of(theta: th.Tensor, phi: th.Tensor | None, S: int, A: int) -> th.Tensor:
-    if phi is None:
-        return theta.unsqueeze(1).expand(S, A)
-    return phi @ theta
+def class_features(mdp: TabularMDP, features: ArrayLike | None) -> ClassFeatures:
+    """The normalised linear class of ``features`` (``None``: every utility of the state).
+
+    Columns are scaled to ``[0, 1]`` (largest magnitude, then spread), constant columns dropped
+    and one-hot state features turned into an index map; see the module docstring.
+
+    Raises:
+        ValueError: bad shape or non-finite values.
+    """
+    return _class_features(mdp, features)[0]
+
+
+def _class_features(
+    mdp: TabularMDP, features: ArrayLike | None
+) -> tuple[ClassFeatures, _Coordinates]:
+    S, A = mdp.n_states, mdp.n_actions
+    if features is None:
+        ar = th.arange(S, device=mdp.device)
+        ones = th.ones(S, dtype=mdp.dtype, device=mdp.device)
+        return ClassFeatures("index", S, labels=ar), _Coordinates(S, ar, ones)
+    phi = _reduce_features(mdp, features)
+    if phi.ndim == 3 and bool((phi == phi[:, :1]).all()):
+        phi = phi[:, 0]  # the same for every action: state features
+    F_user = phi.shape[-1]
+    X = phi.reshape(-1, F_user)
+    m = X.abs().amax(0)
+    X = X / m.clamp_min(1e-300)  # in [-1, 1]: spreads and differences cannot overflow
+    lo, hi = X.amin(0), X.amax(0)
+    spread = hi - lo
+    keep = (spread > 0).nonzero().flatten()
+    Xn = (X[:, keep] - lo[keep]) / spread[keep]
+    coords = _Coordinates(F_user, keep, m[keep] * spread[keep])
+    F = int(keep.numel())
+    if phi.ndim == 2:
+        if bool(((Xn == 0) | (Xn == 1)).all()) and bool((Xn.sum(1) == 1).all()):
+            return ClassFeatures("index", F, labels=Xn.argmax(1)), coords
+        return ClassFeatures("state", F, phi=Xn.contiguous()), coords
+    return ClassFeatures("state_action", F, phi=Xn.reshape(S, A, F).contiguous()), coords
 
 
 # --------------------------------------------------------------------------- exact linear classes
 def meg_unknown(
-    policy: Any,
+    policy: PolicyLike | None,
     mdp: TabularMDP,
     *,
-    features: Any = None,
-    sa_occupancy: Any = None,
-    utility_model: nn.Module | Any = None,
+    features: ArrayLike | None = None,
+    sa_occupancy: ArrayLike | None = None,
+    utility_model: nn.Module | str | None = None,
     tol: float = 1e-10,
-    max_iter: int = 2000,
+    max_iter: int = 200,
     steps: int = 500,
     lr: float = 0.01,
     restarts: int = 4,
@@ -105,7 +188,7 @@ def meg_unknown(
 
     Args:
         policy: ``(S, A)`` or ``(H, S, A)`` policy (ignored when ``sa_occupancy`` is given).
-        mdp: the MDP.
+        mdp: the MDP (its utility, if any, plays no part).
         features: the linear class ``U_theta = Phi @ theta``: ``None`` for every utility function
             of the state; else ``(S, F)`` state features, ``(S, A, F)`` state-action features or
             ``(S, A, S, F)`` transition features. Solved exactly.
@@ -115,20 +198,29 @@ def meg_unknown(
             ``RewardNet`` (evaluated on every ``(s, a, s')``), or ``"mlp"`` for the paper's
             one-hidden-layer 256-unit MLP. Gives a lower bound; see
             :func:`imitation_meg.algorithm2.meg_algorithm2`.
-        tol: relative tolerance of the exact solver (gradient norm and limit improvements).
-        max_iter: L-BFGS iteration budget of the exact solver.
-        steps, lr, restarts, seed, progress: settings of the differentiable-class ascent.
+        tol: relative tolerance of the exact solver: it stops when the Newton decrement bounds
+            the remaining gap of ``L`` by ``tol * max(1, |L|)``.
+        max_iter: Newton-step budget of the exact solver.
+        steps, lr, restarts, seed: settings of the differentiable-class ascent.
+        progress: show a progress bar (Newton steps, or ascent steps for ``utility_model``).
 
     Returns:
         :class:`MEGResult`. ``beta`` is the spread (max - min) of the fitted utility, into which
-        the rationality is absorbed; ``grad`` is the final gradient norm; ``extra`` holds
-        ``utility`` (the fitted ``(S, A)`` per-step utility, rationality included), ``theta``,
-        ``certificate`` (the Gibbs upper bound), ``limit_tolerance`` when ``at_boundary`` and
-        ``iterations``. For a differentiable class ``extra`` also holds ``restart_values``,
-        ``mean``, ``std`` and ``gap_to_exact``.
+        the rationality is absorbed (``+inf`` when the supremum is a limit); ``grad`` is the final
+        gradient norm; ``converged`` says the solve met its tolerance; ``at_boundary`` that the
+        supremum lies at infinity. ``extra`` holds ``utility`` (the fitted ``(S, A)`` per-step
+        utility up to an additive constant; for a limit the direction's utility), ``theta`` (the
+        user's coordinates), ``attained_by`` (``"interior"``, ``"limit"`` or ``"tie-split optimal
+        policy"``), ``direction`` (``d`` for a limit), ``face_excluded`` (actions the face
+        excludes), ``certificate`` (the Gibbs upper bound), ``decrement`` (the last Newton
+        decrement; ``limit_tolerance`` is half of it at a limit), ``iterations``,
+        ``cg_iterations``, ``passes``, ``trace`` and ``concave`` (False for an occupancy that is
+        not a policy's, such as trajectories in a stochastic MDP: then the result is a stationary
+        point). For a differentiable class ``extra`` holds ``restart_values``, ``mean``, ``std``
+        and ``gap_to_exact``.
 
     Raises:
-        ValueError / TypeError: bad policy, occupancy or feature shapes.
+        ValueError / TypeError: bad policy, occupancy, feature shapes or settings.
 
     Example:
         >>> import imitation_meg as im
@@ -163,191 +255,185 @@ def meg_unknown(
         if res.extra.get("state_only"):
             # The class of every state utility contains any state-only model: its exact optimum
             # bounds the model's value, and the gap says how far the ascent fell short.
-            exact = _meg_linear(mdp, w, None, tol=1e-10, max_iter=2000)
+            exact = _meg_linear(mdp, w, None, tol=1e-10, max_iter=200, progress=False)
             res.extra["exact"] = exact.meg
             res.extra["gap_to_exact"] = exact.meg - max(res.extra["restart_values"])
         return res
-    phi = _features_sa(mdp, features)
-    res = _meg_linear(mdp, w, phi, tol=tol, max_iter=max_iter)
-    return _with_known_candidate(res, mdp, w, phi)
-
-
-def _in_class(mdp: TabularMDP, phi: th.Tensor | None) -> th.Tensor | None:
-    """The MDP's own per-step utility if the linear class contains it, else None."""
-    if mdp.utility is None:
-        return None
-    r = mdp.reward_sa()
-    if phi is None:
-        return r if bool((r == r[:, :1]).all()) else None
-    S, A, F = phi.shape
-    sol = th.linalg.lstsq(phi.reshape(S * A, F), r.reshape(S * A, 1)).solution
-    resid = (phi.reshape(S * A, F) @ sol - r.reshape(S * A, 1)).norm()
-    return r if float(resid) <= 1e-9 * max(1.0, float(r.norm())) else None
-
-
-def _with_known_candidate(
-    res: MEGResult, mdp: TabularMDP, w: th.Tensor, phi: th.Tensor | None
-) -> MEGResult:
-    """Compare with the known-utility MEG of the MDP's own utility when the class contains it.
-
-    That utility's +-inf limit (uniform over tied best actions) is in the class but is not a
-    limit of finite parameters when the hard Q-values tie, so it is checked explicitly; this
-    keeps ``meg_unknown >= meg`` exact.
-    """
-    r = _in_class(mdp, phi)
-    if r is None:
-        return res
-    from imitation_meg.known import meg
-
-    known = meg(None, mdp, r, sa_occupancy=w)
-    res.extra["known_utility_meg"] = known.meg
-    if known.meg <= res.meg:
-        return res
-    import dataclasses
-
-    return dataclasses.replace(
-        res,
-        meg=known.meg,
-        normalized=known.normalized,
-        log_likelihood=known.log_likelihood,
-        converged=known.converged,
-        at_boundary=known.at_boundary,
-        model_expected_utility=res.model_expected_utility,
-        extra=dict(res.extra, attained_by="environment utility", beta_env=known.beta),
-    )
+    return _meg_linear(mdp, w, features, tol=tol, max_iter=max_iter, progress=progress)
 
 
 def _meg_linear(
-    mdp: TabularMDP, w: th.Tensor, phi: th.Tensor | None, *, tol: float, max_iter: int
+    mdp: TabularMDP,
+    w: th.Tensor,
+    features: ArrayLike | None,
+    *,
+    tol: float,
+    max_iter: int,
+    progress: bool,
 ) -> MEGResult:
-    S, A, H = mdp.n_states, mdp.n_actions, mdp.horizon
-    F = S if phi is None else phi.shape[-1]
-    evals = 0
-
-    def f(theta: th.Tensor) -> th.Tensor:
-        nonlocal evals
-        evals += 1
-        return log_likelihood(mdp, _reward_of(theta, phi, S, A), w)
-
-    def value_and_grad(theta: th.Tensor) -> tuple[float, th.Tensor]:
-        th_ = theta.detach().requires_grad_(True)
-        L = f(th_)
-        (g,) = th.autograd.grad(L, th_)
-        return float(L.detach()), g
-
-    theta = th.zeros(F, dtype=mdp.dtype, device=mdp.device)
-    gtol = tol * max(1.0, H)
-    newton = F <= _NEWTON_MAX_FEATURES
-    # 1. L-BFGS on -L with strong-Wolfe line search (a short run when Newton follows).
-    param = theta.clone().requires_grad_(True)
-    lbfgs_iter = min(max_iter, 200) if newton else max_iter
-    opt = th.optim.LBFGS(
-        [param],
-        lr=1.0,
-        max_iter=lbfgs_iter,
-        max_eval=2 * lbfgs_iter,
-        tolerance_grad=gtol,
-        tolerance_change=1e-16,
-        history_size=50,
-        line_search_fn="strong_wolfe",
+    feats, coords = _class_features(mdp, features)
+    face = None
+    face_ok = True
+    if feats.n_features > 0 and needs_face(w):
+        face = find_face(mdp, w, feats)
+        if face is None or not face.verified:
+            reason = (
+                "its linear programme is too large or failed"
+                if face is None
+                else "the hard values of the programme's direction do not confirm it"
+            )
+            warnings.warn(
+                "the behaviour leaves actions untried, so the class's supremum may lie at "
+                f"infinity, but its face could not be determined ({reason}); the value is the "
+                "best finite one found (converged=False).",
+                FaceWarning,
+                stacklevel=3,
+            )
+            face, face_ok = None, False
+    allowed = face.allowed if face is not None and face.n_excluded > 0 else None
+    restricted = allowed is not None
+    obj = ClassObjective(mdp, w, feats, allowed=allowed)
+    sol = maximise(obj, tol=tol, max_iter=max_iter, progress=progress)
+    S, A = mdp.n_states, mdp.n_actions
+    extra: dict[str, Any] = {
+        "theta": coords.to_user(sol["theta"]).cpu(),
+        "iterations": sol["iterations"],
+        "cg_iterations": sol["cg_iterations"],
+        "passes": sol["passes"],
+        "decrement": sol["decrement"],
+        "trace": sol["trace"],
+        "concave": obj.concave,
+        "face_excluded": 0 if face is None else face.n_excluded,
+        "limit_tolerance": 0.0,
+    }
+    L_soft = sol["L"]
+    converged = bool(sol["converged"]) and face_ok
+    if face is not None and face.tie_log_likelihood > L_soft:
+        # The tie-split optimal policy of the face's direction beats every soft model.
+        r = feats.reward(face.direction, S, A)
+        log_pi = hard_value_iteration(mdp, r.T.contiguous())[2]
+        model = log_pi.exp().permute(0, 2, 1).contiguous()
+        extra.update(
+            attained_by="tie-split optimal policy",
+            direction=coords.to_user(face.direction).cpu(),
+            theta=coords.to_user(face.direction).cpu(),
+        )
+        return _result(
+            mdp, obj, w, r, model, face.tie_log_likelihood, math.inf, math.nan, True, True, extra
+        )
+    if restricted:
+        assert face is not None
+        r = feats.reward(face.direction, S, A)
+        extra.update(
+            attained_by="limit",
+            direction=coords.to_user(face.direction).cpu(),
+            limit_tolerance=max(sol["decrement"], 0.0) / 2,
+        )
+        obj.value(sol["theta"])  # the model's policy at the optimum of the face
+        return _result(
+            mdp, obj, w, r, obj.pi, L_soft, math.inf, sol["grad"], converged, True, extra
+        )
+    r = feats.reward(sol["theta"], S, A)
+    obj.value(sol["theta"])
+    spread = float(r.max() - r.min()) if r.numel() else 0.0
+    extra["attained_by"] = "interior"
+    at_boundary = not face_ok
+    return _result(
+        mdp, obj, w, r, obj.pi, L_soft, spread, sol["grad"], converged, at_boundary, extra
     )
 
-    def closure() -> th.Tensor:
-        opt.zero_grad()
-        loss = -f(param)
-        loss.backward()
-        return loss
 
-    opt.step(closure)
-    theta = param.detach().clone()
-    L, g = value_and_grad(theta)
-    iterations = int(opt.state[opt._params[0]].get("n_iter", 0))
-
-    # 2. Damped Newton (Levenberg-Marquardt) with the exact Hessian for small classes; the
-    # Hessian is singular along directions that do not change the policy, hence the damping.
-    if newton:
-        for _ in range(50):
-            if float(g.norm()) <= gtol:
-                break
-            neg = -th.autograd.functional.hessian(f, theta)
-            lam = 1e-12 * float(neg.diagonal().abs().max().clamp_min(1e-300))
-            eye = th.eye(F, dtype=theta.dtype, device=theta.device)
-            improved = False
-            for _ls in range(30):
-                step = th.linalg.lstsq(neg + lam * eye, g.unsqueeze(1)).solution[:, 0]
-                cand = theta + step
-                Lc, gc = value_and_grad(cand)
-                if Lc >= L - 1e-15 * max(1.0, abs(L)) and th.isfinite(gc).all():
-                    theta, L, g, improved = cand, Lc, gc, True
-                    break
-                lam = max(lam * 100, 1e-10)
-            iterations += 1
-            if not improved:
-                break
-    grad_norm = float(g.norm())
-    converged = grad_norm <= gtol
-    at_boundary = False
-    limit_tol = 0.0
-    # 3. The supremum can lie at infinity only if the behaviour never takes some action in a
-    # state it visits (a finite theta gives every action positive probability). Then follow theta
-    # outwards while the likelihood keeps improving, and report the limit.
-    ws = w.sum(-1, keepdim=True)
-    has_zeros = bool(((w == 0) & (ws > 0)).any())
-    if has_zeros and float(theta.norm()) > 0:
-        direction = theta.clone()
-        last_gain = None
-        for _ in range(60):
-            cand = theta + direction
-            Lc = float(f(cand).detach())
-            gain = Lc - L
-            if not gain > 0:
-                break
-            theta, L, last_gain = cand, Lc, gain
-            direction = direction * 2
-            if gain <= tol * max(1.0, abs(L)):
-                break
-        if last_gain is not None:
-            _, g = value_and_grad(theta)
-            grad_norm = float(g.norm())
-            cert = gibbs_certificate(mdp, w)
-            limit_tol = min(last_gain, max(cert - (L + H * math.log(A)), 0.0))
-            at_boundary = True
-            converged = limit_tol <= max(1e-6, tol * max(1.0, abs(L))) or grad_norm <= gtol
-        elif converged:
-            # Converged with a finite theta although some actions are never taken: the limit
-            # is already reached to within the gradient tolerance.
-            at_boundary = float(theta.abs().max()) * 1e-3 > 1.0
-    reward = _reward_of(theta, phi, S, A)
-    return class_result(
-        mdp,
-        w,
-        reward,
-        L,
-        grad_norm=grad_norm,
-        converged=converged,
-        at_boundary=at_boundary,
-        evaluations=evals,
-        extra={"theta": theta.cpu(), "iterations": iterations, "limit_tolerance": limit_tol},
+def _result(
+    mdp: TabularMDP,
+    obj: ClassObjective,
+    w: th.Tensor,
+    r: th.Tensor,
+    model: th.Tensor,
+    L: float,
+    beta: float,
+    grad: float,
+    converged: bool,
+    at_boundary: bool,
+    extra: dict[str, Any],
+) -> MEGResult:
+    """The result of a class's best model: ``r (A, S)`` the reported utility, ``model (H, A, S)``
+    the model's policy."""
+    H, A = mdp.horizon, mdp.n_actions
+    bound = H * math.log(A)
+    value = min(max(L + bound, 0.0), bound)
+    if value <= 1e-12 * max(1.0, bound):  # rounding of L + H log|A| around 0
+        value = 0.0
+    gam = mdp.discount ** th.arange(H, dtype=w.dtype, device=w.device)
+    r_sa = r.T
+    eu = _dot(gam.view(H, 1, 1) * w, r_sa.expand(H, *r_sa.shape))
+    return MEGResult(
+        meg=float(value),
+        beta=float(beta),
+        upper_bound=bound,
+        normalized=float(value / bound) if bound > 0 else 0.0,
+        expected_utility=eu,
+        model_expected_utility=obj.expected_return(r, model),
+        uniform_expected_utility=obj.expected_return(r, None),
+        log_likelihood=float(L),
+        grad=float(grad),
+        converged=bool(converged),
+        at_boundary=bool(at_boundary),
+        evaluations=int(extra["passes"]),
+        extra=dict(extra, utility=r_sa.contiguous().cpu(), certificate=gibbs_certificate(mdp, w)),
     )
 
 
 # --------------------------------------------------------------------------- targets
+def _labels(values: list[Any]) -> np.ndarray:
+    """Integer labels ``(S,)`` of hashable values, equal values (``==``) sharing a label."""
+    index: dict[Hashable, int] = {}
+    out = np.empty(len(values), dtype=np.int64)
+    for i, v in enumerate(values):
+        if isinstance(v, np.generic):
+            v = v.item()
+        if isinstance(v, float) and math.isnan(v):
+            raise ValueError(f"target value of state {i} is NaN; NaN is no label.")
+        if not isinstance(v, Hashable):
+            raise TypeError(
+                f"target value of state {i} is a {type(v).__name__}, which is not hashable; "
+                "return str, int, float, bool or tuples of them."
+            )
+        try:
+            out[i] = index.setdefault(v, len(index))
+        except TypeError as e:  # a tuple holding an unhashable item
+            raise TypeError(
+                f"target value of state {i} ({v!r}) is not hashable ({e}); return str, int, "
+                "float, bool or tuples of them."
+            ) from e
+    return out
+
+
+def _is_label_list(target: Any) -> bool:
+    """A list or 1-D array of labels (not a matrix of probabilities, not a numeric array)."""
+    if isinstance(target, np.ndarray):
+        return target.ndim == 1 and target.dtype.kind in "OUS"
+    if isinstance(target, list):
+        return all(not isinstance(v, (list, np.ndarray, th.Tensor)) for v in target)
+    return False
+
+
 def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
     """One-hot state features ``(S, K)`` of a target variable.
 
     Args:
         mdp: the MDP.
-        target: an integer array ``(S,)`` of target values per state; a callable on state
-            indices returning hashable values; a grid-helper name (``"row"``, ``"column"``,
-            ``"cell"``, ``"goal"``) for MDPs built by :func:`imitation_meg.envs.cliff_world`; or
-            a ``(S, K)`` matrix of probabilities ``P(T = k | s)`` for a target that depends on the
-            state only stochastically (rows summing to 1); or a tuple of any of the
-            deterministic kinds, for several target variables jointly (e.g. an instruction and
-            the position, for a goal-conditioned agent).
+        target: an array ``(S,)`` of target values per state (numbers, strings or other
+            hashable labels: equal values share a label); a callable on state indices returning
+            hashable values; a grid-helper name (``"row"``, ``"column"``, ``"cell"``,
+            ``"goal"``) for MDPs built by :func:`imitation_meg.envs.cliff_world`; or a ``(S, K)``
+            matrix of probabilities ``P(T = k | s)`` for a target that depends on the state only
+            stochastically (rows summing to 1); or a tuple of any of the deterministic kinds, for
+            several target variables jointly (e.g. an instruction and the position, for a
+            goal-conditioned agent).
 
     Raises:
-        ValueError: wrong length, or a probability matrix whose rows do not sum to 1.
-        TypeError: a target of unsupported kind.
+        ValueError: wrong length, NaN labels, or a probability matrix whose rows do not sum to 1.
+        TypeError: a target of unsupported kind, or unhashable target values.
     """
     S = mdp.n_states
     if isinstance(target, tuple):
@@ -362,9 +448,13 @@ def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
 
         target = grid_target(mdp, target)
     elif callable(target):
-        values = [target(s) for s in range(S)]
-        _, inv = np.unique(np.asarray([repr(v) for v in values]), return_inverse=True)
-        target = inv
+        target = _labels([target(s) for s in range(S)])
+    elif _is_label_list(target):
+        if len(target) != S:
+            raise ValueError(
+                f"target must give one value per state: shape ({S},), got ({len(target)},)."
+            )
+        target = _labels(list(target))
     t = as_tensor(target, name="target", device=mdp.device)
     if t.ndim == 2:
         if t.shape[0] != S:
@@ -379,15 +469,18 @@ def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
         raise ValueError(
             f"target must give one value per state: shape ({S},), got {tuple(t.shape)}."
         )
-    if t.is_floating_point() and not bool((t == t.round()).all()):
-        raise TypeError("target values must be integers (labels); relabel them with np.unique.")
-    _, inv = th.unique(t.to(th.int64), return_inverse=True)
+    inv = th.as_tensor(_labels(t.cpu().tolist()), device=mdp.device)
     K = int(inv.max()) + 1
     return th.nn.functional.one_hot(inv, K).to(mdp.dtype)
 
 
 def meg_target(
-    policy: Any, mdp: TabularMDP, target: Any, *, sa_occupancy: Any = None, tol: float = 1e-10
+    policy: PolicyLike | None,
+    mdp: TabularMDP,
+    target: Any,
+    *,
+    sa_occupancy: ArrayLike | None = None,
+    tol: float = 1e-10,
 ) -> MEGResult:
     """MEG with respect to target variables (paper Definition 4.4), solved exactly.
 

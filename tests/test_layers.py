@@ -133,8 +133,10 @@ def test_core_modules_do_not_import_adapters_or_studies():
             "known",
             "likelihood",
             "unknown",
+            "faces",
             "algorithm2",
             "trajectories",
+            "trajectory_data",
             "results",
         )
     ]

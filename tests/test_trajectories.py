@@ -30,7 +30,7 @@ def test_occupancy_by_hand():
     mdp = im.envs.cliff_world(width=4, height=2, horizon=2)
     states = np.array([[0, 5, 2], [0, 1, 1]])
     actions = np.array([[3, 1], [1, 0]])
-    w = empirical_occupancy((states, actions), mdp)
+    w = empirical_occupancy((states, actions), mdp, impossible="count")  # made-up steps
     expected = np.zeros((2, 8, 4))
     expected[0, 0, 3] = expected[0, 0, 1] = 0.5
     expected[1, 5, 1] = expected[1, 1, 0] = 0.5
@@ -299,14 +299,16 @@ def test_absorbing_end_with_action_dependent_utility_is_refused():
     goal = 15
     u = mdp.reward_sa().clone()
     u[goal, 0] = 1.0
-    states = [np.array([14, goal])]
+    states = [np.array([14, goal])]  # a start at 14 is impossible (p0 is 0 there): counted
     actions = [np.array([2])]
-    est = meg_from_trajectories((states, actions), mdp, n_boot=0)
-    assert est.n_padded == 1
+    est = meg_from_trajectories((states, actions), mdp, n_boot=0, impossible="count")
+    assert est.n_padded == 1 and est.n_impossible == 1
     with pytest.raises(ValueError, match="utility differs between actions"):
-        meg_from_trajectories((states, actions), mdp, utility=u, n_boot=0)
+        meg_from_trajectories((states, actions), mdp, utility=u, n_boot=0, impossible="count")
     with pytest.raises(ValueError, match="state-action features"):
-        meg_from_trajectories((states, actions), mdp, features=np.ones((16, 4, 2)), n_boot=0)
+        meg_from_trajectories(
+            (states, actions), mdp, features=np.ones((16, 4, 2)), n_boot=0, impossible="count"
+        )
 
 
 def test_observation_lookup_errors():
@@ -334,6 +336,6 @@ def test_observation_lookup_errors():
         meg_from_trajectories([traj([[1, 0]] * 3, [1, 0])], plain)
     with pytest.raises(ValueError, match="observation 7 at step 1 is out of range"):
         meg_from_trajectories([traj([0, 7, 2], [1, 0])], plain)
-    # Integer observations are state indices; state 0 -> action 0 -> state 1.
-    est = meg_from_trajectories([traj([0, 1, 1], [0, 0])], plain, n_boot=0)
+    # Integer observations are state indices; state 0 -> action 1 -> state 1 -> action 0 -> 2.
+    est = meg_from_trajectories([traj([0, 1, 2], [1, 0])], plain, n_boot=0)
     assert est.n_trajectories == 1

@@ -195,11 +195,46 @@ def test_target_features_validation():
     mdp = cliff_world(horizon=3)
     with pytest.raises(ValueError, match="one value per state"):
         target_features(mdp, np.zeros(5, int))
-    with pytest.raises(TypeError, match="integers"):
-        target_features(mdp, np.linspace(0, 1, 40))
+    with pytest.raises(ValueError, match="one value per state"):
+        target_features(mdp, ["a"] * 5)
     with pytest.raises(ValueError, match="rows must be distributions"):
         target_features(mdp, np.ones((40, 2)))
+    with pytest.raises(ValueError, match="state 3 is NaN"):
+        target_features(mdp, lambda s: math.nan if s == 3 else 0.0)
+    with pytest.raises(TypeError, match="state 0 is a list, which is not hashable"):
+        target_features(mdp, lambda s: [s])
+    with pytest.raises(TypeError, match="not hashable"):
+        target_features(mdp, lambda s: (s, [s]))
     assert target_features(mdp, "goal").shape == (40, 2)
+
+
+@pytest.mark.parametrize(
+    "relabel",
+    [
+        lambda k: f"col{k}",  # strings
+        lambda k: ("column", int(k)),  # tuples
+        lambda k: float(k) / 3,  # non-integer floats
+        lambda k: np.str_("abcdefghij"[k]),  # numpy scalars
+        lambda k: int(k) * 10**30,  # big integers
+    ],
+)
+def test_labels_of_any_hashable_kind_give_the_integer_partition_value(relabel):
+    mdp = cliff_world(horizon=10)
+    pi = policies.epsilon_greedy(mdp, 0.3)
+    col = im.envs.grid_target(mdp, "column")
+    ref = im.meg_target(pi, mdp, col)
+    as_callable = im.meg_target(pi, mdp, lambda s: relabel(col[s]))
+    values = np.empty(len(col), dtype=object)  # (S,) even for tuples
+    values[:] = [relabel(k) for k in col]
+    as_array = im.meg_target(pi, mdp, values)
+    as_list = im.meg_target(pi, mdp, [relabel(k) for k in col])
+    assert ref.meg > 0.5 and ref.extra["target_values"] == 10
+    for res in (as_callable, as_array, as_list):
+        assert res.extra["target_values"] == 10
+        assert res.meg == pytest.approx(ref.meg, rel=1e-12)
+    # Equal values share a label whatever their type: 1, 1.0 and True are one label.
+    mixed = im.meg_target(pi, mdp, lambda s: [0, 1.0, True, "x"][col[s] % 4])
+    assert mixed.extra["target_values"] == 3
 
 
 # ----------------------------------------------------------------------------- differentiable classes
