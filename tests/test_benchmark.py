@@ -70,7 +70,8 @@ def test_benchmark_fast_config_end_to_end(tmp_path):
         known_random = next(  # the same policy on the same MDP, known utility
             r
             for r in rows
-            if r["task"] == "known-utility MEG (softmax lookahead policy)" and r["dtype"] == "float64"
+            if r["task"] == "known-utility MEG (softmax lookahead policy)"
+            and r["dtype"] == "float64"
         )
         assert unk["converged"] and unk["meg"] >= unk["meg_incumbent"] - 1e-9
         assert unk["meg"] >= known_random["meg"] - 1e-8
