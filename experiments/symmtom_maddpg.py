@@ -100,14 +100,19 @@ class Config:
 
 
 def units(cfg: Config) -> list[dict[str, Any]]:
-    """Learned: variant x configuration x seed; scripted: baseline x configuration."""
+    """Scripted: baseline x configuration; learned: variant x configuration x seed.
+
+    Variant-major in the order of ``cfg.variants``, so that a run stopped early has every
+    configuration and seed of the first variants.
+    """
     out: list[dict[str, Any]] = []
-    for n, w, c in cfg.configurations:
-        for v in cfg.variants:
+    for b in cfg.baselines:
+        for n, w, c in cfg.configurations:
+            out.append({"agent": b, "n": n, "w": w, "c": c})
+    for v in cfg.variants:
+        for n, w, c in cfg.configurations:
             for s in cfg.seeds:
                 out.append({"agent": v, "n": n, "w": w, "c": c, "seed": s})
-        for b in cfg.baselines:
-            out.append({"agent": b, "n": n, "w": w, "c": c})
     return out
 
 

@@ -107,6 +107,7 @@ class SymmToMEnv(ParallelEnv):
         last_moves: ``(n, 2)`` executed displacements of the last step;
         last_said: ``(n,)`` piece said effectively at the last step, ``-1`` for nothing;
         last_rewards: ``(n,)`` and last_logs: dict of ``(n,)`` arrays, this step's :data:`LOG_KEYS`;
+        last_observations: ``(n, obs_size)``, the observations returned by the last reset / step;
         timestep: steps taken in the episode.
 
     Raises:
@@ -210,6 +211,7 @@ class SymmToMEnv(ParallelEnv):
         self.last_rewards = np.zeros(n)
         self.last_logs = {k: np.zeros(n) for k in LOG_KEYS}
         self.timestep = 0
+        self.last_observations = np.zeros((n, self.obs_size), dtype=np.float32)
         self._totals = {a: dict.fromkeys(LOG_KEYS, 0.0) for a in self.possible_agents}
         #: ``_order[i] = [i, others...]`` and ``_others[i]`` = the others in index order
         self._order = np.array([[i, *[j for j in range(n) if j != i]] for i in range(n)])
@@ -316,7 +318,7 @@ class SymmToMEnv(ParallelEnv):
         self.timestep = int(options.get("step", 0))
         self.agents = list(self.possible_agents)
         self._totals = {a: dict.fromkeys(LOG_KEYS, 0.0) for a in self.possible_agents}
-        all_obs = self.observe_all()
+        all_obs = self.last_observations = self.observe_all()
         obs = {a: all_obs[i] for i, a in enumerate(self.agents)}
         infos = {a: {"totals": dict(self._totals[a])} for a in self.agents}
         return obs, infos
@@ -392,7 +394,7 @@ class SymmToMEnv(ParallelEnv):
         self.timestep += 1
         truncated = self.timestep >= self.max_steps
         obs, rewards, terms, truncs, infos = {}, {}, {}, {}, {}
-        all_obs = self.observe_all()
+        all_obs = self.last_observations = self.observe_all()
         for a in self.agents:
             i = self.agent_index[a]
             obs[a] = all_obs[i]

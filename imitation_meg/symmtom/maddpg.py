@@ -359,7 +359,7 @@ def evaluate_actors(
         actor.reset(env)
         infos: dict = {}
         while env.agents:
-            acts = actor.act(_actor_inputs(cfg, env.observe_all(), actor.beliefs()))
+            acts = actor.act(_actor_inputs(cfg, env.last_observations, actor.beliefs()))
             _, _, _, _, infos = env.step({a: acts[i] for i, a in enumerate(env.possible_agents)})
             actor.observe_step(env)
         totals.append({a: infos[a]["totals"] for a in env.possible_agents})
@@ -624,7 +624,7 @@ def train_maddpg(
         ep_bel = np.zeros((t_len + 1, n, n * cfg.n_pieces), dtype=bool)
         ep_act = np.zeros((t_len, n, 2), dtype=np.int64)
         ep_rew = np.zeros((t_len, n), dtype=np.float32)
-        ep_obs[0] = env.observe_all()
+        ep_obs[0] = env.last_observations
         beliefs = acting.beliefs()
         if beliefs is not None:
             ep_bel[0] = beliefs
@@ -633,7 +633,7 @@ def train_maddpg(
             env.step({a: acts[i] for i, a in enumerate(env.possible_agents)})
             acting.observe_step(env)
             ep_act[t], ep_rew[t] = acts, env.last_rewards
-            ep_obs[t + 1] = env.observe_all()
+            ep_obs[t + 1] = env.last_observations
             beliefs = acting.beliefs()
             if beliefs is not None:
                 ep_bel[t + 1] = beliefs
