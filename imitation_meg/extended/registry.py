@@ -15,7 +15,17 @@ from imitation_meg.extended.transforms import reality_check
 
 __all__ = ["AGENT_NAMES", "agent_factory"]
 
-AGENT_NAMES = ("Q", "Q-lowest", "Random", "Constant0", "Constant1", "DQN", "A2C", "PPO", "PPO-upstream")
+AGENT_NAMES = (
+    "Q",
+    "Q-lowest",
+    "Random",
+    "Constant0",
+    "Constant1",
+    "DQN",
+    "A2C",
+    "PPO",
+    "PPO-upstream",
+)
 
 
 def agent_factory(name: str, kwargs: Mapping[str, Any] | None = None) -> Callable[..., Any]:
