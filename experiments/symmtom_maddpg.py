@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-import time
 from typing import Any
 
 import numpy as np
@@ -47,6 +46,8 @@ NAMES = {
     "random": "random",
 }
 UNIT_RESOURCES = {"num_cpus": 1}
+#: Config fields that only choose the units (the runner leaves them out of a unit's key).
+SWEEP_FIELDS = ("variants", "baselines", "configurations", "seeds")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,11 +143,13 @@ def _unit_name(unit: dict[str, Any]) -> str:
 
 
 def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
-    """Train and evaluate one learned run, or evaluate one scripted baseline."""
+    """Train and evaluate one learned run, or evaluate one scripted baseline.
+
+    A pure function of ``(cfg, unit)`` (no timings in the result: the runner records them).
+    """
     import torch as th
 
     th.set_num_threads(1)
-    start = time.perf_counter()
     n, w, c = unit["n"], unit["w"], unit["c"]
     if unit["agent"] in BASELINES:
         env = parallel_env(n_agents=n, width=w, n_pieces=c)
@@ -158,7 +161,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
             "reward_se": float(per_episode.std(ddof=1) / np.sqrt(len(per_episode))),
         }
         final.update({k: float(v.mean()) for k, v in out.items() if k != "reward"})
-        return {**unit, "final": final, "seconds": time.perf_counter() - start}
+        return {**unit, "final": final}
     mcfg = maddpg_config(cfg, unit)
     run = train_maddpg(mcfg, seed=int(unit["seed"]))
     final = final_evaluation(run, episodes=cfg.final_episodes)
@@ -182,9 +185,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         "curve": run.curve,
         "steps": run.steps,
         "updates": run.updates,
-        "train_seconds": run.seconds,
         "tom": tom,
-        "seconds": time.perf_counter() - start,
     }
 
 
@@ -201,10 +202,9 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
         row = {k: r[k] for k in ("agent", "n", "w", "c") if k in r}
         row["seed"] = r.get("seed", "")
         row.update({f"final_{k}": v for k, v in r["final"].items()})
-        for k in ("best_episode", "best_checkpoint_reward", "steps", "updates", "train_seconds"):
+        for k in ("best_episode", "best_checkpoint_reward", "steps", "updates", "seconds"):
             if k in r:
                 row[k] = r[k]
-        row["seconds"] = r["seconds"]
         runs.append(row)
         for t in r.get("tom", []):
             tom_rows.append(
@@ -229,7 +229,8 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             row["per_seed"] = " ".join(f"{r['final']['reward']:.2f}" for r in rs)
             row["best_episode_mean"] = float(np.mean([r["best_episode"] for r in rs]))
-            row["train_minutes_mean"] = float(np.mean([r["train_seconds"] for r in rs]) / 60)
+            if all("seconds" in r for r in rs):  # wall time, where the runner recorded it
+                row["minutes_mean"] = float(np.mean([r["seconds"] for r in rs]) / 60)
         for k in (
             "wrong_speech",
             "useless_speech",
