@@ -23,13 +23,14 @@ transitions, gradient norms clipped at 0.5, a 1e-3 penalty on squared logits). T
 ``5 w`` is not termination: targets always bootstrap, as in the original.
 
 Why plain torch and not TorchRL: torchrl 0.14.1 installs only with tensordict < 0.15 and upgrades
-setuptools (65.5 -> 81, which the ``imitation`` extra caps below 82), and its DDPG loss is written
-for continuous actions; the discrete Gumbel relaxation, the episode-level recurrent training and
+setuptools (65.5 -> 84, past the ``setuptools<82`` of the ``imitation`` extra), and its DDPG loss
+is written for continuous actions; the discrete Gumbel relaxation, the episode-level recurrent training and
 the belief features would all be ours anyway, while what it would give (a replay buffer, soft
 target updates, MLPs) is a few dozen lines here.
 
-This module has about 550 lines on purpose: the trainer, its networks and its evaluation share
-private helpers (observation layout, acting) that are clearer kept together.
+The networks are in :mod:`imitation_meg.symmtom.networks`. This module has about 600 lines on
+purpose: the configuration, acting, evaluation and training of one algorithm share private helpers
+(observation layout, sampling) that read best together.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ from torch import nn
 
 from imitation_meg.symmtom.env import SymmToMEnv, SymmToMWarning, observation_size
 from imitation_meg.symmtom.knowledge import KnowledgeTracker
+from imitation_meg.symmtom.networks import (
+    Actors,
+    EnsembleMLP,
+    clip_per_agent,
+    relaxed_actions,
+    soft_update,
+)
 
 __all__ = [
     "VARIANTS",
@@ -167,91 +175,15 @@ class MADDPGConfig:
             )
 
 
-# ----------------------------------------------------------------------------- networks
-class _EnsembleLinear(nn.Module):
-    """``m`` independent linear layers applied at once: ``(m, B, in) -> (m, B, out)``."""
-
-    def __init__(self, m: int, n_in: int, n_out: int) -> None:
-        super().__init__()
-        bound = 1.0 / math.sqrt(n_in)
-        self.weight = nn.Parameter(th.empty(m, n_in, n_out).uniform_(-bound, bound))
-        self.bias = nn.Parameter(th.empty(m, 1, n_out).uniform_(-bound, bound))
-
-    def forward(self, x: th.Tensor) -> th.Tensor:
-        return th.baddbmm(self.bias, x, self.weight)
-
-
-class _EnsembleMLP(nn.Module):
-    """``m`` two-hidden-layer ReLU MLPs: ``(m, B, in) -> (m, B, out)``."""
-
-    def __init__(self, m: int, n_in: int, hidden: int, n_out: int) -> None:
-        super().__init__()
-        self.l1 = _EnsembleLinear(m, n_in, hidden)
-        self.l2 = _EnsembleLinear(m, hidden, hidden)
-        self.l3 = _EnsembleLinear(m, hidden, n_out)
-
-    def forward(self, x: th.Tensor) -> th.Tensor:
-        return self.l3(th.relu(self.l2(th.relu(self.l1(x)))))
-
-
-class _EnsembleLSTM(nn.Module):
-    """``m`` independent LSTMs over ``(m, B, T, in)``; state ``(h, c)``, each ``(m, B, hidden)``."""
-
-    def __init__(self, m: int, n_in: int, hidden: int) -> None:
-        super().__init__()
-        self.hidden = hidden
-        self.x2g = _EnsembleLinear(m, n_in, 4 * hidden)
-        self.h2g = _EnsembleLinear(m, hidden, 4 * hidden)
-        bound = 1.0 / math.sqrt(hidden)
-        for p in self.parameters():
-            nn.init.uniform_(p, -bound, bound)
-
-    def forward(
-        self, x: th.Tensor, state: tuple[th.Tensor, th.Tensor] | None
-    ) -> tuple[th.Tensor, tuple[th.Tensor, th.Tensor]]:
-        m, b, t, _ = x.shape
-        gx = self.x2g(x.reshape(m, b * t, -1)).reshape(m, b, t, -1)
-        if state is None:
-            h = c = x.new_zeros(m, b, self.hidden)
-        else:
-            h, c = state
-        outs = []
-        for k in range(t):
-            i, f, g, o = (gx[:, :, k] + self.h2g(h)).chunk(4, dim=-1)
-            c = th.sigmoid(f) * c + th.sigmoid(i) * th.tanh(g)
-            h = th.sigmoid(o) * th.tanh(c)
-            outs.append(h)
-        return th.stack(outs, dim=2), (h, c)
-
-
-class Actors(nn.Module):
-    """The ``n`` actors of one run: ``(n, B, T, in) -> (n, B, T, 5 + c)`` logits.
-
-    Feed-forward actors ignore ``state``; recurrent ones carry the LSTM state ``(h, c)``, each
-    ``(n, B, hidden)`` (``None``: zero state), and return the new state. Every parameter has the
-    agent first: actor ``i`` reads only slice ``i``.
-    """
-
-    def __init__(self, cfg: MADDPGConfig) -> None:
-        super().__init__()
-        n, h = cfg.n_agents, cfg.hidden
-        self.recurrent = cfg.variant == "rmaddpg"
-        if self.recurrent:
-            self.inp = _EnsembleLinear(n, cfg.actor_obs_size, h)
-            self.lstm = _EnsembleLSTM(n, h, h)
-            self.out = _EnsembleLinear(n, h, cfg.n_actions)
-        else:
-            self.mlp = _EnsembleMLP(n, cfg.actor_obs_size, h, cfg.n_actions)
-
-    def forward(
-        self, x: th.Tensor, state: tuple[th.Tensor, th.Tensor] | None = None
-    ) -> tuple[th.Tensor, tuple[th.Tensor, th.Tensor] | None]:
-        m, b, t, _ = x.shape
-        if not self.recurrent:
-            return self.mlp(x.reshape(m, b * t, -1)).reshape(m, b, t, -1), None
-        z = th.relu(self.inp(x.reshape(m, b * t, -1))).reshape(m, b, t, -1)
-        y, new_state = self.lstm(z, state)
-        return self.out(y.reshape(m, b * t, -1)).reshape(m, b, t, -1), new_state
+def _make_actors(cfg: MADDPGConfig) -> Actors:
+    """The ``n`` actors of a run (recurrent for ``"rmaddpg"``)."""
+    return Actors(
+        cfg.n_agents,
+        cfg.actor_obs_size,
+        cfg.hidden,
+        cfg.n_actions,
+        recurrent=cfg.variant == "rmaddpg",
+    )
 
 
 # ----------------------------------------------------------------------------- observations
@@ -281,20 +213,6 @@ def _one_hot(actions: th.Tensor, cfg: MADDPGConfig) -> th.Tensor:
         ],
         dim=-1,
     ).float()
-
-
-def _straight_through(logits: th.Tensor, gen: th.Generator) -> th.Tensor:
-    """Straight-through Gumbel-softmax over the last axis (one-hot forward, softmax backward)."""
-    u = th.rand(logits.shape, generator=gen).clamp_(1e-20, 1.0)
-    soft = th.softmax(logits - th.log(-th.log(u)), dim=-1)
-    hard = nn.functional.one_hot(soft.argmax(dim=-1), logits.shape[-1]).float()
-    return hard - soft.detach() + soft
-
-
-def _relaxed_actions(logits: th.Tensor, gen: th.Generator) -> th.Tensor:
-    return th.cat(
-        [_straight_through(logits[..., :5], gen), _straight_through(logits[..., 5:], gen)], dim=-1
-    )
 
 
 # ----------------------------------------------------------------------------- acting
@@ -483,21 +401,6 @@ class MADDPGRun:
     seconds: float
 
 
-def _soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    with th.no_grad():
-        for pt, ps in zip(target.parameters(), source.parameters(), strict=True):
-            pt.mul_(1.0 - tau).add_(ps, alpha=tau)
-
-
-def _clip_per_agent(module: nn.Module, n: int, max_norm: float) -> None:
-    """Clip each agent's gradient norm separately (ensemble parameters have the agent first)."""
-    grads = [p.grad for p in module.parameters() if p.grad is not None]
-    norms = th.sqrt(th.stack([g.reshape(n, -1).pow(2).sum(dim=1) for g in grads]).sum(dim=0))
-    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-    for g in grads:
-        g.mul_(scale.reshape(n, *([1] * (g.dim() - 1))))
-
-
 class _Learner:
     """Networks, targets, optimisers and one gradient update (see the module docstring)."""
 
@@ -506,8 +409,8 @@ class _Learner:
         n = cfg.n_agents
         with th.random.fork_rng(devices=[]):
             th.manual_seed(seed)
-            self.actors = Actors(cfg)
-            self.critics = _EnsembleMLP(n, cfg.critic_obs_size, cfg.hidden, 1)
+            self.actors = _make_actors(cfg)
+            self.critics = EnsembleMLP(n, cfg.critic_obs_size, cfg.hidden, 1)
         self.target_actors = copy.deepcopy(self.actors)
         self.target_critics = copy.deepcopy(self.critics)
         self.opt_actor = th.optim.Adam(self.actors.parameters(), lr=cfg.lr)
@@ -550,27 +453,27 @@ class _Learner:
         c_obs2 = th.as_tensor(o2.reshape(batch, -1)).expand(n, -1, -1)
         taken = _one_hot(th.as_tensor(acts, dtype=th.long), cfg)  # (B, n, A)
         with th.no_grad():
-            nxt = _relaxed_actions(next_logits, self.gen).transpose(0, 1).reshape(batch, -1)
+            nxt = relaxed_actions(next_logits, self.gen).transpose(0, 1).reshape(batch, -1)
             q2 = self.target_critics(th.cat([c_obs2, nxt.expand(n, -1, -1)], dim=-1))[..., 0]
             y = th.as_tensor(rew).T + cfg.gamma * q2  # (n, B)
         q = self.critics(th.cat([c_obs, taken.reshape(batch, -1).expand(n, -1, -1)], dim=-1))
         critic_loss = (q[..., 0] - y).pow(2).mean(dim=1).sum()
         self.opt_critic.zero_grad()
         critic_loss.backward()
-        _clip_per_agent(self.critics, n, cfg.grad_clip)
+        clip_per_agent(self.critics, n, cfg.grad_clip)
         self.opt_critic.step()
         # each critic i sees actor i's relaxed action and the others' replayed actions
-        relaxed = _relaxed_actions(logits, self.gen)  # (n, B, A)
+        relaxed = relaxed_actions(logits, self.gen)  # (n, B, A)
         mixed = th.where(self.eye, relaxed[:, :, None, :], taken[None])  # (n, B, n, A)
         q_pi = self.critics(th.cat([c_obs, mixed.reshape(n, batch, -1)], dim=-1))[..., 0]
         penalty = logits.pow(2).mean(dim=(1, 2)).sum()
         actor_loss = -q_pi.mean(dim=1).sum() + cfg.logit_penalty * penalty
         self.opt_actor.zero_grad()
         actor_loss.backward()
-        _clip_per_agent(self.actors, n, cfg.grad_clip)
+        clip_per_agent(self.actors, n, cfg.grad_clip)
         self.opt_actor.step()
-        _soft_update(self.target_actors, self.actors, cfg.tau)
-        _soft_update(self.target_critics, self.critics, cfg.tau)
+        soft_update(self.target_actors, self.actors, cfg.tau)
+        soft_update(self.target_critics, self.critics, cfg.tau)
 
 
 def _eval_seed(*parts: int) -> int:
@@ -658,7 +561,7 @@ def train_maddpg(
                 best_state = copy.deepcopy(learner.actors.state_dict())
             if callback is not None:
                 callback(e + 1, reward)
-    best = Actors(cfg)
+    best = _make_actors(cfg)
     best.load_state_dict(best_state)
     return MADDPGRun(
         config=cfg,

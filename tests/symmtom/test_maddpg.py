@@ -14,6 +14,7 @@ from imitation_meg.config import load_config, load_yaml
 from imitation_meg.runners import load_driver
 from imitation_meg.symmtom import SymmToMEnv
 from imitation_meg.symmtom import maddpg as M
+from imitation_meg.symmtom import networks as N
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -35,7 +36,7 @@ def _tiny(variant: str, **kw) -> M.MADDPGConfig:
 def test_ensemble_lstm_equals_torch_lstm_per_agent():
     th.manual_seed(0)
     m, n_in, h, b, t = 3, 5, 4, 2, 6
-    ens = M._EnsembleLSTM(m, n_in, h)
+    ens = N.EnsembleLSTM(m, n_in, h)
     x = th.randn(m, b, t, n_in)
     y, (hn, cn) = ens(x, None)
     for k in range(m):
@@ -53,7 +54,7 @@ def test_ensemble_lstm_equals_torch_lstm_per_agent():
 
 def test_ensemble_mlp_slices_are_independent_mlps():
     th.manual_seed(1)
-    mlp = M._EnsembleMLP(3, 7, 8, 2)
+    mlp = N.EnsembleMLP(3, 7, 8, 2)
     x = th.randn(3, 5, 7)
     out = mlp(x)
     for k in range(3):
@@ -69,7 +70,7 @@ def test_ensemble_mlp_slices_are_independent_mlps():
 def test_recurrent_actor_state_carries_over_steps():
     cfg = _tiny("rmaddpg")
     th.manual_seed(2)
-    actors = M.Actors(cfg)
+    actors = M._make_actors(cfg)
     x = th.randn(3, 1, 5, cfg.actor_obs_size)
     whole, _ = actors(x)
     state = None
@@ -81,7 +82,7 @@ def test_recurrent_actor_state_carries_over_steps():
 def test_straight_through_is_one_hot_forward_with_softmax_gradient():
     logits = th.tensor([[0.3, -1.0, 2.0, 0.0, 0.5, 1.0, -0.5, 0.2]], requires_grad=True)
     gen = th.Generator().manual_seed(0)
-    a = M._relaxed_actions(logits, gen)
+    a = N.relaxed_actions(logits, gen)
     assert a[0, :5].sum() == 1 and a[0, 5:].sum() == 1
     assert set(a.detach().flatten().tolist()) <= {0.0, 1.0}
     (a * th.arange(8.0)).sum().backward()
@@ -99,11 +100,11 @@ def test_gumbel_max_sampling_matches_softmax_frequencies():
 
 
 def test_per_agent_gradient_clipping():
-    mlp = M._EnsembleMLP(3, 4, 5, 1)
+    mlp = N.EnsembleMLP(3, 4, 5, 1)
     for p in mlp.parameters():
         p.grad = th.ones_like(p)
         p.grad[1] *= 1e-4  # agent 1 is below the threshold, agents 0 and 2 far above
-    M._clip_per_agent(mlp, 3, 0.5)
+    N.clip_per_agent(mlp, 3, 0.5)
     norms = th.sqrt(sum(p.grad.reshape(3, -1).pow(2).sum(1) for p in mlp.parameters()))
     th.testing.assert_close(norms[[0, 2]], th.tensor([0.5, 0.5]), atol=1e-4, rtol=0)
     assert norms[1] < 0.01
