@@ -140,10 +140,17 @@ class QLearner:
     """Tabular Q-learning with epsilon-greedy acting (the library's Q agent).
 
     ``Q[o, a] += learning_rate * (r + gamma * max_a' Q[o', a'] - Q[o, a])``. Acting: with
-    probability ``1 - epsilon`` the greedy action (ties broken uniformly), otherwise a uniform
-    action; both draws come from the seeded stream. Observations may be any hashable or array
-    value (keyed by :func:`~imitation_meg.extended.core.obs_key`). Upstream defaults: greedy with
-    probability 0.9, learning rate 0.1, gamma 0.9.
+    probability ``1 - epsilon`` the greedy action, otherwise a uniform action; both draws come from
+    the seeded stream. Observations may be any hashable or array value (keyed by
+    :func:`~imitation_meg.extended.core.obs_key`). Upstream defaults: greedy with probability 0.9,
+    learning rate 0.1, gamma 0.9.
+
+    Greedy ties (``tie_break``): ``"uniform"`` (default) draws uniformly among the tied actions;
+    ``"lowest"`` is the original library's rule: a uniform action while the row is all zeros,
+    otherwise the lowest-indexed greedy action (Python's ``max``). They differ where ties persist,
+    e.g. on ThirdActionForbidden, whose 3-action sim ties the never-trained forbidden action with an
+    action whose value is 0: uniform tie-breaking lets the sim pick the forbidden action and lock
+    onto it (seeds then end near +0.9 or -0.9), the lowest-index rule never picks it (+0.9).
 
     Args:
         n_actions: number of actions.
@@ -152,9 +159,10 @@ class QLearner:
         learning_rate: step size in ``(0, 1]``.
         gamma: discount in ``[0, 1]``.
         epsilon: exploration probability in ``[0, 1]``.
+        tie_break: ``"uniform"`` or ``"lowest"`` (see above).
 
     Raises:
-        ValueError: for out-of-range hyperparameters.
+        ValueError: for out-of-range hyperparameters or an unknown ``tie_break``.
     """
 
     def __init__(
@@ -166,7 +174,13 @@ class QLearner:
         learning_rate: float = 0.1,
         gamma: float = 0.9,
         epsilon: float = 0.1,
+        tie_break: str = "uniform",
     ) -> None:
+        if tie_break not in ("uniform", "lowest"):
+            raise ValueError(
+                f"tie_break={tie_break!r}; use 'uniform' (ours) or 'lowest' (the original library's)."
+            )
+        self.tie_break = tie_break
         self.n_actions = _check_int("n_actions", n_actions, 1)
         self.seed = _check_seed(seed)
         for name, v, lo, hi in (
@@ -195,6 +209,10 @@ class QLearner:
         if u_explore < self.epsilon:
             return int(u_pick * self.n_actions)
         row = self._row(key)
+        if self.tie_break == "lowest":
+            if not row.any():
+                return int(u_pick * self.n_actions)
+            return int(np.argmax(row))
         best = np.flatnonzero(row == row.max())
         return int(best[int(u_pick * len(best))])
 

@@ -348,8 +348,8 @@ class FalseMemories(_SingleSimMatch):
 class FlipEveryOther(_SingleSimMatch):
     """Match against a sim that sees the 1st, 3rd, 5th, ... rewards with their sign flipped.
 
-    (Upstream's code multiplies by 1 and so never flips; we implement the documented rule.)
-    Actions 2, observations 1.
+    (The original library's code flips the 2nd, 4th, ... rewards instead, against its own
+    docstring, which we follow.) Actions 2, observations 1.
     """
 
     n_actions, n_obs = 2, 1
@@ -378,8 +378,10 @@ class IgnoreActions(_SingleSimMatch):
 class IgnoreObservations(ExtendedEnv):
     """Observations uniform in 0..4; match against a sim whose past observations were all 0.
 
-    The sim acts on the current observation but was trained on ``(0, a, r, 0)``.
-    Actions 2, observations 5.
+    The sim acts on the current observation but was trained on ``(0, a, r, 0)``. (The original
+    library never updates its record of the current observation, so its sim is always asked about
+    the *first* observation: an agent playing ``obs mod 2`` scores +500 in 500 steps here, -106 /
+    +100 / +108 there on seeds 0 / 1 / 2.) Actions 2, observations 5.
     """
 
     n_actions, n_obs = 2, 5
@@ -541,7 +543,8 @@ class LimitedMemory(ExtendedEnv):
 class NthRewardMultipliedByN(_SingleSimMatch):
     """Match against a sim that sees the n-th reward multiplied by n (n = 1, 2, 3, ...).
 
-    Actions 2, observations 1.
+    (The original library counts from 0, multiplying the first reward by 0.) Actions 2,
+    observations 1.
     """
 
     n_actions, n_obs = 2, 1
@@ -575,7 +578,10 @@ class ReverseHistory(ExtendedEnv):
     ``y_k``, after the agent plays ``y_n`` a fresh sim is trained on the reversed history
     ``x_n y_{n-1} x_{n-1} ... y_1 x_1``, i.e. on ``(o_k, y_{k-1}, r_{k-1}, o_{k-1})`` for
     k = n..2, and asked ``sim.act(o_1)``; reward is the match. O(n) trainings per step.
-    Actions 2, observations 2.
+    Actions 2, observations 2. (The original library also rebuilds its sim every step, but gives
+    reward 0 on the first step, pairs each action with its *own* reward in the reversed history
+    (here with the previous action's reward, the paper's percept order) and has one observation,
+    always 0, where we draw random bits.)
     """
 
     n_actions, n_obs = 2, 2
@@ -628,9 +634,9 @@ class PunishSlowAgent(ExtendedEnv):
     """Punishes agents that take many interpreter steps to act (slow; actions 2, obs 1).
 
     At turn n the environment runs ``sim.act(0)`` on an identically trained sim under a tracer
-    counting Python line events; reward +1 if fewer than ``15 * n`` lines ran, else -1. (Upstream
-    counts pdb steps and never trains its sim; we train the sim like the agent so it is the
-    agent's double.) Tracing makes it slow.
+    counting Python line events; reward +1 if fewer than ``15 * n`` lines ran, else -1. The sim
+    is trained like the agent, as in the original library, which counts pdb steps instead of line
+    events. Tracing makes it slow.
     """
 
     n_actions, n_obs = 2, 1

@@ -253,15 +253,16 @@ def run_gym(
         A :class:`RunResult` (``observations`` hold ints or arrays).
 
     Raises:
-        ValueError: for a non-Discrete action space or negative ``n_steps``.
+        ValueError: for a non-Discrete action space or ``n_steps < 1``.
     """
     g = gym.make(env) if isinstance(env, str) else env
     if not isinstance(g.action_space, gym.spaces.Discrete):
         raise ValueError(  # noqa: TRY004 - documented as ValueError (a bad environment)
             f"run_gym needs a Discrete action space, got {g.action_space}."
         )
-    if not isinstance(n_steps, int) or n_steps < 0:
-        raise ValueError(f"n_steps must be a non-negative int, got {n_steps!r}.")
+    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
+        raise ValueError(f"n_steps must be a positive int, got {n_steps!r}.")
+    n_steps = int(n_steps)
     n_actions = int(g.action_space.n)
     if isinstance(g.observation_space, gym.spaces.Discrete):
         meta: dict[str, Any] = {"n_obs": int(g.observation_space.n)}

@@ -44,11 +44,13 @@ def self_reflection_benchmark(
     """Run ``agent_factory`` on every battery environment; returns ``{env name: RunResult}``.
 
     Raises:
-        ValueError: if ``n_steps`` is not positive.
+        ValueError: if ``n_steps`` is not positive or ``envs`` is empty.
     """
     if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps <= 0:
         raise ValueError(f"n_steps must be a positive int, got {n_steps!r}.")
-    envs = battery(include_slow=include_slow) if envs is None else envs
+    envs = battery(include_slow=include_slow) if envs is None else tuple(envs)
+    if not envs:
+        raise ValueError("envs is empty: pass at least one environment class (default: battery()).")
     return {env.__name__: run(env, agent_factory, n_steps, seed=seed) for env in envs}
 
 

@@ -1,4 +1,5 @@
-"""Agent factories by name, for configs: ``"Q"``, ``"Random"``, ``"Constant0"``, ``"Constant1"``,
+"""Agent factories by name, for configs: ``"Q"``, ``"Q-lowest"`` (the Q-learner with the original
+library's lowest-index tie-breaking), ``"Random"``, ``"Constant0"``, ``"Constant1"``,
 ``"DQN"``, ``"A2C"``, ``"PPO"``, ``"PPO-upstream"`` (PPO fed the way the paper's library fed it,
 ``upstream_rollouts=True``: for comparison with the paper only) and ``"RC(<name>)"`` for the
 reality check of any of them."""
@@ -14,7 +15,17 @@ from imitation_meg.extended.transforms import reality_check
 
 __all__ = ["AGENT_NAMES", "agent_factory"]
 
-AGENT_NAMES = ("Q", "Random", "Constant0", "Constant1", "DQN", "A2C", "PPO", "PPO-upstream")
+AGENT_NAMES = (
+    "Q",
+    "Q-lowest",
+    "Random",
+    "Constant0",
+    "Constant1",
+    "DQN",
+    "A2C",
+    "PPO",
+    "PPO-upstream",
+)
 
 
 def agent_factory(name: str, kwargs: Mapping[str, Any] | None = None) -> Callable[..., Any]:
@@ -32,6 +43,8 @@ def agent_factory(name: str, kwargs: Mapping[str, Any] | None = None) -> Callabl
         return reality_check(agent_factory(name[3:-1], kwargs))
     if name == "Q":
         return functools.partial(agents.QLearner, **kwargs)
+    if name == "Q-lowest":
+        return functools.partial(agents.QLearner, **{"tie_break": "lowest", **kwargs})
     if name == "Random":
         return functools.partial(agents.Random, **kwargs)
     if name in ("Constant0", "Constant1"):

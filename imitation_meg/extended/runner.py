@@ -45,8 +45,16 @@ class RunResult:
 
     @property
     def mean_reward(self) -> float:
-        """Average reward per step."""
-        return float(self.rewards.mean()) if self.n_steps else 0.0
+        """Average reward per step.
+
+        Raises:
+            ValueError: the run has no steps (its mean is undefined, not 0).
+        """
+        if len(self.rewards) == 0:
+            raise ValueError(
+                f"{self.env_name}: a run of 0 steps has no mean reward; run at least one step."
+            )
+        return float(self.rewards.mean())
 
 
 def run(
@@ -67,7 +75,7 @@ def run(
     Args:
         env_cls: an :class:`ExtendedEnv` subclass (e.g. ``envs.TemptingButton``).
         agent_factory: callable returning an agent (see :func:`make_agent`).
-        n_steps: number of steps (>= 0).
+        n_steps: number of steps (>= 1).
         seed: seed of the run (agents and environment randomness).
         stop: optional predicate on the environment, checked after each step; the run ends
             early when it returns True (used to run a number of gym episodes).
@@ -77,7 +85,7 @@ def run(
 
     Raises:
         TypeError: ``env_cls`` is not an ExtendedEnv subclass, or bad ``n_steps``/``seed`` types.
-        ValueError: negative ``n_steps`` or an agent action outside the action space.
+        ValueError: ``n_steps < 1`` or an agent action outside the action space.
     """
     if not (isinstance(env_cls, type) and issubclass(env_cls, ExtendedEnv)):
         raise TypeError(
@@ -85,8 +93,10 @@ def run(
         )
     if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)):
         raise TypeError(f"n_steps must be an int, got {n_steps!r}.")
-    if n_steps < 0:
-        raise ValueError(f"n_steps must be >= 0, got {n_steps}.")
+    if n_steps < 1:
+        raise ValueError(
+            f"n_steps must be >= 1, got {n_steps}: a run of no steps has no rewards to average."
+        )
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int, got {seed!r}.")
     env = env_cls(agent_factory, seed=int(seed))

@@ -60,6 +60,12 @@ def minus_rewards(env_cls: type[ExtendedEnv]) -> type[ExtendedEnv]:
 class RealityCheck:
     """The reality check of an agent (paper Def. 8); built by :func:`reality_check`.
 
+    Attributes of pi pass through (e.g. ``learning_rate``). The original library's wrapper hides
+    them, so there IncentivizeLearningRate finds no learning rate and gives RC(Q) -1 every step
+    (-500 in 500 steps, seed 0), where RC(Q) scores +500 here. Its first action is also different:
+    the original keeps the first *non-zero* action (``first_action or action``), we keep pi's
+    action on the first observation, as the paper defines.
+
     Args:
         inner: the wrapped agent pi.
     """

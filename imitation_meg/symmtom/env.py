@@ -21,7 +21,9 @@ One step (all agents act simultaneously), with ``K`` the knowledge at the start 
     2. Speech, with the *new* positions. Speaker ``i`` saying a piece ``p`` with ``K[i, p]`` reaches
        every other agent ``j`` in range; for each ``j`` with ``not K[j, p]`` both ``j`` (listening)
        and ``i`` (speaking) get +1. Two speakers telling ``j`` the same new piece give ``j`` +2.
-       What is heard becomes knowledge at the next step.
+       What is heard becomes knowledge at the next step. With ``speech_timing="stale"`` (the
+       original code's timing) what ``i`` may say is decided by its knowledge at the start of the
+       *previous* step instead (newness and rewards still use ``K``).
     3. Recharge. An agent on its own base (new position) whose ``K`` row is complete gets
        ``c (n - 1)`` and forgets its second-hand knowledge (effective next step).
     Episodes last ``5 w`` steps (truncation); there is no termination.
@@ -48,11 +50,20 @@ from gymnasium.utils import seeding
 from pettingzoo import ParallelEnv
 
 from imitation_meg._validation import ImitationMEGWarning
+from imitation_meg.symmtom.dynamics import (
+    LOG_KEYS,
+    MOVE_NAMES,
+    MOVES,
+    SPEECH_TIMINGS,
+    resolve_moves,
+    transition,
+)
 
 __all__ = [
     "LOG_KEYS",
     "MOVES",
     "MOVE_NAMES",
+    "SPEECH_TIMINGS",
     "SymmToMEnv",
     "SymmToMWarning",
     "observation_size",
@@ -60,23 +71,6 @@ __all__ = [
     "resolve_moves",
     "transition",
 ]
-
-#: Displacements ``(dx, dy)`` of the five moves ``none, +x, -x, +y, -y``.
-MOVES = np.array([[0, 0], [1, 0], [-1, 0], [0, 1], [0, -1]], dtype=np.int64)
-MOVE_NAMES = ("none", "+x", "-x", "+y", "-y")
-
-#: Per-agent, per-step quantities logged in ``info[agent]`` (and summed in ``info[agent]["totals"]``).
-LOG_KEYS = (
-    "reward",
-    "listen_reward",
-    "speak_reward",
-    "recharge_reward",
-    "correct_base_use",
-    "incorrect_base_use",
-    "useless_move",
-    "wrong_speech",
-    "useless_speech",
-)
 
 _RESET_OPTION_KEYS = ("positions", "bases", "first_hand", "knowledge", "step")
 
@@ -91,61 +85,6 @@ def observation_size(n_agents: int, n_pieces: int, *, oracle: bool = False) -> i
     return size + (n_agents * n_pieces if oracle else 0)
 
 
-def resolve_moves(
-    positions: np.ndarray, moves: np.ndarray, width: int, rng: np.random.Generator | None
-) -> tuple[np.ndarray, list[tuple[list[int], list[float]]]]:
-    """Apply the movement rules of one step.
-
-    Args:
-        positions: ``(n, 2)`` int cells before the step (distinct).
-        moves: ``(n,)`` ints in ``0..4`` (see :data:`MOVES`).
-        width: grid width ``w``.
-        rng: generator for collision tie-breaks. ``None`` resolves every tie in favour of the
-            lowest-indexed contender (used only to enumerate outcomes, see ``conflicts``).
-
-    Returns:
-        ``(new_positions (n, 2), conflicts)`` where ``conflicts`` lists every tie-break made as
-        ``(contenders, [1/len] * len)`` in the order it was drawn.
-    """
-    old = positions
-    target = old + MOVES[moves]
-    outside = ((target < 0) | (target >= width)).any(axis=1)
-    target[outside] = old[outside]
-    conflicts: list[tuple[list[int], list[float]]] = []
-    n = len(old)
-    changed = True
-    while changed:
-        changed = False
-        moving = (target != old).any(axis=1)
-        for i in range(n):
-            if not moving[i]:
-                continue
-            for j in range(n):
-                if j != i and not moving[j] and (old[j] == target[i]).all():
-                    target[i] = old[i]
-                    changed = True
-                    break
-        if changed:
-            continue
-        moving = (target != old).any(axis=1)
-        movers = [i for i in range(n) if moving[i]]
-        seen: set[tuple[int, int]] = set()
-        for i in movers:
-            cell = (int(target[i, 0]), int(target[i, 1]))
-            if cell in seen:
-                continue
-            seen.add(cell)
-            group = [j for j in movers if (target[j] == target[i]).all()]
-            if len(group) > 1:
-                winner = group[0] if rng is None else group[int(rng.integers(len(group)))]
-                conflicts.append((group, [1.0 / len(group)] * len(group)))
-                for j in group:
-                    if j != winner:
-                        target[j] = old[j]
-                changed = True
-    return target, conflicts
-
-
 class SymmToMEnv(ParallelEnv):
     """SymmToM as a PettingZoo ``ParallelEnv`` (see the module docstring for the rules).
 
@@ -155,6 +94,10 @@ class SymmToMEnv(ParallelEnv):
         n_pieces: number of information pieces ``c >= 1``.
         hearing: hearing range ``h >= 1`` (Chebyshev distance); needs ``2h + 1 < w``.
         oracle: append every agent's current knowledge to each observation.
+        speech_timing: ``"fresh"`` (default, the paper's rule: an agent may say what it knows at the
+            start of the step) or ``"stale"`` (the original code's timing: what it knew at the start
+            of the previous step, so a piece heard at step t can be said from t + 2 and a piece
+            forgotten at a recharge can be said once more at the next step).
         render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
         max_steps: episode length; default ``5 * width`` as in the paper.
 
@@ -164,12 +107,13 @@ class SymmToMEnv(ParallelEnv):
         last_moves: ``(n, 2)`` executed displacements of the last step;
         last_said: ``(n,)`` piece said effectively at the last step, ``-1`` for nothing;
         last_rewards: ``(n,)`` and last_logs: dict of ``(n,)`` arrays, this step's :data:`LOG_KEYS`;
+        last_observations: ``(n, obs_size)``, the observations returned by the last reset / step;
         timestep: steps taken in the episode.
 
     Raises:
         TypeError: a size is not an integer.
         ValueError: ``n_agents < 2``, ``n_pieces < 1``, ``hearing < 1``, ``2h + 1 >= w``,
-            more agents than cells, or an unknown render mode.
+            more agents than cells, an unknown render mode or speech timing.
     """
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -186,9 +130,15 @@ class SymmToMEnv(ParallelEnv):
         *,
         hearing: int = 1,
         oracle: bool = False,
+        speech_timing: str = "fresh",
         render_mode: str | None = None,
         max_steps: int | None = None,
     ) -> None:
+        if speech_timing not in SPEECH_TIMINGS:
+            raise ValueError(
+                f"speech_timing={speech_timing!r} is not supported; use 'fresh' (the paper's rule) "
+                "or 'stale' (the original code's one-step-stale speech)."
+            )
         for name, value in (
             ("n_agents", n_agents),
             ("width", width),
@@ -243,6 +193,7 @@ class SymmToMEnv(ParallelEnv):
         self.n_pieces = int(n_pieces)
         self.hearing = int(hearing)
         self.oracle = bool(oracle)
+        self.speech_timing = speech_timing
         self.render_mode = render_mode
         self.max_steps = int(max_steps)
         self.possible_agents = [f"agent_{i}" for i in range(self.n_agents)]
@@ -254,12 +205,17 @@ class SymmToMEnv(ParallelEnv):
         self.bases = np.zeros((n, 2), dtype=np.int64)
         self.first_hand = np.zeros((n, c), dtype=bool)
         self.knowledge = np.zeros((n, c), dtype=bool)
+        self.previous_knowledge = np.zeros((n, c), dtype=bool)
         self.last_moves = np.zeros((n, 2), dtype=np.int64)
         self.last_said = np.full(n, -1, dtype=np.int64)
         self.last_rewards = np.zeros(n)
         self.last_logs = {k: np.zeros(n) for k in LOG_KEYS}
         self.timestep = 0
+        self.last_observations = np.zeros((n, self.obs_size), dtype=np.float32)
         self._totals = {a: dict.fromkeys(LOG_KEYS, 0.0) for a in self.possible_agents}
+        #: ``_order[i] = [i, others...]`` and ``_others[i]`` = the others in index order
+        self._order = np.array([[i, *[j for j in range(n) if j != i]] for i in range(n)])
+        self._others = self._order[:, 1:]
 
     # ------------------------------------------------------------------ spaces
     @property
@@ -354,6 +310,7 @@ class SymmToMEnv(ParallelEnv):
         self.bases = bases.astype(np.int64)
         self.first_hand = first_hand
         self.knowledge = knowledge.copy()
+        self.previous_knowledge = knowledge.copy()
         self.last_moves = np.zeros((n, 2), dtype=np.int64)
         self.last_said = np.full(n, -1, dtype=np.int64)
         self.last_rewards = np.zeros(n)
@@ -361,7 +318,8 @@ class SymmToMEnv(ParallelEnv):
         self.timestep = int(options.get("step", 0))
         self.agents = list(self.possible_agents)
         self._totals = {a: dict.fromkeys(LOG_KEYS, 0.0) for a in self.possible_agents}
-        obs = {a: self._observe(i) for i, a in enumerate(self.agents)}
+        all_obs = self.last_observations = self.observe_all()
+        obs = {a: all_obs[i] for i, a in enumerate(self.agents)}
         infos = {a: {"totals": dict(self._totals[a])} for a in self.agents}
         return obs, infos
 
@@ -424,7 +382,9 @@ class SymmToMEnv(ParallelEnv):
             width=self.width,
             hearing=self.hearing,
             rng=self._np_random,
+            speak_knowledge=self.previous_knowledge if self.speech_timing == "stale" else None,
         )
+        self.previous_knowledge = self.knowledge
         self.last_moves = out["positions"] - self.positions
         self.positions = out["positions"]
         self.knowledge = out["knowledge"]
@@ -434,9 +394,10 @@ class SymmToMEnv(ParallelEnv):
         self.timestep += 1
         truncated = self.timestep >= self.max_steps
         obs, rewards, terms, truncs, infos = {}, {}, {}, {}, {}
+        all_obs = self.last_observations = self.observe_all()
         for a in self.agents:
             i = self.agent_index[a]
-            obs[a] = self._observe(i)
+            obs[a] = all_obs[i]
             rewards[a] = float(out["reward"][i])
             terms[a] = False
             truncs[a] = truncated
@@ -454,30 +415,34 @@ class SymmToMEnv(ParallelEnv):
         d = np.abs(self.positions[:, None, :] - self.positions[None, :, :]).max(axis=-1)
         return (d <= self.hearing) & ~np.eye(self.n_agents, dtype=bool)
 
-    def _observe(self, i: int) -> np.ndarray:
+    def observe_all(self) -> np.ndarray:
+        """Every agent's observation, ``(n, obs_size)`` float32 (row ``i`` is agent ``i``'s)."""
         n, c, w = self.n_agents, self.n_pieces, self.width
-        others = [j for j in range(n) if j != i]
-        order = [i, *others]
+        order, others = self._order, self._others
         scale = float(w - 1)
-        heard = np.zeros((n - 1, c))
-        rng_ij = self.in_range()
-        for k, j in enumerate(others):
-            if self.last_said[j] >= 0 and rng_ij[i, j]:
-                heard[k, self.last_said[j]] = 1.0
-        pos = self.positions[i]
-        walls = [pos[0] == w - 1, pos[0] == 0, pos[1] == w - 1, pos[1] == 0]
+        pos = self.positions
+        # heard[i, j, p] = 1 iff j said p (effectively) and i is within j's hearing range
+        near = self.in_range()
+        said = np.zeros((n, c))
+        speakers = np.flatnonzero(self.last_said >= 0)
+        said[speakers, self.last_said[speakers]] = 1.0
+        heard = near[:, :, None] * said[None, :, :]
+        rows = np.arange(n)[:, None]
+        walls = np.stack(
+            [pos[:, 0] == w - 1, pos[:, 0] == 0, pos[:, 1] == w - 1, pos[:, 1] == 0], axis=1
+        )
         parts = [
-            self.first_hand[i].astype(float),
-            np.sign(self.last_moves[order]).reshape(-1).astype(float),
-            ((self.positions[others] - pos) / scale).reshape(-1),
-            self.first_hand[others].reshape(-1).astype(float),
-            ((self.bases[order] - self.positions[order]) / scale).reshape(-1),
-            heard.reshape(-1),
-            np.asarray(walls, dtype=float),
+            self.first_hand.astype(float),
+            np.sign(self.last_moves)[order].reshape(n, -1),
+            ((pos[others] - pos[:, None, :]) / scale).reshape(n, -1),
+            self.first_hand[others].reshape(n, -1),
+            ((self.bases - pos)[order] / scale).reshape(n, -1),
+            heard[rows, others].reshape(n, -1),
+            walls.astype(float),
         ]
         if self.oracle:
-            parts.append(self.knowledge[order].reshape(-1).astype(float))
-        return np.concatenate(parts).astype(np.float32)
+            parts.append(self.knowledge[order].reshape(n, -1))
+        return np.concatenate(parts, axis=1).astype(np.float32)
 
     def state(self) -> np.ndarray:
         """Global state ``[positions, bases, knowledge]`` flattened (ints as float32)."""
@@ -505,78 +470,6 @@ class SymmToMEnv(ParallelEnv):
         """Nothing to release."""
 
 
-def transition(
-    positions: np.ndarray,
-    knowledge: np.ndarray,
-    first_hand: np.ndarray,
-    bases: np.ndarray,
-    moves: np.ndarray,
-    pieces: np.ndarray,
-    *,
-    width: int,
-    hearing: int,
-    rng: np.random.Generator | None,
-    new_positions: np.ndarray | None = None,
-) -> dict[str, np.ndarray]:
-    """The pure step function of SymmToM (see the module docstring).
-
-    Args:
-        positions, bases: ``(n, 2)`` ints; knowledge, first_hand: ``(n, c)`` bool (start of step).
-        moves: ``(n,)`` ints in ``0..4``; pieces: ``(n,)`` ints in ``0..c-1``.
-        width, hearing: grid width ``w`` and hearing range ``h``.
-        rng: collision tie-break generator (see :func:`resolve_moves`).
-        new_positions: skip movement and use these positions (for enumerating tie outcomes).
-
-    Returns:
-        dict with ``positions (n, 2)``, ``knowledge (n, c)`` (next step), ``said (n,)`` (effective
-        utterances, -1 none) and one ``(n,)`` float array per key of :data:`LOG_KEYS`.
-    """
-    n, c = knowledge.shape
-    if new_positions is None:
-        new_positions, _ = resolve_moves(positions, moves, width, rng)
-    full = knowledge.all(axis=1)
-    said = np.where(knowledge[np.arange(n), pieces], pieces, -1)
-    dist = np.abs(new_positions[:, None, :] - new_positions[None, :, :]).max(axis=-1)
-    near = (dist <= hearing) & ~np.eye(n, dtype=bool)
-    listen = np.zeros(n)
-    speak = np.zeros(n)
-    new_k = knowledge.copy()
-    useless_speech = np.zeros(n)
-    for i in range(n):
-        if said[i] < 0:
-            continue
-        p = said[i]
-        for j in np.flatnonzero(near[i]):
-            if not knowledge[j, p]:
-                listen[j] += 1
-                speak[i] += 1
-                new_k[j, p] = True
-        if speak[i] == 0 and near[i].any():
-            could = knowledge[i][None, :] & ~knowledge[near[i]]
-            useless_speech[i] = float(could.any())
-    on_base = (new_positions == bases).all(axis=1)
-    recharge = on_base & full
-    for i in np.flatnonzero(recharge):
-        new_k[i] = first_hand[i]
-    recharge_reward = recharge * float(c * (n - 1))
-    moved = (new_positions != positions).any(axis=1)
-    arrived = on_base & (positions != bases).any(axis=1)
-    return {
-        "positions": new_positions,
-        "knowledge": new_k,
-        "said": said,
-        "reward": listen + speak + recharge_reward,
-        "listen_reward": listen,
-        "speak_reward": speak,
-        "recharge_reward": recharge_reward,
-        "correct_base_use": recharge.astype(float),
-        "incorrect_base_use": (arrived & ~full).astype(float),
-        "useless_move": ((moves != 0) & ~moved).astype(float),
-        "wrong_speech": (said < 0).astype(float),
-        "useless_speech": useless_speech,
-    }
-
-
 def parallel_env(
     n_agents: int = 3,
     width: int = 6,
@@ -584,6 +477,7 @@ def parallel_env(
     *,
     hearing: int = 1,
     oracle: bool = False,
+    speech_timing: str = "fresh",
     render_mode: str | None = None,
     max_steps: int | None = None,
 ) -> SymmToMEnv:
@@ -594,6 +488,7 @@ def parallel_env(
         n_pieces,
         hearing=hearing,
         oracle=oracle,
+        speech_timing=speech_timing,
         render_mode=render_mode,
         max_steps=max_steps,
     )

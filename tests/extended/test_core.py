@@ -106,8 +106,11 @@ def test_run_is_reproducible_and_seed_matters():
 def test_run_validation():
     with pytest.raises(TypeError, match="ExtendedEnv subclass"):
         extended.run(object, agents.Random, 3)
-    with pytest.raises(ValueError, match="n_steps must be >= 0"):
-        extended.run(envs.IgnoreRewards, agents.Random, -1)
+    for bad in (-1, 0):  # a run of 0 steps used to report a mean reward of 0.0
+        with pytest.raises(ValueError, match="n_steps must be >= 1"):
+            extended.run(envs.IgnoreRewards, agents.Random, bad)
+    with pytest.raises(TypeError, match="n_steps must be an int"):
+        extended.run(envs.IgnoreRewards, agents.Random, True)
     with pytest.raises(TypeError, match="n_steps must be an int"):
         extended.run(envs.IgnoreRewards, agents.Random, 2.5)
     with pytest.raises(TypeError, match="seed must be an int"):
@@ -122,6 +125,21 @@ def test_run_validation():
         extended.run(envs.IgnoreRewards, lambda: _Bad(), 2)
     with pytest.raises(TypeError, match="lacks act"):
         extended.run(envs.IgnoreRewards, lambda: object(), 2)
+
+
+def test_degenerate_runs_are_errors_not_zeros():
+    from imitation_meg.extended.gym_view import run_gym
+
+    empty = extended.RunResult("X", 0, 0, np.zeros(0), np.zeros(0, dtype=np.int64), [0])
+    with pytest.raises(ValueError, match="0 steps has no mean reward"):
+        _ = empty.mean_reward
+    # one step: the mean is that step's reward (TemptingButton's first room has a button)
+    one = extended.run(envs.TemptingButton, _const(0), 1, seed=0)
+    assert one.mean_reward == one.total_reward == 1.0
+    with pytest.raises(ValueError, match="positive int"):
+        run_gym("CartPole-v1", agents.Random, 0)
+    with pytest.raises(ValueError, match="envs is empty"):
+        extended.self_reflection_benchmark(agents.Random, 5, envs=())
 
 
 class _Bad:
@@ -219,3 +237,43 @@ def test_adversarial_sequence_pair_are_mirror_images():
         # A constant sim plays the agent's own bit: the predictor always matches, the evader never
         # escapes.
         assert pred.total_reward == 50 and evad.total_reward == -50
+
+
+def test_q_learner_tie_breaking_rules():
+    uniform = agents.QLearner(n_actions=3, epsilon=0.0, seed=0)
+    lowest = agents.QLearner(n_actions=3, epsilon=0.0, seed=0, tie_break="lowest")
+    for q in (uniform, lowest):
+        q.q[0] = np.array([0.0, 0.5, 0.5])
+    picks_u, picks_l = set(), set()
+    for k in range(64):  # the stream moves with the number of trainings
+        uniform.n_trainings = lowest.n_trainings = k
+        picks_u.add(uniform.act(0))
+        picks_l.add(lowest.act(0))
+    assert picks_u == {1, 2} and picks_l == {1}  # original: max() returns the first maximiser
+    # an all-zero row is still a uniform draw under the original's rule
+    fresh = agents.QLearner(n_actions=3, epsilon=0.0, seed=0, tie_break="lowest")
+    seen = set()
+    for k in range(64):
+        fresh.n_trainings = k
+        seen.add(fresh.act(0))
+    assert seen == {0, 1, 2}
+    # ... but an all-equal non-zero row is not
+    fresh.q[0] = np.array([-0.1, -0.1, -0.1])
+    assert {fresh.act(0) for fresh.n_trainings in range(16)} == {0}
+    with pytest.raises(ValueError, match="tie_break"):
+        agents.QLearner(tie_break="random")
+
+
+def test_third_action_forbidden_tie_breaking():
+    """Uniform ties let the 3-action sim lock onto the forbidden action (seeds 1 and 7 here);
+    the original's lowest-index rule does not (1,000 steps; see docs/extended.md)."""
+    from imitation_meg.extended.registry import agent_factory
+
+    for seed in (1, 7):
+        ours = extended.run(envs.ThirdActionForbidden, agents.QLearner, 1000, seed=seed)
+        orig = extended.run(envs.ThirdActionForbidden, agent_factory("Q-lowest"), 1000, seed=seed)
+        assert ours.mean_reward < -0.85 and orig.mean_reward > 0.85
+        # the cause: the sim's greedy action is the forbidden one at the end of ours, not of orig
+        (q_ours,) = ours.env.sim.q.values()
+        (q_orig,) = orig.env.sim.q.values()
+        assert int(np.argmax(q_ours)) == 2 and int(np.argmax(q_orig)) != 2

@@ -148,6 +148,45 @@ def test_heard_knowledge_usable_only_from_next_step():
     assert rew == {"agent_0": 1.0, "agent_1": 0.0, "agent_2": 1.0}
 
 
+def test_stale_speech_timing_of_the_original_code():
+    """speech_timing="stale": what an agent may say is its knowledge at the start of the previous
+    step, so a piece heard at step t can be relayed from step t + 2 (fresh: t + 1)."""
+    layout = {"n": 3, "c": 3, "positions": [(2, 2), (1, 2), (3, 2)]}
+    fresh, _ = make(**layout)
+    stale, _ = make(**layout, speech_timing="stale")
+    actions = ((NONE, 1), (NONE, 1), (NONE, 2))
+    first = {"agent_0": 2.0, "agent_1": 1.0, "agent_2": 1.0}
+    relay = {"agent_0": 1.0, "agent_1": 0.0, "agent_2": 1.0}
+    nothing = dict.fromkeys(relay, 0.0)
+    assert act(fresh, *actions)[1] == first and act(stale, *actions)[1] == first
+    _, rew, _, _, info = act(stale, *actions)
+    assert rew == nothing and info["agent_0"]["wrong_speech"] == 1
+    assert act(fresh, *actions)[1] == relay
+    assert act(stale, *actions)[1] == relay  # step t + 2
+    assert act(fresh, *actions)[1] == nothing  # agent 2 knows piece 1 already
+
+
+def test_stale_speech_can_say_a_piece_just_forgotten():
+    """Stale timing: right after a recharge the agent can still say a forgotten second-hand piece."""
+    layout = {
+        "n": 3,
+        "c": 3,
+        "positions": [(1, 1), (5, 5), (2, 3)],
+        "bases": [(1, 2), (5, 0), (0, 5)],
+        "knowledge": [[1, 1, 1], [0, 1, 0], [0, 0, 1]],
+    }
+    for timing, second in (("fresh", 0.0), ("stale", 1.0)):
+        env, _ = make(**layout, speech_timing=timing)
+        # agent 0 steps onto its base with full knowledge: recharge 3 * 2, forgets pieces 1 and 2;
+        # its piece 0 reaches agent 2 (in range of the base)
+        _, rew, _, _, info = act(env, (PY, 0), (NONE, 1), (NONE, 2))
+        assert rew["agent_0"] == 6.0 + 1.0 and info["agent_0"]["correct_base_use"] == 1
+        assert env.knowledge[0].tolist() == [True, False, False]
+        # next step: agent 0 says piece 1, which it no longer knows; agent 2 lacks it
+        _, rew, *_ = act(env, (NONE, 1), (NONE, 1), (NONE, 0))
+        assert rew["agent_0"] == second and rew["agent_2"] == second
+
+
 def test_two_speakers_same_new_piece_give_two():
     know = np.array([[0, 0, 1], [1, 0, 0], [1, 1, 0]], dtype=bool)
     fh = np.array([[0, 0, 1], [1, 0, 0], [0, 1, 0]], dtype=bool)
@@ -386,6 +425,7 @@ def test_ansi_and_rgb_render():
         ({"width": 6.0}, TypeError, "width must be an int"),
         ({"render_mode": "human"}, ValueError, "render_mode='human'"),
         ({"max_steps": 0}, ValueError, "max_steps=0"),
+        ({"speech_timing": "late"}, ValueError, "speech_timing='late'"),
     ],
 )
 def test_constructor_validation(kwargs, error, match):
