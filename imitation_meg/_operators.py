@@ -32,6 +32,9 @@ the path. Callers use only the public methods below.
 
 (Over 500 lines on purpose: one concept, the operator's fast forms, whose four product paths,
 elementwise kernels and caches only make sense together.)
+
+(Over 500 lines by design: every fast path of the transition operator has its one home here,
+so that no other module touches layouts, workspaces or devices.)
 """
 
 from __future__ import annotations

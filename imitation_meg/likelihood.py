@@ -13,6 +13,9 @@ iteration) pass, a gradient one more forward pass, a Hessian-vector product one 
 backward and one tangent forward pass. :func:`maximise` is the damped truncated Newton method
 that uses them. Long sums go through numpy's pairwise summation on the CPU, so results are the
 same bits in every process and for every torch thread count.
+
+(Over 500 lines: the linear class's passes, its gradient, its Hessian-vector product and the
+feature classes share the per-step buffers of one objective and are read together.)
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ path.
 
 The module also carries drop-in twins of imitation's ``mce_partition_fh`` and
 ``mce_occupancy_measures`` (same signatures, same numpy return conventions).
+
+(Over 500 lines: each recursion is here twice, the reference loop and the fast pass, so that
+they can be read side by side; imitation's twins are at the end.)
 """
 
 from __future__ import annotations

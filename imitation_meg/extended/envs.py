@@ -12,6 +12,9 @@ code is copied. Each class docstring states its rule. Conventions:
 Three environments are slow (``slow = True``) and are left out of the benchmark battery:
 :class:`DejaVu`, :class:`ReverseHistory` (both retrain a fresh sim on the whole history at every
 step) and :class:`PunishSlowAgent` (traces the sim's interpreter steps).
+
+(Over 500 lines: the catalogue of ported environments, each a short class; keeping them in one
+file keeps the one-to-one correspondence with the original library easy to check.)
 """
 
 from __future__ import annotations

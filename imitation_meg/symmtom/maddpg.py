@@ -31,6 +31,9 @@ target updates, MLPs) is a few dozen lines here.
 The networks are in :mod:`imitation_meg.symmtom.networks`. This module has about 600 lines on
 purpose: the configuration, acting, evaluation and training of one algorithm share private helpers
 (observation layout, sampling) that read best together.
+
+(Over 500 lines: MADDPG and its four variants share one training loop, replay buffer and
+evaluation; the variants differ in what their actors see and, for RMADDPG, in a recurrent layer.)
 """
 
 from __future__ import annotations

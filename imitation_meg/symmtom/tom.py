@@ -59,6 +59,9 @@ Coordinates are ``(x, y)`` with ``+y`` up; ``w = 6`` and hearing range 1 through
    likely pieces, any agent that says red's two pieces once each passes, with or without a model of
    the unheard exchange; the test separates agents that treat the exchange as certain or that
    cannot use their own utterance history, not finer probability estimates.
+
+(Over 500 lines: the four theory-of-mind tests, their reference policies and the episode player
+that runs them are kept together; the tests share the layout helpers and the scoring.)
 """
 
 from __future__ import annotations
