@@ -66,11 +66,6 @@ class Config:
 
 # Every unit names its epsilon (and horizon): changing the lists keeps the finished units.
 SWEEP_FIELDS = ("epsilons", "horizon_sweep")
-# Two torch threads per unit, as the published results were computed (the default on the
-# 2-core machine that made them): torch's parallel reductions round differently with another
-# thread count (exact unknown-utility MEG moves by ~1e-15 relative), so it is pinned.
-UNIT_THREADS = 2
-UNIT_RESOURCES = {"num_cpus": 2}
 
 
 def units(cfg: Config) -> list[dict[str, Any]]:

@@ -56,11 +56,6 @@ class Config:
 
 # Every unit names its k (and horizon); heatmaps only choose figures.
 SWEEP_FIELDS = ("goal_regions", "horizon_sweep", "heatmaps")
-# Two torch threads per unit, as the published results were computed (the default on the
-# 2-core machine that made them): torch's parallel reductions round differently with another
-# thread count (exact unknown-utility MEG moves by ~1e-15 relative), so it is pinned.
-UNIT_THREADS = 2
-UNIT_RESOURCES = {"num_cpus": 2}
 
 
 def _mdp(cfg: Config, k: int, horizon: int) -> Any:
