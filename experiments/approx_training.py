@@ -18,15 +18,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import pathlib
-import time
+import sys
 from typing import Any
 
 import numpy as np
 import torch as th
 
 from imitation_meg.approx import meg_approx
-from imitation_meg.approx.study import cached_unit
 from imitation_meg.results import write_results
+from imitation_meg.runners import run_serially
 
 UNIT_RESOURCES = {"num_cpus": 1}
 ENVS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")
@@ -145,16 +145,12 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     ckpt.mkdir(parents=True, exist_ok=True)
     rows = []
     done = 0
-    train_s = 0.0
     for target in marks:
         if target > done:
-            t0 = time.perf_counter()
             model.learn(int(target - done), reset_num_timesteps=False)
-            train_s += time.perf_counter() - t0
             done = int(model.num_timesteps)
         path = ckpt / f"{env_id}_{algo}_seed{seed}_{done}.zip"
         model.save(path)
-        t0 = time.perf_counter()
         res = meg_approx(
             model,
             env_id,
@@ -186,11 +182,10 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
                 "seed_std": res.seed_std,
                 "residual_rms": res.residual_rms,
                 "n_env_steps": res.n_env_steps,
-                "score_seconds": time.perf_counter() - t0,
                 "checkpoint": str(path),
             }
         )
-    return {"rows": rows, "train_seconds": train_s}
+    return {"rows": rows}
 
 
 def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathlib.Path:
@@ -229,21 +224,14 @@ def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathli
 
 
 def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
-    """The table of every checkpoint, training times and the figure."""
+    """The table of every checkpoint and the figure (wall times are in the runner's ``run.json``)."""
     rows = [r for res in results for r in res["rows"]]
-    timing = [
-        {**u, "train_seconds": res["train_seconds"]}
-        for u, res in zip(units(cfg), results, strict=True)
-    ]
     out = pathlib.Path(cfg.results_dir)
     fig = _plot(out / "meg_vs_steps.png", cfg, rows)
-    return write_results(out, cfg, {"results": rows, "timing": timing}, figures=[str(fig)])
+    return write_results(out, cfg, {"results": rows}, figures=[str(fig)])
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run every unit in this process and combine (today's ``reproduce``)."""
-    from imitation_meg.progress import progress
-
-    todo = units(cfg)
-    results = [cached_unit(cfg, u, run_unit) for u in progress(todo, cfg.progress, "units")]
-    return combine(cfg, results)
+    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes and
+    runs in parallel; the runner's ``run.json`` holds each unit's wall time)."""
+    return run_serially(sys.modules[__name__], cfg)

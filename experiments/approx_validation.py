@@ -20,7 +20,7 @@ import functools
 import itertools
 import math
 import pathlib
-import time
+import sys
 from typing import Any
 
 import numpy as np
@@ -34,8 +34,8 @@ from imitation_meg.approx.envs import (
     stationary_epsilon_greedy,
     validation_case,
 )
-from imitation_meg.approx.study import cached_unit
 from imitation_meg.results import write_results
+from imitation_meg.runners import run_serially
 
 UNIT_RESOURCES = {"num_cpus": 1}
 
@@ -102,7 +102,6 @@ def _train_ppo(name: str, horizon: int, steps: int, seed: int) -> Any:
 def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     """Exact and approximate MEG of one policy in one case with one seed."""
     th.set_num_threads(1)
-    t0 = time.perf_counter()
     case = validation_case(unit["case"], horizon=unit["horizon"])
     if unit["policy"] == "ppo":
         from imitation_meg.adapters.sb3 import policy_table
@@ -144,7 +143,6 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         "certificate": res.certificate,
         "n_env_steps": res.n_env_steps,
         "mean_length": res.mean_length,
-        "seconds": time.perf_counter() - t0,
     }
 
 
@@ -167,7 +165,6 @@ def _summary(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "covered": int(sum(r["covered"] for r in g)),
                 "n_seeds": len(g),
                 "within_tolerance": bool(np.abs(err).max() <= cfg.tolerance),
-                "mean_seconds": float(np.mean([r["seconds"] for r in g])),
                 "n_env_steps": int(g[0]["n_env_steps"]),
             }
         )
@@ -241,13 +238,6 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run every unit in this process and combine (today's ``reproduce``).
-
-    Each unit's result is kept under ``<results_dir>/units/`` (keyed by the unit and the
-    settings), so an interrupted run resumes where it stopped.
-    """
-    from imitation_meg.progress import progress
-
-    todo = units(cfg)
-    results = [cached_unit(cfg, u, run_unit) for u in progress(todo, cfg.progress, "units")]
-    return combine(cfg, results)
+    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes and
+    runs in parallel; the runner's ``run.json`` holds each unit's wall time)."""
+    return run_serially(sys.modules[__name__], cfg)
