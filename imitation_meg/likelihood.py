@@ -57,6 +57,8 @@ _TRIAL_BUFFER_BYTES = 1 << 27
 _RIDGE = 1e-12
 # Smallest non-zero damping, relative to the largest curvature.
 _LAM_MIN = 1e-6
+# Smallest fraction of a Newton step that backtracking tries.
+_BACKTRACK_MIN = 2.0**-30
 
 
 def _dot(x: th.Tensor, y: th.Tensor) -> float:
@@ -232,6 +234,28 @@ class ClassFeatures:
     def utility(self, theta: th.Tensor, S: int, A: int) -> th.Tensor:
         """The state-major ``(S, A)`` per-step reward of ``theta``."""
         return self.reward(theta, S, A).T.contiguous()
+
+    def constant_direction(self) -> th.Tensor | None:
+        """The unit ``theta`` whose reward is the same constant everywhere, if the class holds one.
+
+        Adding a constant to every reward shifts every action's soft Q-value at a step by the same
+        amount, so no policy changes: this is a null direction of ``L``'s Hessian, in which the
+        gradient is zero only up to rounding. The solver keeps its steps out of it.
+        """
+        if self.kind == "index":
+            assert self.labels is not None
+            ones = th.ones(self.n_features, dtype=th.float64, device=self.labels.device)
+            return ones / math.sqrt(self.n_features)
+        assert self.phi is not None
+        X = self.phi.reshape(-1, self.n_features)
+        if X.shape[0] < self.n_features:
+            return None
+        target = th.ones(X.shape[0], 1, dtype=X.dtype, device=X.device)
+        c = th.linalg.lstsq(X, target).solution.flatten()
+        residual = float((X @ c - 1.0).abs().max())
+        if not residual <= 1e-9 or not bool(th.isfinite(c).all()) or float(c.norm()) == 0.0:
+            return None
+        return c / c.norm()
 
 
 def _int32_csr(csr: th.Tensor) -> th.Tensor:
@@ -494,6 +518,13 @@ def maximise(
     """
     F = obj.features.n_features
     dtype, device = obj.w.dtype, obj.w.device
+    null = obj.features.constant_direction() if F > 0 else None
+    if null is not None:
+        null = null.to(dtype=dtype, device=device)
+
+    def keep_out(v: th.Tensor) -> th.Tensor:
+        """``v`` without its component along the constant-reward direction (a null direction)."""
+        return v if null is None else v.sub_(null, alpha=_dot(v, null))
     theta = th.zeros(F, dtype=dtype, device=device) if theta0 is None else theta0.clone()
     start = time.perf_counter()
     L = obj.value(theta)
@@ -519,7 +550,9 @@ def maximise(
         def damped(v: th.Tensor, lam: float = lam) -> th.Tensor:
             return obj.neg_hvp(v).add_(v, alpha=lam) if lam > 0 else obj.neg_hvp(v)
 
-        p, Bp, n_cg = _pcg(damped, g, diag + lam, eta, max(10, min(F, _CG_MAX)))
+        p, Bp, n_cg = _pcg(
+            damped, keep_out(g.clone()), diag + lam, eta, max(50, min(4 * F, _CG_MAX)), keep_out
+        )
         out["cg_iterations"] += n_cg
         gp = _dot(g, p)
         pred = gp - 0.5 * (_dot(p, Bp) - lam * _dot(p, p))  # the undamped model's rise
@@ -536,14 +569,32 @@ def maximise(
                 "damping": lam,
             }
         )
-        if not pred > 1e-16 * scale:  # no ascent left at rounding level
-            converged = lam == 0.0
-            if converged:
+        if not pred > 1e-16 * scale and lam == 0.0:
+            if gp / 2 <= max(tol, 1e-8) * scale:
+                converged = True  # no ascent left at rounding level
                 break
+            # A truncated CG step on a badly conditioned Hessian: the model promises nothing,
+            # though the Newton decrement says there is ascent left. Damp and solve again.
+            lam = _LAM_MIN * dmax
+            trace[-1]["taken"] = 0.0
+            continue
         last = lam == 0.0 and gp / 2 <= tol * scale
         cand = theta + p
         Lc = obj.value(cand, commit=False)
         ratio = (Lc - L) / pred if math.isfinite(Lc) and pred > 0 else -math.inf
+        if lam == 0.0 and not Lc > L and not last:
+            # The Newton step overshoots (directions of tiny curvature, e.g. utilities of states
+            # the behaviour almost never visits, get huge components): backtrack along it before
+            # falling back on damping, which would crawl along those directions.
+            a = 0.5
+            while a > _BACKTRACK_MIN:
+                obj.restore()
+                trial = theta + a * p
+                Lt = obj.value(trial, commit=False)
+                if Lt > L:
+                    cand, Lc, ratio = trial, Lt, 0.5  # keep lam = 0: the direction was right
+                    break
+                a *= 0.5
         if ratio < 0.25:
             lam = max(16.0 * lam, _LAM_MIN * dmax)
         elif ratio > 0.75:
@@ -576,19 +627,27 @@ def maximise(
 
 
 def _pcg(
-    matvec: Any, g: th.Tensor, diag: th.Tensor, eta: float, max_iter: int
+    matvec: Any,
+    g: th.Tensor,
+    diag: th.Tensor,
+    eta: float,
+    max_iter: int,
+    keep_out: Any = None,
 ) -> tuple[th.Tensor, th.Tensor, int]:
     """Preconditioned conjugate gradients for ``B p = g`` (``B p = matvec(p)``, preconditioner
     ``diag``), to relative residual ``eta`` in the preconditioner's norm; stops early on
     non-positive curvature (then the iterate so far, or the preconditioned gradient first).
+    ``keep_out`` (in place) removes a null direction of ``B`` from every search direction
+    (projected CG), so rounding in ``g`` cannot grow into a huge step along it.
 
     Returns:
         ``(p, B p, CG steps)``.
     """
     x = th.zeros_like(g)
     Bx = th.zeros_like(g)
+    project = keep_out if keep_out is not None else (lambda v: v)
     r = g.clone()
-    z = r / diag
+    z = project(r / diag)
     p = z.clone()
     rz = _dot(r, z)
     target = eta * math.sqrt(rz)
@@ -604,7 +663,7 @@ def _pcg(
         x.add_(p, alpha=a)
         Bx.add_(Bp, alpha=a)
         r.sub_(Bp, alpha=a)
-        z = r / diag
+        z = project(r / diag)
         rz_new = _dot(r, z)
         if math.sqrt(max(rz_new, 0.0)) <= target:
             break

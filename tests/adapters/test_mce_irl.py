@@ -67,6 +67,8 @@ def test_score_trained_mce_irl(env):
     mce.train(max_iter=50)
     score = score_mce_irl(mce, expert_policy=expert_pi)
     assert score.exact
+    # Rarely visited states make the Hessian badly conditioned here: the solve must still finish.
+    assert score.unknown.converged and score.all_state_utilities.converged
     # The class optimum is at least MCE-IRL's own fit and the known-utility score of its reward.
     assert score.unknown.meg >= score.mce_irl_fit - 1e-9
     assert score.unknown.meg >= score.known.meg - 1e-9
