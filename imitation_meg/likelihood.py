@@ -525,6 +525,7 @@ def maximise(
     def keep_out(v: th.Tensor) -> th.Tensor:
         """``v`` without its component along the constant-reward direction (a null direction)."""
         return v if null is None else v.sub_(null, alpha=_dot(v, null))
+
     theta = th.zeros(F, dtype=dtype, device=device) if theta0 is None else theta0.clone()
     start = time.perf_counter()
     L = obj.value(theta)
