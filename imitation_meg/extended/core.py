@@ -34,6 +34,7 @@ import numpy as np
 __all__ = [
     "Agent",
     "AgentFactory",
+    "AgentMaker",
     "ExtendedEnv",
     "accepted_kwargs",
     "check_action",
@@ -62,7 +63,10 @@ class Agent(Protocol):
         ...
 
 
+#: Builds an agent from the environment's metadata (``n_actions``, ``seed``, ...).
 AgentFactory = Callable[..., Agent]
+#: The internal hook that builds an environment's simulations (see :class:`ExtendedEnv`).
+AgentMaker = Callable[..., Agent]
 
 
 def _splitmix64(x: int) -> int:

@@ -23,7 +23,7 @@ import sys
 from collections import OrderedDict
 from typing import Any
 
-from imitation_meg.extended.core import Agent, ExtendedEnv
+from imitation_meg.extended.core import Agent, AgentFactory, AgentMaker, ExtendedEnv
 
 __all__ = [
     "ALL_ENVIRONMENTS",
@@ -73,7 +73,9 @@ class _SingleSimMatch(ExtendedEnv):
 
     gym_adaptable = True
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.sim: Agent = self.make_sim()
         self._hyp = 0
@@ -105,7 +107,9 @@ class _AdversarialSequence(ExtendedEnv):
     n_actions, n_obs = 2, 2
     match_reward = 1
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.sim = self.make_sim()
         self.prev = 0
@@ -154,7 +158,9 @@ class AfterImages(ExtendedEnv):
 
     n_actions, n_obs = 2, 8
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.sim = self.make_sim()
 
@@ -183,7 +189,9 @@ class CensoredObservation(ExtendedEnv):
     n_actions, n_obs = 2, 3
     CENSORED = 2
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.sim = self.make_sim()
         self.last_uncensored = 0
@@ -214,7 +222,9 @@ class CryingBaby(ExtendedEnv):
     FEED, DONT_FEED = 0, 1
     LAUGH, CRY = 0, 1
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.sim = self.make_sim()
         self.nutrition = 5
@@ -247,7 +257,9 @@ class CryingBaby2(ExtendedEnv):
     FEED, DONT_FEED = 0, 1
     LAUGH, CRY = 0, 1
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.sim = self.make_sim()
         self.nutrition = 5
@@ -278,7 +290,9 @@ class DejaVu(ExtendedEnv):
     n_actions, n_obs = 2, 1
     slow = True
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.transitions: list[tuple[int, int, float, int]] = []
 
@@ -310,7 +324,9 @@ class DelayedRewards(_SingleSimMatch):
 
     n_actions, n_obs = 2, 1
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.count = 0
         self.held = 0.0
@@ -342,7 +358,9 @@ class FalseMemories(_SingleSimMatch):
 
     n_actions, n_obs = 2, 1
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.sim.train(0, 0, 0, 0)
         self.sim.train(0, 0, 0, 0)
@@ -357,7 +375,9 @@ class FlipEveryOther(_SingleSimMatch):
 
     n_actions, n_obs = 2, 1
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.sign = -1
 
@@ -390,7 +410,9 @@ class IgnoreObservations(ExtendedEnv):
     n_actions, n_obs = 2, 5
     gym_adaptable = True
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.sim = self.make_sim()
 
@@ -456,7 +478,9 @@ class IncentivizeLearningRate(_SingleSimMatch):
 
     n_actions, n_obs = 2, 1
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         ExtendedEnv.__init__(self, agent_factory, seed=seed, agent_maker=agent_maker)
         self._hyp = 0
         probe = self.make_sim()
@@ -492,7 +516,9 @@ class IncentivizeZero(ExtendedEnv):
 
     n_actions, n_obs = 10, 10
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.sim = self.make_sim()
 
@@ -517,7 +543,9 @@ class LimitedMemory(ExtendedEnv):
     MEMORY = 5
     CACHE = 64
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.window: tuple[tuple[int, float], ...] = ()
         self._cache: OrderedDict[tuple[tuple[int, float], ...], Agent] = OrderedDict()
@@ -552,7 +580,9 @@ class NthRewardMultipliedByN(_SingleSimMatch):
 
     n_actions, n_obs = 2, 1
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.n = 0
 
@@ -590,7 +620,9 @@ class ReverseHistory(ExtendedEnv):
     n_actions, n_obs = 2, 2
     slow = True
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.obs: list[int] = []
         self.rewards: list[float] = []
@@ -646,7 +678,9 @@ class PunishSlowAgent(ExtendedEnv):
     slow = True
     STEPS_PER_TURN = 15
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.sim = self.make_sim()
         self.turn = 1
@@ -674,7 +708,9 @@ class SelfRecognition(ExtendedEnv):
 
     n_actions, n_obs = 2, 6
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.sim = self.make_sim()
 
@@ -703,7 +739,9 @@ class ShiftedRewards(_SingleSimMatch):
 
     n_actions, n_obs = 2, 1
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.prev_reward = 0.0
 
@@ -728,7 +766,9 @@ class TemptingButton(ExtendedEnv):
     PUSH, SKIP = 0, 1
     P_BUTTON = 0.25
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
         self.sim = self.make_sim()
 
@@ -774,7 +814,9 @@ class ThirdActionForbidden(_SingleSimMatch):
 
     n_actions, n_obs = 2, 1
 
-    def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, *, seed: int = 0, agent_maker: AgentMaker | None = None
+    ) -> None:
         ExtendedEnv.__init__(self, agent_factory, seed=seed, agent_maker=agent_maker)
         self._hyp = 0
         self.sim = self.make_sim(n_actions=3)

@@ -26,7 +26,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from imitation_meg.extended.core import Agent, ExtendedEnv, check_action, make_agent
+from imitation_meg.extended.core import (
+    Agent,
+    AgentFactory,
+    AgentMaker,
+    ExtendedEnv,
+    check_action,
+    make_agent,
+)
 from imitation_meg.extended.envs import ALL_ENVIRONMENTS, get_env
 from imitation_meg.extended.runner import RunResult
 
@@ -180,7 +187,13 @@ def combine(gym_env_id: str, env_cls: type[ExtendedEnv], **make_kwargs: Any) -> 
         gym_cls = gym_env_id
         extended_cls = env_cls
 
-        def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+        def __init__(
+            self,
+            agent_factory: AgentFactory,
+            *,
+            seed: int = 0,
+            agent_maker: AgentMaker | None = None,
+        ) -> None:
             super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
             self.n_e = env_cls.n_actions
             self.g = gym.make(gym_env_id, **make_kwargs)

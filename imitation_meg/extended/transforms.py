@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from imitation_meg.extended.core import Agent, ExtendedEnv, make_agent
+from imitation_meg.extended.core import Agent, AgentFactory, AgentMaker, ExtendedEnv, make_agent
 
 __all__ = ["RealityCheck", "minus_rewards", "reality_check"]
 
@@ -42,7 +42,13 @@ def minus_rewards(env_cls: type[ExtendedEnv]) -> type[ExtendedEnv]:
         slow = env_cls.slow
         underlying_cls = env_cls
 
-        def __init__(self, agent_factory: Any, *, seed: int = 0, agent_maker: Any = None) -> None:
+        def __init__(
+            self,
+            agent_factory: AgentFactory,
+            *,
+            seed: int = 0,
+            agent_maker: AgentMaker | None = None,
+        ) -> None:
             super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
             self.underlying = env_cls(agent_factory, seed=seed, agent_maker=agent_maker)
 
@@ -101,7 +107,7 @@ class RealityCheck:
         self.inner.train(o_prev, action, reward, o_next)
 
 
-def reality_check(agent_factory: Any) -> Any:
+def reality_check(agent_factory: AgentFactory) -> AgentFactory:
     """Return the agent factory of the reality check of ``agent_factory``'s agents.
 
     The returned factory accepts any keywords (metadata such as ``n_actions``, ``seed`` and
