@@ -24,6 +24,7 @@ import torch as th
 from imitation_meg._env_tables import read_env_tables
 from imitation_meg._operators import TransitionOperator, promoted_dtype
 from imitation_meg._validation import as_tensor, check_finite
+from imitation_meg.type_aliases import UtilityLike
 
 __all__ = ["TabularMDP"]
 
@@ -69,7 +70,7 @@ class TabularMDP:
     def __init__(
         self,
         transition: Any,
-        utility: Any = None,
+        utility: UtilityLike | None = None,
         horizon: int = 1,
         initial_state_dist: Any = None,
         discount: float = 1.0,
@@ -268,7 +269,7 @@ class TabularMDP:
         T.scatter_add_(-1, self.next_state, self.prob)
         return T
 
-    def reward_sa(self, utility: Any = None) -> th.Tensor:
+    def reward_sa(self, utility: UtilityLike | None = None) -> th.Tensor:
         """Reduce a utility to the per-step state-action reward ``r(s, a)`` ``(S, A)``.
 
         ``(S,)`` gives ``r(s, a) = U(s)``; ``(S, A, S)`` gives ``sum_s' T[s, a, s'] U(s, a, s')``.
@@ -361,7 +362,7 @@ class TabularMDP:
             new.observation_matrix = self.observation_matrix.to(device)
         return new
 
-    def with_utility(self, utility: Any) -> TabularMDP:
+    def with_utility(self, utility: UtilityLike) -> TabularMDP:
         """A copy of this MDP with another utility attached (transitions shared)."""
         new = self.to()
         new.utility = None if utility is None else self.validate_utility(utility)

@@ -8,13 +8,12 @@ numpy or torch; :func:`as_policy` checks them (finite, non-negative, rows summin
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch as th
 
 from imitation_meg._validation import POLICY_ROW_TOL, as_policy
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.soft_vi import hard_value_iteration, soft_value_iteration
+from imitation_meg.type_aliases import UtilityLike
 
 __all__ = [
     "POLICY_ROW_TOL",
@@ -47,7 +46,9 @@ def _break_ties(pi: th.Tensor, tie_break: str) -> th.Tensor:
     raise ValueError(f"tie_break must be 'uniform' or 'first', got {tie_break!r}.")
 
 
-def optimal(mdp: TabularMDP, utility: Any = None, *, tie_break: str = "uniform") -> th.Tensor:
+def optimal(
+    mdp: TabularMDP, utility: UtilityLike | None = None, *, tie_break: str = "uniform"
+) -> th.Tensor:
     """The optimal policy for ``utility`` (default the MDP's), ``(H, S, A)``.
 
     Args:
@@ -60,13 +61,19 @@ def optimal(mdp: TabularMDP, utility: Any = None, *, tie_break: str = "uniform")
     return _break_ties(hard_value_iteration(mdp, utility, sign=1.0)[2].exp(), tie_break)
 
 
-def anti_optimal(mdp: TabularMDP, utility: Any = None, *, tie_break: str = "uniform") -> th.Tensor:
+def anti_optimal(
+    mdp: TabularMDP, utility: UtilityLike | None = None, *, tie_break: str = "uniform"
+) -> th.Tensor:
     """The policy minimising ``utility`` (default the MDP's), ``(H, S, A)``; ties as in :func:`optimal`."""
     return _break_ties(hard_value_iteration(mdp, utility, sign=-1.0)[2].exp(), tie_break)
 
 
 def epsilon_greedy(
-    mdp: TabularMDP, epsilon: float, utility: Any = None, *, tie_break: str = "uniform"
+    mdp: TabularMDP,
+    epsilon: float,
+    utility: UtilityLike | None = None,
+    *,
+    tie_break: str = "uniform",
 ) -> th.Tensor:
     """``(1 - epsilon) * optimal + epsilon * uniform``, ``(H, S, A)``.
 
@@ -80,7 +87,7 @@ def epsilon_greedy(
     return (1.0 - epsilon) * optimal(mdp, utility, tie_break=tie_break) + epsilon * uniform(mdp)
 
 
-def soft_optimal(mdp: TabularMDP, beta: float, utility: Any = None) -> th.Tensor:
+def soft_optimal(mdp: TabularMDP, beta: float, utility: UtilityLike | None = None) -> th.Tensor:
     """The soft-optimal (Boltzmann-rational) policy with rationality ``beta``, ``(H, S, A)``."""
     if isinstance(beta, bool) or not isinstance(beta, (int, float)):
         raise TypeError(f"beta must be a real number (or +-inf), got {beta!r}.")

@@ -7,6 +7,7 @@ from typing import Any
 
 from imitation_meg.known import meg
 from imitation_meg.mdp import TabularMDP
+from imitation_meg.type_aliases import UtilityLike
 from imitation_meg.unknown import meg_unknown
 
 __all__ = ["SUMMARY_COLUMNS", "meg_summary"]
@@ -27,7 +28,7 @@ def meg_summary(
     policy: Any,
     mdp: TabularMDP,
     *,
-    utility: Any = None,
+    utility: UtilityLike | None = None,
     mlp_steps: int = 0,
     mlp_lr: float = 0.01,
     mlp_seeds: int = 5,

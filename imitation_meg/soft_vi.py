@@ -117,7 +117,11 @@ def _tie_log_policy(Q: th.Tensor, sign: float, tie_tol: float) -> th.Tensor:
 
 
 def hard_value_iteration(
-    mdp: TabularMDP, utility: Any = None, *, sign: float = 1.0, tie_tol: float = TIE_TOL
+    mdp: TabularMDP,
+    utility: UtilityLike | None = None,
+    *,
+    sign: float = 1.0,
+    tie_tol: float = TIE_TOL,
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """Optimal (``sign=+1``) or anti-optimal (``sign=-1``) finite-horizon values of a utility.
 
@@ -414,7 +418,7 @@ def occupancy_measures(mdp: TabularMDP, policy: PolicyLike, *, validate: bool = 
 def soft_state_visitation(
     mdp: TabularMDP,
     betas: Any = 1.0,
-    utility: Any = None,
+    utility: UtilityLike | None = None,
     *,
     max_bytes: int = 1 << 30,
 ) -> tuple[th.Tensor, th.Tensor]:

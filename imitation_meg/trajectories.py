@@ -50,6 +50,7 @@ from imitation_meg.known import meg
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.results import to_jsonable
 from imitation_meg.trajectory_data import check_transitions, trajectory_state_actions
+from imitation_meg.type_aliases import UtilityLike
 
 __all__ = [
     "IMPOSSIBLE_MODES",
@@ -236,7 +237,7 @@ def empirical_occupancy(
     mdp: TabularMDP,
     *,
     state_key: str = "old_state",
-    utility: Any = None,
+    utility: UtilityLike | None = None,
     impossible: str = "raise",
 ) -> th.Tensor:
     """Empirical state-action occupancy ``w[t, s, a]`` ``(H, S, A)`` of trajectories.
@@ -362,7 +363,7 @@ def meg_from_trajectories(
     trajectories: Any,
     mdp: TabularMDP,
     *,
-    utility: Any = None,
+    utility: UtilityLike | None = None,
     features: Any = None,
     target: Any = None,
     signed: bool = False,
