@@ -300,8 +300,8 @@ def main(cfg: Config) -> dict:
                     },
                 )
             )
-    for S, H in cfg.meg_long:
-        jobs.append(("meg_long", {"n_states": int(S), "horizon": int(H)}))
+    for n_long, h_long in cfg.meg_long:  # own names: w, h, H stay meg_grid's for the rows below
+        jobs.append(("meg_long", {"n_states": int(n_long), "horizon": int(h_long)}))
     jobs.append(
         (
             "meg_unknown",

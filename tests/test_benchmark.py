@@ -65,6 +65,10 @@ def test_benchmark_fast_config_end_to_end(tmp_path):
         assert r.get("converged", True) and 1 <= r["passes"] <= 12
         assert r["evaluations"] >= 1
     if hasattr(imitation_meg, "meg_unknown"):
+        # The same MDP as the known row (a loop variable once leaked the long row's horizon here).
+        assert (
+            (rows[-2]["S"], rows[-2]["H"]) == (meg_row["S"], meg_row["H"]) == (40, cfg.meg_grid[2])
+        )
         assert rows[-2]["meg"] >= meg_row["meg"] - 1e-8  # unknown-utility MEG >= known-utility MEG
         unk = rows[-1]  # exact (all state utilities) >= Algorithm 2's lower bound, same process
         known_random = next(  # the same policy on the same MDP, known utility
