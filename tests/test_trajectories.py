@@ -149,6 +149,7 @@ def test_gym_frozen_lake_rollouts_reproduce_the_exact_value():
     venv = DummyVecEnv(
         [lambda: RolloutInfoWrapper(gym.make("FrozenLake-v1", max_episode_steps=H))] * 8
     )
+    venv.seed(0)  # the slippery transitions: without a seed the test would vary from run to run
     policy = TabularPolicy(
         venv.observation_space, venv.action_space, pi.numpy(), np.random.default_rng(0)
     )
@@ -178,6 +179,7 @@ def _seals_trajectories(mdp, pi, n, *, seed=1):
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     venv = DummyVecEnv([lambda: RolloutInfoWrapper(gym.make(CLIFF))] * 8)
+    venv.seed(seed)  # the same episodes on every run
     # seals' CliffWorld observes one-hot vectors; imitation's TabularPolicy wants the state index.
     tab = TabularPolicy(
         gym.spaces.Discrete(mdp.n_states), venv.action_space, pi.numpy(), np.random.default_rng(0)
