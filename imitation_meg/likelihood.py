@@ -57,6 +57,8 @@ _TRIAL_BUFFER_BYTES = 1 << 27
 _RIDGE = 1e-12
 # Smallest non-zero damping, relative to the largest curvature.
 _LAM_MIN = 1e-6
+# Dense classes with more features skip the constant-direction projection (its solve is F^3).
+_CONSTANT_DIRECTION_MAX_F = 64
 # Smallest fraction of a Newton step that backtracking tries.
 _BACKTRACK_MIN = 2.0**-30
 
@@ -247,15 +249,21 @@ class ClassFeatures:
             ones = th.ones(self.n_features, dtype=th.float64, device=self.labels.device)
             return ones / math.sqrt(self.n_features)
         assert self.phi is not None
-        X = self.phi.reshape(-1, self.n_features)
-        if X.shape[0] < self.n_features:
+        F = self.n_features
+        X = self.phi.reshape(-1, F).detach().cpu().double().numpy()
+        if X.shape[0] < F or F > _CONSTANT_DIRECTION_MAX_F:
             return None
-        target = th.ones(X.shape[0], 1, dtype=X.dtype, device=X.device)
-        c = th.linalg.lstsq(X, target).solution.flatten()
-        residual = float((X @ c - 1.0).abs().max())
-        if not residual <= 1e-9 or not bool(th.isfinite(c).all()) or float(c.norm()) == 0.0:
+        # Least squares X c = 1 through the normal equations, summed by numpy's own loops (no
+        # threaded BLAS) so that the direction, and every result after it, is the same bits on
+        # any number of threads.
+        gram = np.einsum("nf,ng->fg", X, X)
+        c = np.linalg.lstsq(gram, np.einsum("nf->f", X), rcond=None)[0]
+        if not np.isfinite(c).all() or not np.abs(X @ c - 1.0).max() <= 1e-9:
             return None
-        return c / c.norm()
+        norm = float(np.sqrt(np.einsum("f,f->", c, c)))
+        if norm == 0.0:
+            return None
+        return th.from_numpy(c / norm).to(self.phi.device)
 
 
 def _int32_csr(csr: th.Tensor) -> th.Tensor:

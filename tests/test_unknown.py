@@ -306,3 +306,24 @@ def test_solver_option_validation():
         im.meg_unknown(pi, mdp, max_iter=0)
     with pytest.raises(ValueError, match="at least one variable"):
         im.meg_target(pi, mdp, ())
+
+
+def test_dense_class_that_holds_the_constants():
+    # [first half, second half, ramp] spans the constant utility (a null direction of L: it changes
+    # no policy); it is the class of [first half, ramp] up to that constant, so the values agree.
+    from imitation_meg.unknown import class_features
+
+    mdp = im.envs.cliff_world(horizon=10)
+    pi = im.policies.epsilon_greedy(mdp, 0.2)
+    S = mdp.n_states
+    half = (np.arange(S) < S // 2).astype(float)
+    ramp = np.arange(S, dtype=float)
+    with_constant = np.stack([half, 1.0 - half, ramp], axis=1)
+    without = np.stack([half, ramp], axis=1)
+    d = class_features(mdp, with_constant).constant_direction()
+    assert d is not None and float(d.norm()) == pytest.approx(1.0)
+    assert class_features(mdp, without).constant_direction() is None
+    a = im.meg_unknown(pi, mdp, features=with_constant)
+    b = im.meg_unknown(pi, mdp, features=without)
+    assert a.converged and b.converged
+    assert a.meg == pytest.approx(b.meg, rel=1e-9)
