@@ -10,7 +10,8 @@ The MDP-dependent checks take any object with the shape attributes of a
 
 from __future__ import annotations
 
-from typing import Protocol
+import sys
+from typing import Any, Protocol
 
 import numpy as np
 import torch as th
@@ -26,6 +27,7 @@ __all__ = [
     "as_sa_occupancy",
     "as_tensor",
     "check_finite",
+    "is_loaded_instance",
 ]
 
 #: Tolerance on the row sums of user policies (rows are renormalised after the check).
@@ -183,3 +185,15 @@ def as_sa_occupancy(w: ArrayLike, mdp: MDPShape, *, name: str = "sa_occupancy") 
             f"{sums[bad][:5].tolist()}, not 1; each w[t] must be a distribution over (s, a)."
         )
     return t
+
+
+def is_loaded_instance(obj: Any, module: str, name: str) -> bool:
+    """``isinstance(obj, module.name)`` without importing ``module``.
+
+    Optional libraries (SB3, sb3-contrib, imitation) are never imported to answer: an object of
+    one of their classes can only exist once its module is loaded, so a module that is not in
+    ``sys.modules`` means False.
+    """
+    mod = sys.modules.get(module)
+    cls = getattr(mod, name, None) if mod is not None else None
+    return cls is not None and isinstance(obj, cls)

@@ -19,7 +19,6 @@ sb3-contrib is never imported here: its classes are recognised by module and nam
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg._validation import ImitationMEGWarning
+from imitation_meg._validation import ImitationMEGWarning, is_loaded_instance
 from imitation_meg.mdp import TabularMDP
 
 __all__ = [
@@ -55,20 +54,18 @@ class ActionMaskWarning(ImitationMEGWarning):
     """A MaskablePPO was scored without action masks (none given, none from the environment)."""
 
 
-def _is(obj: Any, module: str, name: str) -> bool:
-    mod = sys.modules.get(module)
-    cls = getattr(mod, name, None) if mod is not None else None
-    return cls is not None and isinstance(obj, cls)
-
-
 def is_maskable(policy: Any) -> bool:
     """Whether ``policy`` is sb3-contrib's ``MaskableActorCriticPolicy`` (or a subclass)."""
-    return _is(policy, "sb3_contrib.common.maskable.policies", "MaskableActorCriticPolicy")
+    return is_loaded_instance(
+        policy, "sb3_contrib.common.maskable.policies", "MaskableActorCriticPolicy"
+    )
 
 
 def is_recurrent(policy: Any) -> bool:
     """Whether ``policy`` is sb3-contrib's ``RecurrentActorCriticPolicy`` (or a subclass)."""
-    return _is(policy, "sb3_contrib.common.recurrent.policies", "RecurrentActorCriticPolicy")
+    return is_loaded_instance(
+        policy, "sb3_contrib.common.recurrent.policies", "RecurrentActorCriticPolicy"
+    )
 
 
 def warn_recurrent(policy: Any) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg._validation import as_policy
+from imitation_meg._validation import as_policy, is_loaded_instance
 from imitation_meg.adapters import contrib, sb3, zoo
 from imitation_meg.adapters.observations import (
     DEFAULT_BATCH,
@@ -32,14 +32,6 @@ from imitation_meg.adapters.observations import (
 from imitation_meg.mdp import TabularMDP
 
 __all__ = ["policy_table", "resolve_source"]
-
-
-def _module_class(obj: Any, module: str, name: str) -> bool:
-    import sys
-
-    mod = sys.modules.get(module)
-    cls = getattr(mod, name, None) if mod is not None else None
-    return cls is not None and isinstance(obj, cls)
 
 
 def resolve_source(
@@ -208,12 +200,12 @@ def policy_table(
             vec_normalize = sb3.vec_normalize_of(obj)
         obj = obj.policy
 
-    if _module_class(obj, "imitation.algorithms.mce_irl", "TabularPolicy"):
+    if is_loaded_instance(obj, "imitation.algorithms.mce_irl", "TabularPolicy"):
         from imitation_meg.adapters.imitation import tabular_policy_table
 
         no_epsilon(epsilon, "imitation's TabularPolicy")
         return tabular_policy_table(obj, mdp)
-    if _module_class(obj, "imitation.policies.base", "NonTrainablePolicy"):
+    if is_loaded_instance(obj, "imitation.policies.base", "NonTrainablePolicy"):
         from imitation_meg.adapters.imitation import nontrainable_policy_table
 
         no_epsilon(epsilon, type(obj).__name__)

@@ -14,12 +14,12 @@ only inside these functions.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
 import torch as th
 
+from imitation_meg._validation import is_loaded_instance
 from imitation_meg.adapters.observations import (
     DEFAULT_BATCH,
     ObservationAliasingWarning,
@@ -67,21 +67,14 @@ __all__ = [
 ]
 
 
-def _module_class(obj: Any, module: str, name: str) -> bool:
-    """``isinstance(obj, module.name)`` without importing ``module`` (it is loaded if obj is one)."""
-    mod = sys.modules.get(module)
-    cls = getattr(mod, name, None) if mod is not None else None
-    return cls is not None and isinstance(obj, cls)
-
-
 def is_sb3_algorithm(obj: Any) -> bool:
     """Whether ``obj`` is an SB3 ``BaseAlgorithm`` (SB3 is not imported to find out)."""
-    return _module_class(obj, "stable_baselines3.common.base_class", "BaseAlgorithm")
+    return is_loaded_instance(obj, "stable_baselines3.common.base_class", "BaseAlgorithm")
 
 
 def is_sb3_policy(obj: Any) -> bool:
     """Whether ``obj`` is an SB3 ``BasePolicy`` (SB3 is not imported to find out)."""
-    return _module_class(obj, "stable_baselines3.common.policies", "BasePolicy")
+    return is_loaded_instance(obj, "stable_baselines3.common.policies", "BasePolicy")
 
 
 # ------------------------------------------------------------------------ policy tables
@@ -93,7 +86,7 @@ def _argmax_kind(policy: Any) -> str | None:
         return "qrdqn"
     if hasattr(policy, "q_net"):
         return "dqn"
-    if _module_class(policy, "sb3_contrib.ars.policies", "ARSPolicy"):
+    if is_loaded_instance(policy, "sb3_contrib.ars.policies", "ARSPolicy"):
         return "ars"
     return None
 

@@ -15,13 +15,13 @@ SB3 object has to be handled.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch as th
 
+from imitation_meg._validation import is_loaded_instance
 from imitation_meg.type_aliases import PathLike
 
 __all__ = ["PolicyFn", "as_policy_fn"]
@@ -95,12 +95,6 @@ class PolicyFn:
         return np.asarray(self._features_fn(obs), dtype=np.float32)
 
 
-def _module_class(obj: Any, module: str, name: str) -> bool:
-    mod = sys.modules.get(module)
-    cls = getattr(mod, name, None) if mod is not None else None
-    return cls is not None and isinstance(obj, cls)
-
-
 def _load_zip(path: PathLike, algo: str | None) -> Any:
     """The one place that loads an SB3 ``.zip``: the algorithm is read from the zip unless
     ``algo`` names it (a contradiction is an error)."""
@@ -149,13 +143,13 @@ def as_policy_fn(
         obj = _load_zip(obj, algo)
     elif algo is not None:
         raise ValueError("algo= only applies to a .zip path; the model is already loaded.")
-    if _module_class(obj, "stable_baselines3.common.base_class", "BaseAlgorithm"):
+    if is_loaded_instance(obj, "stable_baselines3.common.base_class", "BaseAlgorithm"):
         if vec_normalize is None and obj.get_env() is not None:
             from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
             vec_normalize = unwrap_vec_normalize(obj.get_env())
         obj = obj.policy
-    if _module_class(obj, "stable_baselines3.common.policies", "BasePolicy"):
+    if is_loaded_instance(obj, "stable_baselines3.common.policies", "BasePolicy"):
         return _sb3_policy_fn(obj, n_actions, epsilon, vec_normalize)
     if callable(obj):
         _no_epsilon(epsilon, "a callable policy")
