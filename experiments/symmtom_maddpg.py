@@ -118,23 +118,17 @@ def units(cfg: Config) -> list[dict[str, Any]]:
 
 
 def maddpg_config(cfg: Config, unit: dict[str, Any]) -> MADDPGConfig:
-    """The :class:`MADDPGConfig` of a learned unit."""
+    """The :class:`MADDPGConfig` of a learned unit: the unit's variant and layout, and every
+    training setting the two configs share (``episodes``, ``lr``, ``batch_size``, ...) from ``cfg``."""
+    shared = {f.name for f in dataclasses.fields(MADDPGConfig)} & {
+        f.name for f in dataclasses.fields(Config)
+    }
     return MADDPGConfig(
         variant=unit["agent"],
         n_agents=unit["n"],
         width=unit["w"],
         n_pieces=unit["c"],
-        episodes=cfg.episodes,
-        hidden=cfg.hidden,
-        lr=cfg.lr,
-        tau=cfg.tau,
-        gamma=cfg.gamma,
-        batch_size=cfg.batch_size,
-        update_every=cfg.update_every,
-        learning_starts=cfg.learning_starts,
-        buffer_size=cfg.buffer_size,
-        eval_every=cfg.eval_every,
-        eval_episodes=cfg.eval_episodes,
+        **{name: getattr(cfg, name) for name in sorted(shared)},
     )
 
 
