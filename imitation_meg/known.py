@@ -85,10 +85,12 @@ __all__ = [
     "MEGObjective",
     "MEGResult",
     "as_sa_occupancy",
+    "clipped_meg",
     "meg",
     "meg_one_step",
     "objective_reference",
     "sa_occupancy_of",
+    "signed_meg",
     "solve_beta",
 ]
 
@@ -144,6 +146,21 @@ class MEGResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dictionary (NaN becomes ``None``, infinite floats ``"inf"`` / ``"-inf"``)."""
         return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def clipped_meg(log_likelihood: float, bound: float) -> float:
+    """``L + H log|A|`` clipped to ``[0, bound]``, values within rounding of 0 (``1e-12 *
+    max(1, bound)``) reported as 0: the MEG of a class's best model."""
+    value = min(max(log_likelihood + bound, 0.0), bound)
+    return 0.0 if value <= 1e-12 * max(1.0, bound) else value
+
+
+def signed_meg(value: float, expected_utility: float, uniform_expected_utility: float) -> float:
+    """``value`` with the sign of ``E_pi[U] - E_uniform[U]`` (paper footnote 4; 0 when they agree
+    to ``1e-12`` relative)."""
+    diff = expected_utility - uniform_expected_utility
+    tol = 1e-12 * max(1.0, abs(expected_utility))
+    return value if diff > tol else (-value if diff < -tol else 0.0)
 
 
 class MEGObjective:
@@ -415,12 +432,9 @@ def meg(
     sol = solve_beta(obj)
     H, A = mdp.horizon, mdp.n_actions
     bound = H * math.log(A)
-    value = max(sol.L + bound, 0.0)
-    value = min(value, bound)
-    diff = sol.expected_utility - sol.uniform_eu
-    tol = 1e-12 * max(1.0, abs(sol.expected_utility))
+    value = min(max(sol.L + bound, 0.0), bound)
     if signed:
-        value = value if diff > tol else (-value if diff < -tol else 0.0)
+        value = signed_meg(value, sol.expected_utility, sol.uniform_eu)
     # Expected utilities in the caller's units: unit * E[r_n] + shift * (discounted step mass);
     # every soft-optimal model puts mass 1 on each step, the behaviour its occupancy's.
     gam = mdp.discount ** th.arange(H, dtype=th.float64)

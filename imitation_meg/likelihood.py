@@ -30,7 +30,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg._validation import as_sa_occupancy
-from imitation_meg.known import MEGResult, sa_occupancy_of
+from imitation_meg.known import MEGResult, clipped_meg, sa_occupancy_of
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.progress import progress as _progress
 from imitation_meg.soft_vi import occupancy_measures, soft_value_iteration
@@ -154,9 +154,7 @@ def class_result(
     certificate in ``extra``."""
     H, A = mdp.horizon, mdp.n_actions
     bound = H * math.log(A)
-    value = min(max(L + bound, 0.0), bound)
-    if value <= 1e-12 * max(1.0, bound):  # rounding of L + H log|A| around 0
-        value = 0.0
+    value = clipped_meg(L, bound)
     r = reward.detach()
     spread = float(r.max() - r.min())
     gam = mdp.discount ** th.arange(H, dtype=mdp.dtype, device=mdp.device)

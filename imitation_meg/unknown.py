@@ -58,7 +58,7 @@ from torch import nn
 from imitation_meg._validation import ImitationMEGWarning, as_tensor
 from imitation_meg.algorithm2 import meg_algorithm2
 from imitation_meg.faces import find_face, needs_face
-from imitation_meg.known import MEGResult
+from imitation_meg.known import MEGResult, clipped_meg
 from imitation_meg.likelihood import (
     ClassFeatures,
     ClassObjective,
@@ -364,9 +364,7 @@ def _result(
     the model's policy."""
     H, A = mdp.horizon, mdp.n_actions
     bound = H * math.log(A)
-    value = min(max(L + bound, 0.0), bound)
-    if value <= 1e-12 * max(1.0, bound):  # rounding of L + H log|A| around 0
-        value = 0.0
+    value = clipped_meg(L, bound)
     gam = mdp.discount ** th.arange(H, dtype=w.dtype, device=w.device)
     r_sa = r.T
     eu = _dot(gam.view(H, 1, 1) * w, r_sa.expand(H, *r_sa.shape))

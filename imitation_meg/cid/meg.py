@@ -28,7 +28,7 @@ from imitation_meg.beta_solver import BetaSolution, solve_beta
 from imitation_meg.cid.backward import Engine
 from imitation_meg.cid.model import CBN, CID, Chance, Policy, Utility, log_card
 from imitation_meg.cid.objective import CIDObjective
-from imitation_meg.known import MEGResult
+from imitation_meg.known import MEGResult, clipped_meg, signed_meg
 
 __all__ = ["maxent_policy", "meg_cid", "meg_cid_target", "meg_cid_unknown"]
 
@@ -41,13 +41,9 @@ _EIG_CUTOFF = 1e-12
 
 
 def _result(sol: BetaSolution, bound: float, evaluations: int, signed: bool) -> MEGResult:
-    value = min(max(sol.L + bound, 0.0), bound)
-    if value <= 1e-12 * max(1.0, bound):
-        value = 0.0
-    diff = sol.expected_utility - sol.uniform_eu
-    tol = 1e-12 * max(1.0, abs(sol.expected_utility))
+    value = clipped_meg(sol.L, bound)
     if signed:
-        value = value if diff > tol else (-value if diff < -tol else 0.0)
+        value = signed_meg(value, sol.expected_utility, sol.uniform_eu)
     return MEGResult(
         meg=float(value),
         beta=float(sol.beta),
