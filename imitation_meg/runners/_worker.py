@@ -17,6 +17,7 @@ import json
 import os
 import pathlib
 import sys
+import threading
 import time
 import types
 from collections.abc import Mapping
@@ -175,13 +176,34 @@ def execute_unit(
 _PROCESS_SPEC: DriverSpec | None = None
 
 
+#: Seconds between a worker's checks that the runner that started it is still alive.
+_PARENT_POLL_S = 0.5
+
+
 def init_process(spec: DriverSpec) -> None:
-    """Initializer of a process-pool worker: one thread per library, then load the driver."""
+    """Initializer of a process-pool worker: exit with the runner, one thread per library, then
+    load the driver."""
     global _PROCESS_SPEC
+    watch = threading.Thread(
+        target=_exit_with_parent, args=(os.getppid(),), name="exit-with-runner", daemon=True
+    )
+    watch.start()
     for var in _THREAD_VARS:
         os.environ[var] = "1"
     _PROCESS_SPEC = spec
     load_spec(spec)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Exit this worker as soon as the runner process ``parent`` is gone.
+
+    A runner stopped by ``SIGTERM`` (``kill``, a batch system's time limit) or ``SIGKILL`` runs no
+    clean-up, and a pool worker would otherwise compute its unit to the end for nobody (its result
+    goes to the runner, which saves it). Its unit is simply missing and reruns on resume.
+    """
+    while os.getppid() == parent:
+        time.sleep(_PARENT_POLL_S)
+    os._exit(1)
 
 
 def run_in_process(unit: Mapping[str, Any], key: str) -> UnitOutcome:

@@ -332,3 +332,56 @@ def test_unit_results_round_trip_exactly():
     assert back["t"] == [1, 2] and list(back) == list(values)
     with pytest.raises(TypeError, match="not JSON"):
         dumps_result({"f": object()})
+
+
+def _workers_of(pid: int) -> list[int]:
+    """Live process-pool workers (``spawn_main``) whose parent is ``pid`` (Linux ``/proc``)."""
+    found = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z" and b"spawn_main" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_workers_exit_when_the_runner_is_terminated(tmp_path):
+    """``kill`` (SIGTERM) of a process-backend run stops its workers too, mid-unit, instead of
+    leaving them to compute their units for nobody."""
+    out = tmp_path / "terminated"
+    args = ["agents=[A2C]", "n_steps=200000", f"results_dir={out}"]
+    cmd = [sys.executable, "-m", "imitation_meg.cli", "reproduce", str(TABLE1_FAST)]
+    cmd += ["--seeds", "0", "--backend", "process", "--workers", "1", "--no-progress"]
+    cmd += [x for a in args for x in ("--set", a)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (workers := _workers_of(proc.pid)):
+            assert proc.poll() is None, "the run ended before its worker started"
+            assert time.monotonic() < deadline, "no worker started within 300 s"
+            time.sleep(0.05)
+        time.sleep(3.0)  # the worker is set up and inside its unit (200,000 A2C steps: minutes)
+        assert all(_is_running(w) for w in workers)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == -signal.SIGTERM
+        deadline = time.monotonic() + 30
+        while any(_is_running(w) for w in workers):
+            assert time.monotonic() < deadline, f"workers {workers} outlived their runner by 30 s"
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not list(out.glob("units/*.json"))  # the unit did not finish: it reruns on resume
