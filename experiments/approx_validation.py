@@ -38,6 +38,9 @@ from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
 UNIT_RESOURCES = {"num_cpus": 1}
+# Units name their case, horizon, policy and seed, so a run over some cases, policies or seeds
+# keeps its units for the full study.
+SWEEP_FIELDS = ("cases", "horizons", "epsilons", "ppo", "seeds")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -143,19 +143,31 @@ def _match(returns: np.ndarray, lengths: np.ndarray) -> float:
     return float((returns.sum() + total) / (2 * total)) if total else float("nan")
 
 
+def smoothing_window(n_episodes: int) -> int:
+    """Episodes per moving-average point of the figures: 1 up to 500 episodes, then 1% of the
+    run (100 for the paper's 10,000), so that a long run's curve shows its trend, not its noise."""
+    return 1 if n_episodes <= 500 else max(1, n_episodes // 100)
+
+
 def _figures(curves: dict, out: pathlib.Path, cfg: Config) -> None:
     from imitation_meg.plotting import pyplot, save_figure
 
     plt = pyplot()
 
     out.mkdir(parents=True, exist_ok=True)
+    n_max = max((len(c) for c in curves.values()), default=0)
+    window = smoothing_window(n_max)
     for env_name in sorted({k[0] for k in curves}):
         fig, ax = plt.subplots(figsize=(5, 3))
         for (e, agent), curve in curves.items():
-            if e == env_name and len(curve):
-                ax.plot(np.arange(1, len(curve) + 1), curve, label=agent)
+            if e == env_name and len(curve) >= window:
+                smooth = np.convolve(curve, np.full(window, 1.0 / window), mode="valid")
+                ax.plot(np.arange(window, len(curve) + 1), smooth, label=agent)
         ax.set_xlabel("episode")
-        ax.set_ylabel(f"episode reward (mean of {len(cfg.seeds)} seeds)")
+        what = f"mean of {len(cfg.seeds)} seeds"
+        if window > 1:
+            what += f", {window}-episode moving average"
+        ax.set_ylabel(f"episode reward\n({what})", fontsize=8)
         ax.set_title(env_name)
         ax.legend(fontsize=7)
         save_figure(fig, out / f"{env_name.replace('*', '_x_')}.png", dpi=100)

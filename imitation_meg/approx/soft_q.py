@@ -40,6 +40,8 @@ __all__ = ["BetaPrior", "SoftQModel", "beta_features", "fit_soft_q", "soft_mean"
 
 #: Largest gradient norm of one fitting step.
 _GRAD_CLIP = 10.0
+#: Rows per forward pass of the frozen network when computing an iteration's targets.
+_TARGET_CHUNK = 1 << 15
 
 #: Scales (decisions) of the time-to-go features ``exp(-(H - t - 1) / c)``.
 TIME_SCALES = (1.0, 3.0, 10.0)
@@ -357,31 +359,39 @@ def fit_soft_q(
     sched = th.optim.lr_scheduler.LambdaLR(
         opt, lambda k: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(k / max(total, 1), 1.0)))
     )
+    own_r = model.reward_fn is not None
     losses = []
     for it in range(iterations):
         frozen = copy.deepcopy(model.nets)
         for p in frozen.parameters():
             p.requires_grad_(False)
-        acc = 0.0
-        for _ in range(steps_per_iteration):
-            idx = th.randint(0, N, (batch_size,), generator=gen)
-            b = prior.sample(batch_size, gen)
-            with th.no_grad():
-                nxt = model.f(xn[idx], t[idx] + 1, b, nets=frozen)
-                cont = live[idx] * soft_mean(nxt, b)
-                own_r = model.reward_fn is not None
+        # The frozen copy is fixed for the whole iteration, so every step's rows, rationalities
+        # and targets are drawn and computed at once (a few large forward passes instead of one
+        # small one per step); the steps then only train the online network.
+        idx_all = th.randint(0, N, (steps_per_iteration * batch_size,), generator=gen)
+        b_all = prior.sample(steps_per_iteration * batch_size, gen)
+        target_all = th.empty(idx_all.shape[0])
+        with th.no_grad():
+            for lo in range(0, idx_all.shape[0], _TARGET_CHUNK):
+                idx, b = idx_all[lo : lo + _TARGET_CHUNK], b_all[lo : lo + _TARGET_CHUNK]
+                cont = live[idx] * soft_mean(model.f(xn[idx], t[idx] + 1, b, nets=frozen), b)
                 target = (model.reward(x[idx])[:, 0] if own_r else r[idx]) + cont
-                target = th.minimum(th.maximum(target, q_lo[idx]), q_hi[idx])
-            ai = a[idx].reshape(-1, 1)
-            pred = model.f(x[idx], t[idx], b).gather(1, ai).squeeze(1)
-            loss = th.mean((pred - target) ** 2)
+                target_all[lo : lo + _TARGET_CHUNK] = th.minimum(
+                    th.maximum(target, q_lo[idx]), q_hi[idx]
+                )
+        acc = th.zeros(())
+        for k in range(steps_per_iteration):
+            rows = slice(k * batch_size, (k + 1) * batch_size)
+            idx, b = idx_all[rows], b_all[rows]
+            pred = model.f(x[idx], t[idx], b).gather(1, a[idx].reshape(-1, 1)).squeeze(1)
+            loss = th.mean((pred - target_all[rows]) ** 2)
             opt.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(params, _GRAD_CLIP)
             opt.step()
             sched.step()
-            acc += float(loss.detach())
-        losses.append(acc / steps_per_iteration)
+            acc += loss.detach()
+        losses.append(float(acc) / steps_per_iteration)
         if on_iteration is not None:
             on_iteration(it)
     return losses

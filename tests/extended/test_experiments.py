@@ -71,6 +71,18 @@ def test_cartpole_fast(tmp_path):
     assert len(out["summary"]) == 4 and all(r["episodes"] == 2 for r in out["summary"])
 
 
+def test_cartpole_paper_config_matches_the_reduced_agents_and_smooths_long_curves():
+    """The paper-sized run stands beside the reduced one: same agents and settings, only seeds,
+    episodes and the tail differ; its 10,000-episode curves are drawn as 100-episode averages."""
+    module = load_driver("extended_cartpole", ROOT / "experiments")
+    paper = load_config(load_yaml(ROOT / "configs/extended_cartpole_paper.yaml"), module.Config)
+    reduced = load_config(load_yaml(ROOT / "configs/extended_cartpole.yaml"), module.Config)
+    assert (paper.n_episodes, len(paper.seeds)) == (10_000, 10)
+    for field in ("gym_id", "envs", "agents", "agent_kwargs"):
+        assert getattr(paper, field) == getattr(reduced, field), field
+    assert [module.smoothing_window(n) for n in (2, 200, 500, 501, 10_000)] == [1, 1, 1, 5, 100]
+
+
 @pytest.fixture(scope="module")
 def meg_fast(tmp_path_factory):
     return _run_fast("meg", tmp_path_factory.mktemp("meg_fast"))
