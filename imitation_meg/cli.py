@@ -588,10 +588,16 @@ def _reproduce(args: argparse.Namespace) -> int:
 def _publish(args: argparse.Namespace) -> int:
     from imitation_meg.runners import publish
 
-    status = publish(args.results_dir, to=args.to)
+    if args.max_mb is not None and not args.max_mb >= 0:
+        raise ValueError(f"--max-mb must be >= 0, got {args.max_mb}.")
+    limit = None if args.max_mb is None else int(args.max_mb * 1024 * 1024)
+    status = publish(args.results_dir, to=args.to, max_bytes=limit)
     for kind in ("new", "updated", "unchanged"):
         for path in status[kind]:
             print(f"{kind:9s} {path}")
+    for path in status["left_out"]:
+        size = pathlib.Path(path).stat().st_size / 1024 / 1024
+        print(f"left out  {path} ({size:.1f} MiB > --max-mb; it stays in the results folder)")
     changed = len(status["new"]) + len(status["updated"])
     print(f"published {changed} changed file(s) of {args.results_dir}; review with git diff.")
     return 0
@@ -677,6 +683,14 @@ def _add_reproduce_parsers(sub: Any) -> None:
     )
     pub.add_argument("results_dir", help="the run's results folder, e.g. results/extended_table1")
     pub.add_argument("--to", metavar="DIR", help="destination (default docs/results/<name>)")
+    pub.add_argument(
+        "--max-mb",
+        type=float,
+        default=2.0,
+        metavar="MB",
+        help="leave files larger than this in the results folder (default 2; raw per-episode "
+        "logs of long studies do not belong in the repository)",
+    )
     pub.set_defaults(func=_publish)
 
 

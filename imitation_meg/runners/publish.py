@@ -5,7 +5,8 @@ this explicit step, so that a run never overwrites tracked files by itself. Only
 is published: its folder must hold the runner's ``run.json`` marked complete (or, for a driver
 without units, its ``results.json``). The per-unit files (``units/``), failure reports and
 checkpoints stay behind; the files at the top of the folder (tables, JSON, figures, the run log)
-are copied.
+are copied, except files larger than ``max_bytes`` (a long study's per-episode tables), which
+stay in ``results/`` and are reported as left out.
 """
 
 from __future__ import annotations
@@ -17,11 +18,19 @@ import shutil
 
 from imitation_meg.type_aliases import PathLike
 
-__all__ = ["publish"]
+__all__ = ["DEFAULT_MAX_BYTES", "publish"]
+
+#: Largest file copied into the docs by default (2 MiB): the repository keeps summaries and
+#: figures, not raw per-episode logs.
+DEFAULT_MAX_BYTES = 2 * 1024 * 1024
 
 
 def publish(
-    results_dir: PathLike, *, to: PathLike | None = None, docs_root: PathLike = "docs/results"
+    results_dir: PathLike,
+    *,
+    to: PathLike | None = None,
+    docs_root: PathLike = "docs/results",
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
 ) -> dict[str, list[str]]:
     """Copy a finished run's result files into the docs.
 
@@ -29,9 +38,12 @@ def publish(
         results_dir: the run's results folder, e.g. ``results/extended_table1``.
         to: the destination folder; default ``<docs_root>/<name of results_dir>``.
         docs_root: where published results live (relative to the working directory).
+        max_bytes: files larger than this are not copied (None: no limit).
 
     Returns:
-        ``{"new": [...], "updated": [...], "unchanged": [...]}``: destination paths by status.
+        ``{"new": [...], "updated": [...], "unchanged": [...], "left_out": [...]}``:
+        destination paths by status (``left_out``: the source paths of files over
+        ``max_bytes``).
 
     Raises:
         ValueError: the folder is missing, holds no finished run, or the destination's parent
@@ -56,6 +68,10 @@ def publish(
             f"{str(src)!r} holds no finished run (no run.json); run imitation-meg reproduce "
             "CONFIG first, then publish its results folder."
         )
+    if max_bytes is not None and (
+        isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0
+    ):
+        raise ValueError(f"max_bytes must be a non-negative integer or None, got {max_bytes!r}.")
     dest = pathlib.Path(to) if to is not None else pathlib.Path(docs_root) / src.name
     if not dest.parent.is_dir():
         raise ValueError(
@@ -68,8 +84,11 @@ def publish(
     if not files:
         raise ValueError(f"{str(src)!r} has no result files to publish.")
     dest.mkdir(exist_ok=True)
-    status: dict[str, list[str]] = {"new": [], "updated": [], "unchanged": []}
+    status: dict[str, list[str]] = {"new": [], "updated": [], "unchanged": [], "left_out": []}
     for f in files:
+        if max_bytes is not None and f.stat().st_size > max_bytes:
+            status["left_out"].append(str(f))
+            continue
         target = dest / f.name
         if not target.exists():
             kind = "new"

@@ -181,11 +181,23 @@ def test_publish_copies_a_finished_run(tmp_path, capsys):
     run_config(TOM_FAST, overrides=[f"results_dir={res}"], **QUIET)
     status = publish(res, docs_root=docs)
     names = sorted(pathlib.Path(p).name for p in status["new"])
-    assert names == ["run.json", "tom.csv", "tom.json", "tom.md"]
+    assert names == ["run.json", "tom.csv", "tom.json", "tom.md"] and not status["left_out"]
     assert not (docs / "tom" / "units").exists()
     assert (docs / "tom" / "tom.md").read_bytes() == (res / "tom.md").read_bytes()
     assert cli_main(["publish", str(res), "--to", str(docs / "tom")]) == 0
     assert "unchanged" in capsys.readouterr().out
+    # A file over the size limit (a long study's per-episode log) stays behind, reported.
+    (res / "episodes.csv").write_text("episode,return\n" + "0,1.0\n" * 400)
+    status = publish(res, docs_root=docs, max_bytes=2048)
+    assert status["left_out"] == [str(res / "episodes.csv")] and not status["new"]
+    assert not (docs / "tom" / "episodes.csv").exists()
+    assert cli_main(["publish", str(res), "--to", str(docs / "tom"), "--max-mb", "0.001"]) == 0
+    assert "left out" in capsys.readouterr().out and not (docs / "tom" / "episodes.csv").exists()
+    assert publish(res, docs_root=docs, max_bytes=None)["new"] == [
+        str(docs / "tom" / "episodes.csv")
+    ]
+    assert cli_main(["publish", str(res), "--max-mb", "-1"]) == 2
+    assert "--max-mb must be >= 0" in capsys.readouterr().err
     log = json.loads((res / "run.json").read_text())
     (res / "run.json").write_text(json.dumps({**log, "complete": False}))
     with pytest.raises(ValueError, match="complete run"):
