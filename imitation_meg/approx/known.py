@@ -212,9 +212,8 @@ def _fit_ensemble(
 
 # ------------------------------------------------------------------------------ entry point
 #: Adam steps per fitting stage by default (split over the iterations, at least 20 each). The
-#: validation measured the fits' shared upward bias shrinking with it: on ``random_features``
-#: (H = 10, epsilon 0.1) +4.6% / +4.9% of ``H log|A|`` at 4 000 steps, +2.0% / +2.7% at 12 000,
-#: +0.5% at 36 000 (docs/approx.md).
+#: fits' shared bias shrinks with it: on ``random_features`` (H = 10, epsilon 0.1) +4.6% / +4.9%
+#: of ``H log|A|`` at 4 000 steps, +2.0% / +2.7% at 12 000, +0.5% at 36 000 (docs/approx.md).
 STEP_BUDGET = 24_000
 
 
@@ -278,7 +277,7 @@ def meg_approx(
             lookahead.
         steps_per_iteration: Adam steps per iteration; default
             ``max(20, STEP_BUDGET // iterations)`` (24 000 steps per stage: fewer leave the fits
-            short of their targets, which biases the estimate upwards; see docs/approx.md).
+            short of their targets, a bias that the interval does not cover; docs/approx.md).
         refine: refit each model with the rationality prior focused on the optimum and with
             episodes of its soft-optimal policy there, then re-evaluate.
         n_boot: bootstrap replicates over evaluation episodes.
