@@ -149,6 +149,8 @@ class Ensemble:
                     for m in self.models
                 ]
                 for name, idx in self.subsets.items():
+                    if all(self.models[j].null for j in idx):
+                        continue  # uniform at every beta: exactly 0, not 0 up to rounding
                     q = qs[idx[0]] if len(idx) == 1 else th.stack([qs[j] for j in idx]).mean(0)
                     lp = th.log_softmax(beta * q, dim=-1)
                     terms = (self.p[sl] * lp).sum(-1) + self.log_a

@@ -169,10 +169,11 @@ def _fit_ensemble(
     nulls = sum(m.null for m in models)
     if nulls:
         warnings.warn(
-            f"{nulls} of {len(models)} soft Q-models saw no non-zero reward in their "
-            f"{fit.n_data_steps} steps of data, so they are uniform at every beta (they score "
-            "0). If the reward is sparse, collect more data (n_data_steps=) or a longer "
-            "horizon.",
+            f"{nulls} of {len(models)} soft Q-models saw no non-zero reward, or the same reward "
+            f"on every step with no episode ending early, in their {fit.n_data_steps} steps of "
+            "data: no action is better than another there, so they are uniform at every beta "
+            "(they score 0). If the reward is sparse (a goal never reached), collect more data "
+            "(n_data_steps=) or a longer horizon.",
             ApproxMEGWarning,
             stacklevel=3,
         )

@@ -273,8 +273,13 @@ def new_model(
         reward_fn: a fixed utility of flat observations ``(n, d) -> (n,)`` replacing the
             environment's reward (then the scale is read from its values on ``data``).
 
-    When the data hold no non-zero reward the model is *null*: its soft Q-values are 0, so every
-    soft-optimal model it gives is uniform (``new_model(...).null`` is True; the caller warns).
+    When the data show no reward that could prefer one action to another, the model is *null*:
+    its soft Q-values are 0, so every soft-optimal model it gives is uniform
+    (``new_model(...).null`` is True; the caller warns). That is the case when every reward in
+    the data is 0, and when every reward is the same constant and no episode ends before the
+    horizon (MountainCar's -1 per step before any episode reached the goal): then every return is
+    the same and the exact soft Q-values do not depend on the action, while a fitted network's
+    small errors would otherwise be read as preferences at large rationalities.
     """
     if reward_fn is not None:
         with th.no_grad():
@@ -293,7 +298,9 @@ def new_model(
         seed=seed,
         reward_fn=reward_fn,
     )
-    model.null = not scale > 0
+    early_end = bool(np.any(data.done & (data.t < horizon - 1)))
+    constant = data.r.size > 0 and float(np.ptp(data.r)) == 0.0
+    model.null = not scale > 0 or (constant and not early_end)
     return model
 
 

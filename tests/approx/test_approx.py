@@ -301,8 +301,12 @@ def test_validation_case_exact_values_are_consistent():
 def test_truncated_episodes_warn():
     uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
     env = lambda: gym.make("CartPole-v1", max_episode_steps=5)  # noqa: E731
-    with pytest.warns(im.approx.ApproxMEGWarning, match="cut by the environment"):
+    with pytest.warns(im.approx.ApproxMEGWarning) as caught:
         meg_approx(uniform, env, horizon=8, **dict(FAST, iterations=1, n_eval_episodes=4))
+    messages = [str(w.message) for w in caught]
+    assert any("cut by the environment" in m for m in messages)
+    # +1 on every step and no episode terminating within 5 steps: no action is better
+    assert any("same reward on every step" in m for m in messages)
 
 
 # ------------------------------------------------------------------------------ layers, CLI
@@ -325,7 +329,7 @@ def test_score_function_prints_an_estimate(capsys, tmp_path):
         policy="uniform",
         algo=None,
         epsilon=None,
-        horizon=8,
+        horizon=40,
         seed=0,
         mode="known",
         json=str(tmp_path / "out.json"),
@@ -356,6 +360,17 @@ def test_no_reward_in_the_data_warns_and_scores_zero():
     with pytest.warns(im.approx.ApproxMEGWarning, match="saw no non-zero reward"):
         res = meg_approx(left, env, **dict(FAST, iterations=1))
     assert res.meg == 0.0 and res.certificate > 0.0
+
+
+def test_a_constant_reward_without_early_ends_scores_zero():
+    """MountainCar before any episode reached the goal: -1 on every step, every episode runs to
+    the horizon, so every policy is optimal and MEG is 0; a near-deterministic policy must not
+    score the fitted networks' noise (an untrained DQN scored 10-22 nats this way)."""
+    push = lambda obs: np.tile([0.98, 0.01, 0.01], (len(obs), 1))  # noqa: E731
+    with pytest.warns(im.approx.ApproxMEGWarning, match="same reward on every step"):
+        res = meg_approx(push, "MountainCar-v0", horizon=20, **dict(FAST, iterations=2))
+    assert res.meg == 0.0 and res.low == 0.0 and res.high == 0.0
+    assert res.certificate > 10.0  # the policy is far from uniform: only the utility is flat
 
 
 @pytest.mark.expensive
