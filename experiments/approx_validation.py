@@ -214,7 +214,7 @@ def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathli
         ax.set_xticks(range(len(pols)), pols)
         ax.set_title(f"{case} (H={sel[0]['horizon']})" if sel else case)
         ax.set_ylabel("MEG (nats)")
-    fig.suptitle("approximate MEG (dots, 95% intervals, one per seed) vs exact (bars)")
+    fig.suptitle("approximate MEG (dots, 95% intervals, one per seed)\nvs exact (bars)", fontsize=9)
     fig.tight_layout()
     return save_figure(fig, path)
 
