@@ -50,6 +50,6 @@ def test_approx_training_fast(tmp_path):
     assert len(rows) == 1 * 2 * 1 * 2  # envs x algos x seeds x (checkpoints + initial)
     for r in rows:
         assert 0.0 <= r["meg"] <= r["certificate"] + 1e-9
-        assert r["bound"] <= 10 * 0.6932
+        assert r["bound"] <= 30 * 0.6932
         assert pathlib.Path(r["checkpoint"]).is_file()
     assert (tmp_path / "meg_vs_steps.png").stat().st_size > 0
