@@ -588,9 +588,9 @@ def _reproduce(args: argparse.Namespace) -> int:
 def _publish(args: argparse.Namespace) -> int:
     from imitation_meg.runners import publish
 
-    if args.max_mb is not None and not args.max_mb >= 0:
-        raise ValueError(f"--max-mb must be >= 0, got {args.max_mb}.")
-    limit = None if args.max_mb is None else int(args.max_mb * 1024 * 1024)
+    if not args.max_mb >= 0:
+        raise ValueError(f"--max-mb must be >= 0 (inf: no limit), got {args.max_mb}.")
+    limit = None if math.isinf(args.max_mb) else int(args.max_mb * 1024 * 1024)  # inf: no limit
     status = publish(args.results_dir, to=args.to, max_bytes=limit)
     for kind in ("new", "updated", "unchanged"):
         for path in status[kind]:

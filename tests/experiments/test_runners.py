@@ -196,6 +196,8 @@ def test_publish_copies_a_finished_run(tmp_path, capsys):
     assert publish(res, docs_root=docs, max_bytes=None)["new"] == [
         str(docs / "tom" / "episodes.csv")
     ]
+    assert cli_main(["publish", str(res), "--to", str(docs / "all"), "--max-mb", "inf"]) == 0
+    assert (docs / "all" / "episodes.csv").is_file()
     assert cli_main(["publish", str(res), "--max-mb", "-1"]) == 2
     assert "--max-mb must be >= 0" in capsys.readouterr().err
     log = json.loads((res / "run.json").read_text())
