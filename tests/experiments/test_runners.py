@@ -198,6 +198,9 @@ def test_publish_copies_a_finished_run(tmp_path, capsys):
     ]
     assert cli_main(["publish", str(res), "--to", str(docs / "all"), "--max-mb", "inf"]) == 0
     assert (docs / "all" / "episodes.csv").is_file()
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="max_bytes must be a non-negative integer"):
+            publish(res, docs_root=docs, max_bytes=bad)
     assert cli_main(["publish", str(res), "--max-mb", "-1"]) == 2
     assert "--max-mb must be >= 0" in capsys.readouterr().err
     log = json.loads((res / "run.json").read_text())
