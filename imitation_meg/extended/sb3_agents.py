@@ -7,6 +7,12 @@ the model's own ``train()`` when SB3 would (every ``n_steps`` transitions for A2
 updates). ``learn()`` is never called or patched. For A2C / PPO the value and the
 log-probability stored with a transition are those of the *replayed* action ``a`` under the
 current policy (``policy.evaluate_actions``), so the importance ratio in PPO's loss is correct.
+The stored log-probability is floored at ``LOG_PROB_FLOOR`` (-20, a probability of 2e-9): a sim
+trained on another agent's actions (IgnoreRewards and its kin) can be handed an action its own
+nearly deterministic policy gives a log-probability of -300, and once an update moves that
+log-probability by more than 88, PPO's ratio ``exp(new - old)`` overflows float32 and the next
+forward pass has NaN logits. With the floor the ratio stays below ``exp(20)`` and PPO's clipping
+does the rest; transitions above the floor are stored unchanged.
 
 Semi-determinism. Weights are initialised inside ``torch.random.fork_rng`` from the agent's
 ``seed`` (global torch state is restored; nothing is seeded globally); buffer sampling and
@@ -30,7 +36,10 @@ import torch as th
 
 from imitation_meg.extended.core import obs_key, stream_uniform
 
-__all__ = ["A2C", "DQN", "PPO", "SB3Agent"]
+__all__ = ["A2C", "DQN", "LOG_PROB_FLOOR", "PPO", "SB3Agent"]
+
+#: Lowest log-probability stored in an on-policy rollout buffer (see the module docstring).
+LOG_PROB_FLOOR = -20.0
 
 
 @functools.cache
@@ -223,6 +232,7 @@ class _OnPolicy(SB3Agent):
             values, log_prob, _ = policy.evaluate_actions(
                 self._tensor(o_prev), th.as_tensor([logged])
             )
+        log_prob = log_prob.clamp(min=LOG_PROB_FLOOR)
         buffer.add(
             self._buffer_obs(o_prev),
             np.array([action]),

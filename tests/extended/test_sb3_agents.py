@@ -87,6 +87,37 @@ def test_buffer_holds_log_prob_of_replayed_action_and_train_runs(algo):
     assert agent.model.rollout_buffer.pos == 0  # buffer reset after train()
 
 
+def test_ppo_survives_a_replayed_action_its_policy_gives_almost_no_probability():
+    # A sim trained on another agent's actions (IgnoreRewards on CartPole, seeds 4 and 5 of the
+    # paper-sized run) stores log-probabilities near -400; when an update then moves such a
+    # log-probability by more than 88, PPO's ratio exp(new - old) overflows float32 and the
+    # policy's logits turn NaN. Here the move is made by hand between storing and training.
+    agent = make_agent(
+        functools.partial(sb3_agents.PPO, n_steps=64, batch_size=64, n_epochs=2),
+        n_actions=2,
+        n_obs=1,
+        seed=0,
+    )
+    bias = agent.model.policy.action_net.bias
+    with th.no_grad():
+        bias[:] = th.tensor([0.0, -400.0])
+    for t in range(63):
+        agent.train(0, 1, float(t % 2), 0)
+    stored = agent.model.rollout_buffer.log_probs[:63].copy()
+    with th.no_grad():
+        bias[:] = th.tensor([0.0, -200.0])
+    agent.train(0, 1, 1.0, 0)  # fills the buffer: PPO trains on the stored log-probabilities
+    assert agent.model._n_updates > 0
+    for p in agent.model.policy.parameters():
+        assert th.isfinite(p).all()
+    assert agent.act(0) in (0, 1)
+    assert stored.min() == sb3_agents.LOG_PROB_FLOOR
+    # above the floor, the stored value is the replayed action's log-probability (unchanged)
+    fresh = make_agent(SMALL["PPO"], n_actions=2, n_obs=1, seed=0)
+    fresh.train(0, 1, 0.0, 0)
+    assert fresh.model.rollout_buffer.log_probs[0, 0] > sb3_agents.LOG_PROB_FLOOR
+
+
 def test_upstream_rollouts_store_a_sampled_actions_log_prob_and_restart_at_the_first_obs():
     # The paper's library: each rollout starts from the run's first observation, and the stored
     # log-prob belongs to an action sampled afresh, not to the replayed one.
