@@ -180,6 +180,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
                 "mean_return": res.expected_return,
                 "mean_length": res.mean_length,
                 "seed_std": res.seed_std,
+                "refine_shift": res.refine_shift,
                 "residual_rms": res.residual_rms,
                 "n_env_steps": res.n_env_steps,
                 "checkpoint": str(path),

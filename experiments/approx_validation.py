@@ -142,6 +142,8 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         "covered": bool(res.low <= exact.meg <= res.high),
         "error_rel": (res.meg - exact.meg) / bound,
         "seed_std": res.seed_std,
+        "first_stage": res.first_stage,
+        "refine_shift": res.refine_shift,
         "residual_rms": res.residual_rms,
         "certificate": res.certificate,
         "n_env_steps": res.n_env_steps,

@@ -39,6 +39,7 @@ Steps:
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 import warnings
 from collections.abc import Callable
@@ -51,6 +52,7 @@ from imitation_meg.approx.evaluate import (
     ApproxMEGResult,
     ApproxMEGWarning,
     Ensemble,
+    fit_maxima,
     mean_curve,
     scan,
     summarise,
@@ -145,8 +147,13 @@ def _fit_ensemble(
     *,
     reward_fn: Callable[[th.Tensor], th.Tensor] | None = None,
     extra_data: Rollouts | None = None,
-) -> tuple[list[SoftQModel], list[Rollouts], Ensemble, np.ndarray, dict[str, np.ndarray]]:
-    """Fit one model per seed on its own data, scan, refine around the optimum, rescan."""
+) -> tuple[list[SoftQModel], list[Rollouts], Ensemble, np.ndarray, dict[str, np.ndarray], float]:
+    """Fit one model per seed on its own data, scan, refine around the optimum, rescan.
+
+    The last value returned is the estimate before refinement (the mean of the fits' maxima;
+    NaN without ``refine``): :func:`summarise` widens the interval by its distance to the final
+    one.
+    """
     A, H = source.n_actions, source.horizon
     models: list[SoftQModel] = []
     datas: list[Rollouts] = []
@@ -181,6 +188,7 @@ def _fit_ensemble(
     q_ref = float(np.median([m.q_scale for m in models]))
     betas, mats = scan(ens, q_ref)
     beta = float(betas[int(np.argmax(mean_curve(mats)))])
+    first = fit_maxima(mats, len(models)).mean() if fit.refine else math.nan
     if fit.refine and beta != 0.0:
         for k, (model, mseed) in enumerate(zip(models, seeds, strict=True)):
             b = beta * model.q_scale
@@ -208,7 +216,7 @@ def _fit_ensemble(
         betas, mats = scan(ens, q_ref)
     elif fit.refine:
         bar.update(fit.iterations * len(models))
-    return models, datas, ens, betas, mats
+    return models, datas, ens, betas, mats, float(first)
 
 
 # ------------------------------------------------------------------------------ entry point
@@ -350,7 +358,7 @@ def meg_approx(
         )
     fit = _FitSettings(hidden, n_iter, n_steps, refine, n_data_steps, n_envs)
     seeds = [int(v) for v in s_models.generate_state(n_models)]
-    _, _, ens, betas, mats = _fit_ensemble(source, pol, ev, fit, seeds, bar, count)
+    _, _, ens, betas, mats, first = _fit_ensemble(source, pol, ev, fit, seeds, bar, count)
     bar.close()
     return summarise(
         ev,
@@ -363,6 +371,7 @@ def meg_approx(
         s_boot=s_boot,
         t_start=t_start,
         horizon=H,
+        first_stage=first,
     )
 
 

@@ -149,6 +149,10 @@ def score_approx(args: argparse.Namespace) -> int:
             f"seed spread (std)   {res.seed_std:.4f}   models se {res.model_se:.4f}, "
             f"rollout se {res.bootstrap_se:.4f}"
         ),
+        (
+            f"refit moved it by   {res.refine_shift:+.4f}   (from {res.first_stage:.4f}; "
+            "added to the interval as a convergence allowance)"
+        ),
         f"Bellman residual    {res.residual_rms:.4f}   (RMS, fraction of the largest return)",
         f"environment steps   {res.n_env_steps}",
         f"wall time           {wall:.1f} s",

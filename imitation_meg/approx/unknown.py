@@ -323,7 +323,7 @@ def meg_approx_unknown(
                 out: th.Tensor = net(inputs_of(x))
             return out
 
-        _, _, ens, betas, mats = _fit_ensemble(
+        _, _, ens, betas, mats, first = _fit_ensemble(
             source,
             pol,
             ev,
@@ -345,6 +345,7 @@ def meg_approx_unknown(
             s_boot=s_boot,
             t_start=t_start,
             horizon=H,
+            first_stage=first,
         )
     bar.close()
     best = max(scored, key=lambda k: scored[k].meg)

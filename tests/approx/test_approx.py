@@ -277,6 +277,32 @@ def test_small_case_matches_exact_meg(small_case):
     assert res.n_env_steps > 0 and len(res.models) == 2
 
 
+def test_interval_adds_the_refits_move_as_an_allowance(small_case):
+    from scipy.stats import norm
+    from scipy.stats import t as student_t
+
+    mdp, feats = small_case
+    pol = TablePolicy(stationary_epsilon_greedy(mdp, 0.3), feats)
+    make = lambda: TabularGymEnv(mdp, feats)  # noqa: E731
+    kw = dict(FAST, iterations=3, n_boot=50)
+    res = meg_approx(pol, make, seed=2, **kw)
+    assert math.isfinite(res.first_stage) and res.first_stage >= 0.0
+    assert res.refine_shift == pytest.approx(res.meg - res.first_stage, abs=1e-12)
+    assert res.refine_shift != 0.0
+    sampling = math.hypot(
+        norm.ppf(0.975) * res.bootstrap_se, student_t.ppf(0.975, 1) * res.model_se
+    )
+    assert 0.0 < res.low < res.high < res.certificate  # no clipping in this case
+    assert (res.high - res.low) / 2 == pytest.approx(sampling + abs(res.refine_shift), rel=1e-9)
+    plain = meg_approx(pol, make, seed=2, refine=False, **kw)
+    assert math.isnan(plain.first_stage) and plain.refine_shift == 0.0
+    sampling = math.hypot(
+        norm.ppf(0.975) * plain.bootstrap_se, student_t.ppf(0.975, 1) * plain.model_se
+    )
+    assert plain.low > 0.0  # the lower end is not clipped (the upper one is, at the certificate)
+    assert plain.meg - plain.low == pytest.approx(sampling, rel=1e-9)
+
+
 def test_same_seed_same_result(small_case):
     mdp, feats = small_case
     pol = TablePolicy(stationary_epsilon_greedy(mdp, 0.3), feats)
