@@ -28,10 +28,11 @@ Steps:
 4. The estimate is the mean over the ``K`` fits of each fit's maximum. Its interval combines the
    bootstrap over evaluation episodes with the spread of the fits (Student ``t`` with ``K - 1``
    degrees of freedom), so it covers the rollout noise and the part of the fitting error that
-   is independent across fits (data, initialisation, optimisation). Error shared by every fit
-   (a network too small, too few iterations, data that never reach the states the soft-optimal
-   policies visit) is not covered: the soft Bellman residuals, the seed spread and the Gibbs
-   certificate are reported so a user can judge it. (Averaging the fits' Q-values is reported
+   is independent across fits (data, initialisation, optimisation), plus, with ``refine``, the
+   distance the refit moved the estimate (``refine_shift``), an allowance for the optimisation
+   error every fit shares. Other shared error (a network too small, data that never reach the
+   states the soft-optimal policies visit) is not covered: the soft Bellman residuals, the seed
+   spread and the Gibbs certificate are reported so a user can judge it. (Averaging the fits' Q-values is reported
    as a diagnostic only: the average of soft-optimal models is not one, and on small noisy
    problems it can fit the scored policy better than any member of the family.)
 """
