@@ -201,9 +201,17 @@ def scan(ens: Ensemble, q_ref: float) -> tuple[np.ndarray, dict[str, np.ndarray]
     return np.asarray(betas)[order], mats
 
 
-def fit_maxima(mats: dict[str, np.ndarray], n_models: int) -> np.ndarray:
-    """``(K,)``: each single fit's maximum over beta of its mean over episodes (at least 0)."""
-    return np.array([max(float(mats[str(k)].mean(0).max()), 0.0) for k in range(n_models)])
+def fit_maxima(
+    mats: dict[str, np.ndarray], n_models: int, weights: np.ndarray | None = None
+) -> np.ndarray:
+    """``(K,)``: each single fit's maximum over beta of its mean over episodes (at least 0).
+
+    ``mats`` holds per fit ``"k"`` the ``(n_eps, G)`` values of :func:`scan`; ``weights``
+    ``(n_eps,)`` (default uniform, ``1 / n_eps`` each) weight the episodes (the bootstrap).
+    """
+    n = next(iter(mats.values())).shape[0]
+    w = np.full(n, 1.0 / n) if weights is None else weights
+    return np.array([max(float((w @ mats[str(k)]).max()), 0.0) for k in range(n_models)])
 
 
 def mean_curve(mats: dict[str, np.ndarray]) -> np.ndarray:
@@ -241,13 +249,12 @@ def summarise(
     np.add.at(cert_ep, ev.episode, math.log(A) - ent)
     n = ev.n_episodes
 
-    def values(w: np.ndarray) -> tuple[float, np.ndarray]:
+    def values(w: np.ndarray | None) -> tuple[float, np.ndarray]:
         """(mean over models of each model's maximum, the models' maxima) for weights w."""
-        singles = np.array([max(float((w @ mats[str(k)]).max()), 0.0) for k in range(K)])
+        singles = fit_maxima(mats, K, w)
         return float(singles.mean()), singles
 
-    uniform = np.full(n, 1.0 / n)
-    mean, singles = values(uniform)
+    mean, singles = values(None)
     full = max(float(mats["all"].mean(0).max()), 0.0)
     cert = float(cert_ep.mean())
     gb = np.random.default_rng(s_boot)

@@ -32,9 +32,9 @@ Steps:
    distance the refit moved the estimate (``refine_shift``), an allowance for the optimisation
    error every fit shares. Other shared error (a network too small, data that never reach the
    states the soft-optimal policies visit) is not covered: the soft Bellman residuals, the seed
-   spread and the Gibbs certificate are reported so a user can judge it. (Averaging the fits' Q-values is reported
-   as a diagnostic only: the average of soft-optimal models is not one, and on small noisy
-   problems it can fit the scored policy better than any member of the family.)
+   spread and the Gibbs certificate are reported so a user can judge it. (Averaging the fits'
+   Q-values is reported as a diagnostic only: the average of soft-optimal models is not one, and
+   on small noisy problems it can fit the scored policy better than any member of the family.)
 """
 
 from __future__ import annotations

@@ -229,6 +229,7 @@ def test_uniform_policy_scores_exactly_zero():
     res = meg_approx(uniform, "CartPole-v1", horizon=12, seed=1, **FAST)
     # every model's L(beta) <= 0 with equality at beta = 0, for any fit
     assert res.meg == 0.0 and res.beta == 0.0
+    assert res.first_stage == 0.0 and res.refine_shift == 0.0  # no refit at beta = 0
     assert res.certificate == pytest.approx(0.0, abs=1e-12)
     assert res.upper_bound == pytest.approx(res.mean_length * math.log(2))
 
