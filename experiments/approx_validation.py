@@ -55,7 +55,7 @@ class Config:
     ppo_steps: int = 30_000
     ppo_seed: int = 0
     seeds: tuple[int, ...] = tuple(range(10))
-    n_data_steps: int = 20_000
+    n_data_steps: int = 180_000
     n_eval_episodes: int = 200
     n_models: int = 3
     hidden: tuple[int, ...] = (64, 64)

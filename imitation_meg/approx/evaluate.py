@@ -12,6 +12,7 @@ import dataclasses
 import math
 import time
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -59,9 +60,8 @@ class ApproxMEGResult:
             ``meg +- (sqrt((z se_boot)^2 + (t_{K-1} se_models)^2) + |refine_shift|)``: the
             bootstrap over evaluation episodes (normal quantile ``z``), the spread of the
             ``K`` independent fits (Student quantile with ``K - 1`` degrees of freedom) and,
-            when the fits were refined, the distance the estimate moved in that last fitting
-            stage (an allowance for the error the fits share), clipped to
-            ``[0, certificate]``.
+            when the fits were refined, the distance the estimate moved in the refits (an
+            allowance for the error the fits share), clipped to ``[0, certificate]``.
         confidence: its nominal coverage.
         beta: the maximiser of the models' mean curve, in utility units (0: the uniform model).
         upper_bound: ``E_pi[T] log|A|`` over the evaluation episodes (``H log|A|`` when no
@@ -94,8 +94,10 @@ class ApproxMEGResult:
         first_stage: the estimate before refinement (the mean of the fits' maxima after the
             first fitting stage; NaN when not refined).
         refine_shift: ``meg - first_stage`` before clipping (0 when not refined): how far the
-            refit moved the estimate. A fit still moving is not converged, so ``|refine_shift|``
+            refits moved the estimate. A fit still moving is not converged, so ``|refine_shift|``
             is added to the interval's half-width.
+        stages: the estimate (mean of the fits' maxima, before clipping) after the first fit
+            and after each refit; ``stages[-1]`` is the estimate.
     """
 
     meg: float
@@ -123,6 +125,7 @@ class ApproxMEGResult:
     wall_time_s: float = 0.0
     first_stage: float = math.nan
     refine_shift: float = 0.0
+    stages: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (replicates as a list)."""
@@ -231,10 +234,11 @@ def summarise(
     s_boot: np.random.SeedSequence,
     t_start: float,
     horizon: int,
-    first_stage: float = math.nan,
+    stages: Sequence[float] = (),
 ) -> ApproxMEGResult:
-    """The estimate, its interval and the diagnostics (``first_stage``: the estimate before
-    refinement, NaN if none)."""
+    """The estimate, its interval and the diagnostics (``stages``: the estimate after the first
+    fit and after each refit; the interval is widened by the distance from the first to the
+    last)."""
     from statistics import NormalDist
 
     from scipy.stats import t as student_t
@@ -272,6 +276,7 @@ def summarise(
     # Error every fit shares is not in the spread of the fits. The refit's move of the estimate
     # measures how far from converged the fits still were: it is added as an allowance (on
     # the validation problems the shared error was of that size and either sign; docs/approx.md).
+    first_stage = stages[0] if len(stages) > 1 else math.nan
     shift = mean - first_stage if math.isfinite(first_stage) else 0.0
     half = math.hypot(z * (se_boot if math.isfinite(se_boot) else 0.0), t_q * se_models)
     half += abs(shift)
@@ -333,4 +338,5 @@ def summarise(
         wall_time_s=time.perf_counter() - t_start,
         first_stage=float(first_stage),
         refine_shift=float(shift),
+        stages=tuple(float(v) for v in stages),
     )

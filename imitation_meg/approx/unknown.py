@@ -175,7 +175,9 @@ def meg_approx_unknown(
         utility: ``"mlp"`` (a one-hidden-layer network on the flat observation) or ``"agent"``
             (linear in the scored SB3 agent's last hidden layer).
         n_data_steps: off-policy steps for the soft Q-fits (as in ``meg_approx``); as many
-            again of the scored policy give the ascent's ``E_pi`` term.
+            again of the scored policy give the ascent's ``E_pi`` term. The default stays
+            20 000, the setting this bound was developed and tested with; ``meg_approx``'s
+            is 180 000 since its validation (pass more for sparse stochastic rewards).
         n_eval_episodes: fresh episodes of the scored policy for the final estimate.
         ascent_steps: gradient steps on the utility.
         episodes_per_step: episodes of ``pi_theta`` sampled per step.
@@ -323,7 +325,7 @@ def meg_approx_unknown(
                 out: th.Tensor = net(inputs_of(x))
             return out
 
-        _, _, ens, betas, mats, first = _fit_ensemble(
+        _, _, ens, betas, mats, stages = _fit_ensemble(
             source,
             pol,
             ev,
@@ -345,7 +347,7 @@ def meg_approx_unknown(
             s_boot=s_boot,
             t_start=t_start,
             horizon=H,
-            first_stage=first,
+            stages=stages,
         )
     bar.close()
     best = max(scored, key=lambda k: scored[k].meg)

@@ -242,6 +242,8 @@ def test_bad_settings_are_refused():
         meg_approx(uniform, "CartPole-v1", confidence=1.5)
     with pytest.raises(TypeError, match="seed"):
         meg_approx(uniform, "CartPole-v1", seed=1.5)
+    with pytest.raises(ValueError, match="refine must be True, False or an integer >= 0"):
+        meg_approx(uniform, "CartPole-v1", refine=-1)
 
 
 @pytest.fixture(scope="module")
@@ -295,8 +297,15 @@ def test_interval_adds_the_refits_move_as_an_allowance(small_case):
     )
     assert 0.0 < res.low < res.high < res.certificate  # no clipping in this case
     assert (res.high - res.low) / 2 == pytest.approx(sampling + abs(res.refine_shift), rel=1e-9)
+    assert res.stages == pytest.approx((res.first_stage, res.meg), abs=1e-12)
+    # a second refit continues the first one (same draws), and the allowance is the whole move
+    twice = meg_approx(pol, make, seed=2, refine=2, **kw)
+    assert len(twice.stages) == 3 and twice.stages[:2] == pytest.approx(res.stages, abs=1e-12)
+    assert twice.meg == pytest.approx(twice.stages[2], abs=1e-12) and twice.meg != res.meg
+    assert twice.refine_shift == pytest.approx(twice.meg - res.first_stage, abs=1e-12)
     plain = meg_approx(pol, make, seed=2, refine=False, **kw)
     assert math.isnan(plain.first_stage) and plain.refine_shift == 0.0
+    assert plain.stages == pytest.approx((plain.meg,), abs=1e-12)
     sampling = math.hypot(
         norm.ppf(0.975) * plain.bootstrap_se, student_t.ppf(0.975, 1) * plain.model_se
     )
