@@ -51,6 +51,7 @@ class Config:
     hidden: tuple[int, ...] = (64, 64)
     iterations: int | None = None
     steps_per_iteration: int | None = None
+    refine: int = 1
     n_boot: int = 300
     progress: bool = False
 
@@ -162,6 +163,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
             hidden=cfg.hidden,
             iterations=cfg.iterations,
             steps_per_iteration=cfg.steps_per_iteration,
+            refine=cfg.refine,
             n_boot=cfg.n_boot,
             seed=seed,
             progress=cfg.progress,

@@ -61,6 +61,7 @@ class Config:
     hidden: tuple[int, ...] = (64, 64)
     iterations: int | None = None
     steps_per_iteration: int | None = None
+    refine: int = 2
     n_boot: int = 500
     tolerance: float = 0.05
     progress: bool = False
@@ -125,6 +126,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         hidden=cfg.hidden,
         iterations=cfg.iterations,
         steps_per_iteration=cfg.steps_per_iteration,
+        refine=cfg.refine,
         n_boot=cfg.n_boot,
         seed=unit["seed"],
         progress=cfg.progress,

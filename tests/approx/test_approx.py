@@ -23,7 +23,12 @@ from imitation_meg.approx.envs import (
     stationary_epsilon_greedy,
     validation_case,
 )
-from imitation_meg.approx.known import uniform_behaviour
+from imitation_meg.approx.known import (
+    DATA_STEPS,
+    data_bytes,
+    default_data_steps,
+    uniform_behaviour,
+)
 from imitation_meg.approx.soft_q import beta_features
 
 th.set_num_threads(1)
@@ -246,6 +251,46 @@ def test_bad_settings_are_refused():
         meg_approx(uniform, "CartPole-v1", refine=-1)
 
 
+class _Tiled(gym.ObservationWrapper):
+    """CartPole with each observation repeated ``k`` times (a wide observation)."""
+
+    def __init__(self, env: gym.Env, k: int) -> None:
+        super().__init__(env)
+        self.k = k
+        box = env.observation_space
+        self.observation_space = gym.spaces.Box(
+            np.tile(box.low, k), np.tile(box.high, k), dtype=np.float32
+        )
+
+    def observation(self, obs):
+        return np.tile(obs, self.k).astype(np.float32)
+
+
+def test_default_data_shrinks_to_the_memory_budget_with_a_warning():
+    # CartPole's 4 floats keep the full default; an 84x84x3 image does not fit in 4 GiB
+    assert default_data_steps(4, 3, 1, 4.0) == DATA_STEPS
+    n = default_data_steps(84 * 84 * 3, 3, 1, 4.0)
+    assert data_bytes(n, 84 * 84 * 3, 3, 1) <= 4 * 2**30 < data_bytes(n + 1, 84 * 84 * 3, 3, 1)
+    # a real run: 400-entry observations, 2 models, no refit -> 6400 bytes per step
+    uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
+    kw = {k: v for k, v in FAST.items() if k != "n_data_steps"}
+    kw.update(iterations=2, steps_per_iteration=5, refine=False, n_eval_episodes=10)
+    gib = 600 * 6400 / 2**30
+    with pytest.warns(im.approx.ApproxMEGWarning, match="so 600 are used"):
+        res = meg_approx(
+            uniform,
+            lambda: _Tiled(gym.make("CartPole-v1"), 100),
+            horizon=12,
+            data_memory_gib=gib,
+            **kw,
+        )
+    eval_steps = res.mean_length * 10
+    # about 600 data steps per model (whole episodes, 16 copies in lockstep may overshoot)
+    assert 2 * 600 <= res.n_env_steps - eval_steps <= 2 * (600 + 3 * 16 * 12)
+    with pytest.raises(ValueError, match="data_memory_gib must be a positive number"):
+        meg_approx(uniform, "CartPole-v1", data_memory_gib=0)
+
+
 @pytest.fixture(scope="module")
 def small_case():
     """A random MDP (6 states, 3 actions, H = 2, deterministic moves, state-action utility)
@@ -288,7 +333,7 @@ def test_interval_adds_the_refits_move_as_an_allowance(small_case):
     pol = TablePolicy(stationary_epsilon_greedy(mdp, 0.3), feats)
     make = lambda: TabularGymEnv(mdp, feats)  # noqa: E731
     kw = dict(FAST, iterations=3, n_boot=50)
-    res = meg_approx(pol, make, seed=2, **kw)
+    res = meg_approx(pol, make, seed=2, refine=1, **kw)
     assert math.isfinite(res.first_stage) and res.first_stage >= 0.0
     assert res.refine_shift == pytest.approx(res.meg - res.first_stage, abs=1e-12)
     assert res.refine_shift != 0.0
@@ -299,7 +344,7 @@ def test_interval_adds_the_refits_move_as_an_allowance(small_case):
     assert (res.high - res.low) / 2 == pytest.approx(sampling + abs(res.refine_shift), rel=1e-9)
     assert res.stages == pytest.approx((res.first_stage, res.meg), abs=1e-12)
     # a second refit continues the first one (same draws), and the allowance is the whole move
-    twice = meg_approx(pol, make, seed=2, refine=2, **kw)
+    twice = meg_approx(pol, make, seed=2, **kw)  # the default, 2
     assert len(twice.stages) == 3 and twice.stages[:2] == pytest.approx(res.stages, abs=1e-12)
     assert twice.meg == pytest.approx(twice.stages[2], abs=1e-12) and twice.meg != res.meg
     assert twice.refine_shift == pytest.approx(twice.meg - res.first_stage, abs=1e-12)
