@@ -179,9 +179,12 @@ def _summary(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _ordering(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per case and seed: is the approximate MEG strictly decreasing in epsilon, as the exact?"""
-    out = []
+    """Per case and seed: is the approximate MEG strictly decreasing in epsilon, as the exact?
+    (No rows with fewer than two epsilons: there is no ordering to keep.)"""
+    out: list[dict[str, Any]] = []
     eps_names = [f"eps{e:g}" for e in sorted(cfg.epsilons)]
+    if len(eps_names) < 2:
+        return out
     for case, seed in itertools.product(cfg.cases, cfg.seeds):
         vals = {r["policy"]: r for r in rows if r["case"] == case and r["seed"] == seed}
         if not all(n in vals for n in eps_names):
@@ -233,7 +236,8 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
         "max_abs_error_rel": max((s["max_abs_error_rel"] for s in summary), default=math.nan),
         "min_covered": min((s["covered"] for s in summary), default=0),
         "n_seeds": len(cfg.seeds),
-        "ordering_preserved": all(o["approx_decreasing"] for o in ordering),
+        # None when no case had two epsilons to order
+        "ordering_preserved": all(o["approx_decreasing"] for o in ordering) if ordering else None,
     }
     return write_results(
         out,

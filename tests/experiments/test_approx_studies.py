@@ -35,6 +35,13 @@ def test_approx_validation_fast(tmp_path):
     # a second run reads every unit back from its file: the same numbers
     again = module.main(cfg)
     assert again["results"] == rows
+    assert res["acceptance"]["ordering_preserved"] in (True, False)
+    assert len(res["ordering"]) == 2  # one row per case and seed
+    # with one epsilon there is no ordering to keep: no rows, and no verdict (not a vacuous True)
+    _, one = _cfg("approx_validation", tmp_path / "one", epsilons=[0.1])
+    kept = [r for r in rows if r["policy"] in ("eps0.1", "ppo")]
+    alone = module.combine(one, kept)
+    assert alone["ordering"] == [] and alone["acceptance"]["ordering_preserved"] is None
 
 
 def test_approx_validation_run_unit_is_pure(tmp_path):
