@@ -269,6 +269,7 @@ class _Tiled(gym.ObservationWrapper):
 def test_default_data_shrinks_to_the_memory_budget_with_a_warning():
     # CartPole's 4 floats keep the full default; an 84x84x3 image does not fit in 4 GiB
     assert default_data_steps(4, 3, 1, 4.0) == DATA_STEPS
+    assert default_data_steps(84 * 84 * 3, 3, 2, math.inf) == DATA_STEPS  # no cap
     n = default_data_steps(84 * 84 * 3, 3, 1, 4.0)
     assert data_bytes(n, 84 * 84 * 3, 3, 1) <= 4 * 2**30 < data_bytes(n + 1, 84 * 84 * 3, 3, 1)
     # a real run: 400-entry observations, 2 models, no refit -> 6400 bytes per step
