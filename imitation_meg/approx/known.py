@@ -371,6 +371,7 @@ def meg_approx(
         not isinstance(refine, (int, np.integer)) or int(refine) < 0
     ):
         raise ValueError(f"refine must be True, False or an integer >= 0, got {refine!r}.")
+    n_refits = int(refine)
     if not isinstance(confidence, (int, float)) or not 0.0 < float(confidence) < 1.0:
         raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}.")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -385,9 +386,9 @@ def meg_approx(
     pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon)
     H = source.horizon
     if n_data_steps is None:
-        n_data_steps = default_data_steps(source.obs_dim, n_models, int(refine), data_memory_gib)
+        n_data_steps = default_data_steps(source.obs_dim, n_models, n_refits, data_memory_gib)
         if n_data_steps < DATA_STEPS:
-            need = data_bytes(DATA_STEPS, source.obs_dim, n_models, int(refine)) / 2**30
+            need = data_bytes(DATA_STEPS, source.obs_dim, n_models, n_refits) / 2**30
             warnings.warn(
                 f"{source.name}'s observations have {source.obs_dim} entries: the default "
                 f"{DATA_STEPS} data steps per model would store about {need:.1f} GiB, more than "
@@ -399,7 +400,7 @@ def meg_approx(
             )
     n_iter, n_steps = default_schedule(H, iterations, steps_per_iteration)
     s_eval, s_models, s_boot = np.random.SeedSequence(int(seed)).spawn(3)
-    bar = _Bar(progress, total=n_models * n_iter * (1 + int(refine)), desc="MEG (approx)")
+    bar = _Bar(progress, total=n_models * n_iter * (1 + n_refits), desc="MEG (approx)")
     steps = {"n": 0}
 
     def count(n: int) -> None:
@@ -422,7 +423,7 @@ def meg_approx(
             ApproxMEGWarning,
             stacklevel=2,
         )
-    fit = _FitSettings(hidden, n_iter, n_steps, int(refine), n_data_steps, n_envs)
+    fit = _FitSettings(hidden, n_iter, n_steps, n_refits, n_data_steps, n_envs)
     seeds = [int(v) for v in s_models.generate_state(n_models)]
     _, _, ens, betas, mats, stages = _fit_ensemble(source, pol, ev, fit, seeds, bar, count)
     bar.close()
