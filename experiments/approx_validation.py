@@ -146,6 +146,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         "seed_std": res.seed_std,
         "first_stage": res.first_stage,
         "refine_shift": res.refine_shift,
+        "stages": list(res.stages),
         "residual_rms": res.residual_rms,
         "certificate": res.certificate,
         "n_env_steps": res.n_env_steps,

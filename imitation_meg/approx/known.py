@@ -250,17 +250,72 @@ def default_schedule(
 DATA_STEPS = 180_000
 
 
-def data_bytes(n_data_steps: int, obs_dim: int, n_models: int, refine: int) -> float:
+def data_bytes(
+    n_data_steps: int, obs_dim: int, n_models: int, refine: int, *, extra_copies: float = 0.0
+) -> float:
     """Bytes the fits' stored transitions take at once: every model keeps its data (float32
-    ``x`` and ``x_next``, ``obs_dim`` entries each) until its last refit, and each refit adds a
-    third as many steps."""
-    return n_data_steps * n_models * (1 + refine / 3) * 2 * 4 * obs_dim
+    ``x`` and ``x_next``, ``obs_dim`` entries each) until its last refit, each refit adds a
+    third as many steps, and ``extra_copies`` further sets of ``n_data_steps`` transitions are
+    held beside them (the unknown-utility bound keeps its ascent data)."""
+    return n_data_steps * (n_models * (1 + refine / 3) + extra_copies) * 2 * 4 * obs_dim
 
 
-def default_data_steps(obs_dim: int, n_models: int, refine: int, memory_gib: float) -> int:
-    """``DATA_STEPS``, or fewer when the stored transitions would exceed ``memory_gib``."""
-    fits = memory_gib * 2**30 // data_bytes(1, obs_dim, n_models, refine)  # inf: no cap
-    return max(3, int(min(DATA_STEPS, fits)))
+def default_data_steps(
+    obs_dim: int,
+    n_models: int,
+    refine: int,
+    memory_gib: float,
+    *,
+    default: int = DATA_STEPS,
+    extra_copies: float = 0.0,
+) -> int:
+    """``default``, or fewer when the stored transitions would exceed ``memory_gib``."""
+    per_step = data_bytes(1, obs_dim, n_models, refine, extra_copies=extra_copies)
+    fits = memory_gib * 2**30 // per_step  # inf: no cap
+    return max(3, int(min(default, fits)))
+
+
+def _data_steps(
+    source: EnvSource,
+    n_data_steps: int | None,
+    memory_gib: Any,
+    *,
+    n_models: int,
+    refine: int,
+    default: int,
+    extra_copies: float = 0.0,
+) -> int:
+    """The explicit ``n_data_steps``, or ``default`` capped to ``memory_gib`` with an
+    :class:`ApproxMEGWarning` when the cap bites (both checked by :func:`_check_data`)."""
+    if n_data_steps is not None:
+        return int(n_data_steps)
+    sizes = {"obs_dim": source.obs_dim, "n_models": n_models, "refine": refine}
+    n = default_data_steps(
+        **sizes, memory_gib=memory_gib, default=default, extra_copies=extra_copies
+    )
+    if n < default:
+        need = data_bytes(default, **sizes, extra_copies=extra_copies) / 2**30
+        warnings.warn(
+            f"{source.name}'s observations have {source.obs_dim} entries: the default "
+            f"{default} data steps per model would store about {need:.1f} GiB, more than "
+            f"data_memory_gib={memory_gib:g}, so {n} are used. Less data leaves the fits "
+            "noisier (on a sparse goal, biased low; docs/approx.md): raise data_memory_gib= if "
+            "the memory is there, or pass n_data_steps= to choose.",
+            ApproxMEGWarning,
+            stacklevel=3,
+        )
+    return n
+
+
+def _check_data(n_data_steps: Any, memory_gib: Any) -> None:
+    if n_data_steps is not None:
+        _check_int("n_data_steps", n_data_steps, 3)
+    if (
+        isinstance(memory_gib, bool)
+        or not isinstance(memory_gib, (int, float))
+        or not memory_gib > 0
+    ):
+        raise ValueError(f"data_memory_gib must be a positive number, got {memory_gib!r}.")
 
 
 def _check_int(name: str, v: Any, lo: int) -> None:
@@ -357,8 +412,7 @@ def meg_approx(
         0.0
     """
     t_start = time.perf_counter()
-    if n_data_steps is not None:
-        _check_int("n_data_steps", n_data_steps, 3)
+    _check_data(n_data_steps, data_memory_gib)
     _check_int("n_eval_episodes", n_eval_episodes, 2)
     _check_int("n_models", n_models, 1)
     if steps_per_iteration is not None:
@@ -376,28 +430,17 @@ def meg_approx(
         raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}.")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an integer, got {seed!r}.")
-    if (
-        isinstance(data_memory_gib, bool)
-        or not isinstance(data_memory_gib, (int, float))
-        or not data_memory_gib > 0
-    ):
-        raise ValueError(f"data_memory_gib must be a positive number, got {data_memory_gib!r}.")
     source = EnvSource(env, horizon=horizon)
     pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon)
     H = source.horizon
-    if n_data_steps is None:
-        n_data_steps = default_data_steps(source.obs_dim, n_models, n_refits, data_memory_gib)
-        if n_data_steps < DATA_STEPS:
-            need = data_bytes(DATA_STEPS, source.obs_dim, n_models, n_refits) / 2**30
-            warnings.warn(
-                f"{source.name}'s observations have {source.obs_dim} entries: the default "
-                f"{DATA_STEPS} data steps per model would store about {need:.1f} GiB, more than "
-                f"data_memory_gib={data_memory_gib:g}, so {n_data_steps} are used. Less data "
-                "leaves the fits noisier (on a sparse goal, biased low; docs/approx.md): raise "
-                "data_memory_gib= if the memory is there, or pass n_data_steps= to choose.",
-                ApproxMEGWarning,
-                stacklevel=2,
-            )
+    n_data_steps = _data_steps(
+        source,
+        n_data_steps,
+        data_memory_gib,
+        n_models=n_models,
+        refine=n_refits,
+        default=DATA_STEPS,
+    )
     n_iter, n_steps = default_schedule(H, iterations, steps_per_iteration)
     s_eval, s_models, s_boot = np.random.SeedSequence(int(seed)).spawn(3)
     bar = _Bar(progress, total=n_models * n_iter * (1 + n_refits), desc="MEG (approx)")

@@ -23,6 +23,7 @@ upward selection bias); the class's supremum is not certified.
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import math
@@ -36,7 +37,9 @@ from torch import nn
 from imitation_meg.approx.evaluate import ApproxMEGResult, summarise
 from imitation_meg.approx.known import (
     _Bar,
+    _check_data,
     _check_int,
+    _data_steps,
     _fit_ensemble,
     _FitSettings,
     _model_behaviour,
@@ -51,6 +54,10 @@ from imitation_meg.approx.soft_q import BetaPrior, SoftQModel, _standardisation,
 __all__ = ["ApproxUnknownResult", "meg_approx_unknown"]
 
 UTILITY_CLASSES = ("mlp", "agent")
+#: Off-policy environment steps for the soft Q-fits by default (lowered for wide observations).
+UNKNOWN_DATA_STEPS = 20_000
+#: Ascent steps whose sampled episodes are kept as extra fitting data.
+_KEEP_SAMPLED = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +159,7 @@ def meg_approx_unknown(
     horizon: int | None = None,
     algo: str | None = None,
     epsilon: float | None = None,
-    n_data_steps: int = 20_000,
+    n_data_steps: int | None = None,
     n_eval_episodes: int = 200,
     ascent_steps: int = 30,
     episodes_per_step: int = 40,
@@ -167,6 +174,7 @@ def meg_approx_unknown(
     seed: int = 0,
     n_envs: int = 16,
     progress: bool = False,
+    data_memory_gib: float = 4.0,
 ) -> ApproxUnknownResult:
     """A lower bound on unknown-utility MEG of ``policy`` in ``env`` (see the module docstring).
 
@@ -178,6 +186,8 @@ def meg_approx_unknown(
             again of the scored policy give the ascent's ``E_pi`` term. The default stays
             20 000, the setting this bound was developed and tested with; ``meg_approx``'s
             is 180 000 since its validation (pass more for sparse stochastic rewards).
+            Lowered with a warning when the stored transitions would take more than
+            ``data_memory_gib``; an explicit value is used as given.
         n_eval_episodes: fresh episodes of the scored policy for the final estimate.
         ascent_steps: gradient steps on the utility.
         episodes_per_step: episodes of ``pi_theta`` sampled per step.
@@ -186,6 +196,12 @@ def meg_approx_unknown(
         hidden, iterations, steps_per_iteration: the soft Q-networks' settings.
         n_models: soft Q-networks of the final estimate.
         n_boot, confidence, seed, n_envs, progress: as in ``meg_approx``.
+        data_memory_gib: memory the default ``n_data_steps`` may fill with stored transitions:
+            the ascent's data and the scored policy's episodes (two sets) beside the final
+            fits' (``n_models x 4/3`` sets, one refit each), float32 observations and next
+            observations, about ``n_data_steps x (2 + 4 n_models / 3) x 8 x obs_dim`` bytes;
+            the episodes of the last three ascent steps (``3 x episodes_per_step x H`` steps at
+            most) come on top.
 
     Returns:
         :class:`ApproxUnknownResult` (``.meg``, ``.low``, ``.high``).
@@ -193,11 +209,15 @@ def meg_approx_unknown(
     Raises:
         ValueError: an unknown ``utility`` class, ``"agent"`` for a policy without hidden layer,
             bad settings.
+
+    Warns:
+        ApproxMEGWarning: the default ``n_data_steps`` lowered to fit ``data_memory_gib``; the
+            warnings of :func:`~imitation_meg.approx.meg_approx` for the final fits.
     """
     t_start = time.perf_counter()
     if utility not in UTILITY_CLASSES:
         raise ValueError(f"utility must be one of {UTILITY_CLASSES}, got {utility!r}.")
-    _check_int("n_data_steps", n_data_steps, 3)
+    _check_data(n_data_steps, data_memory_gib)
     _check_int("n_eval_episodes", n_eval_episodes, 2)
     _check_int("ascent_steps", ascent_steps, 1)
     _check_int("episodes_per_step", episodes_per_step, 1)
@@ -210,6 +230,15 @@ def meg_approx_unknown(
             "SB3 model, or use utility='mlp')."
         )
     H, A = source.horizon, source.n_actions
+    n_data_steps = _data_steps(
+        source,
+        n_data_steps,
+        data_memory_gib,
+        n_models=n_models,
+        refine=1,
+        default=UNKNOWN_DATA_STEPS,
+        extra_copies=2.0,
+    )
     n_iter, steps_per_iteration = default_schedule(H, iterations, steps_per_iteration)
     ss = np.random.SeedSequence(int(seed))
     s_data, s_eval, s_models, s_boot, s_ascent = ss.spawn(5)
@@ -244,6 +273,7 @@ def meg_approx_unknown(
     inputs_of = (feats) if feats is not None else (lambda x: x)
     z_data = inputs_of(th.as_tensor(np.concatenate([data.x, data.x_next])))
     mean, std = _standardisation(z_data.numpy())
+    del z_data
     u_seed = int(s_ascent.generate_state(1)[0])
     u_net = _Utility(mean, std, utility_hidden if utility == "mlp" else 0, u_seed)
     # start from the environment's reward as the class sees it (a regression of the observed
@@ -281,10 +311,11 @@ def meg_approx_unknown(
     opt = th.optim.Adam(u_net.parameters(), lr=lr)
     x_pi = th.as_tensor(own_eps.x)
     g_a = np.random.default_rng(s_ascent)
-    buffer: list[Rollouts] = []
+    # only the last few ascent steps' episodes are fitted on, so only they are kept
+    buffer: collections.deque[Rollouts] = collections.deque(maxlen=_KEEP_SAMPLED)
     trace: list[float] = []
     for k in range(ascent_steps):
-        fit_data = Rollouts.concat([data, *buffer[-3:]])
+        fit_data = Rollouts.concat([data, *buffer])
         fit_soft_q(
             model,
             fit_data,
@@ -310,6 +341,7 @@ def meg_approx_unknown(
         opt.step()
         trace.append(float(gap.detach()))
         bar.update(1)
+    del fit_data  # the ascent's last fitting set; the final fits build their own
 
     # the initial and the final utility, each scored as a known utility on fresh evaluation
     # episodes; the better is reported (both are members of the class)
@@ -334,7 +366,7 @@ def meg_approx_unknown(
             bar,
             count,
             reward_fn=frozen,
-            extra_data=Rollouts.concat(buffer[-3:]),
+            extra_data=Rollouts.concat(list(buffer)),
         )
         scored[name] = summarise(
             ev,

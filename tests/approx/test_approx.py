@@ -292,6 +292,30 @@ def test_default_data_shrinks_to_the_memory_budget_with_a_warning():
         meg_approx(uniform, "CartPole-v1", data_memory_gib=0)
 
 
+def test_unknown_utility_default_data_obeys_the_memory_budget():
+    from imitation_meg.approx import meg_approx_unknown
+
+    # 400-entry observations, 3 models: (3 x 4/3 fits + 2 ascent sets) x 8 x 400 = 19 200 bytes
+    # per data step, so this budget holds 500 of the default 20 000
+    uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
+    kw = {k: v for k, v in FAST.items() if k not in ("n_data_steps", "n_models")}
+    kw.update(iterations=2, steps_per_iteration=5, n_eval_episodes=10, n_models=3)
+    wide = lambda: _Tiled(gym.make("CartPole-v1"), 100)  # noqa: E731
+    with pytest.warns(im.approx.ApproxMEGWarning, match="default 20000 data steps .* so 500 are"):
+        res = meg_approx_unknown(
+            uniform,
+            wide,
+            horizon=12,
+            ascent_steps=1,
+            episodes_per_step=2,
+            data_memory_gib=500 * 19_200 / 2**30,
+            **kw,
+        )
+    assert 0.0 <= res.meg <= res.result.certificate + 1e-12
+    with pytest.raises(ValueError, match="data_memory_gib must be a positive number"):
+        meg_approx_unknown(uniform, "CartPole-v1", data_memory_gib=-1.0)
+
+
 @pytest.fixture(scope="module")
 def small_case():
     """A random MDP (6 states, 3 actions, H = 2, deterministic moves, state-action utility)
