@@ -241,7 +241,7 @@ def summarise(
     last)."""
     from statistics import NormalDist
 
-    from scipy.stats import t as student_t
+    from scipy.special import stdtrit  # Student t quantile; lighter to import than scipy.stats
 
     assert ev.probs is not None
     models = ens.models
@@ -272,7 +272,7 @@ def summarise(
     # estimated from K fits only (Student t with K - 1 degrees of freedom).
     level = 0.5 + float(confidence) / 2
     z = NormalDist().inv_cdf(level)
-    t_q = float(student_t.ppf(level, K - 1)) if K > 1 else 0.0
+    t_q = float(stdtrit(K - 1, level)) if K > 1 else 0.0
     # Error every fit shares is not in the spread of the fits. The refit's move of the estimate
     # measures how far from converged the fits still were: it is added as an allowance (on
     # the validation problems the shared error was of that size and either sign; docs/approx.md).

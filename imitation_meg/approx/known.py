@@ -405,11 +405,11 @@ def meg_approx(
     Example:
         >>> from imitation_meg.approx import meg_approx
         >>> uniform = lambda obs: np.full((len(obs), 2), 0.5)
-        >>> res = meg_approx(uniform, "CartPole-v1", horizon=10, n_data_steps=120,
+        >>> res = meg_approx(uniform, "CartPole-v1", horizon=30, n_data_steps=300,
         ...                  n_eval_episodes=10, n_models=2, iterations=2,
         ...                  steps_per_iteration=10, refine=False)
-        >>> res.meg
-        0.0
+        >>> res.meg, res.certificate  # the uniform policy is the beta = 0 model: MEG 0
+        (0.0, 0.0)
     """
     t_start = time.perf_counter()
     _check_data(n_data_steps, data_memory_gib)
