@@ -150,8 +150,9 @@ def score_approx(args: argparse.Namespace) -> int:
             f"rollout se {res.bootstrap_se:.4f}"
         ),
         (
-            f"refit moved it by   {res.refine_shift:+.4f}   (from {res.first_stage:.4f}; "
-            "added to the interval as a convergence allowance)"
+            f"refits moved it by  {res.refine_shift:+.4f}   (stages "
+            f"{' -> '.join(f'{v:.4f}' for v in res.stages)}; the move is added to the "
+            "interval as a convergence allowance)"
         ),
         f"Bellman residual    {res.residual_rms:.4f}   (RMS, fraction of the largest return)",
         f"environment steps   {res.n_env_steps}",
