@@ -154,12 +154,15 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _groups(rows: list[dict[str, Any]]) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """The rows grouped by (case, policy), sorted."""
+    key = lambda r: (r["case"], r["policy"])  # noqa: E731
+    return [(c, p, list(g)) for (c, p), g in itertools.groupby(sorted(rows, key=key), key=key)]
+
+
 def _summary(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
-    for (case, pol), grp in itertools.groupby(
-        sorted(rows, key=lambda r: (r["case"], r["policy"])), key=lambda r: (r["case"], r["policy"])
-    ):
-        g = list(grp)
+    for case, pol, g in _groups(rows):
         err = np.array([r["error_rel"] for r in g])
         out.append(
             {
@@ -176,6 +179,31 @@ def _summary(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "n_env_steps": int(g[0]["n_env_steps"]),
             }
         )
+    return out
+
+
+def _by_stage(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per case, policy and fitting stage (0: the first fit; ``k``: after ``k`` refits), the
+    error the estimate had there (before clipping): what fewer refits would have reported.
+    Rows without stages (units made before they were stored) are left out."""
+    out = []
+    for case, pol, grp in _groups(rows):
+        g = [r for r in grp if r.get("stages")]
+        if not g:
+            continue
+        for k in range(min(len(r["stages"]) for r in g)):
+            err = np.array([(r["stages"][k] - r["exact"]) / r["bound"] for r in g])
+            out.append(
+                {
+                    "case": case,
+                    "policy": pol,
+                    "stage": k,
+                    "mean_error_rel": float(err.mean()),
+                    "max_abs_error_rel": float(np.abs(err).max()),
+                    "within_tolerance": int((np.abs(err) <= cfg.tolerance).sum()),
+                    "n_seeds": len(g),
+                }
+            )
     return out
 
 
@@ -228,7 +256,7 @@ def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathli
 
 
 def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Tables (per unit, per case and policy, ordering) and the figure."""
+    """Tables (per unit, per case and policy, per fitting stage, ordering) and the figure."""
     out = pathlib.Path(cfg.results_dir)
     summary = _summary(cfg, results)
     ordering = _ordering(cfg, results)
@@ -243,7 +271,12 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     return write_results(
         out,
         cfg,
-        {"results": results, "summary": summary, "ordering": ordering},
+        {
+            "results": results,
+            "summary": summary,
+            "stages": _by_stage(cfg, results),
+            "ordering": ordering,
+        },
         acceptance=acceptance,
         figures=[str(fig)],
     )

@@ -29,8 +29,17 @@ def test_approx_validation_fast(tmp_path):
         assert 0.0 <= r["exact"] <= r["bound"] + 1e-9
         assert 0.0 <= r["approx"] <= r["certificate"] + 1e-9
         assert r["low"] <= r["approx"] <= r["high"]
+        # the estimate is the last stage, clipped to [0, certificate]
+        assert len(r["stages"]) == 1 + cfg.refine
+        assert r["approx"] == min(max(r["stages"][-1], 0.0), r["certificate"])
     assert {s["case"] for s in res["summary"]} == {"random_features", "cliffworld_xy"}
-    for f in ("results.csv", "summary.csv", "ordering.csv", "results.json", "approx_vs_exact.png"):
+    # one row per case, policy and stage; stage k's error is that of the units' k-th stage
+    assert len(res["stages"]) == len(res["summary"]) * (1 + cfg.refine)
+    first = next(s for s in res["stages"] if s["policy"] == "ppo" and s["stage"] == 0)
+    ppo = [r for r in rows if r["policy"] == "ppo" and r["case"] == first["case"]]
+    assert first["mean_error_rel"] == (ppo[0]["stages"][0] - ppo[0]["exact"]) / ppo[0]["bound"]
+    files = ("results.csv", "summary.csv", "stages.csv", "ordering.csv", "results.json")
+    for f in (*files, "approx_vs_exact.png"):
         assert (tmp_path / f).stat().st_size > 0
     # a second run reads every unit back from its file: the same numbers
     again = module.main(cfg)
