@@ -147,6 +147,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         "first_stage": res.first_stage,
         "refine_shift": res.refine_shift,
         "stages": list(res.stages),
+        "stage_intervals": [list(v) for v in res.stage_intervals],
         "residual_rms": res.residual_rms,
         "certificate": res.certificate,
         "n_env_steps": res.n_env_steps,
@@ -184,8 +185,9 @@ def _summary(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _by_stage(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per case, policy and fitting stage (0: the first fit; ``k``: after ``k`` refits), the
-    error the estimate had there (before clipping): what fewer refits would have reported.
-    Rows without stages (units made before they were stored) are left out."""
+    error the estimate had there (before clipping) and how often that stage's interval held the
+    exact value: what ``refine=k`` reports (same seeds). Rows without stages (units made before
+    they were stored) are left out; ``covered`` is None where the intervals were not stored."""
     out = []
     for case, pol, grp in _groups(rows):
         g = [r for r in grp if r.get("stages")]
@@ -193,6 +195,11 @@ def _by_stage(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         for k in range(min(len(r["stages"]) for r in g)):
             err = np.array([(r["stages"][k] - r["exact"]) / r["bound"] for r in g])
+            held = [
+                r["stage_intervals"][k][1] <= r["exact"] <= r["stage_intervals"][k][2]
+                for r in g
+                if r.get("stage_intervals")
+            ]
             out.append(
                 {
                     "case": case,
@@ -201,6 +208,7 @@ def _by_stage(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "mean_error_rel": float(err.mean()),
                     "max_abs_error_rel": float(np.abs(err).max()),
                     "within_tolerance": int((np.abs(err) <= cfg.tolerance).sum()),
+                    "covered": int(sum(held)) if len(held) == len(g) else None,
                     "n_seeds": len(g),
                 }
             )

@@ -13,7 +13,7 @@ import math
 import time
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch as th
@@ -98,6 +98,9 @@ class ApproxMEGResult:
             is added to the interval's half-width.
         stages: the estimate (mean of the fits' maxima, before clipping) after the first fit
             and after each refit; ``stages[-1]`` is the estimate.
+        stage_intervals: ``(meg, low, high)`` after the first fit and after each refit: what
+            the same call with ``refine=k`` reports (same seed, so the same fits and bootstrap
+            draws); the last is ``(meg, low, high)``.
     """
 
     meg: float
@@ -126,6 +129,7 @@ class ApproxMEGResult:
     first_stage: float = math.nan
     refine_shift: float = 0.0
     stages: tuple[float, ...] = ()
+    stage_intervals: tuple[tuple[float, float, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (replicates as a list)."""
@@ -222,6 +226,72 @@ def mean_curve(mats: dict[str, np.ndarray]) -> np.ndarray:
     return np.mean([m.mean(0) for name, m in mats.items() if name != "all"], axis=0)
 
 
+class _Interval(NamedTuple):
+    """One stage's estimate and interval (see :class:`ApproxMEGResult`)."""
+
+    mean: float  # the mean of the fits' maxima, before clipping
+    estimate: float  # ``mean`` clipped to ``[0, certificate]``
+    low: float
+    high: float
+    replicates: np.ndarray  # bootstrap replicates of ``mean``
+    se_boot: float
+    se_models: float
+    singles: np.ndarray  # ``(K,)`` the fits' maxima
+
+
+def _interval(
+    mats: dict[str, np.ndarray],
+    n_models: int,
+    *,
+    first_stage: float,
+    certificate: float,
+    n_boot: int,
+    confidence: float,
+    s_boot: np.random.SeedSequence,
+) -> _Interval:
+    """The estimate of one stage's fits and its interval (``first_stage``: the first fit's
+    estimate, NaN when there are no refits; the move from it widens the interval)."""
+    from statistics import NormalDist
+
+    from scipy.special import stdtrit  # Student t quantile; lighter to import than scipy.stats
+
+    K = n_models
+    n = next(iter(mats.values())).shape[0]
+    singles = fit_maxima(mats, K)
+    mean = float(singles.mean())
+    # the same draws at every stage (a fresh generator from the same seed), so each stage's
+    # interval is the one a run stopped there reports
+    gb = np.random.default_rng(s_boot)
+    reps = np.empty(n_boot)
+    for i in range(n_boot):
+        w = np.bincount(gb.integers(0, n, size=n), minlength=n) / n
+        reps[i] = float(fit_maxima(mats, K, w).mean())
+    se_boot = float(reps.std(ddof=1)) if n_boot > 1 else math.nan
+    se_models = float(singles.std(ddof=1) / math.sqrt(K)) if K > 1 else 0.0
+    # The rollout part is a bootstrap over many episodes (normal quantile); the model part is
+    # estimated from K fits only (Student t with K - 1 degrees of freedom).
+    level = 0.5 + float(confidence) / 2
+    z = NormalDist().inv_cdf(level)
+    t_q = float(stdtrit(K - 1, level)) if K > 1 else 0.0
+    # Error every fit shares is not in the spread of the fits. The refits' move of the estimate
+    # measures how far from converged the fits still were: it is added as an allowance (on
+    # the validation problems the shared error was of that size and either sign; docs/approx.md).
+    shift = mean - first_stage if math.isfinite(first_stage) else 0.0
+    half = math.hypot(z * (se_boot if math.isfinite(se_boot) else 0.0), t_q * se_models)
+    half += abs(shift)
+    cert = certificate
+    return _Interval(
+        mean=mean,
+        estimate=min(max(mean, 0.0), cert),
+        low=min(max(mean - half, 0.0), cert) if n_boot > 1 else math.nan,
+        high=min(max(mean + half, 0.0), cert) if n_boot > 1 else math.nan,
+        replicates=reps,
+        se_boot=se_boot,
+        se_models=se_models,
+        singles=singles,
+    )
+
+
 def summarise(
     ev: Rollouts,
     ens: Ensemble,
@@ -234,15 +304,15 @@ def summarise(
     s_boot: np.random.SeedSequence,
     t_start: float,
     horizon: int,
-    stages: Sequence[float] = (),
+    stage_mats: Sequence[dict[str, np.ndarray]] = (),
 ) -> ApproxMEGResult:
-    """The estimate, its interval and the diagnostics (``stages``: the estimate after the first
-    fit and after each refit; the interval is widened by the distance from the first to the
-    last)."""
-    from statistics import NormalDist
+    """The estimate, its interval and the diagnostics.
 
-    from scipy.special import stdtrit  # Student t quantile; lighter to import than scipy.stats
-
+    ``stage_mats`` holds the values of :func:`scan` after the first fit and after each refit
+    (``stage_mats[-1]`` is ``mats``; empty: no refits). The interval is widened by the move of
+    the estimate from the first stage to the last, and every stage's estimate and interval are
+    reported too.
+    """
     assert ev.probs is not None
     models = ens.models
     K = len(models)
@@ -252,37 +322,26 @@ def summarise(
     cert_ep = np.zeros(ev.n_episodes)
     np.add.at(cert_ep, ev.episode, math.log(A) - ent)
     n = ev.n_episodes
-
-    def values(w: np.ndarray | None) -> tuple[float, np.ndarray]:
-        """(mean over models of each model's maximum, the models' maxima) for weights w."""
-        singles = fit_maxima(mats, K, w)
-        return float(singles.mean()), singles
-
-    mean, singles = values(None)
     full = max(float(mats["all"].mean(0).max()), 0.0)
     cert = float(cert_ep.mean())
-    gb = np.random.default_rng(s_boot)
-    reps = np.empty(n_boot)
-    for i in range(n_boot):
-        w = np.bincount(gb.integers(0, n, size=n), minlength=n) / n
-        reps[i] = values(w)[0]
-    se_boot = float(reps.std(ddof=1)) if n_boot > 1 else math.nan
-    se_models = float(singles.std(ddof=1) / math.sqrt(K)) if K > 1 else 0.0
-    # The rollout part is a bootstrap over many episodes (normal quantile); the model part is
-    # estimated from K fits only (Student t with K - 1 degrees of freedom).
-    level = 0.5 + float(confidence) / 2
-    z = NormalDist().inv_cdf(level)
-    t_q = float(stdtrit(K - 1, level)) if K > 1 else 0.0
-    # Error every fit shares is not in the spread of the fits. The refit's move of the estimate
-    # measures how far from converged the fits still were: it is added as an allowance (on
-    # the validation problems the shared error was of that size and either sign; docs/approx.md).
-    first_stage = stages[0] if len(stages) > 1 else math.nan
+    per_stage = list(stage_mats) or [mats]
+    first_stage = float(fit_maxima(per_stage[0], K).mean()) if len(per_stage) > 1 else math.nan
+    intervals = [
+        _interval(
+            m,
+            K,
+            first_stage=first_stage if k else math.nan,
+            certificate=cert,
+            n_boot=n_boot,
+            confidence=confidence,
+            s_boot=s_boot,
+        )
+        for k, m in enumerate(per_stage)
+    ]
+    last = intervals[-1]
+    mean, singles, reps = last.mean, last.singles, last.replicates
+    se_boot, se_models = last.se_boot, last.se_models
     shift = mean - first_stage if math.isfinite(first_stage) else 0.0
-    half = math.hypot(z * (se_boot if math.isfinite(se_boot) else 0.0), t_q * se_models)
-    half += abs(shift)
-    estimate = min(max(mean, 0.0), cert)
-    low = min(max(mean - half, 0.0), cert) if n_boot > 1 else math.nan
-    high = min(max(mean + half, 0.0), cert) if n_boot > 1 else math.nan
 
     k_best = int(np.argmax(mean_curve(mats)))
     beta = float(betas[k_best])
@@ -313,13 +372,13 @@ def summarise(
             stacklevel=3,
         )
     return ApproxMEGResult(
-        meg=float(estimate),
-        low=float(low),
-        high=float(high),
+        meg=float(last.estimate),
+        low=float(last.low),
+        high=float(last.high),
         confidence=float(confidence),
         beta=beta,
         upper_bound=bound,
-        normalized=float(estimate / bound) if bound > 0 else 0.0,
+        normalized=float(last.estimate / bound) if bound > 0 else 0.0,
         certificate=cert,
         horizon=int(horizon),
         mean_length=float(ev.lengths.mean()),
@@ -338,5 +397,6 @@ def summarise(
         wall_time_s=time.perf_counter() - t_start,
         first_stage=float(first_stage),
         refine_shift=float(shift),
-        stages=tuple(float(v) for v in stages),
+        stages=tuple(i.mean for i in intervals),
+        stage_intervals=tuple((i.estimate, i.low, i.high) for i in intervals),
     )

@@ -53,7 +53,6 @@ from imitation_meg.approx.evaluate import (
     ApproxMEGResult,
     ApproxMEGWarning,
     Ensemble,
-    fit_maxima,
     mean_curve,
     scan,
     summarise,
@@ -151,13 +150,18 @@ def _fit_ensemble(
     reward_fn: Callable[[th.Tensor], th.Tensor] | None = None,
     extra_data: Rollouts | None = None,
 ) -> tuple[
-    list[SoftQModel], list[Rollouts], Ensemble, np.ndarray, dict[str, np.ndarray], list[float]
+    list[SoftQModel],
+    list[Rollouts],
+    Ensemble,
+    np.ndarray,
+    dict[str, np.ndarray],
+    list[dict[str, np.ndarray]],
 ]:
     """Fit one model per seed on its own data, scan, refine around the optimum, rescan.
 
-    The last value returned lists the estimate (the mean of the fits' maxima) after the first
-    fit and after each refit: :func:`summarise` widens the interval by the distance from the
-    first to the last.
+    The last value returned lists the scans' values after the first fit and after each refit:
+    :func:`summarise` widens the interval by the estimate's move from the first to the last,
+    and reports every stage.
     """
     A, H = source.n_actions, source.horizon
     models: list[SoftQModel] = []
@@ -192,12 +196,12 @@ def _fit_ensemble(
     ens = Ensemble(models, ev)
     q_ref = float(np.median([m.q_scale for m in models]))
     betas, mats = scan(ens, q_ref)
-    stages = [float(fit_maxima(mats, len(models)).mean())]
+    stage_mats = [mats]
     for rnd in range(fit.refine):
         beta = float(betas[int(np.argmax(mean_curve(mats)))])
         if beta == 0.0:  # the uniform model: nothing to refine around; the stages stand still
             bar.update(fit.iterations * len(models) * (fit.refine - rnd))
-            stages += [stages[-1]] * (fit.refine - rnd)
+            stage_mats += [stage_mats[-1]] * (fit.refine - rnd)
             break
         for k, (model, mseed) in enumerate(zip(models, seeds, strict=True)):
             b = beta * model.q_scale
@@ -223,8 +227,8 @@ def _fit_ensemble(
                 on_iteration=lambda _i: bar.update(1),
             )
         betas, mats = scan(ens, q_ref)
-        stages.append(float(fit_maxima(mats, len(models)).mean()))
-    return models, datas, ens, betas, mats, stages
+        stage_mats.append(mats)
+    return models, datas, ens, betas, mats, stage_mats
 
 
 # ------------------------------------------------------------------------------ entry point
@@ -468,7 +472,7 @@ def meg_approx(
         )
     fit = _FitSettings(hidden, n_iter, n_steps, n_refits, n_data_steps, n_envs)
     seeds = [int(v) for v in s_models.generate_state(n_models)]
-    _, _, ens, betas, mats, stages = _fit_ensemble(source, pol, ev, fit, seeds, bar, count)
+    _, _, ens, betas, mats, stage_mats = _fit_ensemble(source, pol, ev, fit, seeds, bar, count)
     bar.close()
     return summarise(
         ev,
@@ -481,7 +485,7 @@ def meg_approx(
         s_boot=s_boot,
         t_start=t_start,
         horizon=H,
-        stages=stages,
+        stage_mats=stage_mats,
     )
 
 

@@ -357,7 +357,7 @@ def meg_approx_unknown(
                 out: th.Tensor = net(inputs_of(x))
             return out
 
-        _, _, ens, betas, mats, stages = _fit_ensemble(
+        _, _, ens, betas, mats, stage_mats = _fit_ensemble(
             source,
             pol,
             ev,
@@ -379,7 +379,7 @@ def meg_approx_unknown(
             s_boot=s_boot,
             t_start=t_start,
             horizon=H,
-            stages=stages,
+            stage_mats=stage_mats,
         )
     bar.close()
     best = max(scored, key=lambda k: scored[k].meg)

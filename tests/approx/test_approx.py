@@ -381,6 +381,12 @@ def test_interval_adds_the_refits_move_as_an_allowance(small_case):
     )
     assert plain.low > 0.0  # the lower end is not clipped (the upper one is, at the certificate)
     assert plain.meg - plain.low == pytest.approx(sampling, rel=1e-9)
+    # each stage of the two-refit run reports what a run stopped there reports (same fits,
+    # same bootstrap draws), so one run gives the answer of every number of refits
+    by_refits = [(r.meg, r.low, r.high) for r in (plain, res, twice)]
+    assert len(twice.stage_intervals) == 3
+    for got, want in zip(twice.stage_intervals, by_refits, strict=True):
+        assert got == pytest.approx(want, abs=1e-12)
 
 
 def test_same_seed_same_result(small_case):

@@ -38,6 +38,9 @@ def test_approx_validation_fast(tmp_path):
     first = next(s for s in res["stages"] if s["policy"] == "ppo" and s["stage"] == 0)
     ppo = [r for r in rows if r["policy"] == "ppo" and r["case"] == first["case"]]
     assert first["mean_error_rel"] == (ppo[0]["stages"][0] - ppo[0]["exact"]) / ppo[0]["bound"]
+    lo, hi = ppo[0]["stage_intervals"][0][1:]
+    assert first["covered"] == int(lo <= ppo[0]["exact"] <= hi)
+    assert ppo[0]["stage_intervals"][-1] == [ppo[0]["approx"], ppo[0]["low"], ppo[0]["high"]]
     files = ("results.csv", "summary.csv", "stages.csv", "ordering.csv", "results.json")
     for f in (*files, "approx_vs_exact.png"):
         assert (tmp_path / f).stat().st_size > 0
