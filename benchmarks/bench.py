@@ -429,6 +429,8 @@ def row_meg_random(
     res = meg(pi, mdp)
     _sync(device)
     elapsed = time.perf_counter() - t0
+    # the process's peak so far: the timed call's own, before the float64 reference below
+    timed_peak = peak_rss_mib()
     err32 = None
     if dt == th.float32:
         m64 = mdp.to(dtype=th.float64)
@@ -451,6 +453,7 @@ def row_meg_random(
         "evaluations": res.evaluations,
         "passes": res.passes,
         "float32_err": err32,
+        "timed_peak_rss_mib": timed_peak,
     }
 
 

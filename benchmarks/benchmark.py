@@ -122,6 +122,11 @@ def _note(kind: str, kwargs: dict[str, Any], row: dict[str, Any]) -> str:
             f"{row['evaluations']} betas in {row['passes']} passes, beta = {row['beta']:.6g}, "
             f"converged {row['converged']}"
         )
+        if row.get("dtype") == "float32" and row.get("timed_peak_rss_mib") is not None:
+            parts.append(
+                f"peak RSS of the float32 call itself {row['timed_peak_rss_mib']:.0f} MiB (the "
+                "row's peak includes its untimed float64 reference)"
+            )
     if kind == "svi_random" and row.get("gather_s"):
         parts.append(
             f"of one backup: streaming the CSR arrays {row['stream_s'] * 1e3:.3g} ms, gathering "
