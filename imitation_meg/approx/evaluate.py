@@ -9,6 +9,7 @@ spread of the models, and the diagnostics. See :mod:`imitation_meg.approx.known`
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 import warnings
@@ -233,6 +234,7 @@ class _Interval(NamedTuple):
     estimate: float  # ``mean`` clipped to ``[0, certificate]``
     low: float
     high: float
+    shift: float  # ``mean`` minus the first stage's (0 for the first stage, or with no refits)
     replicates: np.ndarray  # bootstrap replicates of ``mean``
     se_boot: float
     se_models: float
@@ -285,6 +287,7 @@ def _interval(
         estimate=min(max(mean, 0.0), cert),
         low=min(max(mean - half, 0.0), cert) if n_boot > 1 else math.nan,
         high=min(max(mean + half, 0.0), cert) if n_boot > 1 else math.nan,
+        shift=shift,
         replicates=reps,
         se_boot=se_boot,
         se_models=se_models,
@@ -325,23 +328,16 @@ def summarise(
     full = max(float(mats["all"].mean(0).max()), 0.0)
     cert = float(cert_ep.mean())
     per_stage = list(stage_mats) or [mats]
-    first_stage = float(fit_maxima(per_stage[0], K).mean()) if len(per_stage) > 1 else math.nan
-    intervals = [
-        _interval(
-            m,
-            K,
-            first_stage=first_stage if k else math.nan,
-            certificate=cert,
-            n_boot=n_boot,
-            confidence=confidence,
-            s_boot=s_boot,
-        )
-        for k, m in enumerate(per_stage)
-    ]
+    stage = functools.partial(
+        _interval, n_models=K, certificate=cert, n_boot=n_boot, confidence=confidence, s_boot=s_boot
+    )
+    first = stage(per_stage[0], first_stage=math.nan)
+    # the first fit's estimate, which the refits' move is measured from (NaN: no refits)
+    first_stage = first.mean if len(per_stage) > 1 else math.nan
+    intervals = [first] + [stage(m, first_stage=first_stage) for m in per_stage[1:]]
     last = intervals[-1]
-    mean, singles, reps = last.mean, last.singles, last.replicates
+    singles, reps = last.singles, last.replicates
     se_boot, se_models = last.se_boot, last.se_models
-    shift = mean - first_stage if math.isfinite(first_stage) else 0.0
 
     k_best = int(np.argmax(mean_curve(mats)))
     beta = float(betas[k_best])
@@ -396,7 +392,7 @@ def summarise(
         replicates=reps,
         wall_time_s=time.perf_counter() - t_start,
         first_stage=float(first_stage),
-        refine_shift=float(shift),
+        refine_shift=float(last.shift),
         stages=tuple(i.mean for i in intervals),
         stage_intervals=tuple((i.estimate, i.low, i.high) for i in intervals),
     )

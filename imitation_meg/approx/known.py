@@ -290,7 +290,8 @@ def _data_steps(
     extra_copies: float = 0.0,
 ) -> int:
     """The explicit ``n_data_steps``, or ``default`` capped to ``memory_gib`` with an
-    :class:`ApproxMEGWarning` when the cap bites (both checked by :func:`_check_data`)."""
+    :class:`ApproxMEGWarning` when the cap bites (call :func:`_check_data` on both first, before
+    the environment is built)."""
     if n_data_steps is not None:
         return int(n_data_steps)
     sizes = {"obs_dim": source.obs_dim, "n_models": n_models, "refine": refine}
@@ -382,8 +383,8 @@ def meg_approx(
             episodes of its soft-optimal policy there, then re-evaluate, ``refine`` times
             (``True`` is 1, ``False`` 0; the estimate after each stage is in ``stages``, the
             whole move enters the interval, and ``stage_intervals`` holds what every smaller
-            ``refine`` reports, so one run shows whether more refits changed the answer). Default 2: on CliffWorld's PPO agent (10 seeds)
-            the error was +1.9% of the bound on average with two refits (+0.4% to +5.2%),
+            ``refine`` reports, so one run shows whether more refits changed the answer).
+            Default 2: on CliffWorld's PPO agent (10 seeds) the error was +1.9% of the bound on average with two refits (+0.4% to +5.2%),
             against +2.9% / +5.2% on two seeds with one, and +0.9% (-0.6% to +2.5%) with three
             (docs/approx.md). Each refit costs about as much CPU as the first fit (a validation
             unit: about 220 s with one refit, 325 s with two, 424 s with three).
