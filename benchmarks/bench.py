@@ -42,6 +42,7 @@ __all__ = [
     "peak_rss_mib",
     "row_meg_cliff",
     "row_meg_long",
+    "row_meg_pass",
     "row_meg_random",
     "row_meg_unknown",
     "row_meg_unknown_random",
@@ -407,13 +408,16 @@ def row_meg_random(
     dtype: str = "float64",
     device: str = "cpu",
     seed: int = 0,
+    n_threads: int = 1,
 ) -> dict[str, Any]:
     """Known-utility MEG of a stationary policy on a random sparse MDP (timed once).
 
     ``policy``: ``"softmax"`` (:func:`goal_directed_policy`) or ``"epsilon_greedy"``
     (:func:`epsilon_greedy_policy` with ``epsilon``). With ``dtype="float32"`` the row also runs
-    the float64 MEG (untimed) and reports the difference.
+    the float64 MEG (untimed) and reports the difference. ``n_threads``: torch's (and the fused
+    passes') threads for the timed call; the row records whether the fused passes ran.
     """
+    from imitation_meg import _fused
     from imitation_meg.envs import random_mdp
 
     dt = th.float32 if dtype == "float32" else th.float64
@@ -425,10 +429,15 @@ def row_meg_random(
     else:
         raise ValueError(f"policy must be 'softmax' or 'epsilon_greedy', got {policy!r}.")
     _sync(device)
-    t0 = time.perf_counter()
-    res = meg(pi, mdp)
-    _sync(device)
-    elapsed = time.perf_counter() - t0
+    threads = th.get_num_threads()
+    th.set_num_threads(n_threads)
+    try:
+        t0 = time.perf_counter()
+        res = meg(pi, mdp)
+        _sync(device)
+        elapsed = time.perf_counter() - t0
+    finally:
+        th.set_num_threads(threads)
     # the process's peak so far: the timed call's own, before the float64 reference below
     timed_peak = peak_rss_mib()
     err32 = None
@@ -454,6 +463,8 @@ def row_meg_random(
         "passes": res.passes,
         "float32_err": err32,
         "timed_peak_rss_mib": timed_peak,
+        "threads": n_threads,
+        "fused": _fused.usable(mdp, mdp.reward_sa()),
     }
 
 
@@ -611,6 +622,72 @@ def row_meg_unknown_random(
     return row
 
 
+def row_meg_pass(
+    n_states: int, horizon: int, *, n_threads: int = 1, repeats: int = 1, seed: int = 0
+) -> dict[str, Any]:
+    """One known-utility MEG pass (``K = 1``, with second derivatives) on a random sparse MDP:
+    the compiled fused pass (ours) against the torch pass (the incumbent), interleaved in one
+    process with ``n_threads`` threads, best of ``repeats``; the numba compile is warmed up on
+    a small MDP first (it is cached on disk after the first process)."""
+    from imitation_meg import _fused, _operators
+    from imitation_meg.envs import random_mdp
+    from imitation_meg.known import MEGObjective
+
+    if not _fused.available():
+        raise RuntimeError("the fused pass needs numba (pip install -e '.[fast]').")
+    threads = th.get_num_threads()
+    th.set_num_threads(n_threads)
+    limit = _fused.FUSED_MIN_SA
+    try:
+        dense = _operators.DENSE_FAST_PATH_ENTRIES
+        _operators.DENSE_FAST_PATH_ENTRIES = 0
+        _fused.FUSED_MIN_SA = 0
+        tiny = random_mdp(50, 4, 3, branching=4, seed=seed)
+        MEGObjective(tiny, goal_directed_policy(tiny)).evaluate_batch(th.ones(1))
+        _operators.DENSE_FAST_PATH_ENTRIES = dense
+        mdp = random_mdp(n_states, 4, horizon, branching=4, seed=seed)
+        obj = MEGObjective(mdp, goal_directed_policy(mdp))
+        beta = th.ones(1, dtype=th.float64)
+        outs: dict[str, Any] = {}
+
+        def run(fused: bool) -> None:
+            _fused.FUSED_MIN_SA = 0 if fused else 2**62
+            outs[fused] = obj.evaluate_batch(beta)
+
+        ours_s = inc_s = math.inf
+        for _ in range(repeats):
+            ours_s = min(ours_s, _timed(lambda: run(True)))
+            inc_s = min(inc_s, _timed(lambda: run(False)))
+    finally:
+        _fused.FUSED_MIN_SA = limit
+        th.set_num_threads(threads)
+    err = max(
+        abs(float(a[0]) - float(b[0])) / max(1.0, abs(float(b[0])))
+        for a, b in zip(outs[True], outs[False], strict=True)
+    )
+    return {
+        "task": "one known-utility MEG pass (K = 1, d2L); incumbent: the torch pass",
+        "env": f"random sparse S={n_states:.0e}",
+        "S": n_states,
+        "A": 4,
+        "H": horizon,
+        "K": 1,
+        "dtype": "float64",
+        "device": "cpu",
+        "ours_s": ours_s,
+        "incumbent_s": inc_s,
+        "speedup": inc_s / ours_s,
+        "err_vs_incumbent": err,
+        "threads": n_threads,
+    }
+
+
+def _timed(f: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
 ROWS: dict[str, Callable[..., Any]] = {
     "svi_cliff": row_svi_cliff,
     "svi_random": row_svi_random,
@@ -619,6 +696,7 @@ ROWS: dict[str, Callable[..., Any]] = {
     "meg_long": row_meg_long,
     "meg_unknown": row_meg_unknown,
     "meg_unknown_random": row_meg_unknown_random,
+    "meg_pass": row_meg_pass,
 }
 
 

@@ -53,6 +53,11 @@ class Config:
     meg_random_states: tuple[int, ...] = (1_000_000,)
     meg_random_policies: tuple[str, ...] = ("softmax", "epsilon_greedy")
     meg_random_float32_states: tuple[int, ...] = (1_000_000,)
+    # The random-MDP MEG rows run once per entry with that many threads (the others: one).
+    meg_random_threads: tuple[int, ...] = (1,)
+    # One MEG pass, the compiled fused pass against the torch pass, on random sparse MDPs of
+    # these sizes (once per entry of meg_random_threads; needs numba).
+    meg_pass_states: tuple[int, ...] = ()
     # Long horizons: (states, horizon) of a small random MDP.
     meg_long: tuple[tuple[int, ...], ...] = ((3, 100_000),)
     unknown_steps: int = 500
@@ -122,11 +127,15 @@ def _note(kind: str, kwargs: dict[str, Any], row: dict[str, Any]) -> str:
             f"{row['evaluations']} betas in {row['passes']} passes, beta = {row['beta']:.6g}, "
             f"converged {row['converged']}"
         )
+        if row.get("fused") is not None:
+            parts.append("fused passes (numba)" if row["fused"] else "torch passes")
         if row.get("dtype") == "float32" and row.get("timed_peak_rss_mib") is not None:
             parts.append(
                 f"peak RSS of the float32 call itself {row['timed_peak_rss_mib']:.0f} MiB (the "
                 "row's peak includes its untimed float64 reference)"
             )
+    if kind in ("meg_random", "meg_pass") and row.get("threads", 1) != 1:
+        parts.append(f"{row['threads']} threads")
     if kind == "svi_random" and row.get("gather_s"):
         parts.append(
             f"of one backup: streaming the CSR arrays {row['stream_s'] * 1e3:.3g} ms, gathering "
@@ -280,29 +289,40 @@ def main(cfg: Config) -> dict:
             )
         )
     for dev in devices:
-        for S in cfg.meg_random_states:
-            for policy in cfg.meg_random_policies:
+        for n_threads in cfg.meg_random_threads:
+            for S in cfg.meg_random_states:
+                for policy in cfg.meg_random_policies:
+                    jobs.append(
+                        (
+                            "meg_random",
+                            {
+                                "n_states": S,
+                                "horizon": cfg.random_horizon,
+                                "policy": policy,
+                                "device": dev,
+                                "n_threads": n_threads,
+                            },
+                        )
+                    )
+            for S in cfg.meg_random_float32_states:
                 jobs.append(
                     (
                         "meg_random",
                         {
                             "n_states": S,
                             "horizon": cfg.random_horizon,
-                            "policy": policy,
+                            "dtype": "float32",
                             "device": dev,
+                            "n_threads": n_threads,
                         },
                     )
                 )
-        for S in cfg.meg_random_float32_states:
+    for n_threads in cfg.meg_random_threads:
+        for S in cfg.meg_pass_states:
             jobs.append(
                 (
-                    "meg_random",
-                    {
-                        "n_states": S,
-                        "horizon": cfg.random_horizon,
-                        "dtype": "float32",
-                        "device": dev,
-                    },
+                    "meg_pass",
+                    {"n_states": S, "horizon": cfg.random_horizon, "n_threads": n_threads},
                 )
             )
     for n_long, h_long in cfg.meg_long:  # own names: w, h, H stay meg_grid's for the rows below
@@ -367,7 +387,8 @@ def main(cfg: Config) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     header = (
         f"Memory bandwidth (copy of {cfg.bandwidth_bytes >> 20} MiB, best of 5): "
-        f"{bandwidth / 1e9:.2f} GB/s. Threads: 1. Devices: {', '.join(devices)}.\n\n"
+        f"{bandwidth / 1e9:.2f} GB/s. Threads: 1 (unless a row's note says otherwise). "
+        f"Devices: {', '.join(devices)}.\n\n"
     )
     (out / "benchmark.md").write_text(header + table + "\n")
     write_csv(out / "benchmark.csv", rows)

@@ -413,6 +413,19 @@ class TransitionOperator:
 
         return self._get(("csr", dtype), build)
 
+    def branching_arrays(self, dtype: th.dtype) -> tuple[np.ndarray, np.ndarray]:
+        """``(next_state, prob)``: numpy ``(S * A, B)`` arrays of the fixed-branching
+        transitions (row ``s * A + a``; int32 indices when they fit, probabilities in ``dtype``;
+        zero-probability padding kept), for compiled loops on CPU (cached)."""
+
+        def build() -> tuple[np.ndarray, np.ndarray]:
+            S, A, B = self._next_state.shape
+            idx = th.int32 if S < 2**31 - 1 else th.int64
+            nxt = self._next_state.reshape(S * A, B).to(idx).contiguous()
+            return nxt.numpy(), self._prob.reshape(S * A, B).to(dtype).contiguous().numpy()
+
+        return self._get(("branching", dtype), build)
+
     @property
     def nnz(self) -> int:
         """Number of non-zero transition entries."""

@@ -74,7 +74,7 @@ from imitation_meg.beta_solver import (
 )
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.results import to_jsonable
-from imitation_meg.soft_vi import occupancy_measures
+from imitation_meg.soft_vi import TIE_TOL, occupancy_measures
 from imitation_meg.type_aliases import ArrayLike, PolicyLike, UtilityLike
 
 __all__ = [
@@ -227,6 +227,7 @@ class MEGObjective:
         self.evaluations = 0
         self.passes = 0
         self._limits: dict[float, tuple[float, float, float, float]] = {}
+        self._limit_bound: float | None = None
         per_beta = 16 * S * A * self.r.element_size()
         self.batch = int(max(1, min(64, _BATCH_BYTES // max(per_beta, 1))))
 
@@ -292,9 +293,40 @@ class MEGObjective:
         ``-inf`` unless each visited state's tie set contains the behaviour's support, and then
         ``sum_a w log pi_inf <= -D log n`` with ``n`` the support's size:
         ``L(+-inf) <= -sum_t sum_s D_t(s) log n_t(s)``. A behaviour with full support gets the
-        ``beta = 0`` value, which an interior optimum beats without a hard pass.
+        ``beta = 0`` value, which an interior optimum beats without a hard pass. At the last
+        two steps the ties cost one product, not a pass (``Q*_{H-1} = +-u``, one hard backup
+        for ``H - 2``): a behaviour that puts mass off the best actions and off the worst ones
+        there has ``L = -inf`` at both limits, and so does the limit of ``L(beta)`` (e.g. a
+        softmax policy whose float32 probabilities underflowed to 0 somewhere).
         """
-        return self.behaviour.support_bound()
+        if self._limit_bound is None:
+            bound = self.behaviour.support_bound()
+            # Only where the bound would ask for a hard pass (it beats L(0) = -H log A).
+            if bound > self.L0 + 1e-12 * abs(self.L0) and self._leaves_the_last_ties():
+                bound = -math.inf
+            self._limit_bound = bound
+        return self._limit_bound
+
+    def _leaves_the_last_ties(self) -> bool:
+        """Whether the behaviour's last two steps put mass off the ties of ``u`` and (maybe at
+        another step) off the ties of ``-u``: the tie sets of
+        :func:`~imitation_meg._known_passes.limit_pass` at ``t = H - 1`` (``Q* = +-u``) and
+        ``t = H - 2`` (one hard backup of both signs: one product, not a pass)."""
+        mdp, H = self.mdp, self.mdp.horizon
+        u = th.stack([self.r, -self.r])  # (2, S, A)
+        off = [False, False]
+        V: th.Tensor | None = None  # hard values of step t + 1, (2, S)
+        for t in range(H - 1, max(H - 3, -1), -1):
+            Q = u if V is None else u + mdp.discount * mdp.expect_next(V)
+            w, _ = self.behaviour.w(t)
+            best = Q.amax(-1, keepdim=True)
+            tol = TIE_TOL * (1.0 + Q.abs().amax(-1, keepdim=True))
+            leaves = ((w > 0) & (best - tol > Q)).flatten(1).any(-1)  # (2,)
+            off = [off[0] or bool(leaves[0]), off[1] or bool(leaves[1])]
+            if all(off):
+                return True
+            V = best.squeeze(-1)
+        return False
 
     def evaluate_limit(self, sign: float) -> LimitValue:
         """``L`` at ``beta = sign * inf`` (ties split evenly), the model's expected utility there,

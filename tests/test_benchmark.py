@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import imitation_meg
+from imitation_meg import _fused
 from imitation_meg.config import load_config
 from imitation_meg.runners import load_driver
 
@@ -45,8 +46,14 @@ def test_benchmark_fast_config_end_to_end(tmp_path):
         ("known-utility MEG", "random sparse S=3e+02", 1, "float64"),
         ("known-utility MEG", "random sparse S=3e+02", 1, "float64"),
         ("known-utility MEG", "random sparse S=3e+02", 1, "float32"),
-        ("known-utility MEG, long horizon", "random S=3", 1, "float64"),
+        # the same three rows with two threads (meg_random_threads: [1, 2])
+        ("known-utility MEG", "random sparse S=3e+02", 1, "float64"),
+        ("known-utility MEG", "random sparse S=3e+02", 1, "float64"),
+        ("known-utility MEG", "random sparse S=3e+02", 1, "float32"),
     ]
+    if _fused.available():  # one pass, fused against torch, with 1 and 2 threads
+        expected += [("one known-utility MEG pass", "random sparse S=3e+02", 1, "float64")] * 2
+    expected.append(("known-utility MEG, long horizon", "random S=3", 1, "float64"))
     if hasattr(imitation_meg, "meg_unknown"):
         expected.append(("unknown-utility MEG", "CliffWorld 10x4", 1, "float64"))
         expected.append(
@@ -61,9 +68,15 @@ def test_benchmark_fast_config_end_to_end(tmp_path):
             assert r["float32_err"] < 1e-4
     meg_row = rows[5]
     assert 0 < meg_row["meg"] <= 6 * np.log(4)
-    for r in rows[5:11]:  # every known-utility MEG row: converged, in few passes
+    for r in (r for r in rows if r["task"].startswith("known-utility MEG")):  # converged, quick
         assert r.get("converged", True) and 1 <= r["passes"] <= 12
         assert r["evaluations"] >= 1
+    for one, two in zip(rows[7:10], rows[10:13], strict=True):  # threads change no result
+        assert (one["threads"], two["threads"]) == (1, 2)
+        assert two["meg"] == pytest.approx(one["meg"], rel=1e-9) and "2 threads" in two["note"]
+    for r in rows:
+        if r["task"].startswith("one known-utility MEG pass"):  # the same numbers as torch's
+            assert r["err_vs_incumbent"] < 1e-11 and r["speedup"] > 0
     if hasattr(imitation_meg, "meg_unknown"):
         # The same MDP as the known row (a loop variable once leaked the long row's horizon here).
         assert (

@@ -438,6 +438,54 @@ def test_limit_upper_bound_bounds_both_limits(eps, rng):
     assert obj.evaluate_limit(1.0)[0] == pytest.approx(obj.limit_upper_bound(), abs=1e-12)
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    S=st.integers(1, 12),
+    A=st.integers(2, 4),
+    H=st.integers(1, 5),
+    zeros=st.floats(0.0, 0.9),
+)
+def test_property_last_step_bound_implies_both_limits_are_minus_inf(seed, S, A, H, zeros):
+    """When the last two steps' mass leaves the ties of u and of -u, the hard pass agrees: L and
+    the limit of L(beta) are -inf at both ends (so skipping that pass loses nothing)."""
+    from imitation_meg.known import MEGObjective
+
+    gen = np.random.default_rng(seed)
+    mdp = random_mdp(S, A, H, seed=seed)
+    if gen.random() < 0.3:  # ties in the utility: actions with equal utility
+        mdp = mdp.with_utility(th.as_tensor(gen.integers(0, 2, size=(S, A)), dtype=th.float64))
+    pi = gen.dirichlet(np.ones(A), size=S) * (gen.random((S, A)) >= zeros)
+    pi[pi.sum(-1) == 0, 0] = 1.0
+    obj = MEGObjective(mdp, th.as_tensor(pi / pi.sum(-1, keepdims=True)))
+    support = obj.behaviour.support_bound()
+    bound = obj.limit_upper_bound()
+    assert bound == support or (bound == -math.inf and obj._leaves_the_last_ties())
+    if obj._leaves_the_last_ties():
+        for sign in (1.0, -1.0):
+            lim = obj.evaluate_limit(sign)
+            assert lim[0] == -math.inf and lim[2] == -math.inf
+
+
+def test_float32_underflow_skips_the_limit_pass(monkeypatch):
+    """A softmax policy with probabilities underflowed to 0 has a finite support bound, but its
+    last two steps leave the ties: no hard pass, the same MEG as with the pass."""
+    from imitation_meg.known import MEGObjective
+
+    mdp = random_mdp(30, 4, 6, seed=1)
+    pi = th.softmax(40.0 * th.as_tensor(np.random.default_rng(0).normal(size=(30, 4))), -1)
+    pi[pi < 1e-12] = 0.0
+    pi = pi / pi.sum(-1, keepdim=True)
+    obj = MEGObjective(mdp, pi)
+    assert obj.behaviour.support_bound() > -6 * math.log(4)  # zeros: a bound above L(0)
+    assert obj.limit_upper_bound() == -math.inf  # the last two steps leave both tie sets
+    fast = im.meg(pi, mdp)
+    monkeypatch.setattr(MEGObjective, "_leaves_the_last_ties", lambda self: False)
+    slow = im.meg(pi, mdp)
+    assert fast.meg == pytest.approx(slow.meg, rel=1e-12, abs=1e-12)
+    assert fast.passes == slow.passes - 1
+
+
 def test_pass_workspaces_shared_on_one_mdp_keep_objectives_apart(rng):
     # Workspaces are kept on the MDP: a second objective (another utility, another policy) on the
     # same MDP must not see the first one's constants.

@@ -43,7 +43,7 @@ def test_import_is_light():
         "import sys, imitation_meg, imitation_meg.adapters, imitation_meg.trajectories, "
         "imitation_meg.adapters.sb3, imitation_meg.adapters.imitation, imitation_meg.cli, "
         "imitation_meg.adapters.zoo, imitation_meg.adapters.contrib, imitation_meg.scoring\n"
-        "bad = [m for m in ('stable_baselines3', 'imitation', 'sb3_contrib', 'yaml', 'matplotlib')"
+        "bad = [m for m in ('stable_baselines3', 'imitation', 'sb3_contrib', 'yaml', 'matplotlib', 'numba')"
         " if m in sys.modules]\n"
         "assert not bad, bad\n"
     )
