@@ -40,9 +40,9 @@ numba: Any = None
 __all__ = ["FUSED_MIN_SA", "N_CHUNKS", "available", "derivative_pass", "usable"]
 
 # Fused passes run on sparse MDPs with more than this many state-action pairs; measured (K = 1,
-# H = 100, branching 4, 2 cores): 1.33x the torch pass at 8e4 pairs, 1.22x at 2.8e5, 1.29x at
-# 8e5, ~2x at 4e6. Below it the torch passes keep every step's rows (batched accumulations).
-# Tests lower it.
+# H = 100, branching 4, 2 threads, the benchmark's meg_pass rows): 1.54x the torch pass at 8e4
+# pairs, 1.47x at 8e5, 2.46x at 4e6. Below it the torch passes keep every step's rows (batched
+# accumulations) and their calls cost little. Tests lower it.
 FUSED_MIN_SA = 1 << 16
 # Fixed chunks of states (the unit of parallel work and of the accumulation order).
 N_CHUNKS = 256
