@@ -637,10 +637,9 @@ def row_meg_pass(
         raise RuntimeError("the fused pass needs numba (pip install -e '.[fast]').")
     threads = th.get_num_threads()
     th.set_num_threads(n_threads)
-    limit = _fused.FUSED_MIN_SA
+    limit, dense = _fused.FUSED_MIN_SA, _operators.DENSE_FAST_PATH_ENTRIES
     try:
-        dense = _operators.DENSE_FAST_PATH_ENTRIES
-        _operators.DENSE_FAST_PATH_ENTRIES = 0
+        _operators.DENSE_FAST_PATH_ENTRIES = 0  # a sparse tiny MDP: the compile's warm-up
         _fused.FUSED_MIN_SA = 0
         tiny = random_mdp(50, 4, 3, branching=4, seed=seed)
         MEGObjective(tiny, goal_directed_policy(tiny)).evaluate_batch(th.ones(1))
@@ -648,7 +647,7 @@ def row_meg_pass(
         mdp = random_mdp(n_states, 4, horizon, branching=4, seed=seed)
         obj = MEGObjective(mdp, goal_directed_policy(mdp))
         beta = th.ones(1, dtype=th.float64)
-        outs: dict[str, Any] = {}
+        outs: dict[bool, Any] = {}
 
         def run(fused: bool) -> None:
             _fused.FUSED_MIN_SA = 0 if fused else 2**62
@@ -659,7 +658,7 @@ def row_meg_pass(
             ours_s = min(ours_s, _timed(lambda: run(True)))
             inc_s = min(inc_s, _timed(lambda: run(False)))
     finally:
-        _fused.FUSED_MIN_SA = limit
+        _fused.FUSED_MIN_SA, _operators.DENSE_FAST_PATH_ENTRIES = limit, dense
         th.set_num_threads(threads)
     err = max(
         abs(float(a[0]) - float(b[0])) / max(1.0, abs(float(b[0])))

@@ -29,7 +29,7 @@ from imitation_meg import _fused
 from imitation_meg._operators import Array, Operands, Products
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.progress import progress
-from imitation_meg.soft_vi import TIE_TOL, long_pass
+from imitation_meg.soft_vi import long_pass, tie_set
 
 __all__ = ["Behaviour", "PassBuffers", "derivative_pass", "limit_pass", "zero_pass"]
 
@@ -412,9 +412,7 @@ def limit_pass(
             Q.copy_(C)
         else:
             prod.backup(Q, X, C, mdp.discount)
-        best = Qh.amax(0, keepdim=True)
-        tol = TIE_TOL * (1.0 + Qh.abs().amax(0, keepdim=True))
-        ties = Qh >= best - tol
+        ties, best = tie_set(Qh, 0)
         lp_tie = th.where(ties, -ties.sum(0, keepdim=True).to(r.dtype).log(), -math.inf)
         q1m = th.where(ties, q1, -math.inf)
         v1 = th.logsumexp(q1m, 0, keepdim=True)

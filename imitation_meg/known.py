@@ -74,7 +74,7 @@ from imitation_meg.beta_solver import (
 )
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.results import to_jsonable
-from imitation_meg.soft_vi import TIE_TOL, occupancy_measures
+from imitation_meg.soft_vi import occupancy_measures, tie_set
 from imitation_meg.type_aliases import ArrayLike, PolicyLike, UtilityLike
 
 __all__ = [
@@ -319,9 +319,8 @@ class MEGObjective:
         for t in range(H - 1, max(H - 3, -1), -1):
             Q = u if V is None else u + mdp.discount * mdp.expect_next(V)
             w, _ = self.behaviour.w(t)
-            best = Q.amax(-1, keepdim=True)
-            tol = TIE_TOL * (1.0 + Q.abs().amax(-1, keepdim=True))
-            leaves = ((w > 0) & (best - tol > Q)).flatten(1).any(-1)  # (2,)
+            ties, best = tie_set(Q)
+            leaves = ((w > 0) & ~ties).flatten(1).any(-1)  # (2,)
             off = [off[0] or bool(leaves[0]), off[1] or bool(leaves[1])]
             if all(off):
                 return True

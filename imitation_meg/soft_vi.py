@@ -106,12 +106,22 @@ class SoftVIResult:
         return self._pi if self._pi is not None else self.log_pi.exp()
 
 
+def tie_set(Q: th.Tensor, dim: int = -1, tie_tol: float = TIE_TOL) -> tuple[th.Tensor, th.Tensor]:
+    """The tied best actions of hard Q-values: ``(ties, best)``.
+
+    ``ties`` is the boolean mask ``Q >= best - tie_tol * (1 + max |Q|)`` (maxima over the action
+    axis ``dim``, kept as a size-1 axis in ``best``); the one definition of a tie used by the
+    hard policies, the limit pass and the limit bound of known-utility MEG (package-internal,
+    like :func:`long_pass`).
+    """
+    best = Q.amax(dim, keepdim=True)
+    tol = tie_tol * (1.0 + Q.abs().amax(dim, keepdim=True))
+    return th.ge(Q, best - tol), best
+
+
 def _tie_log_policy(Q: th.Tensor, sign: float, tie_tol: float) -> th.Tensor:
     """Uniform log-policy over the argmax (sign=+1) or argmin (sign=-1) of ``Q (..., A)``."""
-    Qs = sign * Q
-    best = Qs.max(-1, keepdim=True).values
-    tol = tie_tol * (1.0 + Qs.abs().amax(-1, keepdim=True))
-    ties = Qs >= best - tol
+    ties, _ = tie_set(sign * Q, -1, tie_tol)
     n = ties.sum(-1, keepdim=True).to(Q.dtype)
     return th.where(ties, -th.log(n), th.full_like(Q, -math.inf))
 
