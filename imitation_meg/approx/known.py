@@ -59,7 +59,7 @@ from imitation_meg.approx.evaluate import (
 )
 from imitation_meg.approx.policy import PolicyFn, as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
-from imitation_meg.approx.soft_q import BetaPrior, SoftQModel, fit_soft_q, new_model
+from imitation_meg.approx.soft_q import BetaPrior, SoftQModel, fit_soft_q_ensemble, new_model
 
 __all__ = [
     "ApproxMEGResult",
@@ -171,17 +171,26 @@ def _fit_ensemble(
         data = collect_data(source, pol, fit.n_data_steps, g, n_envs=fit.n_envs, on_step=count)
         if extra_data is not None:
             data = Rollouts.concat([data, extra_data])
-        model = new_model(data, A, H, hidden=fit.hidden, seed=int(mseed), reward_fn=reward_fn)
-        model.losses = fit_soft_q(  # type: ignore[attr-defined]
-            model,
-            data,
+        models.append(
+            new_model(data, A, H, hidden=fit.hidden, seed=int(mseed), reward_fn=reward_fn)
+        )
+        datas.append(data)
+
+    def fit_all(priors: list[BetaPrior], lr: float, stage: int) -> None:
+        losses = fit_soft_q_ensemble(
+            models,
+            datas,
             iterations=fit.iterations,
             steps_per_iteration=fit.steps_per_iteration,
-            seed=int(mseed) + 1,
-            on_iteration=lambda _i: bar.update(1),
+            lr=lr,
+            priors=priors,
+            seeds=[int(mseed) + 1 + stage for mseed in seeds],
+            on_iteration=lambda _i: bar.update(len(models)),
         )
-        models.append(model)
-        datas.append(data)
+        for model, loss in zip(models, losses, strict=True):
+            model.losses = loss  # type: ignore[attr-defined]
+
+    fit_all([BetaPrior()] * len(models), 1e-3, 0)
     nulls = sum(m.null for m in models)
     if nulls:
         warnings.warn(
@@ -204,11 +213,10 @@ def _fit_ensemble(
             stage_mats += [stage_mats[-1]] * (fit.refine - rnd)
             break
         for k, (model, mseed) in enumerate(zip(models, seeds, strict=True)):
-            b = beta * model.q_scale
             g = np.random.default_rng([int(mseed), 2 + rnd])
             own = collect(
                 source,
-                _model_behaviour(model, b),
+                _model_behaviour(model, beta * model.q_scale),
                 None,
                 g,
                 min_steps=max(1, fit.n_data_steps // 3),
@@ -216,16 +224,7 @@ def _fit_ensemble(
                 on_step=count,
             )
             datas[k] = Rollouts.concat([datas[k], own])
-            model.losses = fit_soft_q(  # type: ignore[attr-defined]
-                model,
-                datas[k],
-                iterations=fit.iterations,
-                steps_per_iteration=fit.steps_per_iteration,
-                lr=3e-4,
-                prior=BetaPrior(focus=b),
-                seed=int(mseed) + 2 + rnd,
-                on_iteration=lambda _i: bar.update(1),
-            )
+        fit_all([BetaPrior(focus=beta * m.q_scale) for m in models], 3e-4, 1 + rnd)
         betas, mats = scan(ens, q_ref)
         stage_mats.append(mats)
     return models, datas, ens, betas, mats, stage_mats
@@ -234,19 +233,24 @@ def _fit_ensemble(
 # ------------------------------------------------------------------------------ entry point
 #: Adam steps per fitting stage by default (split over the iterations, at least 20 each). The
 #: fits' shared bias shrinks with it: on ``random_features`` (H = 10, epsilon 0.1) +4.6% / +4.9%
-#: of ``H log|A|`` at 4 000 steps, +2.0% / +2.7% at 12 000, +0.5% at 36 000 (docs/approx.md).
-STEP_BUDGET = 24_000
+#: of ``H log|A|`` at 4 000 steps, +2.0% / +2.7% at 12 000, +0.5% at 36 000; with three refits
+#: +1.6% to +2.6% at 24 000 and +0.5% to +1.4% at 48 000 (seeds 0-2; docs/approx.md).
+STEP_BUDGET = 48_000
 
 
 def default_schedule(
-    horizon: int, iterations: int | None, steps_per_iteration: int | None
+    horizon: int,
+    iterations: int | None,
+    steps_per_iteration: int | None,
+    *,
+    budget: int | None = None,
 ) -> tuple[int, int]:
     """Soft Q-iterations (default ``H + 20``) and Adam steps per iteration (default
-    ``max(20, STEP_BUDGET // iterations)``)."""
+    ``max(20, budget // iterations)``, ``budget`` by default :data:`STEP_BUDGET`)."""
     n_iter = iterations if iterations is not None else horizon + 20
     if steps_per_iteration is not None:
         return n_iter, steps_per_iteration
-    return n_iter, max(20, STEP_BUDGET // n_iter)
+    return n_iter, max(20, (STEP_BUDGET if budget is None else budget) // n_iter)
 
 
 #: Off-policy environment steps per model by default (lowered for wide observations, see
@@ -341,7 +345,7 @@ def meg_approx(
     hidden: tuple[int, ...] = (64, 64),
     iterations: int | None = None,
     steps_per_iteration: int | None = None,
-    refine: bool | int = 2,
+    refine: bool | int = 3,
     n_boot: int = 500,
     confidence: float = 0.95,
     seed: int = 0,
@@ -377,17 +381,17 @@ def meg_approx(
             one decision per iteration, so fewer than ``H`` iterations give a truncated
             lookahead.
         steps_per_iteration: Adam steps per iteration; default
-            ``max(20, STEP_BUDGET // iterations)`` (24 000 steps per stage: fewer leave the fits
+            ``max(20, STEP_BUDGET // iterations)`` (48 000 steps per stage: fewer leave the fits
             short of their targets, a bias that the interval does not cover; docs/approx.md).
         refine: refit each model with the rationality prior focused on the optimum and with
             episodes of its soft-optimal policy there, then re-evaluate, ``refine`` times
             (``True`` is 1, ``False`` 0; the estimate after each stage is in ``stages``, the
             whole move enters the interval, and ``stage_intervals`` holds what every smaller
             ``refine`` reports, so one run shows whether more refits changed the answer).
-            Default 2: on CliffWorld's PPO agent (10 seeds) the error was +1.9% of the bound on average with two refits (+0.4% to +5.2%),
-            against +2.9% / +5.2% on two seeds with one, and +0.9% (-0.6% to +2.5%) with three
-            (docs/approx.md). Each refit costs about as much CPU as the first fit (a validation
-            unit: about 220 s with one refit, 325 s with two, 424 s with three).
+            Default 3: on CliffWorld's PPO agent (10 seeds, 24 000 steps per stage) the error
+            was +1.9% of the bound on average with two refits (+0.4% to +5.2%) and +0.9% (-0.6%
+            to +2.5%) with three (docs/approx.md). Each refit costs about as much CPU as the
+            first fit (a validation unit with the defaults: about 240 s on one core).
         n_boot: bootstrap replicates over evaluation episodes.
         confidence: the interval's nominal coverage.
         seed: the seed of everything random (same seed, same result).

@@ -56,6 +56,9 @@ __all__ = ["ApproxUnknownResult", "meg_approx_unknown"]
 UTILITY_CLASSES = ("mlp", "agent")
 #: Off-policy environment steps for the soft Q-fits by default (lowered for wide observations).
 UNKNOWN_DATA_STEPS = 20_000
+#: Adam steps per fitting stage of the soft Q-fits by default: the budget this bound was
+#: developed and tested with (``meg_approx`` doubled its own, STEP_BUDGET, after validation).
+UNKNOWN_STEP_BUDGET = 24_000
 #: Ascent steps whose sampled episodes are kept as extra fitting data.
 _KEEP_SAMPLED = 3
 
@@ -193,7 +196,8 @@ def meg_approx_unknown(
         episodes_per_step: episodes of ``pi_theta`` sampled per step.
         lr: Adam's learning rate for the utility.
         utility_hidden: hidden units of the ``"mlp"`` utility.
-        hidden, iterations, steps_per_iteration: the soft Q-networks' settings.
+        hidden, iterations, steps_per_iteration: the soft Q-networks' settings (by default
+            ``H + 20`` iterations and 24 000 Adam steps per fit, ``UNKNOWN_STEP_BUDGET``).
         n_models: soft Q-networks of the final estimate.
         n_boot, confidence, seed, n_envs, progress: as in ``meg_approx``.
         data_memory_gib: memory the default ``n_data_steps`` may fill with stored transitions:
@@ -239,7 +243,9 @@ def meg_approx_unknown(
         default=UNKNOWN_DATA_STEPS,
         extra_copies=2.0,
     )
-    n_iter, steps_per_iteration = default_schedule(H, iterations, steps_per_iteration)
+    n_iter, steps_per_iteration = default_schedule(
+        H, iterations, steps_per_iteration, budget=UNKNOWN_STEP_BUDGET
+    )
     ss = np.random.SeedSequence(int(seed))
     s_data, s_eval, s_models, s_boot, s_ascent = ss.spawn(5)
     steps = {"n": 0}

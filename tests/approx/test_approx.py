@@ -369,7 +369,7 @@ def test_interval_adds_the_refits_move_as_an_allowance(small_case):
     assert (res.high - res.low) / 2 == pytest.approx(sampling + abs(res.refine_shift), rel=1e-9)
     assert res.stages == pytest.approx((res.first_stage, res.meg), abs=1e-12)
     # a second refit continues the first one (same draws), and the allowance is the whole move
-    twice = meg_approx(pol, make, seed=2, **kw)  # the default, 2
+    twice = meg_approx(pol, make, seed=2, refine=2, **kw)
     assert len(twice.stages) == 3 and twice.stages[:2] == pytest.approx(res.stages, abs=1e-12)
     assert twice.meg == pytest.approx(twice.stages[2], abs=1e-12) and twice.meg != res.meg
     assert twice.refine_shift == pytest.approx(twice.meg - res.first_stage, abs=1e-12)
@@ -577,3 +577,82 @@ def test_cli_scores_a_cartpole_ppo_zip_in_under_ten_minutes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0 and "MEG estimate" in out and "interval" in out
     assert wall < 600, f"took {wall:.0f} s"
+
+
+# ------------------------------------------------------------------------------ batched fits
+def _fit_inputs(n_models: int, *, reward_fn=None):
+    from imitation_meg.approx.soft_q import new_model
+
+    case = validation_case("random_features", horizon=4)
+    src = EnvSource(case.make)
+    datas = [
+        collect(src, uniform_behaviour(4), None, np.random.default_rng(k), min_steps=200, n_envs=4)
+        for k in range(n_models)
+    ]
+    models = [
+        new_model(d, 4, 4, hidden=(16, 16), seed=10 + k, reward_fn=reward_fn)
+        for k, d in enumerate(datas)
+    ]
+    return models, datas
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_batched_fit_equals_each_model_fitted_alone(split, monkeypatch):
+    """The ensemble fit trains each model exactly as a fit of that model alone would (own
+    rows, rationalities, prior, clipping and Adam moments), up to rounding."""
+    from imitation_meg.approx import soft_q
+    from imitation_meg.approx.soft_q import BetaPrior, fit_soft_q, fit_soft_q_ensemble
+
+    # a small clipping norm, so that every step clips, each model by its own gradient's norm
+    monkeypatch.setattr(soft_q, "_GRAD_CLIP", 0.05)
+
+    reward_fn = (lambda x: x[:, 0].double()) if split else None
+    together, datas = _fit_inputs(3, reward_fn=reward_fn)
+    alone, _ = _fit_inputs(3, reward_fn=reward_fn)
+    priors = [BetaPrior(), BetaPrior(focus=2.0), BetaPrior(focus=-0.5)]
+    settings = {"iterations": 3, "steps_per_iteration": 25, "batch_size": 32, "lr": 3e-3}
+    losses = fit_soft_q_ensemble(together, datas, priors=priors, seeds=[5, 6, 7], **settings)
+    x = th.as_tensor(datas[0].x[:50])
+    t = th.as_tensor(datas[0].t[:50])
+    b = th.linspace(-3.0, 3.0, 50)
+    for k in range(3):
+        ref = fit_soft_q(alone[k], datas[k], prior=priors[k], seed=[5, 6, 7][k], **settings)
+        assert losses[k] == pytest.approx(ref, rel=1e-4)
+        got, want = together[k].f(x, t, b), alone[k].f(x, t, b)
+        assert th.allclose(got, want, atol=1e-5), (got - want).abs().max()
+    # the models differ from each other (their own data and seeds were used)
+    assert not th.allclose(together[0].f(x, t, b), together[1].f(x, t, b), atol=1e-3)
+
+
+def test_batched_fit_skips_null_models_and_checks_lengths():
+    from imitation_meg.approx.soft_q import fit_soft_q_ensemble
+
+    models, datas = _fit_inputs(2)
+    models[1].null = True
+    before = [p.detach().clone() for p in models[1].nets.parameters()]
+    losses = fit_soft_q_ensemble(models, datas, iterations=2, steps_per_iteration=5)
+    assert losses[1] == [0.0, 0.0] and len(losses[0]) == 2 and losses[0][0] > 0
+    assert all(th.equal(p, q) for p, q in zip(before, models[1].nets.parameters(), strict=True))
+    with pytest.raises(ValueError, match="same length"):
+        fit_soft_q_ensemble(models, datas[:1], iterations=1)
+
+
+def test_batched_fit_refuses_networks_of_different_shapes():
+    from imitation_meg.approx.soft_q import fit_soft_q_ensemble, new_model
+
+    models, datas = _fit_inputs(2)
+    models[1] = new_model(datas[1], 4, 4, hidden=(8, 8), seed=0)
+    with pytest.raises(ValueError, match="one shape"):
+        fit_soft_q_ensemble(models, datas, iterations=1, steps_per_iteration=2)
+
+
+def test_default_schedule_splits_the_step_budget():
+    from imitation_meg.approx.known import STEP_BUDGET, default_schedule
+    from imitation_meg.approx.unknown import UNKNOWN_STEP_BUDGET
+
+    assert STEP_BUDGET == 48_000 and UNKNOWN_STEP_BUDGET == 24_000
+    assert default_schedule(10, None, None) == (30, 1600)  # H + 20 iterations
+    assert default_schedule(10, None, None, budget=UNKNOWN_STEP_BUDGET) == (30, 800)
+    assert default_schedule(500, None, None) == (520, 92)
+    assert default_schedule(5000, None, None) == (5020, 20)  # at least 20 per iteration
+    assert default_schedule(10, 4, 7) == (4, 7)
