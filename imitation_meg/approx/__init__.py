@@ -15,7 +15,13 @@ from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
 from imitation_meg.approx.known import meg_approx
 from imitation_meg.approx.policy import PolicyFn, as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
-from imitation_meg.approx.soft_q import BetaPrior, SoftQModel, fit_soft_q, soft_mean
+from imitation_meg.approx.soft_q import (
+    BetaPrior,
+    SoftQModel,
+    fit_soft_q,
+    fit_soft_q_ensemble,
+    soft_mean,
+)
 from imitation_meg.approx.unknown import ApproxUnknownResult, meg_approx_unknown
 
 __all__ = [
@@ -30,6 +36,7 @@ __all__ = [
     "as_policy_fn",
     "collect",
     "fit_soft_q",
+    "fit_soft_q_ensemble",
     "meg_approx",
     "meg_approx_unknown",
     "soft_mean",
