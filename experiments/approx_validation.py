@@ -61,7 +61,7 @@ class Config:
     hidden: tuple[int, ...] = (64, 64)
     iterations: int | None = None
     steps_per_iteration: int | None = None
-    refine: int = 2
+    refine: int = 3
     n_boot: int = 500
     tolerance: float = 0.05
     progress: bool = False
