@@ -59,7 +59,13 @@ from imitation_meg.approx.evaluate import (
 )
 from imitation_meg.approx.policy import PolicyFn, as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
-from imitation_meg.approx.soft_q import BetaPrior, SoftQModel, fit_soft_q_ensemble, new_model
+from imitation_meg.approx.soft_q import (
+    BetaPrior,
+    SoftQModel,
+    _check_int,
+    fit_soft_q_ensemble,
+    new_model,
+)
 
 __all__ = [
     "ApproxMEGResult",
@@ -325,11 +331,6 @@ def _check_data(n_data_steps: Any, memory_gib: Any) -> None:
         or not memory_gib > 0
     ):
         raise ValueError(f"data_memory_gib must be a positive number, got {memory_gib!r}.")
-
-
-def _check_int(name: str, v: Any, lo: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}.")
 
 
 def meg_approx(

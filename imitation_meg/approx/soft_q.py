@@ -29,7 +29,7 @@ import copy
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch as th
@@ -391,16 +391,19 @@ class _Fit:
         self.xn = th.as_tensor(data.x_next)
         self.t = th.as_tensor(data.t)
         self.a = th.as_tensor(data.a)
-        self.r = th.as_tensor(data.r / model.q_scale, dtype=th.float32)
         self.live = th.as_tensor(~data.done, dtype=th.float32)
+        # The one-step utility of every row: the model's own (exact) utility of a split model,
+        # computed once per fit, else the normalised rewards seen.
+        if model.split:
+            with th.no_grad():
+                self.r = model.reward(self.x)[:, 0]
+                seen = th.cat([self.r, model.reward(self.xn)[:, 0]])
+        else:
+            self.r = th.as_tensor(data.r / model.q_scale, dtype=th.float32)
+            seen = self.r
         # Every soft value lies between these bounds (first reward, then any mix of rewards
         # and termination): targets are clipped to them, which stops fitted Q-iteration from
         # diverging through extrapolation on long horizons. The per-step range is the one seen.
-        if model.split:
-            with th.no_grad():
-                seen = th.cat([model.reward(self.x)[:, 0], model.reward(self.xn)[:, 0]])
-        else:
-            seen = self.r
         r_lo, r_hi = float(seen.min()), float(seen.max())
         left = (model.horizon - 1 - self.t).clamp(min=0).to(th.float32)
         self.q_lo = r_lo + left * min(r_lo, 0.0)
@@ -421,17 +424,22 @@ class _Fit:
                 tn = self.t[i] + 1
                 out = _stacked_forward(frozen, m.inputs(self.xn[i], tn, bb).unsqueeze(0))[0]
                 cont = self.live[i] * soft_mean(m.assemble(self.xn[i], tn, out), bb)
-                now = m.reward(self.x[i])[:, 0] if m.split else self.r[i]
                 target[lo : lo + _TARGET_CHUNK] = th.minimum(
-                    th.maximum(now + cont, self.q_lo[i]), self.q_hi[i]
+                    th.maximum(self.r[i] + cont, self.q_lo[i]), self.q_hi[i]
                 )
             if m.split:
-                base = m.reward(self.x[idx])[:, 0]
+                base = self.r[idx]
                 weight = m.continuation_weight(self.t[idx])
             else:
                 base, weight = th.zeros(idx.shape[0]), th.ones(idx.shape[0])
             z = m.inputs(self.x[idx], self.t[idx], b)
         return _FitRows(z, self.a[idx], target, base, weight)
+
+
+def _check_int(name: str, v: Any, lo: int) -> None:
+    """Raise ``ValueError`` unless ``v`` is an integer (not a bool) ``>= lo``."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}.")
 
 
 def _linears(model: SoftQModel) -> list[nn.Linear]:
@@ -517,6 +525,11 @@ def fit_soft_q_ensemble(
         seeds: each model's seed of its batches and rationality draws (default ``0, 1, ...``).
         on_iteration: called after each iteration (of all models) with its index.
     """
+    _check_int("iterations", iterations, 1)
+    _check_int("steps_per_iteration", steps_per_iteration, 1)
+    _check_int("batch_size", batch_size, 1)
+    if not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"lr must be a positive number, got {lr!r}.")
     K = len(models)
     priors = priors if priors is not None else [BetaPrior()] * K
     seeds = seeds if seeds is not None else list(range(K))

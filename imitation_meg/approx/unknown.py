@@ -38,7 +38,6 @@ from imitation_meg.approx.evaluate import ApproxMEGResult, summarise
 from imitation_meg.approx.known import (
     _Bar,
     _check_data,
-    _check_int,
     _data_steps,
     _fit_ensemble,
     _FitSettings,
@@ -49,7 +48,13 @@ from imitation_meg.approx.known import (
 )
 from imitation_meg.approx.policy import PolicyFn, as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
-from imitation_meg.approx.soft_q import BetaPrior, SoftQModel, _standardisation, fit_soft_q
+from imitation_meg.approx.soft_q import (
+    BetaPrior,
+    SoftQModel,
+    _check_int,
+    _standardisation,
+    fit_soft_q,
+)
 
 __all__ = ["ApproxUnknownResult", "meg_approx_unknown"]
 

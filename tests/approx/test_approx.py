@@ -637,6 +637,21 @@ def test_batched_fit_skips_null_models_and_checks_lengths():
         fit_soft_q_ensemble(models, datas[:1], iterations=1)
 
 
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("iterations", 0), ("steps_per_iteration", 0), ("batch_size", 0), ("lr", 0.0), ("lr", "1e-3")],
+)
+def test_batched_fit_refuses_bad_settings(setting, value):
+    from imitation_meg.approx.soft_q import fit_soft_q, fit_soft_q_ensemble
+
+    models, datas = _fit_inputs(1)
+    settings = {"iterations": 1, "steps_per_iteration": 2, setting: value}
+    with pytest.raises(ValueError, match=setting):
+        fit_soft_q_ensemble(models, datas, **settings)
+    with pytest.raises(ValueError, match=setting):
+        fit_soft_q(models[0], datas[0], **settings)
+
+
 def test_batched_fit_refuses_networks_of_different_shapes():
     from imitation_meg.approx.soft_q import fit_soft_q_ensemble, new_model
 
