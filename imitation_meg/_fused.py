@@ -1,4 +1,5 @@
-"""Compiled fused passes of known-utility MEG for large sparse MDPs on CPU (numba, optional).
+"""Compiled fused passes of known-utility MEG on CPU (numba, optional): large sparse MDPs, and
+small MDPs of any kind.
 
 On a large sparse MDP a torch MEG pass (:func:`imitation_meg._known_passes.derivative_pass`)
 runs, per step, one sparse product (torch's CSR kernel copies and zero-fills its output) and
@@ -11,11 +12,18 @@ step for the 1e6-state benchmark MDP on 2 cores, against ~18 ms for everything e
 take half the time of 1). The math is the torch pass's (and
 :func:`imitation_meg.known.objective_reference`'s); the tests hold them together.
 
+On a small MDP the torch pass costs the overhead of its calls (about a dozen per step, a few
+microseconds each), not its arithmetic: there one compiled call (:func:`_horizon`) runs the
+whole pass, every step and every beta, on one thread (same step loop, :func:`_rows`).
+Measured on CliffWorld 10x4 (H = 30), one thread, best of 10, in one process: a whole MEG call
+4.36 -> 2.29 ms at epsilon 0.3, 5.16 -> 2.46 ms at 0.1, 6.62 -> 3.27 ms at 0.4 (1.9-2.1x;
+docs/benchmark.md, round six).
+
 Determinism: states are split into ``N_CHUNKS`` fixed chunks whatever the number of threads;
 each chunk accumulates its terms in float64 in state order and the chunks' sums are added in
 chunk order, so a call gives the same bits with any number of threads.
 
-The compiled loop needs ``numba`` (the ``fast`` extra, part of ``all``); without it, or on GPU,
+The compiled loops need ``numba`` (the ``fast`` extra, part of ``all``); without it, or on GPU,
 :func:`usable` is False and the torch passes run. The first call in a fresh install compiles the
 loop (a few seconds; numba caches it on disk for later processes).
 """
@@ -37,13 +45,28 @@ from imitation_meg.soft_vi import long_pass
 _HAS_NUMBA = importlib.util.find_spec("numba") is not None
 numba: Any = None
 
-__all__ = ["FUSED_MIN_SA", "N_CHUNKS", "available", "derivative_pass", "usable"]
+__all__ = [
+    "FUSED_MIN_SA",
+    "N_CHUNKS",
+    "SMALL_MAX_WORK",
+    "available",
+    "derivative_pass",
+    "small",
+    "usable",
+]
 
 # Fused passes run on sparse MDPs with more than this many state-action pairs; measured (K = 1,
 # H = 100, branching 4, 2 threads, the benchmark's meg_pass rows): 1.54x the torch pass at 8e4
 # pairs, 1.47x at 8e5, 2.46x at 4e6. Below it the torch passes keep every step's rows (batched
 # accumulations) and their calls cost little. Tests lower it.
 FUSED_MIN_SA = 1 << 16
+# Passes over at most this many stored transitions times steps (S x A x branching x H) run in
+# one compiled call on one thread (``small``). Measured, one thread (one pass of 1 / 8 betas,
+# torch -> compiled): CliffWorld 10x4 (9.6e3) 0.84 -> 0.11 / 1.19 -> 0.67 ms; a random
+# 300-state MDP, H = 20 (9.6e4) 1.02 -> 0.41 / 3.80 -> 3.14 ms; near 1.7e6 (a random 2000-state
+# MDP, H = 50; CliffWorld 100x20) one beta still gains 1.4-1.5x but eight batched betas cost the
+# same or 5% more, and torch's passes use every core: the limit stays below that.
+SMALL_MAX_WORK = 1 << 20
 # Fixed chunks of states (the unit of parallel work and of the accumulation order).
 N_CHUNKS = 256
 # States per block: the block's successors are gathered before its softmaxes are taken.
@@ -56,14 +79,113 @@ def available() -> bool:
 
 
 def usable(mdp: TabularMDP, r: th.Tensor) -> bool:
-    """Whether the fused pass runs for this MDP: numba installed, CPU, sparse, large enough."""
+    """Whether a compiled pass runs for this MDP: numba installed, CPU, and either sparse and
+    large enough (:data:`FUSED_MIN_SA`) or small (:func:`small`)."""
     return (
         _HAS_NUMBA
         and r.device.type == "cpu"
         and r.dtype in (th.float32, th.float64)
-        and mdp.n_states * mdp.n_actions > FUSED_MIN_SA
-        and not mdp.operator.has_dense(r.dtype)
+        and (
+            small(mdp)
+            or (mdp.n_states * mdp.n_actions > FUSED_MIN_SA and not mdp.operator.has_dense(r.dtype))
+        )
     )
+
+
+def small(mdp: TabularMDP) -> bool:
+    """Whether a pass over ``mdp`` is small enough for the one-thread whole-pass loop: at most
+    :data:`SMALL_MAX_WORK` stored transitions times steps (there the torch passes cost their
+    calls' overhead, about a dozen calls per step, not their arithmetic)."""
+    op = mdp.operator
+    return op.n_states * op.n_actions * op.branching * mdp.horizon <= SMALL_MAX_WORK
+
+
+def _rows(
+    nxt: Any,
+    prob: Any,
+    r: Any,
+    beta: float,
+    gamma: float,
+    Xn: Any,
+    Xo: Any,
+    pol: Any,
+    wS: Any,
+    is_policy: bool,
+    first: bool,
+    lo: int,
+    hi: int,
+) -> tuple[
+    float, float, float
+]:  # pragma: no cover - compiled by numba (its Python form runs in no test)
+    """One backward step of one beta for the states ``lo .. hi - 1``: their carries in ``Xo``.
+
+    Carries are ``[V | g | h]`` of the step; the step's behaviour weights are
+    ``wS[s] * pol[s, a]`` (``is_policy``) or ``pol[s, a]`` (an occupancy), ``wS`` their state
+    marginal. Returns the states' terms ``(E_w log pi, E_w (G - g), E_w d2Q - E_D h)``,
+    accumulated in state order. The three gathered columns are summed in scalars (an
+    accumulator array in memory costs twice the time of the gather itself).
+    """
+    A = r.shape[1]
+    B = nxt.shape[1]
+    E = np.zeros((min(_BLOCK, max(hi - lo, 0)) * A, 3))
+    q = np.empty(A)
+    G = np.empty(A)
+    d2 = np.empty(A)
+    P = np.empty(A)
+    acc0 = 0.0
+    acc1 = 0.0
+    acc2 = 0.0
+    for s0 in range(lo, hi, _BLOCK):
+        s1 = min(hi, s0 + _BLOCK)
+        if not first:  # gather the block's expectations first: a tight loop of loads
+            for row in range(s0 * A, s1 * A):
+                e0 = 0.0
+                e1 = 0.0
+                e2 = 0.0
+                for b in range(B):  # zero-probability padding adds 0 (the carries are finite)
+                    col = nxt[row, b]
+                    v = prob[row, b]
+                    e0 += v * Xn[col, 0]
+                    e1 += v * Xn[col, 1]
+                    e2 += v * Xn[col, 2]
+                i = row - s0 * A
+                E[i, 0] = e0
+                E[i, 1] = e1
+                E[i, 2] = e2
+        for s in range(s0, s1):
+            m = -math.inf
+            for a in range(A):
+                i = (s - s0) * A + a
+                ra = r[s, a]
+                qa = beta * ra + gamma * E[i, 0]
+                q[a] = qa
+                G[a] = ra + gamma * E[i, 1]
+                d2[a] = gamma * E[i, 2]
+                m = max(m, qa)
+            se = 0.0
+            for a in range(A):
+                P[a] = math.exp(q[a] - m)
+                se += P[a]
+            lse = m + math.log(se)
+            g = 0.0
+            for a in range(A):
+                P[a] /= se  # pi(a | s)
+                g += P[a] * G[a]
+            h = 0.0
+            for a in range(A):
+                dev = G[a] - g
+                h += P[a] * (d2[a] + dev * dev)
+            Xo[s, 0] = lse
+            Xo[s, 1] = g
+            Xo[s, 2] = h
+            ws = wS[s]
+            for a in range(A):
+                w = ws * pol[s, a] if is_policy else pol[s, a]
+                acc0 += w * (q[a] - lse)
+                acc1 += w * (G[a] - g)
+                acc2 += w * d2[a]
+            acc2 -= ws * h
+    return acc0, acc1, acc2
 
 
 def _step(
@@ -80,93 +202,99 @@ def _step(
     first: bool,
     partial: Any,
 ) -> None:  # pragma: no cover - compiled by numba (its Python form runs in no test)
-    """One backward step of one beta for every state: the carry ``Xo (S, 3)`` from ``Xn``.
-
-    Carries are ``[V | g | h]`` of the step; the step's behaviour weights are
-    ``wS[s] * pol[s, a]`` (``is_policy``) or ``pol[s, a]`` (an occupancy), ``wS`` their state
-    marginal. ``partial (N_CHUNKS, 3)`` gains each chunk's terms
-    ``[E_w log pi, E_w (G - g), E_w d2Q - E_D h]``. The three gathered columns are summed in
-    scalars (an accumulator array in memory costs twice the time of the gather itself).
-    """
-    S, A = r.shape
-    B = nxt.shape[1]
+    """One backward step of one beta for every state (:func:`_rows` over the fixed chunks, in
+    parallel): the carry ``Xo (S, 3)`` from ``Xn``; ``partial (N_CHUNKS, 3)`` gains each
+    chunk's terms."""
+    S = r.shape[0]
     n_chunks = partial.shape[0]
     size = (S + n_chunks - 1) // n_chunks
     for c in numba.prange(n_chunks):
-        E = np.zeros((_BLOCK * A, 3))
-        q = np.empty(A)
-        G = np.empty(A)
-        d2 = np.empty(A)
-        P = np.empty(A)
-        acc0 = 0.0
-        acc1 = 0.0
-        acc2 = 0.0
-        stop = min(S, (c + 1) * size)
-        for s0 in range(c * size, stop, _BLOCK):
-            s1 = min(stop, s0 + _BLOCK)
-            if not first:  # gather the block's expectations first: a tight loop of loads
-                for row in range(s0 * A, s1 * A):
-                    e0 = 0.0
-                    e1 = 0.0
-                    e2 = 0.0
-                    for b in range(B):  # zero-probability padding adds 0 (the carries are finite)
-                        col = nxt[row, b]
-                        v = prob[row, b]
-                        e0 += v * Xn[col, 0]
-                        e1 += v * Xn[col, 1]
-                        e2 += v * Xn[col, 2]
-                    i = row - s0 * A
-                    E[i, 0] = e0
-                    E[i, 1] = e1
-                    E[i, 2] = e2
-            for s in range(s0, s1):
-                m = -math.inf
-                for a in range(A):
-                    i = (s - s0) * A + a
-                    ra = r[s, a]
-                    qa = beta * ra + gamma * E[i, 0]
-                    q[a] = qa
-                    G[a] = ra + gamma * E[i, 1]
-                    d2[a] = gamma * E[i, 2]
-                    m = max(m, qa)
-                se = 0.0
-                for a in range(A):
-                    P[a] = math.exp(q[a] - m)
-                    se += P[a]
-                lse = m + math.log(se)
-                g = 0.0
-                for a in range(A):
-                    P[a] /= se  # pi(a | s)
-                    g += P[a] * G[a]
-                h = 0.0
-                for a in range(A):
-                    dev = G[a] - g
-                    h += P[a] * (d2[a] + dev * dev)
-                Xo[s, 0] = lse
-                Xo[s, 1] = g
-                Xo[s, 2] = h
-                ws = wS[s]
-                for a in range(A):
-                    w = ws * pol[s, a] if is_policy else pol[s, a]
-                    acc0 += w * (q[a] - lse)
-                    acc1 += w * (G[a] - g)
-                    acc2 += w * d2[a]
-                acc2 -= ws * h
-        partial[c, 0] += acc0
-        partial[c, 1] += acc1
-        partial[c, 2] += acc2
+        lo = min(S, c * size)
+        a0, a1, a2 = _rows_c(
+            nxt, prob, r, beta, gamma, Xn, Xo, pol, wS, is_policy, first, lo, min(S, lo + size)
+        )
+        partial[c, 0] += a0
+        partial[c, 1] += a1
+        partial[c, 2] += a2
+
+
+def _horizon(
+    nxt: Any,
+    prob: Any,
+    r: Any,
+    betas: Any,
+    gamma: float,
+    pols: Any,
+    D: Any,
+    is_policy: bool,
+    p0: Any,
+    X: Any,
+    out: Any,
+) -> None:  # pragma: no cover - compiled by numba (its Python form runs in no test)
+    """Whole passes on a small MDP, one thread: for each beta ``betas[k]`` the ``H`` steps of
+    :func:`_rows` over all states, ``out[k] = (L, dL, d2L, E_p0[g_0], E_p0[h_0])``.
+
+    ``pols`` is ``(H, S, A)`` or ``(1, S, A)`` (stationary), ``D (H, S)``, ``X (2, S, 3)`` the
+    alternating carries (in the MDP's dtype).
+    """
+    H = D.shape[0]
+    S = r.shape[0]
+    for k in range(betas.shape[0]):
+        L = 0.0
+        dL = 0.0
+        d2L = 0.0
+        for back in range(H):
+            t = H - 1 - back
+            pol = pols[t] if pols.shape[0] > 1 else pols[0]
+            a0, a1, a2 = _rows_c(
+                nxt,
+                prob,
+                r,
+                betas[k],
+                gamma,
+                X[(t + 1) % 2],
+                X[t % 2],
+                pol,
+                D[t],
+                is_policy,
+                t == H - 1,
+                0,
+                S,
+            )
+            L += a0
+            dL += a1
+            d2L += a2
+        eu = 0.0
+        deu = 0.0
+        for s in range(S):
+            eu += p0[s] * X[0, s, 1]
+            deu += p0[s] * X[0, s, 2]
+        out[k, 0] = L
+        out[k, 1] = dL
+        out[k, 2] = d2L
+        out[k, 3] = eu
+        out[k, 4] = deu
 
 
 _compiled: Any = None
+_compiled_small: Any = None
+_rows_c: Any = None  # the compiled :func:`_rows`, which both compiled loops call
 
 
-def _kernel() -> Any:
-    """The compiled step (compiled on first use; cached on disk by numba)."""
-    global _compiled, numba
-    if _compiled is None:
+def _kernel(small: bool = False) -> Any:
+    """The compiled parallel step, or with ``small`` the compiled whole pass (compiled on first
+    use; cached on disk by numba)."""
+    global _compiled, _compiled_small, _rows_c, numba
+    if _rows_c is None:
         import numba as imported  # the loop's ``numba.prange`` reads this module's global
 
         numba = imported
+        _rows_c = numba.njit(cache=True, nogil=True)(_rows)
+    if small:
+        if _compiled_small is None:
+            _compiled_small = numba.njit(cache=True, nogil=True)(_horizon)
+        return _compiled_small
+    if _compiled is None:
         _compiled = numba.njit(parallel=True, cache=True, nogil=True)(_step)
     return _compiled
 
@@ -182,10 +310,11 @@ def derivative_pass(
     """The fused form of :func:`imitation_meg._known_passes.derivative_pass` (same outputs).
 
     One pass per beta (on these MDPs a pass over ``K`` betas costs about ``K`` passes in any
-    form: the gathers of the successors' carries dominate).
+    form: the gathers of the successors' carries dominate, or on small MDPs the softmaxes); on a
+    :func:`small` MDP all of them in one compiled call.
 
     Args:
-        mdp: a sparse MDP on CPU (see :func:`usable`).
+        mdp: an MDP on CPU, sparse and large or small (see :func:`usable`).
         r: ``(S, A)`` utility of state-action pairs, in the MDP's dtype.
         beh: the :class:`~imitation_meg._known_passes.Behaviour` scored.
         betas: ``(K,)`` finite betas (``0`` gives the uniform policy's pass).
@@ -195,13 +324,34 @@ def derivative_pass(
     Returns:
         ``(L, dL, d2L, model_eu, dmodel_eu)``, each ``(K,)`` float64.
     """
-    out = th.empty(5, int(betas.numel()), dtype=th.float64)
-    for k, beta in enumerate(betas.detach().to(th.float64).reshape(-1).tolist()):
-        out[:, k] = th.tensor(_one_beta(mdp, r, beh, beta), dtype=th.float64)
+    if small(mdp):
+        out = _small_pass(mdp, r, beh, betas)
+    else:
+        out = th.empty(5, int(betas.numel()), dtype=th.float64)
+        for k, beta in enumerate(betas.detach().to(th.float64).reshape(-1).tolist()):
+            out[:, k] = th.tensor(_one_beta(mdp, r, beh, beta), dtype=th.float64)
     if not second:
         out[2].fill_(math.nan)
         out[4].fill_(math.nan)
     return out[0], out[1], out[2], out[3], out[4]
+
+
+def _small_pass(mdp: TabularMDP, r: th.Tensor, beh: Any, betas: th.Tensor) -> th.Tensor:
+    """``(5, K)``: :func:`_horizon`'s whole passes for ``betas``."""
+    kernel = _kernel(small=True)
+    nxt, prob = mdp.operator.branching_arrays(r.dtype)
+    rn = _np(r)
+    pi = beh.pi
+    if pi is None:
+        pols, is_policy = _np(beh.sa), False
+    else:
+        pols, is_policy = _np(pi if pi.ndim == 3 else pi.unsqueeze(0)), True
+    b = np.ascontiguousarray(betas.detach().to(th.float64).reshape(-1).numpy())
+    out = np.empty((b.shape[0], 5))
+    X = np.zeros((2, mdp.n_states, 3), dtype=rn.dtype)
+    p0 = mdp.initial_state_dist.detach().to(th.float64).numpy()
+    kernel(nxt, prob, rn, b, float(mdp.discount), pols, _np(beh.D), is_policy, p0, X, out)
+    return th.from_numpy(out.T.copy())
 
 
 def _one_beta(

@@ -242,7 +242,7 @@ def derivative_pass(
     ``d2L``. Rows are action-major (``(A, S, 3K)`` blocks, reductions over the leading action
     axis).
     """
-    if _fused.usable(mdp, r):  # large sparse MDPs on CPU with numba: one compiled loop per step
+    if _fused.usable(mdp, r):  # numba on CPU: large sparse MDPs (a loop per step) or small ones
         return _fused.derivative_pass(mdp, r, beh, betas, second=second)
     K = betas.numel()
     H = mdp.horizon

@@ -368,6 +368,7 @@ class TransitionOperator:
     def __init__(self, next_state: th.Tensor, prob: th.Tensor) -> None:
         self._next_state, self._prob = next_state, prob
         self.n_states, self.n_actions = int(next_state.shape[0]), int(next_state.shape[1])
+        self.branching = int(next_state.shape[2])  # stored successors per state-action pair
         self.device = next_state.device
         self._cache: dict[Hashable, Any] = {}
         self._nnz: int | None = None

@@ -29,10 +29,22 @@ def rng() -> np.random.Generator:
 LAYOUTS = ("dense", "csr", "scipy", "state_major")
 
 
+@pytest.fixture
+def torch_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The torch MEG passes on every MDP: no compiled whole pass on small MDPs (numba's, see
+    ``imitation_meg._fused``), as on an install without the ``fast`` extra."""
+    from imitation_meg import _fused
+
+    monkeypatch.setattr(_fused, "SMALL_MAX_WORK", -1)
+
+
 @pytest.fixture(params=LAYOUTS)
-def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def layout(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, torch_passes: None
+) -> str:
     """Force one operator path on the MDPs a test builds after requesting this fixture (the
-    state-major path also without the dense state-major matrix, as on large MDPs)."""
+    state-major path also without the dense state-major matrix, as on large MDPs), with the
+    torch MEG passes (whose products the layouts are)."""
     from imitation_meg import _operators
 
     monkeypatch.setattr(_operators, "LAYOUT_OVERRIDE", request.param)

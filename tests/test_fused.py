@@ -16,11 +16,23 @@ from imitation_meg.known import MEGObjective, objective_reference, sa_occupancy_
 pytest.importorskip("numba")
 
 
-@pytest.fixture
-def fused(monkeypatch):
-    """Fused passes on every sparse MDP, and small MDPs sparse (as large ones are)."""
-    monkeypatch.setattr(_fused, "FUSED_MIN_SA", 0)
-    monkeypatch.setattr(_operators, "DENSE_FAST_PATH_ENTRIES", 0)
+#: The two compiled forms: one parallel call per step (large MDPs) and one call per pass.
+FORMS = ("steps", "whole")
+
+
+def _force(mp, form):
+    """Compiled passes on every sparse MDP in ``form``, and small MDPs sparse (as large ones
+    are)."""
+    mp.setattr(_fused, "FUSED_MIN_SA", 0)
+    mp.setattr(_fused, "SMALL_MAX_WORK", -1 if form == "steps" else 10**12)
+    mp.setattr(_operators, "DENSE_FAST_PATH_ENTRIES", 0)
+
+
+@pytest.fixture(params=FORMS)
+def fused(request, monkeypatch):
+    """Compiled passes on every sparse MDP, in each of the two forms."""
+    _force(monkeypatch, request.param)
+    return request.param
 
 
 def _check_against_reference(obj, mdp, w, betas, rel):
@@ -56,6 +68,7 @@ def test_fused_float32_pass_is_close_to_the_float64_reference(fused, rng):
     _check_against_reference(MEGObjective(mdp, pi), mdp, w, [0.3, -2.0], rel=2e-5)
 
 
+@pytest.mark.parametrize("form", FORMS)
 @settings(max_examples=15, deadline=None)
 @given(
     seed=st.integers(0, 10_000),
@@ -64,11 +77,11 @@ def test_fused_float32_pass_is_close_to_the_float64_reference(fused, rng):
     H=st.integers(1, 6),
     beta=st.floats(-30.0, 30.0, allow_nan=False),
 )
-def test_property_fused_pass_equals_the_reference(seed, S, A, H, beta):
-    """Any sparse MDP, policy and beta: the fused pass is the reference recursion to rounding."""
+def test_property_fused_pass_equals_the_reference(form, seed, S, A, H, beta):
+    """Any sparse MDP, policy and beta: either compiled pass is the reference recursion to
+    rounding."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_fused, "FUSED_MIN_SA", 0)
-        mp.setattr(_operators, "DENSE_FAST_PATH_ENTRIES", 0)
+        _force(mp, form)
         mdp = random_mdp(S, A, H, branching=min(2, S), discount=0.95, seed=seed)
         gen = np.random.default_rng(seed)
         pi = th.as_tensor(gen.dirichlet(np.ones(A), size=(H, S)))
@@ -78,14 +91,17 @@ def test_property_fused_pass_equals_the_reference(seed, S, A, H, beta):
             assert float(got[j][0]) == pytest.approx(ref[j], rel=1e-10, abs=1e-10)
 
 
-def test_fused_meg_equals_the_torch_passes_meg(monkeypatch):
+@pytest.mark.parametrize("form", FORMS)
+def test_fused_meg_equals_the_torch_passes_meg(form, monkeypatch):
     monkeypatch.setattr(_operators, "DENSE_FAST_PATH_ENTRIES", 0)
     mdp = random_mdp(300, 4, 20, branching=4, seed=5)
     for eps in (0.1, 0.6):
         pi = policies.epsilon_greedy(mdp, eps)
         monkeypatch.setattr(_fused, "FUSED_MIN_SA", 10**12)
+        monkeypatch.setattr(_fused, "SMALL_MAX_WORK", -1)
+        assert not _fused.usable(mdp, mdp.reward_sa())
         ref = im.meg(pi, mdp)
-        monkeypatch.setattr(_fused, "FUSED_MIN_SA", 0)
+        _force(monkeypatch, form)
         got = im.meg(pi, mdp)
         assert got.converged and ref.converged
         assert got.meg == pytest.approx(ref.meg, rel=1e-10, abs=1e-10)
@@ -109,13 +125,15 @@ def test_fused_pass_gives_the_same_bits_with_any_number_of_threads(fused):
 
 
 def test_fused_pass_runs_only_where_it_pays(monkeypatch):
-    small = random_mdp(20, 3, 5, seed=0)  # dense operator
-    assert not _fused.usable(small, small.reward_sa())
+    small = random_mdp(20, 3, 5, seed=0)  # dense operator, 20 x 3 x 20 x 5 transition-steps
+    assert _fused.small(small) and _fused.usable(small, small.reward_sa())  # one call per pass
+    assert not _fused.usable(small, small.reward_sa().to("meta"))  # not on CPU
     monkeypatch.setattr(_operators, "DENSE_FAST_PATH_ENTRIES", 0)
-    sparse = random_mdp(200, 3, 5, seed=0)
-    assert not _fused.usable(sparse, sparse.reward_sa())  # below FUSED_MIN_SA
+    mid = random_mdp(3000, 3, 100, branching=4, seed=0)  # 3.6e6 transition-steps, 9000 pairs
+    assert not _fused.small(mid) and not _fused.usable(mid, mid.reward_sa())  # the torch passes
     monkeypatch.setattr(_fused, "FUSED_MIN_SA", 0)
-    assert _fused.usable(sparse, sparse.reward_sa())
+    assert _fused.usable(mid, mid.reward_sa())  # one parallel call per step
     monkeypatch.setattr(_fused, "_HAS_NUMBA", False)  # an install without the ``fast`` extra
-    assert not _fused.usable(sparse, sparse.reward_sa())
-    assert im.meg(policies.epsilon_greedy(sparse, 0.3), sparse).converged  # the torch passes
+    assert not _fused.usable(small, small.reward_sa())
+    assert not _fused.usable(mid, mid.reward_sa())
+    assert im.meg(policies.epsilon_greedy(small, 0.3), small).converged  # the torch passes

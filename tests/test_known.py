@@ -312,12 +312,15 @@ def test_property_scale_and_translation_invariance(
 
 
 # ----------------------------------------------------------------------------- solver internals
-def test_zero_pass_matches_the_general_pass(rng):
+def test_zero_pass_matches_the_general_pass(torch_passes, rng):
+    # the torch passes (the compiled ones run the general pass at beta = 0: test_fused.py)
+    from imitation_meg import _fused
     from imitation_meg.known import MEGObjective
 
     for mdp in (cliff_world(horizon=9), random_mdp(30, 3, 7, discount=0.8, seed=3)):
         pi = th.as_tensor(rng.dirichlet(np.ones(mdp.n_actions), size=(mdp.horizon, mdp.n_states)))
         obj = MEGObjective(mdp, pi)
+        assert not _fused.usable(mdp, obj.r)
         general = obj.evaluate_batch(th.zeros(1, dtype=th.float64))
         for x, y in zip(obj.evaluate_zero(), general, strict=True):
             th.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
@@ -563,7 +566,8 @@ def test_reference_derivatives_match_autograd(rng):
         assert ref[3] == pytest.approx(eu, rel=1e-12)
 
 
-def test_long_passes_show_progress(monkeypatch, capsys):
+def test_long_passes_show_progress(monkeypatch, capsys, torch_passes):
+    # the torch passes (a compiled pass on a small MDP is short: at most SMALL_MAX_WORK)
     pytest.importorskip("tqdm")
     from imitation_meg import soft_vi
 

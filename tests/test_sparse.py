@@ -178,7 +178,7 @@ def test_solver_same_answer_for_any_batch_size(batch, rng):
     assert sol.beta == pytest.approx(ref.beta, rel=1e-8)
 
 
-def test_meg_pass_history_equals_per_step_accumulation(monkeypatch):
+def test_meg_pass_history_equals_per_step_accumulation(monkeypatch, torch_passes):
     """The batched accumulation after the loop (small MDPs) equals the per-step one."""
     from imitation_meg import _known_passes
 
