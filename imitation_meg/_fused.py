@@ -17,7 +17,8 @@ microseconds each), not its arithmetic: there one compiled call (:func:`_horizon
 whole pass, every step and every beta, on one thread (same step loop, :func:`_rows`).
 Measured on CliffWorld 10x4 (H = 30), one thread, best of 10, in one process: a whole MEG call
 4.36 -> 2.29 ms at epsilon 0.3, 5.16 -> 2.46 ms at 0.1, 6.62 -> 3.27 ms at 0.4 (1.9-2.1x;
-docs/benchmark.md, round six).
+docs/benchmark.md, round six). The first compiled pass in a process costs about 0.37 s once
+(importing numba, loading the cached code): the small-MDP form pays off after about 190 calls.
 
 Determinism: states are split into ``N_CHUNKS`` fixed chunks whatever the number of threads;
 each chunk accumulates its terms in float64 in state order and the chunks' sums are added in
@@ -114,9 +115,7 @@ def _rows(
     first: bool,
     lo: int,
     hi: int,
-) -> tuple[
-    float, float, float
-]:  # pragma: no cover - compiled by numba (its Python form runs in no test)
+) -> tuple[float, float, float]:  # pragma: no cover - compiled by numba
     """One backward step of one beta for the states ``lo .. hi - 1``: their carries in ``Xo``.
 
     Carries are ``[V | g | h]`` of the step; the step's behaviour weights are
