@@ -62,6 +62,7 @@ class Config:
     iterations: int | None = None
     steps_per_iteration: int | None = None
     refine: int = 3
+    average: float = 0.0
     n_boot: int = 500
     tolerance: float = 0.05
     progress: bool = False
@@ -127,6 +128,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         iterations=cfg.iterations,
         steps_per_iteration=cfg.steps_per_iteration,
         refine=cfg.refine,
+        average=cfg.average,
         n_boot=cfg.n_boot,
         seed=unit["seed"],
         progress=cfg.progress,
@@ -152,6 +154,9 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         "certificate": res.certificate,
         "n_env_steps": res.n_env_steps,
         "mean_length": res.mean_length,
+        # every stage's L(beta) curves (kept in the unit files, left out of the tables): other
+        # ways of combining the fits can be tried on them without refitting
+        "curves": [[b.tolist(), c.tolist()] for b, c in res.stage_curves],
     }
 
 
@@ -266,6 +271,7 @@ def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathli
 def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     """Tables (per unit, per case and policy, per fitting stage, ordering) and the figure."""
     out = pathlib.Path(cfg.results_dir)
+    results = [{k: v for k, v in r.items() if k != "curves"} for r in results]
     summary = _summary(cfg, results)
     ordering = _ordering(cfg, results)
     fig = _plot(out / "approx_vs_exact.png", cfg, results)

@@ -102,6 +102,10 @@ class ApproxMEGResult:
         stage_intervals: ``(meg, low, high)`` after the first fit and after each refit: what
             the same call with ``refine=k`` reports (same seed, so the same fits and bootstrap
             draws); the last is ``(meg, low, high)``.
+        stage_curves: after the first fit and after each refit, the rationalities scanned
+            ``(G,)`` (utility units) and each fit's ``L(beta) + E[T] log|A|`` on them ``(K, G)``
+            (mean over the evaluation episodes): the curves whose maxima give ``stages``, for
+            plotting ``L(beta)`` or trying another way of combining the fits.
     """
 
     meg: float
@@ -131,6 +135,9 @@ class ApproxMEGResult:
     refine_shift: float = 0.0
     stages: tuple[float, ...] = ()
     stage_intervals: tuple[tuple[float, float, float], ...] = ()
+    stage_curves: tuple[tuple[np.ndarray, np.ndarray], ...] = dataclasses.field(
+        default=(), repr=False
+    )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (replicates as a list)."""
@@ -307,12 +314,12 @@ def summarise(
     s_boot: np.random.SeedSequence,
     t_start: float,
     horizon: int,
-    stage_mats: Sequence[dict[str, np.ndarray]] = (),
+    stages: Sequence[tuple[np.ndarray, dict[str, np.ndarray]]] = (),
 ) -> ApproxMEGResult:
     """The estimate, its interval and the diagnostics.
 
-    ``stage_mats`` holds the values of :func:`scan` after the first fit and after each refit
-    (``stage_mats[-1]`` is ``mats``; empty: no refits). The interval is widened by the move of
+    ``stages`` holds what :func:`scan` returned after the first fit and after each refit
+    (``stages[-1]`` is ``(betas, mats)``; empty: no refits). The interval is widened by the move of
     the estimate from the first stage to the last, and every stage's estimate and interval are
     reported too.
     """
@@ -327,7 +334,8 @@ def summarise(
     n = ev.n_episodes
     full = max(float(mats["all"].mean(0).max()), 0.0)
     cert = float(cert_ep.mean())
-    per_stage = list(stage_mats) or [mats]
+    scans = list(stages) or [(betas, mats)]
+    per_stage = [m for _, m in scans]
     stage = functools.partial(
         _interval, n_models=K, certificate=cert, n_boot=n_boot, confidence=confidence, s_boot=s_boot
     )
@@ -395,4 +403,8 @@ def summarise(
         refine_shift=float(last.shift),
         stages=tuple(i.mean for i in intervals),
         stage_intervals=tuple((i.estimate, i.low, i.high) for i in intervals),
+        stage_curves=tuple(
+            (np.asarray(b, dtype=float), np.stack([m[str(k)].mean(0) for k in range(K)]))
+            for b, m in scans
+        ),
     )

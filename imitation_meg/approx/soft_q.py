@@ -334,6 +334,7 @@ def fit_soft_q(
     prior: BetaPrior | None = None,
     seed: int = 0,
     on_iteration: Callable[[int], None] | None = None,
+    average: float = 0.0,
 ) -> list[float]:
     """Fitted soft Q-iteration on ``data``, in place: returns the loss of each iteration.
 
@@ -355,6 +356,8 @@ def fit_soft_q(
         prior: the rationalities to train on (default :class:`BetaPrior`).
         seed: seeds the batches and the rationality draws.
         on_iteration: called after each iteration with its index (progress bars).
+        average: the share of each iteration's last steps whose weights are averaged (see
+            :func:`fit_soft_q_ensemble`; ``0``: the last step's weights).
     """
     return fit_soft_q_ensemble(
         [model],
@@ -366,6 +369,7 @@ def fit_soft_q(
         priors=[prior or BetaPrior()],
         seeds=[seed],
         on_iteration=on_iteration,
+        average=average,
     )[0]
 
 
@@ -434,6 +438,19 @@ class _Fit:
                 base, weight = th.zeros(idx.shape[0]), th.ones(idx.shape[0])
             z = m.inputs(self.x[idx], self.t[idx], b)
         return _FitRows(z, self.a[idx], target, base, weight)
+
+
+def check_average(average: Any) -> None:
+    """Raise ``ValueError`` unless ``average`` is a number in ``[0, 1]``."""
+    if (
+        isinstance(average, bool)
+        or not isinstance(average, (int, float, np.floating))
+        or not 0.0 <= float(average) <= 1.0
+    ):
+        raise ValueError(
+            f"average must be a number from 0 (no averaging) to 1 (all of each iteration's "
+            f"steps), got {average!r}."
+        )
 
 
 def _check_int(name: str, v: Any, lo: int) -> None:
@@ -506,6 +523,7 @@ def fit_soft_q_ensemble(
     priors: list[BetaPrior] | None = None,
     seeds: list[int] | None = None,
     on_iteration: Callable[[int], None] | None = None,
+    average: float = 0.0,
 ) -> list[list[float]]:
     """:func:`fit_soft_q` for several models at once, each on its own data: returns each model's
     losses per iteration.
@@ -524,8 +542,14 @@ def fit_soft_q_ensemble(
         priors: each model's rationality prior (default :class:`BetaPrior` for all).
         seeds: each model's seed of its batches and rationality draws (default ``0, 1, ...``).
         on_iteration: called after each iteration (of all models) with its index.
+        average: the share of each iteration's last steps whose weights are averaged
+            (Polyak-Ruppert averaging): the average is the next iteration's frozen network and,
+            after the last iteration, the fitted one. ``0`` keeps the last step's weights.
+            Averaging removes most of the noise the last steps' minibatches leave in the
+            weights, which at large rationalities decides near-tied actions (docs/approx.md).
     """
     _check_int("iterations", iterations, 1)
+    check_average(average)
     _check_int("steps_per_iteration", steps_per_iteration, 1)
     _check_int("batch_size", batch_size, 1)
     if not isinstance(lr, (int, float)) or not lr > 0:
@@ -552,8 +576,13 @@ def fit_soft_q_ensemble(
     n_in = params[0].shape[2]
     # steps whose rows are prepared at once (bounded memory for wide observations)
     block = max(1, min(steps_per_iteration, _BLOCK_FLOATS // (batch_size * n_in * len(fits))))
+    # Weights averaged over each iteration's steps from avg_from on (none with average 0: then
+    # the "average" is the last step's weights); the average is the next frozen copy.
+    avg_from = steps_per_iteration - round(float(average) * steps_per_iteration)
+    avg = [p.detach().clone() for p in params]
     for it in range(iterations):
-        frozen = [p.detach().clone() for p in params]
+        frozen = [p.clone() for p in avg]
+        n_avg = 0
         # The frozen copy is fixed for the whole iteration, so every step's rows, rationalities
         # and targets are drawn and computed at once (a few large forward passes instead of one
         # small one per step); the steps then only train the online networks.
@@ -579,11 +608,18 @@ def fit_soft_q_ensemble(
                 opt.step()
                 sched.step()
                 acc += per_model.detach()
+                if s0 + k >= avg_from:
+                    n_avg += 1
+                    with th.no_grad():
+                        for mean, p in zip(avg, params, strict=True):
+                            mean.lerp_(p, 1.0 / n_avg)
+        if n_avg == 0:
+            avg = [p.detach().clone() for p in params]
         for j, k in enumerate(active):
             losses[k].append(float(acc[j]) / steps_per_iteration)
         if on_iteration is not None:
             on_iteration(it)
-    _write_back([f.model for f in fits], params)
+    _write_back([f.model for f in fits], avg)
     return losses
 
 

@@ -368,7 +368,7 @@ def meg_approx_unknown(
                 out: th.Tensor = net(inputs_of(x))
             return out
 
-        _, _, ens, betas, mats, stage_mats = _fit_ensemble(
+        _, _, ens, betas, mats, stages = _fit_ensemble(
             source,
             pol,
             ev,
@@ -390,7 +390,7 @@ def meg_approx_unknown(
             s_boot=s_boot,
             t_start=t_start,
             horizon=H,
-            stage_mats=stage_mats,
+            stages=stages,
         )
     bar.close()
     best = max(scored, key=lambda k: scored[k].meg)

@@ -249,6 +249,8 @@ def test_bad_settings_are_refused():
         meg_approx(uniform, "CartPole-v1", seed=1.5)
     with pytest.raises(ValueError, match="refine must be True, False or an integer >= 0"):
         meg_approx(uniform, "CartPole-v1", refine=-1)
+    with pytest.raises(ValueError, match=r"average must be .* got 2"):
+        meg_approx(uniform, "CartPole-v1", average=2)
 
 
 class _Tiled(gym.ObservationWrapper):
@@ -387,6 +389,12 @@ def test_interval_adds_the_refits_move_as_an_allowance(small_case):
     assert len(twice.stage_intervals) == 3
     for got, want in zip(twice.stage_intervals, by_refits, strict=True):
         assert got == pytest.approx(want, abs=1e-12)
+    # every stage's curves are kept: their per-fit maxima (at least 0) average to the stage
+    assert len(twice.stage_curves) == 3
+    for (betas, curves), value in zip(twice.stage_curves, twice.stages, strict=True):
+        assert curves.shape == (2, betas.size) and 0.0 in betas
+        assert np.maximum(curves.max(1), 0.0).mean() == pytest.approx(value, abs=1e-12)
+    assert np.array_equal(twice.stage_curves[-1][0], np.sort(twice.stage_curves[-1][0]))
 
 
 def test_same_seed_same_result(small_case):
@@ -596,8 +604,8 @@ def _fit_inputs(n_models: int, *, reward_fn=None):
     return models, datas
 
 
-@pytest.mark.parametrize("split", [False, True])
-def test_batched_fit_equals_each_model_fitted_alone(split, monkeypatch):
+@pytest.mark.parametrize(("split", "average"), [(False, 0.0), (True, 0.0), (False, 0.5)])
+def test_batched_fit_equals_each_model_fitted_alone(split, average, monkeypatch):
     """The ensemble fit trains each model exactly as a fit of that model alone would (own
     rows, rationalities, prior, clipping and Adam moments), up to rounding."""
     from imitation_meg.approx import soft_q
@@ -611,6 +619,7 @@ def test_batched_fit_equals_each_model_fitted_alone(split, monkeypatch):
     alone, _ = _fit_inputs(3, reward_fn=reward_fn)
     priors = [BetaPrior(), BetaPrior(focus=2.0), BetaPrior(focus=-0.5)]
     settings = {"iterations": 3, "steps_per_iteration": 25, "batch_size": 32, "lr": 3e-3}
+    settings["average"] = average
     losses = fit_soft_q_ensemble(together, datas, priors=priors, seeds=[5, 6, 7], **settings)
     x = th.as_tensor(datas[0].x[:50])
     t = th.as_tensor(datas[0].t[:50])
@@ -622,6 +631,57 @@ def test_batched_fit_equals_each_model_fitted_alone(split, monkeypatch):
         assert th.allclose(got, want, atol=1e-5), (got - want).abs().max()
     # the models differ from each other (their own data and seeds were used)
     assert not th.allclose(together[0].f(x, t, b), together[1].f(x, t, b), atol=1e-3)
+
+
+def test_fit_averages_the_last_steps_weights(monkeypatch):
+    """With ``average=0.5`` of 4 steps per iteration, each iteration's frozen copy and the fitted
+    network are the mean of the weights after its steps 3 and 4; with 0, the last step's."""
+    from imitation_meg.approx import soft_q
+    from imitation_meg.approx.soft_q import fit_soft_q
+
+    def fit(average: float):
+        before: list[list[th.Tensor]] = []  # weights before each step's update
+        live: list[list[th.Tensor]] = []  # the online weights themselves (final after the fit)
+        frozen: list[list[th.Tensor]] = []  # each iteration's frozen copy
+        clip, rows = soft_q._clip_each, soft_q._Fit.rows
+
+        def record_step(params, max_norm):
+            before.append([p[0].detach().clone() for p in params])
+            live[:] = [params]
+            clip(params, max_norm)
+
+        def record_rows(self, idx, b, copy):
+            frozen.append([p[0].clone() for p in copy])
+            return rows(self, idx, b, copy)
+
+        monkeypatch.setattr(soft_q, "_clip_each", record_step)
+        monkeypatch.setattr(soft_q._Fit, "rows", record_rows)
+        (model,), datas = _fit_inputs(1)
+        settings = {"iterations": 2, "steps_per_iteration": 4, "batch_size": 16, "lr": 1e-2}
+        fit_soft_q(model, datas[0], seed=3, average=average, **settings)
+        monkeypatch.undo()
+        fitted = [t for lin in soft_q._linears(model) for t in (lin.weight, lin.bias)]
+        final = [p[0].detach() for p in live[0]]
+        return before, final, frozen, [t.detach() for t in fitted]
+
+    def close(xs, ys):
+        return all(th.allclose(x, y, atol=1e-6) for x, y in zip(xs, ys, strict=True))
+
+    def mean(xs, ys):
+        return [(x + y) / 2 for x, y in zip(xs, ys, strict=True)]
+
+    before, final, frozen, fitted = fit(0.5)
+    assert len(before) == 8 and len(frozen) == 2
+    assert close(frozen[0], before[0])  # the initial weights
+    assert close(frozen[1], mean(before[3], before[4]))  # after steps 3 and 4
+    assert close(fitted, mean(before[7], final))  # after steps 7 and 8
+    assert not close(fitted, final)
+    before, final, frozen, fitted = fit(0.0)
+    assert close(frozen[1], before[4]) and close(fitted, final)
+    (model,), datas = _fit_inputs(1)
+    for bad in (-0.1, 1.5, True, "half"):
+        with pytest.raises(ValueError, match="average must be"):
+            fit_soft_q(model, datas[0], iterations=1, average=bad)
 
 
 def test_batched_fit_skips_null_models_and_checks_lengths():

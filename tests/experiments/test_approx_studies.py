@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -54,6 +55,20 @@ def test_approx_validation_fast(tmp_path):
     kept = [r for r in rows if r["policy"] in ("eps0.1", "ppo")]
     alone = module.combine(one, kept)
     assert alone["ordering"] == [] and alone["acceptance"]["ordering_preserved"] is None
+
+
+def test_approx_validation_average_config_changes_only_the_averaging():
+    """The averaging config is the validation's with ``average`` set (and its own results
+    folder), so its rows compare with the published ones unit by unit."""
+    module = load_driver("approx_validation", ROOT / "experiments")
+    base = load_config(load_yaml(ROOT / "configs" / "approx_validation.yaml"), module.Config)
+    cand = load_config(
+        load_yaml(ROOT / "configs" / "approx_validation_average.yaml"), module.Config
+    )
+    assert base.average == 0.0 and cand.average == 0.5
+    assert cand.results_dir != base.results_dir
+    same = ("average", "results_dir")
+    assert dataclasses.replace(cand, **{k: getattr(base, k) for k in same}) == base
 
 
 def test_approx_validation_run_unit_is_pure(tmp_path):
