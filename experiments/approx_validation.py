@@ -63,6 +63,7 @@ class Config:
     steps_per_iteration: int | None = None
     refine: int = 3
     average: float = 0.0
+    lr: float = 1e-3
     n_boot: int = 500
     tolerance: float = 0.05
     progress: bool = False
@@ -129,6 +130,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         steps_per_iteration=cfg.steps_per_iteration,
         refine=cfg.refine,
         average=cfg.average,
+        lr=cfg.lr,
         n_boot=cfg.n_boot,
         seed=unit["seed"],
         progress=cfg.progress,
@@ -148,6 +150,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         "seed_std": res.seed_std,
         "first_stage": res.first_stage,
         "refine_shift": res.refine_shift,
+        "allowance": res.allowance,
         "stages": list(res.stages),
         "stage_intervals": [list(v) for v in res.stage_intervals],
         "residual_rms": res.residual_rms,
@@ -268,10 +271,53 @@ def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathli
     return save_figure(fig, path)
 
 
+def rewiden(row: dict[str, Any]) -> dict[str, Any]:
+    """A unit row made before the interval's allowance became the largest move from any earlier
+    stage (2026-11-25; before, the move from the first stage only), with the current interval.
+
+    Each stage's sampling half-width is recovered from its stored interval (the old allowance
+    taken off, from whichever end was not clipped to ``[0, certificate]``), then widened by the
+    current allowance and clipped again: what a rerun with the current code reports, since the
+    fits, bootstrap draws and stage estimates are the same (same seed, same result). Rows that
+    already carry ``allowance``, or have no stored stages, are returned unchanged; a stage whose
+    interval was clipped at both ends cannot be recovered and raises ``ValueError``.
+    """
+    if "allowance" in row or not row.get("stages") or not row.get("stage_intervals"):
+        return row
+    stages, cert = [float(m) for m in row["stages"]], float(row["certificate"])
+    widened, allowance = [], 0.0
+    for k, (mean, (est, low, high)) in enumerate(zip(stages, row["stage_intervals"], strict=True)):
+        old = abs(mean - stages[0])
+        if 0.0 < low < cert:
+            sampling = mean - low - old
+        elif 0.0 < high < cert:
+            sampling = high - mean - old
+        else:
+            raise ValueError(
+                f"stage {k} of unit {row['case']} {row['policy']} seed {row['seed']} has its "
+                f"interval [{low}, {high}] clipped at both ends: rerun that unit."
+            )
+        allowance = max((abs(mean - m) for m in stages[:k]), default=0.0)
+        half = sampling + allowance
+        widened.append([est, min(max(mean - half, 0.0), cert), min(max(mean + half, 0.0), cert)])
+    _, low, high = widened[-1]
+    covered = bool(low <= row["exact"] <= high)
+    return {
+        **row,
+        "low": low,
+        "high": high,
+        "covered": covered,
+        "allowance": allowance,
+        "stage_intervals": widened,
+    }
+
+
 def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Tables (per unit, per case and policy, per fitting stage, ordering) and the figure."""
+    """Tables (per unit, per case and policy, per fitting stage, ordering) and the figure.
+
+    Rows made before the current interval are re-widened first (:func:`rewiden`)."""
     out = pathlib.Path(cfg.results_dir)
-    results = [{k: v for k, v in r.items() if k != "curves"} for r in results]
+    results = [rewiden({k: v for k, v in r.items() if k != "curves"}) for r in results]
     summary = _summary(cfg, results)
     ordering = _ordering(cfg, results)
     fig = _plot(out / "approx_vs_exact.png", cfg, results)

@@ -58,11 +58,12 @@ class ApproxMEGResult:
         meg: the estimate (nats): the mean over the ``K`` fitted models of each model's
             maximum over beta, clipped to ``[0, certificate]``.
         low, high: the interval
-            ``meg +- (sqrt((z se_boot)^2 + (t_{K-1} se_models)^2) + |refine_shift|)``: the
+            ``meg +- (sqrt((z se_boot)^2 + (t_{K-1} se_models)^2) + allowance)``: the
             bootstrap over evaluation episodes (normal quantile ``z``), the spread of the
             ``K`` independent fits (Student quantile with ``K - 1`` degrees of freedom) and,
-            when the fits were refined, the distance the estimate moved in the refits (an
-            allowance for the error the fits share), clipped to ``[0, certificate]``.
+            when the fits were refined, the largest distance between the estimate and any
+            earlier stage's (an allowance for the error the fits share), clipped to
+            ``[0, certificate]``.
         confidence: its nominal coverage.
         beta: the maximiser of the models' mean curve, in utility units (0: the uniform model).
         upper_bound: ``E_pi[T] log|A|`` over the evaluation episodes (``H log|A|`` when no
@@ -95,8 +96,11 @@ class ApproxMEGResult:
         first_stage: the estimate before refinement (the mean of the fits' maxima after the
             first fitting stage; NaN when not refined).
         refine_shift: ``meg - first_stage`` before clipping (0 when not refined): how far the
-            refits moved the estimate. A fit still moving is not converged, so ``|refine_shift|``
-            is added to the interval's half-width.
+            refits moved the estimate from the first fit's.
+        allowance: ``max_i |meg - stages[i]|`` over the earlier stages, before clipping (0 when
+            not refined), added to the interval's half-width: a fit still moving is not
+            converged, and the largest move from any earlier stage measures it where the first
+            and last stages happen to agree while the ones between moved (docs/approx.md).
         stages: the estimate (mean of the fits' maxima, before clipping) after the first fit
             and after each refit; ``stages[-1]`` is the estimate.
         stage_intervals: ``(meg, low, high)`` after the first fit and after each refit: what
@@ -133,6 +137,7 @@ class ApproxMEGResult:
     wall_time_s: float = 0.0
     first_stage: float = math.nan
     refine_shift: float = 0.0
+    allowance: float = 0.0
     stages: tuple[float, ...] = ()
     stage_intervals: tuple[tuple[float, float, float], ...] = ()
     stage_curves: tuple[tuple[np.ndarray, np.ndarray], ...] = dataclasses.field(
@@ -242,6 +247,7 @@ class _Interval(NamedTuple):
     low: float
     high: float
     shift: float  # ``mean`` minus the first stage's (0 for the first stage, or with no refits)
+    allowance: float  # largest ``|mean - m|`` over the earlier stages' means (0: none)
     replicates: np.ndarray  # bootstrap replicates of ``mean``
     se_boot: float
     se_models: float
@@ -252,14 +258,14 @@ def _interval(
     mats: dict[str, np.ndarray],
     n_models: int,
     *,
-    first_stage: float,
+    earlier: Sequence[float],
     certificate: float,
     n_boot: int,
     confidence: float,
     s_boot: np.random.SeedSequence,
 ) -> _Interval:
-    """The estimate of one stage's fits and its interval (``first_stage``: the first fit's
-    estimate, NaN when there are no refits; the move from it widens the interval)."""
+    """The estimate of one stage's fits and its interval (``earlier``: the estimates of the
+    stages before it, empty for the first; the largest move from them widens the interval)."""
     from statistics import NormalDist
 
     from scipy.special import stdtrit  # Student t quantile; lighter to import than scipy.stats
@@ -282,12 +288,15 @@ def _interval(
     level = 0.5 + float(confidence) / 2
     z = NormalDist().inv_cdf(level)
     t_q = float(stdtrit(K - 1, level)) if K > 1 else 0.0
-    # Error every fit shares is not in the spread of the fits. The refits' move of the estimate
-    # measures how far from converged the fits still were: it is added as an allowance (on
-    # the validation problems the shared error was of that size and either sign; docs/approx.md).
-    shift = mean - first_stage if math.isfinite(first_stage) else 0.0
+    # Error every fit shares is not in the spread of the fits. The refits' moves of the
+    # estimate measure how far from converged the fits still were: the largest move from any
+    # earlier stage is added as an allowance (on the validation problems the shared error was of
+    # that size and either sign, and the first and last stages sometimes agreed while the ones
+    # between had moved; docs/approx.md).
+    shift = mean - earlier[0] if earlier else 0.0
+    allowance = max((abs(mean - m) for m in earlier), default=0.0)
     half = math.hypot(z * (se_boot if math.isfinite(se_boot) else 0.0), t_q * se_models)
-    half += abs(shift)
+    half += allowance
     cert = certificate
     return _Interval(
         mean=mean,
@@ -295,6 +304,7 @@ def _interval(
         low=min(max(mean - half, 0.0), cert) if n_boot > 1 else math.nan,
         high=min(max(mean + half, 0.0), cert) if n_boot > 1 else math.nan,
         shift=shift,
+        allowance=allowance,
         replicates=reps,
         se_boot=se_boot,
         se_models=se_models,
@@ -319,9 +329,9 @@ def summarise(
     """The estimate, its interval and the diagnostics.
 
     ``stages`` holds what :func:`scan` returned after the first fit and after each refit
-    (``stages[-1]`` is ``(betas, mats)``; empty: no refits). The interval is widened by the move of
-    the estimate from the first stage to the last, and every stage's estimate and interval are
-    reported too.
+    (``stages[-1]`` is ``(betas, mats)``; empty: no refits). The interval is widened by the
+    largest move of the estimate from any earlier stage to the last, and every stage's estimate
+    and interval (widened by its own earlier stages' moves) are reported too.
     """
     assert ev.probs is not None
     models = ens.models
@@ -339,10 +349,11 @@ def summarise(
     stage = functools.partial(
         _interval, n_models=K, certificate=cert, n_boot=n_boot, confidence=confidence, s_boot=s_boot
     )
-    first = stage(per_stage[0], first_stage=math.nan)
+    intervals: list[_Interval] = []
+    for stage_mats in per_stage:
+        intervals.append(stage(stage_mats, earlier=[i.mean for i in intervals]))
     # the first fit's estimate, which the refits' move is measured from (NaN: no refits)
-    first_stage = first.mean if len(per_stage) > 1 else math.nan
-    intervals = [first] + [stage(m, first_stage=first_stage) for m in per_stage[1:]]
+    first_stage = intervals[0].mean if len(per_stage) > 1 else math.nan
     last = intervals[-1]
     singles, reps = last.singles, last.replicates
     se_boot, se_models = last.se_boot, last.se_models
@@ -401,6 +412,7 @@ def summarise(
         wall_time_s=time.perf_counter() - t_start,
         first_stage=float(first_stage),
         refine_shift=float(last.shift),
+        allowance=float(last.allowance),
         stages=tuple(i.mean for i in intervals),
         stage_intervals=tuple((i.estimate, i.low, i.high) for i in intervals),
         stage_curves=tuple(

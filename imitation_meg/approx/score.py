@@ -151,8 +151,8 @@ def score_approx(args: argparse.Namespace) -> int:
         ),
         (
             f"refits moved it by  {res.refine_shift:+.4f}   (stages "
-            f"{' -> '.join(f'{v:.4f}' for v in res.stages)}; the move is added to the "
-            "interval as a convergence allowance)"
+            f"{' -> '.join(f'{v:.4f}' for v in res.stages)}; the largest move, "
+            f"{res.allowance:.4f}, is added to the interval as a convergence allowance)"
         ),
         f"Bellman residual    {res.residual_rms:.4f}   (RMS, fraction of the largest return)",
         f"environment steps   {res.n_env_steps}",

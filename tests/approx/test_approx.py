@@ -251,6 +251,9 @@ def test_bad_settings_are_refused():
         meg_approx(uniform, "CartPole-v1", refine=-1)
     with pytest.raises(ValueError, match=r"average must be .* got 2"):
         meg_approx(uniform, "CartPole-v1", average=2)
+    for bad in (0.0, -1e-3, float("nan"), float("inf"), True, "1e-3"):
+        with pytest.raises(ValueError, match="lr must be a positive finite number"):
+            meg_approx(uniform, "CartPole-v1", lr=bad)
 
 
 class _Tiled(gym.ObservationWrapper):
@@ -364,17 +367,27 @@ def test_interval_adds_the_refits_move_as_an_allowance(small_case):
     assert math.isfinite(res.first_stage) and res.first_stage >= 0.0
     assert res.refine_shift == pytest.approx(res.meg - res.first_stage, abs=1e-12)
     assert res.refine_shift != 0.0
+    assert res.allowance == pytest.approx(abs(res.refine_shift), abs=1e-12)  # one earlier stage
     sampling = math.hypot(
         norm.ppf(0.975) * res.bootstrap_se, student_t.ppf(0.975, 1) * res.model_se
     )
     assert 0.0 < res.low < res.high < res.certificate  # no clipping in this case
-    assert (res.high - res.low) / 2 == pytest.approx(sampling + abs(res.refine_shift), rel=1e-9)
+    assert (res.high - res.low) / 2 == pytest.approx(sampling + res.allowance, rel=1e-9)
     assert res.stages == pytest.approx((res.first_stage, res.meg), abs=1e-12)
-    # a second refit continues the first one (same draws), and the allowance is the whole move
+    # a second refit continues the first one (same draws); the allowance is the largest move
+    # from either earlier stage, not only from the first
     twice = meg_approx(pol, make, seed=2, refine=2, **kw)
     assert len(twice.stages) == 3 and twice.stages[:2] == pytest.approx(res.stages, abs=1e-12)
     assert twice.meg == pytest.approx(twice.stages[2], abs=1e-12) and twice.meg != res.meg
     assert twice.refine_shift == pytest.approx(twice.meg - res.first_stage, abs=1e-12)
+    moves = [abs(twice.meg - m) for m in twice.stages[:2]]
+    assert moves[0] != pytest.approx(moves[1], abs=1e-9)  # the two rules differ on this run
+    assert twice.allowance == pytest.approx(max(moves), abs=1e-12)
+    sampling2 = math.hypot(
+        norm.ppf(0.975) * twice.bootstrap_se, student_t.ppf(0.975, 1) * twice.model_se
+    )
+    assert 0.0 < twice.low < twice.high < twice.certificate
+    assert (twice.high - twice.low) / 2 == pytest.approx(sampling2 + max(moves), rel=1e-9)
     plain = meg_approx(pol, make, seed=2, refine=False, **kw)
     assert math.isnan(plain.first_stage) and plain.refine_shift == 0.0
     assert plain.stages == pytest.approx((plain.meg,), abs=1e-12)
@@ -397,6 +410,26 @@ def test_interval_adds_the_refits_move_as_an_allowance(small_case):
     assert np.array_equal(twice.stage_curves[-1][0], np.sort(twice.stage_curves[-1][0]))
 
 
+def test_allowance_is_the_largest_move_from_any_earlier_stage():
+    """The stages' estimates 1.0, 1.5, 1.05: the last is close to the first, but the refits
+    moved it by 0.45 on the way, and that is the allowance (the fits agree and the episodes are
+    identical, so the sampling part is 0 and the half-width is the allowance alone)."""
+    from imitation_meg.approx.evaluate import _interval
+
+    mats = {name: np.full((4, 3), 1.05) for name in ("0", "1", "all")}
+    seq = np.random.SeedSequence(0)
+    kw = {"n_models": 2, "certificate": 10.0, "n_boot": 20, "confidence": 0.95, "s_boot": seq}
+    last = _interval(mats, earlier=[1.0, 1.5], **kw)
+    assert last.mean == pytest.approx(1.05)
+    assert (last.se_models, last.se_boot) == pytest.approx((0.0, 0.0), abs=1e-12)
+    assert last.allowance == pytest.approx(0.45) and last.shift == pytest.approx(0.05)
+    assert (last.low, last.high) == pytest.approx((0.6, 1.5))
+    # the first stage has no earlier one; clipping at 0 and at the certificate still applies
+    assert _interval(mats, earlier=[], **kw).allowance == 0.0
+    wide = _interval(mats, earlier=[3.0], **{**kw, "certificate": 2.5})
+    assert (wide.low, wide.high) == pytest.approx((0.0, 2.5))
+
+
 def test_same_seed_same_result(small_case):
     mdp, feats = small_case
     pol = TablePolicy(stationary_epsilon_greedy(mdp, 0.3), feats)
@@ -407,6 +440,11 @@ def test_same_seed_same_result(small_case):
     assert (a.meg, a.low, a.high, a.beta) == (b.meg, b.low, b.high, b.beta)
     assert np.array_equal(a.replicates, b.replicates)
     assert a.meg != c.meg
+    # the learning rate: the default is LR (bit for bit), another one fits other networks
+    d = meg_approx(pol, lambda: TabularGymEnv(mdp, feats), seed=5, lr=1e-3, **kw)
+    e = meg_approx(pol, lambda: TabularGymEnv(mdp, feats), seed=5, lr=3e-3, **kw)
+    assert (d.meg, d.low, d.high, d.stages) == (a.meg, a.low, a.high, a.stages)
+    assert e.stages[0] != a.stages[0] and e.meg != a.meg
 
 
 def test_validation_case_exact_values_are_consistent():

@@ -6,6 +6,8 @@ import dataclasses
 import json
 import pathlib
 
+import numpy as np
+
 from imitation_meg.config import load_config, load_yaml
 from imitation_meg.runners import load_driver
 
@@ -55,6 +57,57 @@ def test_approx_validation_fast(tmp_path):
     kept = [r for r in rows if r["policy"] in ("eps0.1", "ppo")]
     alone = module.combine(one, kept)
     assert alone["ordering"] == [] and alone["acceptance"]["ordering_preserved"] is None
+
+
+def _clip(x: float, cert: float) -> float:
+    return min(max(x, 0.0), cert)
+
+
+def _with_first_move_allowance(row: dict) -> dict:
+    """``row`` as the study wrote it before 2026-11-25: each stage's interval widened by the
+    move from the first stage only, no ``allowance`` key (rows not clipped at both ends)."""
+    stages, cert = row["stages"], row["certificate"]
+    old = []
+    for k, (est, low, high) in enumerate(row["stage_intervals"]):
+        half = stages[k] - low if low > 0.0 else high - stages[k]
+        sampling = half - max((abs(stages[k] - m) for m in stages[:k]), default=0.0)
+        half = sampling + abs(stages[k] - stages[0])
+        old.append([est, _clip(stages[k] - half, cert), _clip(stages[k] + half, cert)])
+    out = {k: v for k, v in row.items() if k != "allowance"}
+    return {**out, "stage_intervals": old, "low": old[-1][1], "high": old[-1][2]}
+
+
+def test_rewiden_gives_old_rows_the_current_interval(tmp_path):
+    """A row of the current code, turned into what the former rule wrote, is turned back into
+    the current row; rows that carry ``allowance`` are left alone, and an interval clipped at
+    both ends (nothing to recover the sampling part from) is refused."""
+    import pytest
+
+    module, cfg = _cfg(
+        "approx_validation",
+        tmp_path,
+        refine=2,
+        cases=["random_features"],
+        horizons=[3],
+        epsilons=[0.1, 0.5],
+        ppo=False,
+    )
+    rows = [module.run_unit(cfg, u) for u in module.units(cfg)]
+    for row in rows:
+        row.pop("curves")
+        assert row["allowance"] == max(abs(row["stages"][-1] - m) for m in row["stages"][:-1])
+        assert all(0.0 < hi < row["certificate"] for _, _, hi in row["stage_intervals"])
+        old = _with_first_move_allowance(row)
+        back = module.rewiden(old)
+        assert back.keys() == row.keys()
+        for key in ("low", "high", "allowance"):
+            assert back[key] == pytest.approx(row[key], abs=1e-12)
+        assert back["covered"] == row["covered"]
+        assert np.allclose(back["stage_intervals"], row["stage_intervals"], atol=1e-12)
+        assert module.rewiden(row) is row
+    clipped = {**old, "stage_intervals": [[0.0, 0.0, old["certificate"]]] * len(old["stages"])}
+    with pytest.raises(ValueError, match="clipped at both ends: rerun that unit"):
+        module.rewiden(clipped)
 
 
 def test_approx_validation_average_config_changes_only_the_averaging():
