@@ -34,6 +34,7 @@ from imitation_meg.approx.envs import (
     stationary_epsilon_greedy,
     validation_case,
 )
+from imitation_meg.approx.known import LR
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
@@ -63,7 +64,7 @@ class Config:
     steps_per_iteration: int | None = None
     refine: int = 3
     average: float = 0.0
-    lr: float = 1e-3
+    lr: float = LR
     n_boot: int = 500
     tolerance: float = 0.05
     progress: bool = False

@@ -124,6 +124,18 @@ def test_approx_validation_average_config_changes_only_the_averaging():
     assert dataclasses.replace(cand, **{k: getattr(base, k) for k in same}) == base
 
 
+def test_approx_validation_avlr_config_changes_only_averaging_and_step():
+    """The candidate config is the validation's with ``average`` and ``lr`` set (and its own
+    results folder): the same units as the experiments of 2026-11-25 run with ``--set``."""
+    module = load_driver("approx_validation", ROOT / "experiments")
+    base = load_config(load_yaml(ROOT / "configs" / "approx_validation.yaml"), module.Config)
+    cand = load_config(load_yaml(ROOT / "configs" / "approx_validation_avlr.yaml"), module.Config)
+    assert (base.average, base.lr) == (0.0, 1e-3) and (cand.average, cand.lr) == (0.5, 3e-3)
+    assert cand.results_dir != base.results_dir
+    same = ("average", "lr", "results_dir")
+    assert dataclasses.replace(cand, **{k: getattr(base, k) for k in same}) == base
+
+
 def test_approx_validation_run_unit_is_pure(tmp_path):
     module, cfg = _cfg("approx_validation", tmp_path)
     unit = module.units(cfg)[0]
