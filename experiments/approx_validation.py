@@ -280,10 +280,13 @@ def rewiden(row: dict[str, Any]) -> dict[str, Any]:
     taken off, from whichever end was not clipped to ``[0, certificate]``), then widened by the
     current allowance and clipped again: what a rerun with the current code reports, since the
     fits, bootstrap draws and stage estimates are the same (same seed, same result). Rows that
-    already carry ``allowance``, or have no stored stages, are returned unchanged; a stage whose
-    interval was clipped at both ends cannot be recovered and raises ``ValueError``.
+    already carry ``allowance``, have no stored stages or no interval (``n_boot`` below 2: NaN
+    ends), are returned unchanged; a stage whose interval was clipped at both ends cannot be
+    recovered and raises ``ValueError``.
     """
     if "allowance" in row or not row.get("stages") or not row.get("stage_intervals"):
+        return row
+    if not all(math.isfinite(v) for _, low, high in row["stage_intervals"] for v in (low, high)):
         return row
     stages, cert = [float(m) for m in row["stages"]], float(row["certificate"])
     widened, allowance = [], 0.0

@@ -31,9 +31,9 @@ Steps:
    degrees of freedom), so it covers the rollout noise and the part of the fitting error that
    is independent across fits (data, initialisation, optimisation), plus, with ``refine``, the
    largest distance between the estimate and any earlier stage's (``allowance``), an allowance
-   for the optimisation error every fit shares. Other shared error (a network too small, data that never reach the
-   states the soft-optimal policies visit) is not covered: the soft Bellman residuals, the seed
-   spread and the Gibbs certificate are reported so a user can judge it. (Averaging the fits'
+   for the optimisation error every fit shares. Other shared error (a network too small, data
+   that never reach the states the soft-optimal policies visit) is not covered: the soft Bellman
+   residuals, the seed spread and the Gibbs certificate are reported so a user can judge it. (Averaging the fits'
    Q-values is reported as a diagnostic only: the average of soft-optimal models is not one, and
    on small noisy problems it can fit the scored policy better than any member of the family.)
 """

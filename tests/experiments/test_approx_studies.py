@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pathlib
 
 import numpy as np
@@ -108,6 +109,8 @@ def test_rewiden_gives_old_rows_the_current_interval(tmp_path):
     clipped = {**old, "stage_intervals": [[0.0, 0.0, old["certificate"]]] * len(old["stages"])}
     with pytest.raises(ValueError, match="clipped at both ends: rerun that unit"):
         module.rewiden(clipped)
+    no_interval = {**old, "stage_intervals": [[0.1, math.nan, math.nan]] * len(old["stages"])}
+    assert module.rewiden(no_interval) is no_interval
 
 
 def test_approx_validation_average_config_changes_only_the_averaging():
