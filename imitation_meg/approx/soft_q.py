@@ -453,6 +453,16 @@ def check_average(average: Any) -> None:
         )
 
 
+def check_lr(lr: Any) -> None:
+    """Raise ``ValueError`` unless ``lr`` is a positive finite number (not a bool)."""
+    if (
+        isinstance(lr, bool)
+        or not isinstance(lr, (int, float, np.floating))
+        or not 0.0 < float(lr) < math.inf
+    ):
+        raise ValueError(f"lr must be a positive finite number, got {lr!r}.")
+
+
 def _check_int(name: str, v: Any, lo: int) -> None:
     """Raise ``ValueError`` unless ``v`` is an integer (not a bool) ``>= lo``."""
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
@@ -552,8 +562,7 @@ def fit_soft_q_ensemble(
     check_average(average)
     _check_int("steps_per_iteration", steps_per_iteration, 1)
     _check_int("batch_size", batch_size, 1)
-    if not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr must be a positive number, got {lr!r}.")
+    check_lr(lr)
     K = len(models)
     priors = priors if priors is not None else [BetaPrior()] * K
     seeds = seeds if seeds is not None else list(range(K))

@@ -720,6 +720,9 @@ def test_fit_averages_the_last_steps_weights(monkeypatch):
     for bad in (-0.1, 1.5, True, "half"):
         with pytest.raises(ValueError, match="average must be"):
             fit_soft_q(model, datas[0], iterations=1, average=bad)
+    for bad in (0.0, -1e-3, float("nan"), float("inf"), True, "1e-3"):
+        with pytest.raises(ValueError, match="lr must be a positive finite number"):
+            fit_soft_q(model, datas[0], iterations=1, lr=bad)
 
 
 def test_batched_fit_skips_null_models_and_checks_lengths():
