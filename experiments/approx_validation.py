@@ -42,6 +42,10 @@ UNIT_RESOURCES = {"num_cpus": 1}
 # Units name their case, horizon, policy and seed, so a run over some cases, policies or seeds
 # keeps its units for the full study.
 SWEEP_FIELDS = ("cases", "horizons", "epsilons", "ppo", "seeds")
+# Every unit's result is a row of the published results.json (less its curves): `reproduce
+# --merge docs/results/<run>` rebuilds the unit files of a published run (the study is run in
+# pieces, and results/ does not travel with the repository).
+PUBLISHED_RESULTS = "results"
 
 
 @dataclasses.dataclass(frozen=True)

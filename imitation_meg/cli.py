@@ -663,8 +663,9 @@ def _add_reproduce_parsers(sub: Any) -> None:
         "--merge",
         nargs="+",
         metavar="DIR",
-        help="first take the finished units of other runs of this config (results folders); "
-        "a unit found twice is an error",
+        help="first take the finished units of other runs of this config: their results "
+        "folders, or, for a study that publishes every unit's result (approx_validation), "
+        "their published folders under docs/results/; a unit found twice is an error",
     )
     rep.add_argument("--fresh", action="store_true", help="rerun every unit instead of resuming")
     rep.add_argument(

@@ -189,7 +189,8 @@ def run_config(
         seeds: the ``seeds`` list, e.g. ``"0-4"``.
         retries: further attempts of a unit that failed.
         resources: Ray resources per unit (``num_cpus``, ``num_gpus``).
-        merge: results folders of other runs of the same config to take finished units from.
+        merge: results folders of other runs of the same config to take finished units from
+            (or their published folders, for a study with ``PUBLISHED_RESULTS``).
         fresh: rerun every unit instead of resuming.
         dry_run: only report finished and missing units.
         progress_bar: a progress bar over units.

@@ -6,6 +6,12 @@ and the unit itself. A rerun of the same config finds the finished units by key 
 the missing ones; a different config (another ``n_steps``, say) never reuses them. Files are
 written atomically (a temporary file, then a rename), so a run killed at any moment leaves only
 whole unit files behind.
+
+Unit files are not published (``imitation-meg publish`` leaves ``units/`` behind). A study whose
+published ``results.json`` keeps every unit's own result in one list (its driver names that list
+in ``PUBLISHED_RESULTS``) can have its unit files rebuilt from a published folder
+(``run.json`` + ``results.json``) by :meth:`UnitStore.merge`, so a long study run in pieces over
+several machines or fresh checkouts goes on from what was published.
 """
 
 from __future__ import annotations
@@ -17,12 +23,12 @@ import os
 import pathlib
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from imitation_meg.results import library_versions, to_jsonable
 from imitation_meg.runners._worker import UnitOutcome, loads_result
 
-__all__ = ["ALWAYS_FREE_FIELDS", "UnitStore", "canonical", "config_fingerprint"]
+__all__ = ["ALWAYS_FREE_FIELDS", "PublishedRows", "UnitStore", "canonical", "config_fingerprint"]
 
 #: Config fields that never change a unit's result (where a driver has them).
 ALWAYS_FREE_FIELDS = ("results_dir", "progress")
@@ -37,13 +43,20 @@ def config_fingerprint(cfg: Any, free_fields: Iterable[str]) -> dict[str, Any]:
     """The config fields a unit's result may depend on, as plain JSON values.
 
     Args:
-        cfg: the study's config dataclass instance.
+        cfg: the study's config dataclass instance (or its fields as a dict of JSON values).
         free_fields: fields left out (they only choose units or name outputs).
     """
-    data = to_jsonable(dataclasses.asdict(cfg))
+    data = to_jsonable(cfg if isinstance(cfg, Mapping) else dataclasses.asdict(cfg))
     assert isinstance(data, dict)
     skip = set(free_fields) | set(ALWAYS_FREE_FIELDS)
     return {k: v for k, v in data.items() if k not in skip}
+
+
+class PublishedRows(NamedTuple):
+    """How a study's published folder holds its units' results (see :meth:`UnitStore.merge`)."""
+
+    key: str  # the list in results.json with one row per unit, the unit's own result
+    free_fields: tuple[str, ...]  # the driver's SWEEP_FIELDS (left out of the fingerprint)
 
 
 def _atomic_write(path: pathlib.Path, text: str) -> None:
@@ -135,38 +148,53 @@ class UnitStore:
         _atomic_write(path, json.dumps(record, indent=1, allow_nan=True) + "\n")
         return path
 
-    def merge(self, sources: Sequence[str | os.PathLike[str]]) -> list[pathlib.Path]:
+    def merge(
+        self, sources: Sequence[str | os.PathLike[str]], published: PublishedRows | None = None
+    ) -> list[pathlib.Path]:
         """Copy the unit files of other runs of the same config into this store.
 
-        Each source is a results folder (its ``units/`` is read) or a ``units/`` folder. Nothing
-        is copied unless every file passes: all must be units of this study and config, and no
-        unit may appear twice (in two sources, or in a source and this store).
+        Each source is a results folder (its ``units/`` is read), a ``units/`` folder, or a
+        published folder (``run.json`` and ``results.json``, no ``units/``: what
+        ``imitation-meg publish`` copies), whose unit files are rebuilt from the run log's units
+        and the rows of ``results.json[published.key]`` (the study must keep every unit's
+        result there: ``published`` is None for a study that does not). Nothing is written
+        unless every unit passes: all must be units of this study and config, and no unit may
+        appear twice (in two sources, or in a source and this store).
 
         Returns:
-            The paths of the copied files.
+            The paths of the written files.
 
         Raises:
-            ValueError: a missing source, a unit of another config, or a unit merged twice.
+            ValueError: a missing source, a unit of another config, a unit merged twice, a
+                published folder of a study that cannot rebuild units, or a unit without its
+                row.
         """
-        incoming: dict[str, tuple[pathlib.Path, dict[str, Any]]] = {}
+        incoming: dict[str, tuple[str, str]] = {}  # key -> (where from, file text)
         for src in sources:
             folder = pathlib.Path(src)
-            if (folder / "units").is_dir():
-                folder = folder / "units"
             if not folder.is_dir():
                 raise ValueError(
-                    f"--merge source {str(src)!r} is not a results folder with units/ in it."
+                    f"--merge source {str(src)!r} is not a folder: give a results folder with "
+                    "units/ in it or a published folder (run.json and results.json)."
                 )
+            if (folder / "units").is_dir():
+                folder = folder / "units"
             if folder.resolve() == self.folder.resolve():
                 raise ValueError(
                     f"--merge source {str(src)!r} is this run's own results folder; merge other "
                     "runs' folders into it."
                 )
-            for path in sorted(folder.glob("*.json")):
-                record = self._read(path)
+            if (folder / "run.json").is_file():  # a run's folder without its units/
+                found = self._published(folder, published)
+            else:  # a folder of unit files
+                found = [
+                    (str(path), self._read(path), path.read_text())
+                    for path in sorted(folder.glob("*.json"))
+                ]
+            for where, record, text in found:
                 if record["study"] != self.study or record["config"] != self.fingerprint:
                     raise ValueError(
-                        f"unit file {str(path)!r} was made by another "
+                        f"unit file {where!r} was made by another "
                         f"{'study' if record['study'] != self.study else 'config'} "
                         f"({_difference(record, self.study, self.fingerprint)}); merge only runs "
                         "of the same config (same --set values)."
@@ -175,20 +203,70 @@ class UnitStore:
                 unit = canonical(record["unit"])
                 if key in incoming:
                     raise ValueError(
-                        f"unit {unit} is in both {str(incoming[key][0])!r} and {str(path)!r}; "
-                        "merging it twice would count it twice: remove one of the two files."
+                        f"unit {unit} is in both {incoming[key][0]!r} and {where!r}; "
+                        "merging it twice would count it twice: remove one of the two."
                     )
                 if self.path(key).is_file():
                     raise ValueError(
-                        f"unit {unit} from {str(path)!r} is already in {str(self.folder)!r}; "
+                        f"unit {unit} from {where!r} is already in {str(self.folder)!r}; "
                         "merging it again would count it twice: drop that source from --merge."
                     )
-                incoming[key] = (path, record)
-        copied = []
-        for key, (path, _) in incoming.items():
-            _atomic_write(self.path(key), path.read_text())
-            copied.append(self.path(key))
-        return copied
+                incoming[key] = (where, text)
+        written = []
+        for key, (_, text) in incoming.items():
+            _atomic_write(self.path(key), text)
+            written.append(self.path(key))
+        return written
+
+    def _published(
+        self, folder: pathlib.Path, published: PublishedRows | None
+    ) -> list[tuple[str, dict[str, Any], str]]:
+        """Unit records rebuilt from a published folder: ``(where, record, file text)``."""
+        if published is None:
+            raise ValueError(
+                f"--merge source {str(folder)!r} is a published folder, but study "
+                f"{self.study!r} does not keep every unit's result in its results.json, so its "
+                "units cannot be rebuilt from it; merge the run's results folder (with units/)."
+            )
+        if not (folder / "results.json").is_file():
+            raise ValueError(
+                f"--merge source {str(folder)!r} has a run.json but neither units/ nor "
+                "results.json: give the run's results folder or its published copy."
+            )
+        try:
+            log = json.loads((folder / "run.json").read_text())
+            payload = loads_result((folder / "results.json").read_text())
+            seconds = {canonical(u["unit"]): float(u["seconds"]) for u in log["unit_seconds"]}
+            rows = payload[published.key]
+            cfg = log["config"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(
+                f"--merge source {str(folder)!r} is not a published run of imitation-meg "
+                f"({type(e).__name__}: {e})."
+            ) from e
+        fingerprint = config_fingerprint(cfg, published.free_fields)
+        where = str(folder / "results.json")
+        out = []
+        for text in seconds:
+            unit = json.loads(text)
+            match = [r for r in rows if all(r.get(k) == v for k, v in unit.items())]
+            if len(match) != 1:
+                raise ValueError(
+                    f"{where!r} has {len(match)} rows of unit {text} (its run.json lists it): "
+                    "a published folder must hold one row per unit; merge the run's results "
+                    "folder (with units/) instead."
+                )
+            record = {
+                "study": log.get("study"),
+                "unit": unit,
+                "config": fingerprint,
+                "seconds": seconds[text],
+                "versions": payload.get("versions", {}),
+                "result": match[0],
+                "rebuilt_from": where,
+            }
+            out.append((f"{where} (unit {text})", record, json.dumps(record, indent=1) + "\n"))
+        return out
 
 
 def _difference(record: Mapping[str, Any], study: str, fingerprint: Mapping[str, Any]) -> str:

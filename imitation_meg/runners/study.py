@@ -12,7 +12,9 @@ The study-unit protocol: a driver ``experiments/<name>.py`` defines a frozen dat
   ``UNIT_THREADS`` (torch threads per unit, default 1: part of what makes a result exact, since
   torch's parallel reductions round differently with another thread count) and ``SWEEP_FIELDS``
   (the config fields that only choose units, such as ``seeds``: changing them keeps the finished
-  units).
+  units) and ``PUBLISHED_RESULTS`` (the list in the published ``results.json`` that holds every
+  unit's own result, one row per unit: then ``--merge`` rebuilds unit files from a published
+  folder).
 
 :func:`run_study` keys every unit by study, config and unit, skips the units whose files exist
 (an interrupted run resumes), runs the others on the chosen backend, writes each result as it
@@ -33,7 +35,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from imitation_meg.results import to_jsonable, write_json
-from imitation_meg.runners._store import UnitStore, canonical, config_fingerprint
+from imitation_meg.runners._store import (
+    PublishedRows,
+    UnitStore,
+    canonical,
+    config_fingerprint,
+)
 from imitation_meg.runners._worker import DriverSpec, UnitOutcome, loads_result, unit_threads
 from imitation_meg.runners.backends import BACKENDS, import_ray, run_process, run_ray, run_serial
 
@@ -101,7 +108,8 @@ def run_study(
         address: Ray cluster address (``"auto"``, ``"ray://host:10001"``); ray only.
         retries: further attempts of a unit that raised (and, on Ray, whose worker died).
         resources: Ray resources per unit; default the driver's ``UNIT_RESOURCES`` or one CPU.
-        merge: results folders of other runs of the same config whose units to take first.
+        merge: results folders of other runs of the same config whose units to take first, or
+            their published folders (with the driver's ``PUBLISHED_RESULTS``).
         fresh: run every unit again (overwriting its file) instead of resuming.
         dry_run: only count the finished and missing units.
         progress_bar: a progress bar over units on stderr (tqdm).
@@ -145,7 +153,9 @@ def run_study(
                 "config, e.g. a seed in 'seeds' or --seeds); each unit may count once."
             )
         seen[key] = unit
-    merged = store.merge(merge) if merge else []
+    key_list = getattr(module, "PUBLISHED_RESULTS", None)
+    published = PublishedRows(key_list, free) if isinstance(key_list, str) else None
+    merged = store.merge(merge, published) if merge else []
     if merged:
         say(f"merged {len(merged)} unit files from {', '.join(map(str, merge))}.")
 

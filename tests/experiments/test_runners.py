@@ -119,6 +119,58 @@ def test_merging_the_same_unit_twice_is_an_error(tmp_path, capsys):
         run_config(TOM_FAST, overrides=[f"results_dir={tmp_path / 'd'}"], merge=[other], **QUIET)
 
 
+def test_a_published_run_rebuilds_its_units(tmp_path):
+    """A published folder (no units/) of a study that keeps every unit's result in its
+    results.json is merged as its unit files were: the same combined results, nothing rerun."""
+    fast = CONFIGS / "approx_validation_fast.yaml"
+    one = ["cases=[random_features]", "horizons=[3]", "epsilons=[0.1]", "ppo=false"]
+    a, b, docs = tmp_path / "a", tmp_path / "b", tmp_path / "docs"
+    first = run_config(fast, overrides=[*one, f"results_dir={a}"], seeds="0-1", **QUIET)
+    docs.mkdir()
+    publish(a, docs_root=docs)
+    pub = docs / "a"
+    assert not (pub / "units").exists()
+    again = run_config(
+        fast, overrides=[*one, f"results_dir={b}"], seeds="0-1", merge=[pub], **QUIET
+    )
+    assert again["results"] == first["results"] and again["summary"] == first["summary"]
+    log = json.loads((b / "run.json").read_text())
+    assert (log["units_run"], log["units_merged"]) == (0, 2)
+    # the rebuilt unit files hold the units' results less their curves (left out of the tables)
+    original = {
+        k: {f: v for f, v in r.items() if f != "curves"} for k, r in _unit_results(a).items()
+    }
+    assert _unit_results(b) == original
+    # another config is refused, naming the difference; so is a published folder missing a row
+    with pytest.raises(ValueError, match="n_boot=50 there, 40 here"):
+        run_config(
+            fast,
+            overrides=[*one, "n_boot=40", f"results_dir={tmp_path / 'c'}"],
+            merge=[pub],
+            **QUIET,
+        )
+    payload = json.loads((pub / "results.json").read_text())
+    (pub / "results.json").write_text(json.dumps({**payload, "results": payload["results"][:1]}))
+    with pytest.raises(ValueError, match=r"has 0 rows of unit .*one row per unit"):
+        run_config(fast, overrides=[*one, f"results_dir={tmp_path / 'd'}"], merge=[pub], **QUIET)
+    assert not (tmp_path / "d" / "units").exists()  # nothing was written
+    # A study whose tables do not hold every unit's result cannot rebuild units from them.
+    tom = tmp_path / "tom"
+    run_config(TOM_FAST, overrides=[f"results_dir={tom}", "agents=[scripted_correct]"], **QUIET)
+    publish(tom, docs_root=docs)
+    with pytest.raises(ValueError, match="cannot be rebuilt from it"):
+        run_config(
+            TOM_FAST, overrides=[f"results_dir={tmp_path / 'e'}"], merge=[docs / "tom"], **QUIET
+        )
+    with pytest.raises(ValueError, match="is not a folder"):
+        run_config(
+            TOM_FAST,
+            overrides=[f"results_dir={tmp_path / 'e'}"],
+            merge=[tmp_path / "nope"],
+            **QUIET,
+        )
+
+
 def test_a_killed_run_resumes_with_only_the_missing_units(tmp_path):
     """A real ``imitation-meg reproduce`` is killed after some units; the rerun runs the rest."""
     out = tmp_path / "killed"
