@@ -46,6 +46,8 @@ SWEEP_FIELDS = ("cases", "horizons", "epsilons", "ppo", "seeds")
 # --merge docs/results/<run>` rebuilds the unit files of a published run (the study is run in
 # pieces, and results/ does not travel with the repository).
 PUBLISHED_RESULTS = "results"
+# Fields added after runs were published, with the value those runs used (they merge as such).
+ADDED_FIELDS = {"lr": LR, "last_steps": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +71,7 @@ class Config:
     refine: int = 3
     average: float = 0.0
     lr: float = LR
+    last_steps: int = 0
     n_boot: int = 500
     tolerance: float = 0.05
     progress: bool = False
@@ -136,6 +139,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         refine=cfg.refine,
         average=cfg.average,
         lr=cfg.lr,
+        last_steps=cfg.last_steps,
         n_boot=cfg.n_boot,
         seed=unit["seed"],
         progress=cfg.progress,

@@ -153,6 +153,7 @@ class _FitSettings:
     n_envs: int
     average: float = 0.0
     lr: float = LR
+    last_steps: int = 0
 
 
 def _fit_ensemble(
@@ -189,7 +190,15 @@ def _fit_ensemble(
         if extra_data is not None:
             data = Rollouts.concat([data, extra_data])
         models.append(
-            new_model(data, A, H, hidden=fit.hidden, seed=int(mseed), reward_fn=reward_fn)
+            new_model(
+                data,
+                A,
+                H,
+                hidden=fit.hidden,
+                seed=int(mseed),
+                reward_fn=reward_fn,
+                last_steps=fit.last_steps,
+            )
         )
         datas.append(data)
 
@@ -367,6 +376,7 @@ def meg_approx(
     data_memory_gib: float = 4.0,
     average: float = 0.0,
     lr: float = LR,
+    last_steps: int = 0,
 ) -> ApproxMEGResult:
     """Approximate known-utility MEG of ``policy`` in ``env`` (see the module docstring).
 
@@ -426,6 +436,11 @@ def meg_approx(
             default is ``0`` (docs/approx.md).
         lr: Adam's learning rate of the first fit (cosine-decayed to a tenth over each stage);
             the refits use ``0.3 lr``.
+        last_steps: give the networks an indicator input for each of the last ``last_steps``
+            decisions (``0``: none, the smooth time features only). The soft-optimal values
+            change most from one of the last decisions to the next; smooth features let a
+            fit blur that change, which on ``random_features`` at epsilon 0.1 showed as a bias
+            at the second-to-last decision (docs/approx.md).
 
     Returns:
         :class:`ApproxMEGResult`.
@@ -453,6 +468,7 @@ def meg_approx(
     _check_int("n_models", n_models, 1)
     check_average(average)
     check_lr(lr)
+    _check_int("last_steps", last_steps, 0)
     if steps_per_iteration is not None:
         _check_int("steps_per_iteration", steps_per_iteration, 1)
     _check_int("n_boot", n_boot, 0)
@@ -505,7 +521,15 @@ def meg_approx(
             stacklevel=2,
         )
     fit = _FitSettings(
-        hidden, n_iter, n_steps, n_refits, n_data_steps, n_envs, float(average), float(lr)
+        hidden,
+        n_iter,
+        n_steps,
+        n_refits,
+        n_data_steps,
+        n_envs,
+        float(average),
+        float(lr),
+        int(last_steps),
     )
     seeds = [int(v) for v in s_models.generate_state(n_models)]
     _, _, ens, betas, mats, stages = _fit_ensemble(source, pol, ev, fit, seeds, bar, count)

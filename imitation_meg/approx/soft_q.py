@@ -60,13 +60,18 @@ TIME_SCALES = (1.0, 3.0, 10.0)
 BETA_SCALES = (0.03, 0.3, 3.0, 30.0, 300.0, 3000.0)
 
 
-def time_features(t: th.Tensor, horizon: int) -> th.Tensor:
-    """``(n, 1 + len(TIME_SCALES))``: the time-to-go fraction ``(H - t) / H`` and
+def time_features(t: th.Tensor, horizon: int, last_steps: int = 0) -> th.Tensor:
+    """``(n, 1 + len(TIME_SCALES) + last_steps)``: the time-to-go fraction ``(H - t) / H``,
     ``exp(-(H - t - 1) / c)``, which resolve the last decisions, where soft-optimal policies
-    change fastest with time, whatever the horizon."""
+    change fastest with time, whatever the horizon, and indicators of the last ``last_steps``
+    decisions (``H - t - 1 = 0, 1, ...``), which let a network change its values from one of
+    them to the next without smoothing the change over its neighbours."""
     left = (horizon - t).to(th.float32).reshape(-1, 1)
     c = th.tensor(TIME_SCALES, dtype=th.float32)
-    return th.cat([left / horizon, th.exp(-(left - 1).clamp(min=0) / c)], dim=1)
+    feats = [left / horizon, th.exp(-(left - 1).clamp(min=0) / c)]
+    if last_steps:
+        feats.append((left - 1 == th.arange(last_steps, dtype=th.float32)).to(th.float32))
+    return th.cat(feats, dim=1)
 
 
 def beta_features(b: th.Tensor) -> th.Tensor:
@@ -181,6 +186,7 @@ class SoftQModel:
         obs_mean, obs_std: ``(d,)`` standardisation of flat observations.
         nets: ``{"cont": network}``.
         reward_fn: a fixed utility ``x (n, d) -> (n,)`` in utility units, or None.
+        last_steps: indicator inputs of the last decisions (see :func:`time_features`).
     """
 
     def __init__(
@@ -195,8 +201,10 @@ class SoftQModel:
         hidden: tuple[int, ...] = (64, 64),
         seed: int = 0,
         reward_fn: Callable[[th.Tensor], th.Tensor] | None = None,
+        last_steps: int = 0,
     ) -> None:
         self.horizon = int(horizon)
+        self.last_steps = int(last_steps)
         self.n_actions = int(n_actions)
         self.q_scale = float(q_scale)
         self.obs_mean = th.as_tensor(obs_mean, dtype=th.float32)
@@ -208,7 +216,7 @@ class SoftQModel:
         # caller's random state is left as it was.
         with th.random.fork_rng(devices=[]):
             th.manual_seed(seed)
-            n_in = obs_dim + 1 + len(TIME_SCALES) + len(BETA_SCALES)
+            n_in = obs_dim + 1 + len(TIME_SCALES) + self.last_steps + len(BETA_SCALES)
             nets = {"cont": _MLP(n_in, n_actions, hidden)}
             self.split = reward_fn is not None
             self.nets = nn.ModuleDict(nets)
@@ -225,7 +233,8 @@ class SoftQModel:
     def inputs(self, x: th.Tensor, t: th.Tensor, b: th.Tensor) -> th.Tensor:
         """The network's input rows ``(n, n_in)``: standardised observations ``x (n, d)``,
         time features of ``t (n,)`` and rationality features of normalised ``b (n,)``."""
-        return th.cat([self.standardise(x), time_features(t, self.horizon), beta_features(b)], 1)
+        times = time_features(t, self.horizon, self.last_steps)
+        return th.cat([self.standardise(x), times, beta_features(b)], 1)
 
     def continuation_weight(self, t: th.Tensor) -> th.Tensor:
         """``(H - t - 1) / H`` per row ``(n,)``: the weight of a split model's continuation."""
@@ -281,6 +290,7 @@ def new_model(
     hidden: tuple[int, ...],
     seed: int,
     reward_fn: Callable[[th.Tensor], th.Tensor] | None = None,
+    last_steps: int = 0,
 ) -> SoftQModel:
     """An untrained model whose scales are read from ``data``.
 
@@ -291,6 +301,7 @@ def new_model(
         seed: the initialisation's seed.
         reward_fn: a fixed utility of flat observations ``(n, d) -> (n,)`` replacing the
             environment's reward (then the scale is read from its values on ``data``).
+        last_steps: indicator inputs of the last decisions (see :func:`time_features`).
 
     When the data show no reward that could prefer one action to another, the model is *null*:
     its soft Q-values are 0, so every soft-optimal model it gives is uniform
@@ -316,6 +327,7 @@ def new_model(
         hidden=hidden,
         seed=seed,
         reward_fn=reward_fn,
+        last_steps=last_steps,
     )
     early_end = bool(np.any(data.done & (data.t < horizon - 1)))
     constant = data.r.size > 0 and float(np.ptp(data.r)) == 0.0

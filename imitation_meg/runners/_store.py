@@ -79,11 +79,15 @@ class UnitStore:
         results_dir: the study's results folder.
         study: the driver's name.
         fingerprint: :func:`config_fingerprint` of the config.
+        added: config fields added to the study after some of its runs, each with the value
+            those runs had without naming it (the driver's ``ADDED_FIELDS``): a merged unit
+            whose config lacks such a field counts as made with that value.
     """
 
     results_dir: pathlib.Path
     study: str
     fingerprint: dict[str, Any]
+    added: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def folder(self) -> pathlib.Path:
@@ -192,6 +196,7 @@ class UnitStore:
                     for path in sorted(folder.glob("*.json"))
                 ]
             for where, record, text in found:
+                record, text = self._fill_added(record, text)
                 if record["study"] != self.study or record["config"] != self.fingerprint:
                     raise ValueError(
                         f"unit file {where!r} was made by another "
@@ -217,6 +222,19 @@ class UnitStore:
             _atomic_write(self.path(key), text)
             written.append(self.path(key))
         return written
+
+    def _fill_added(self, record: dict[str, Any], text: str) -> tuple[dict[str, Any], str]:
+        """``record`` with the fields it predates filled in (see ``added``), and its file text."""
+        theirs = record["config"]
+        missing = {
+            k: v
+            for k, v in to_jsonable(dict(self.added)).items()  # type: ignore[union-attr]
+            if k not in theirs and k in self.fingerprint
+        }
+        if not missing:
+            return record, text
+        record = {**record, "config": {**theirs, **missing}}
+        return record, json.dumps(record, indent=1, allow_nan=True) + "\n"
 
     def _published(
         self, folder: pathlib.Path, published: PublishedRows | None

@@ -14,7 +14,8 @@ The study-unit protocol: a driver ``experiments/<name>.py`` defines a frozen dat
   (the config fields that only choose units, such as ``seeds``: changing them keeps the finished
   units) and ``PUBLISHED_RESULTS`` (the list in the published ``results.json`` that holds every
   unit's own result, one row per unit: then ``--merge`` rebuilds unit files from a published
-  folder).
+  folder) and ``ADDED_FIELDS`` (config fields added after some runs were made, each with the value
+  those runs used: ``--merge`` takes their units as made with it).
 
 :func:`run_study` keys every unit by study, config and unit, skips the units whose files exist
 (an interrupted run resumes), runs the others on the chosen backend, writes each result as it
@@ -142,7 +143,10 @@ def run_study(
     units = _check_units(name, module.units(cfg))
     free = tuple(getattr(module, "SWEEP_FIELDS", ()))
     store = UnitStore(
-        pathlib.Path(cfg.results_dir), name, config_fingerprint(cfg, free_fields=free)
+        pathlib.Path(cfg.results_dir),
+        name,
+        config_fingerprint(cfg, free_fields=free),
+        added=dict(getattr(module, "ADDED_FIELDS", {})),
     )
     keys = [store.key(u) for u in units]
     seen: dict[str, dict[str, Any]] = {}

@@ -254,6 +254,9 @@ def test_bad_settings_are_refused():
     for bad in (0.0, -1e-3, float("nan"), float("inf"), True, "1e-3"):
         with pytest.raises(ValueError, match="lr must be a positive finite number"):
             meg_approx(uniform, "CartPole-v1", lr=bad)
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(ValueError, match="last_steps must be an integer >= 0"):
+            meg_approx(uniform, "CartPole-v1", last_steps=bad)
 
 
 class _Tiled(gym.ObservationWrapper):
@@ -445,6 +448,30 @@ def test_same_seed_same_result(small_case):
     e = meg_approx(pol, lambda: TabularGymEnv(mdp, feats), seed=5, lr=3e-3, **kw)
     assert (d.meg, d.low, d.high, d.stages) == (a.meg, a.low, a.high, a.stages)
     assert e.stages[0] != a.stages[0] and e.meg != a.meg
+    # indicator inputs of the last decisions: none by default (bit for bit), else other fits
+    f = meg_approx(pol, lambda: TabularGymEnv(mdp, feats), seed=5, last_steps=0, **kw)
+    g = meg_approx(pol, lambda: TabularGymEnv(mdp, feats), seed=5, last_steps=2, **kw)
+    assert (f.meg, f.low, f.high, f.stages) == (a.meg, a.low, a.high, a.stages)
+    assert g.stages[0] != a.stages[0]
+
+
+def test_time_features_mark_the_last_decisions():
+    """``last_steps`` indicators: column ``d`` is 1 exactly at decision ``t = H - 1 - d``."""
+    from imitation_meg.approx.soft_q import TIME_SCALES, time_features
+
+    H = 6
+    t = th.arange(H)
+    plain = time_features(t, H)
+    marked = time_features(t, H, last_steps=3)
+    n_smooth = 1 + len(TIME_SCALES)
+    assert plain.shape == (H, n_smooth) and marked.shape == (H, n_smooth + 3)
+    assert th.equal(marked[:, :n_smooth], plain)
+    ind = marked[:, n_smooth:]
+    for d in range(3):
+        assert ind[:, d].tolist() == [1.0 if k == H - 1 - d else 0.0 for k in range(H)]
+    # a horizon shorter than last_steps: the indicators of decisions that do not exist stay 0
+    short = time_features(th.arange(2), 2, last_steps=3)[:, n_smooth:]
+    assert short.tolist() == [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]
 
 
 def test_validation_case_exact_values_are_consistent():

@@ -139,6 +139,19 @@ def test_approx_validation_avlr_config_changes_only_averaging_and_step():
     assert dataclasses.replace(cand, **{k: getattr(base, k) for k in same}) == base
 
 
+def test_approx_validation_last3_config_adds_indicators_and_episodes():
+    """The 2026-11-26 candidate is the averaging-and-step one with indicator inputs of the last
+    three decisions and 1000 evaluation episodes (and its own results folder)."""
+    module = load_driver("approx_validation", ROOT / "experiments")
+    avlr = load_config(load_yaml(ROOT / "configs" / "approx_validation_avlr.yaml"), module.Config)
+    cand = load_config(load_yaml(ROOT / "configs" / "approx_validation_last3.yaml"), module.Config)
+    assert (avlr.last_steps, avlr.n_eval_episodes) == (0, 200)
+    assert (cand.last_steps, cand.n_eval_episodes) == (3, 1000)
+    assert cand.results_dir != avlr.results_dir
+    same = ("last_steps", "n_eval_episodes", "results_dir")
+    assert dataclasses.replace(cand, **{k: getattr(avlr, k) for k in same}) == avlr
+
+
 def test_approx_validation_run_unit_is_pure(tmp_path):
     module, cfg = _cfg("approx_validation", tmp_path)
     unit = module.units(cfg)[0]

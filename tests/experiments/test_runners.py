@@ -141,6 +141,28 @@ def test_a_published_run_rebuilds_its_units(tmp_path):
         k: {f: v for f, v in r.items() if f != "curves"} for k, r in _unit_results(a).items()
     }
     assert _unit_results(b) == original
+    # A run published before a field was added (the driver's ADDED_FIELDS) merges as made with
+    # the value it had then; with another value of that field it is another config.
+    run_log = json.loads((pub / "run.json").read_text())
+    older = docs / "older"
+    shutil.copytree(pub, older)
+    del run_log["config"]["last_steps"]
+    (older / "run.json").write_text(json.dumps(run_log))
+    rebuilt = run_config(
+        fast,
+        overrides=[*one, f"results_dir={tmp_path / 'f'}"],
+        seeds="0-1",
+        merge=[older],
+        **QUIET,
+    )
+    assert rebuilt["results"] == first["results"]
+    with pytest.raises(ValueError, match="last_steps=0 there, 2 here"):
+        run_config(
+            fast,
+            overrides=[*one, "last_steps=2", f"results_dir={tmp_path / 'g'}"],
+            merge=[older],
+            **QUIET,
+        )
     # another config is refused, naming the difference; so is a published folder missing a row
     with pytest.raises(ValueError, match="n_boot=50 there, 40 here"):
         run_config(
