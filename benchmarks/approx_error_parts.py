@@ -1,0 +1,180 @@
+"""Where an approximate MEG estimate's error comes from, on a validation case with a known answer.
+
+The estimate is ``max_beta L_hat(beta)`` on ``n_eval_episodes`` fresh episodes of the scored policy,
+with ``L_hat`` computed from fitted soft Q-networks. Its error splits into
+
+- the *evaluation part*: ``max_beta`` of the same objective computed with the exact soft-optimal
+  policies on the same episodes, minus the exact MEG (what a perfect fit would still report);
+- the *fit part*: the rest, which this script breaks down by fit and by decision ``t``: each fit's
+  ``L_hat(beta*) - L_exact(beta*)`` at the exact rationality ``beta*`` on those episodes.
+
+Usage (from the repository root; every number is in % of ``H log|A|`` unless named nats)::
+
+    python benchmarks/approx_error_parts.py eval random_features eps0.1 --episodes 200 --seeds 0-9
+    python benchmarks/approx_error_parts.py fits frozenlake_onehot ppo --seed 7 \\
+        --set average=0.5 --set lr=0.003 --set last_steps=3
+
+``eval`` is cheap (no fitting); ``fits`` runs one ``meg_approx`` (minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+from typing import Any
+
+import numpy as np
+import torch as th
+
+import imitation_meg as im
+from imitation_meg.approx import known
+from imitation_meg.approx.envs import TablePolicy, stationary_epsilon_greedy, validation_case
+from imitation_meg.approx.policy import as_policy_fn
+from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
+from imitation_meg.runners import load_driver, parse_seeds
+from imitation_meg.soft_vi import soft_value_iteration
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HORIZONS = {"cliffworld_xy": 15, "frozenlake_onehot": 15, "random_features": 10}
+
+
+def scored(case_name: str, policy: str) -> tuple[Any, Any, Any]:
+    """The validation case, the scored policy (as the study builds it) and its exact MEG."""
+    case = validation_case(case_name, horizon=HORIZONS[case_name])
+    if policy == "ppo":
+        from imitation_meg.adapters.sb3 import policy_table
+
+        driver = load_driver("approx_validation", ROOT / "experiments")
+        cfg = driver.Config()
+        pol: Any = driver._train_ppo(case_name, case.mdp.horizon, cfg.ppo_steps, cfg.ppo_seed)
+        table = policy_table(pol, case.mdp, observations=case.observations)
+    else:
+        table = stationary_epsilon_greedy(case.mdp, float(policy.removeprefix("eps")))
+        pol = TablePolicy(table, case.observations)
+    return case, pol, im.meg(table, case.mdp)
+
+
+def states_and_times(case: Any, ev: Rollouts) -> tuple[np.ndarray, np.ndarray]:
+    """The state of every evaluation row (nearest observation row) and its decision ``t``."""
+    obs = np.asarray(case.observations, dtype=np.float64)
+    x = np.asarray(ev.x, dtype=np.float64)
+    return ((x[:, None, :] - obs[None]) ** 2).sum(-1).argmin(1), np.asarray(ev.t)
+
+
+def exact_terms(case: Any, ev: Rollouts, beta: float) -> np.ndarray:
+    """Per evaluation row ``sum_a pi(a|s) log pi*_beta(a|s, t) + log|A|`` (exact policies)."""
+    s, t = states_and_times(case, ev)
+    log_pi = soft_value_iteration(case.mdp, [beta]).log_pi[0].numpy()
+    assert ev.probs is not None
+    return (ev.probs * log_pi[t, s]).sum(1) + math.log(case.mdp.n_actions)
+
+
+def evaluation_part(case_name: str, policy: str, episodes: int, seeds: list[int]) -> None:
+    """Print the evaluation part of each seed's episodes (as ``meg_approx`` draws them)."""
+    case, pol, exact = scored(case_name, policy)
+    source = EnvSource(case.make, horizon=case.mdp.horizon)
+    fn = as_policy_fn(pol, n_actions=source.n_actions)
+    grid = exact.beta * np.exp(np.linspace(-1.0, 1.0, 81))
+    parts = []
+    for seed in seeds:
+        s_eval = np.random.SeedSequence(seed).spawn(3)[0]  # meg_approx's evaluation stream
+        behaviour = known._policy_behaviour(fn)
+        ev = collect(source, behaviour, episodes, np.random.default_rng(s_eval), scored=fn)
+        best = max(exact_terms(case, ev, b).sum() / ev.n_episodes for b in grid)
+        at_star = exact_terms(case, ev, exact.beta).sum() / ev.n_episodes
+        part = 100 * (best - exact.meg) / exact.upper_bound
+        parts.append(part)
+        print(
+            f"{case_name} {policy} seed {seed}: evaluation part {part:+.2f}% "
+            f"(at the exact beta {100 * (at_star - exact.meg) / exact.upper_bound:+.2f}%)"
+        )
+    print(f"mean {np.mean(parts):+.3f}%, SD {np.std(parts, ddof=1):.3f}% over {len(parts)} seeds")
+
+
+def fit_part(case_name: str, policy: str, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
+    """Run ``meg_approx`` and split its error; print and return the parts."""
+    case, pol, exact = scored(case_name, policy)
+    seen: dict[str, Any] = {}
+    summarise = known.summarise
+
+    def keep(ev: Rollouts, ens: Any, betas: Any, mats: Any, **kw: Any) -> Any:
+        seen.update(ev=ev, ens=ens, betas=betas, mats=mats)
+        return summarise(ev, ens, betas, mats, **kw)
+
+    known.summarise = keep  # type: ignore[assignment]
+    try:
+        res = known.meg_approx(pol, case.make, seed=seed, **settings)
+    finally:
+        known.summarise = summarise  # type: ignore[assignment]
+    ev, ens, bound = seen["ev"], seen["ens"], exact.upper_bound
+    n, H = ev.n_episodes, case.mdp.horizon
+    grid = exact.beta * np.exp(np.linspace(-1.5, 1.5, 121))
+    best = max(exact_terms(case, ev, b).sum() / n for b in grid)
+    ref = exact_terms(case, ev, exact.beta)
+    _, t = states_and_times(case, ev)
+    x, tt = th.as_tensor(ev.x), th.as_tensor(ev.t)
+    out: dict[str, Any] = {
+        "case": case_name,
+        "policy": policy,
+        "seed": seed,
+        "settings": settings,
+        "exact": exact.meg,
+        "estimate": res.meg,
+        "error": 100 * (res.meg - exact.meg) / bound,
+        "evaluation_part": 100 * (best - exact.meg) / bound,
+        "stages": list(res.stages),
+        "fits": [],
+    }
+    print(
+        f"{case_name} {policy} seed {seed}: estimate {res.meg:.3f} against {exact.meg:.3f} "
+        f"({out['error']:+.2f}%); evaluation part {out['evaluation_part']:+.2f}%, fit part "
+        f"{out['error'] - out['evaluation_part']:+.2f}%"
+    )
+    for k, m in enumerate(ens.models):
+        b = th.full((x.shape[0],), exact.beta * m.q_scale)
+        with th.no_grad():
+            lp = th.log_softmax(exact.beta * m.q_scale * m.f(x, tt, b).double(), dim=-1)
+        terms = (ev.probs * lp.numpy()).sum(1) + math.log(case.mdp.n_actions)
+        diff = terms - ref
+        fit = {
+            "max_nats": float(seen["mats"][str(k)].mean(0).max()),
+            "at_exact_beta_nats": float(diff.sum() / n),
+            "by_decision_nats": [float(diff[t == h].sum() / n) for h in range(H)],
+        }
+        out["fits"].append(fit)
+        by_t = " ".join(f"{v:+.3f}" for v in fit["by_decision_nats"])
+        print(
+            f"  fit {k}: its maximum {fit['max_nats']:.3f} nats; at the exact beta "
+            f"{fit['at_exact_beta_nats']:+.3f} nats, by decision t = 0..{H - 1}: {by_t}"
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    ev = sub.add_parser("eval", help="the evaluation part of each seed (no fitting)")
+    fits = sub.add_parser("fits", help="one estimate's error split by fit and decision")
+    for p in (ev, fits):
+        p.add_argument("case", choices=sorted(HORIZONS))
+        p.add_argument("policy", help="eps0.1, eps0.3, eps0.5 or ppo")
+    ev.add_argument("--episodes", type=int, default=200)
+    ev.add_argument("--seeds", default="0-9")
+    fits.add_argument("--seed", type=int, default=0)
+    fits.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    fits.add_argument("--out", help="write the parts as JSON here")
+    args = parser.parse_args()
+    th.set_num_threads(1)
+    if args.what == "eval":
+        evaluation_part(args.case, args.policy, args.episodes, parse_seeds(args.seeds))
+        return
+    settings = {k: json.loads(v) for k, _, v in (s.partition("=") for s in args.set)}
+    out = fit_part(args.case, args.policy, args.seed, settings)
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
