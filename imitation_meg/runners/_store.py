@@ -267,7 +267,11 @@ class UnitStore:
         out = []
         for text in seconds:
             unit = json.loads(text)
-            match = [r for r in rows if all(r.get(k) == v for k, v in unit.items())]
+            match = [
+                r
+                for r in rows
+                if isinstance(r, dict) and all(r.get(k) == v for k, v in unit.items())
+            ]
             if len(match) != 1:
                 raise ValueError(
                     f"{where!r} has {len(match)} rows of unit {text} (its run.json lists it): "
