@@ -28,9 +28,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-import imitation_meg as im
 from imitation_meg.approx import known
-from imitation_meg.approx.envs import TablePolicy, stationary_epsilon_greedy, validation_case
 from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
 from imitation_meg.runners import load_driver, parse_seeds
@@ -41,19 +39,10 @@ HORIZONS = {"cliffworld_xy": 15, "frozenlake_onehot": 15, "random_features": 10}
 
 
 def scored(case_name: str, policy: str) -> tuple[Any, Any, Any]:
-    """The validation case, the scored policy (as the study builds it) and its exact MEG."""
-    case = validation_case(case_name, horizon=HORIZONS[case_name])
-    if policy == "ppo":
-        from imitation_meg.adapters.sb3 import policy_table
-
-        driver = load_driver("approx_validation", ROOT / "experiments")
-        cfg = driver.Config()
-        pol: Any = driver._train_ppo(case_name, case.mdp.horizon, cfg.ppo_steps, cfg.ppo_seed)
-        table = policy_table(pol, case.mdp, observations=case.observations)
-    else:
-        table = stationary_epsilon_greedy(case.mdp, float(policy.removeprefix("eps")))
-        pol = TablePolicy(table, case.observations)
-    return case, pol, im.meg(table, case.mdp)
+    """The validation case, the scored policy and its exact MEG, as the study builds them."""
+    driver = load_driver("approx_validation", ROOT / "experiments")
+    unit = {"case": case_name, "horizon": HORIZONS[case_name], "policy": policy}
+    return driver.scored_policy(driver.Config(), unit)
 
 
 def states_and_times(case: Any, ev: Rollouts) -> tuple[np.ndarray, np.ndarray]:

@@ -113,9 +113,9 @@ def _train_ppo(name: str, horizon: int, steps: int, seed: int) -> Any:
     return model
 
 
-def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
-    """Exact and approximate MEG of one policy in one case with one seed."""
-    th.set_num_threads(1)
+def scored_policy(cfg: Config, unit: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """A unit's validation case, its scored policy (epsilon-greedy on observations, or the PPO
+    agent) and the policy's exact MEG result."""
     case = validation_case(unit["case"], horizon=unit["horizon"])
     if unit["policy"] == "ppo":
         from imitation_meg.adapters.sb3 import policy_table
@@ -126,7 +126,13 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         eps = float(unit["policy"][3:])
         table = stationary_epsilon_greedy(case.mdp, eps)
         policy = TablePolicy(table, case.observations)
-    exact = im.meg(table, case.mdp)
+    return case, policy, im.meg(table, case.mdp)
+
+
+def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
+    """Exact and approximate MEG of one policy in one case with one seed."""
+    th.set_num_threads(1)
+    case, policy, exact = scored_policy(cfg, unit)
     res = meg_approx(
         policy,
         case.make,
