@@ -14,7 +14,9 @@ Usage (from the repository root; every number is in % of ``H log|A|`` unless nam
     python benchmarks/approx_error_parts.py fits frozenlake_onehot ppo --seed 7 \\
         --set average=0.5 --set lr=0.003 --set last_steps=3
 
-``eval`` is cheap (no fitting); ``fits`` runs one ``meg_approx`` (minutes).
+``eval`` is cheap (no fitting); ``fits`` runs one ``meg_approx`` (minutes) with ``--set`` on top of
+its defaults (since 2026-11-26 ``average=0.5, lr=0.003, last_steps=3, n_eval_episodes=1000``;
+the runs of docs/approx.md made before then name ``--set last_steps=0 --set n_eval_episodes=200``).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg.approx import meg_approx
+from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
@@ -52,6 +53,9 @@ class Config:
     iterations: int | None = None
     steps_per_iteration: int | None = None
     refine: int = 1
+    average: float = AVERAGE
+    lr: float = LR
+    last_steps: int = LAST_STEPS
     n_boot: int = 300
     progress: bool = False
 
@@ -164,6 +168,9 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
             iterations=cfg.iterations,
             steps_per_iteration=cfg.steps_per_iteration,
             refine=cfg.refine,
+            average=cfg.average,
+            lr=cfg.lr,
+            last_steps=cfg.last_steps,
             n_boot=cfg.n_boot,
             seed=seed,
             progress=cfg.progress,

@@ -34,7 +34,7 @@ from imitation_meg.approx.envs import (
     stationary_epsilon_greedy,
     validation_case,
 )
-from imitation_meg.approx.known import LR
+from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR, N_EVAL_EPISODES
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
@@ -46,8 +46,9 @@ SWEEP_FIELDS = ("cases", "horizons", "epsilons", "ppo", "seeds")
 # --merge docs/results/<run>` rebuilds the unit files of a published run (the study is run in
 # pieces, and results/ does not travel with the repository).
 PUBLISHED_RESULTS = "results"
-# Fields added after runs were published, with the value those runs used (they merge as such).
-ADDED_FIELDS = {"lr": LR, "last_steps": 0}
+# Fields added after runs were published, with the value those runs used (they merge as such;
+# not the library's defaults, which changed on 2026-11-26).
+ADDED_FIELDS = {"average": 0.0, "lr": 1e-3, "last_steps": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,15 +64,15 @@ class Config:
     ppo_seed: int = 0
     seeds: tuple[int, ...] = tuple(range(10))
     n_data_steps: int = 180_000
-    n_eval_episodes: int = 200
+    n_eval_episodes: int = N_EVAL_EPISODES
     n_models: int = 3
     hidden: tuple[int, ...] = (64, 64)
     iterations: int | None = None
     steps_per_iteration: int | None = None
     refine: int = 3
-    average: float = 0.0
+    average: float = AVERAGE
     lr: float = LR
-    last_steps: int = 0
+    last_steps: int = LAST_STEPS
     n_boot: int = 500
     tolerance: float = 0.05
     progress: bool = False

@@ -665,11 +665,15 @@ def _add_reproduce_parsers(sub: Any) -> None:
         metavar="DIR",
         help="first take the finished units of other runs of this config: their results "
         "folders, or, for a study that publishes every unit's result (approx_validation), "
-        "their published folders under docs/results/; a unit found twice is an error",
+        "their published folders under docs/results/; a unit found twice with different "
+        "results is an error",
     )
     rep.add_argument("--fresh", action="store_true", help="rerun every unit instead of resuming")
     rep.add_argument(
-        "--dry-run", action="store_true", help="list finished and missing units, run nothing"
+        "--dry-run",
+        action="store_true",
+        help="list finished and missing units (with --merge: counting the units it would bring), "
+        "run and write nothing",
     )
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
     rep.set_defaults(func=_reproduce)

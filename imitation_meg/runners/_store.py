@@ -71,6 +71,16 @@ def _atomic_write(path: pathlib.Path, text: str) -> None:
         raise
 
 
+def _same_result(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two records of one unit hold the same result (a published folder's rebuilt
+    record lacks what its tables leave out, e.g. curves: only the fields both have count)."""
+    ra, rb = a["result"], b["result"]
+    if isinstance(ra, Mapping) and isinstance(rb, Mapping):
+        shared = ra.keys() & rb.keys()
+        return bool(shared) and all(canonical(ra[k]) == canonical(rb[k]) for k in shared)
+    return canonical(ra) == canonical(rb)
+
+
 @dataclasses.dataclass
 class UnitStore:
     """The finished units of one study and config, under ``<results_dir>/units/``.
@@ -153,7 +163,11 @@ class UnitStore:
         return path
 
     def merge(
-        self, sources: Sequence[str | os.PathLike[str]], published: PublishedRows | None = None
+        self,
+        sources: Sequence[str | os.PathLike[str]],
+        published: PublishedRows | None = None,
+        *,
+        write: bool = True,
     ) -> list[pathlib.Path]:
         """Copy the unit files of other runs of the same config into this store.
 
@@ -163,17 +177,19 @@ class UnitStore:
         and the rows of ``results.json[published.key]`` (the study must keep every unit's
         result there: ``published`` is None for a study that does not). Nothing is written
         unless every unit passes: all must be units of this study and config, and no unit may
-        appear twice (in two sources, or in a source and this store).
+        appear twice with different results (in two sources, or in a source and this store;
+        the same result twice is taken once). With ``write=False``
+        (a dry run) the same checks run and nothing is written.
 
         Returns:
-            The paths of the written files.
+            The paths of the written files (with ``write=False``: of the files it would write).
 
         Raises:
-            ValueError: a missing source, a unit of another config, a unit merged twice, a
+            ValueError: a missing source, a unit of another config, a unit merged twice with different results, a
                 published folder of a study that cannot rebuild units, or a unit without its
                 row.
         """
-        incoming: dict[str, tuple[str, str]] = {}  # key -> (where from, file text)
+        incoming: dict[str, tuple[str, str, dict[str, Any]]] = {}  # key -> (from, text, record)
         for src in sources:
             folder = pathlib.Path(src)
             if not folder.is_dir():
@@ -206,20 +222,29 @@ class UnitStore:
                     )
                 key = self.key(record["unit"])
                 unit = canonical(record["unit"])
+                # The same unit with the same result (one run published in two folders, say)
+                # is taken once; with another result it is refused.
                 if key in incoming:
+                    if _same_result(incoming[key][2], record):
+                        continue
                     raise ValueError(
-                        f"unit {unit} is in both {incoming[key][0]!r} and {where!r}; "
-                        "merging it twice would count it twice: remove one of the two."
+                        f"unit {unit} is in both {incoming[key][0]!r} and {where!r} with "
+                        "different results; merging both would count it twice: remove one of "
+                        "the two."
                     )
                 if self.path(key).is_file():
+                    if _same_result(self._read(self.path(key)), record):
+                        continue
                     raise ValueError(
-                        f"unit {unit} from {where!r} is already in {str(self.folder)!r}; "
-                        "merging it again would count it twice: drop that source from --merge."
+                        f"unit {unit} from {where!r} is already in {str(self.folder)!r} with "
+                        "another result; merging it again would count it twice: drop that "
+                        "source from --merge."
                     )
-                incoming[key] = (where, text)
+                incoming[key] = (where, text, record)
         written = []
-        for key, (_, text) in incoming.items():
-            _atomic_write(self.path(key), text)
+        for key, (_, text, _) in incoming.items():
+            if write:
+                _atomic_write(self.path(key), text)
             written.append(self.path(key))
         return written
 

@@ -112,7 +112,8 @@ def run_study(
         merge: results folders of other runs of the same config whose units to take first, or
             their published folders (with the driver's ``PUBLISHED_RESULTS``).
         fresh: run every unit again (overwriting its file) instead of resuming.
-        dry_run: only count the finished and missing units.
+        dry_run: only count the finished and missing units (the units ``merge`` would bring
+            count as finished); nothing is written.
         progress_bar: a progress bar over units on stderr (tqdm).
         log: receives one-line notes (default: stderr); ``None`` for silence.
         config_path: the config file, recorded in the run log.
@@ -121,7 +122,7 @@ def run_study(
         What ``combine`` returns; with ``dry_run`` a dict of the finished and missing units.
 
     Raises:
-        ValueError: bad options, duplicate units, a unit merged twice, Ray missing.
+        ValueError: bad options, duplicate units, a unit merged twice with different results, Ray missing.
         UnitsFailedError: some units failed every attempt (the others' results are kept).
     """
     name = spec.name
@@ -159,9 +160,11 @@ def run_study(
         seen[key] = unit
     key_list = getattr(module, "PUBLISHED_RESULTS", None)
     published = PublishedRows(key_list, free) if isinstance(key_list, str) else None
-    merged = store.merge(merge, published) if merge else []
+    # a dry run checks the sources as a run would but writes nothing
+    merged = store.merge(merge, published, write=not dry_run) if merge else []
     if merged:
-        say(f"merged {len(merged)} unit files from {', '.join(map(str, merge))}.")
+        verb = "would merge" if dry_run else "merged"
+        say(f"{verb} {len(merged)} unit files from {', '.join(map(str, merge))}.")
 
     done: dict[str, tuple[Any, float]] = {}
     if not fresh:
@@ -171,11 +174,12 @@ def run_study(
                 done[key] = found
     todo = [(k, u) for k, u in zip(keys, units, strict=True) if k not in done]
     if dry_run:
+        ready = set(done) | {p.stem for p in merged}
         return {
             "study": name,
             "units": len(units),
-            "done": [u for k, u in zip(keys, units, strict=True) if k in done],
-            "missing": [u for _, u in todo],
+            "done": [u for k, u in zip(keys, units, strict=True) if k in ready],
+            "missing": [u for k, u in zip(keys, units, strict=True) if k not in ready],
             "units_dir": str(store.folder),
         }
 

@@ -443,16 +443,21 @@ def test_same_seed_same_result(small_case):
     assert (a.meg, a.low, a.high, a.beta) == (b.meg, b.low, b.high, b.beta)
     assert np.array_equal(a.replicates, b.replicates)
     assert a.meg != c.meg
-    # the learning rate: the default is LR (bit for bit), another one fits other networks
-    d = meg_approx(pol, lambda: TabularGymEnv(mdp, feats), seed=5, lr=1e-3, **kw)
-    e = meg_approx(pol, lambda: TabularGymEnv(mdp, feats), seed=5, lr=3e-3, **kw)
+    # the fit settings: the defaults are the validated ones (bit for bit); others fit other
+    # networks
+    from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR
+
+    assert (LR, AVERAGE, LAST_STEPS) == (3e-3, 0.5, 3)
+    d = meg_approx(
+        pol,
+        lambda: TabularGymEnv(mdp, feats),
+        seed=5,
+        **dict(kw, lr=3e-3, average=0.5, last_steps=3),
+    )
     assert (d.meg, d.low, d.high, d.stages) == (a.meg, a.low, a.high, a.stages)
-    assert e.stages[0] != a.stages[0] and e.meg != a.meg
-    # indicator inputs of the last decisions: none by default (bit for bit), else other fits
-    f = meg_approx(pol, lambda: TabularGymEnv(mdp, feats), seed=5, last_steps=0, **kw)
-    g = meg_approx(pol, lambda: TabularGymEnv(mdp, feats), seed=5, last_steps=2, **kw)
-    assert (f.meg, f.low, f.high, f.stages) == (a.meg, a.low, a.high, a.stages)
-    assert g.stages[0] != a.stages[0]
+    for other in ({"lr": 1e-3}, {"average": 0.0}, {"last_steps": 0}, {"last_steps": 2}):
+        e = meg_approx(pol, lambda: TabularGymEnv(mdp, feats), seed=5, **kw, **other)
+        assert e.stages[0] != a.stages[0], other
 
 
 def test_time_features_mark_the_last_decisions():

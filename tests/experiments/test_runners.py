@@ -97,18 +97,31 @@ def test_duplicate_units_are_refused(tmp_path):
 
 
 def test_merging_the_same_unit_twice_is_an_error(tmp_path, capsys):
+    """A unit found twice with different results is refused (it would count twice); found
+    twice with the same result (one run published in two folders) it is taken once."""
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     run_config(TOM_FAST, overrides=[f"results_dir={a}"], **QUIET)
     shutil.copytree(a, b)
+    changed = min((b / "units").glob("*.json"))
+    record = json.loads(changed.read_text())
+    record["result"] = {"changed": True}
+    changed.write_text(json.dumps(record))
     argv = ["reproduce", str(TOM_FAST), "--no-progress", "--set", f"results_dir={c}"]
     assert cli_main([*argv, "--merge", str(a), str(b)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "is in both" in err and "count it twice" in err and len(err.splitlines()) == 1
+    assert "is in both" in err and "different results" in err and len(err.splitlines()) == 1
     assert not (c / "units").exists()  # nothing was copied
-    # One source merges; merging it again into the same folder is refused.
-    assert cli_main([*argv, "--merge", str(a)]) == 0
+    # The same results twice merge once; merging them again is a no-op.
+    same = tmp_path / "same"
+    shutil.copytree(a, same)
+    assert cli_main([*argv, "--merge", str(a), str(same)]) == 0
     for table in ("tom.csv", "tom.md"):  # tom.json differs by its results_dir only
         assert (c / table).read_bytes() == (a / table).read_bytes()
+    n_units = len(list((c / "units").glob("*.json")))
+    assert n_units == len(list((a / "units").glob("*.json")))
+    assert cli_main([*argv, "--merge", str(same)]) == 0
+    assert len(list((c / "units").glob("*.json"))) == n_units
+    # A different result for a unit already in the folder is refused.
     capsys.readouterr()
     assert cli_main([*argv, "--merge", str(b)]) == 2
     assert "already in" in capsys.readouterr().err
@@ -123,13 +136,27 @@ def test_a_published_run_rebuilds_its_units(tmp_path):
     """A published folder (no units/) of a study that keeps every unit's result in its
     results.json is merged as its unit files were: the same combined results, nothing rerun."""
     fast = CONFIGS / "approx_validation_fast.yaml"
+    # last_steps 0: the value ADDED_FIELDS gives runs made before that field (checked below)
     one = ["cases=[random_features]", "horizons=[3]", "epsilons=[0.1]", "ppo=false"]
+    one.append("last_steps=0")
     a, b, docs = tmp_path / "a", tmp_path / "b", tmp_path / "docs"
     first = run_config(fast, overrides=[*one, f"results_dir={a}"], seeds="0-1", **QUIET)
     docs.mkdir()
     publish(a, docs_root=docs)
     pub = docs / "a"
     assert not (pub / "units").exists()
+    # A dry run counts the units a merge would bring as finished and writes nothing.
+    plan = run_config(
+        fast,
+        overrides=[*one, f"results_dir={b}"],
+        seeds="0-2",
+        merge=[pub],
+        dry_run=True,
+        **QUIET,
+    )
+    assert [u["seed"] for u in plan["done"]] == [0, 1]
+    assert [u["seed"] for u in plan["missing"]] == [2]
+    assert not b.exists()
     again = run_config(
         fast, overrides=[*one, f"results_dir={b}"], seeds="0-1", merge=[pub], **QUIET
     )
