@@ -178,16 +178,16 @@ class UnitStore:
         result there: ``published`` is None for a study that does not). Nothing is written
         unless every unit passes: all must be units of this study and config, and no unit may
         appear twice with different results (in two sources, or in a source and this store;
-        the same result twice is taken once). With ``write=False``
-        (a dry run) the same checks run and nothing is written.
+        the same result twice is taken once). With ``write=False`` (a dry run) the same checks
+        run and nothing is written.
 
         Returns:
             The paths of the written files (with ``write=False``: of the files it would write).
 
         Raises:
-            ValueError: a missing source, a unit of another config, a unit merged twice with different results, a
-                published folder of a study that cannot rebuild units, or a unit without its
-                row.
+            ValueError: a missing source, a unit of another config, a unit merged twice with
+                different results, a published folder of a study that cannot rebuild units, or
+                a unit without its row.
         """
         incoming: dict[str, tuple[str, str, dict[str, Any]]] = {}  # key -> (from, text, record)
         for src in sources:

@@ -122,7 +122,8 @@ def run_study(
         What ``combine`` returns; with ``dry_run`` a dict of the finished and missing units.
 
     Raises:
-        ValueError: bad options, duplicate units, a unit merged twice with different results, Ray missing.
+        ValueError: bad options, duplicate units, a unit merged twice with different results,
+            Ray missing.
         UnitsFailedError: some units failed every attempt (the others' results are kept).
     """
     name = spec.name
@@ -174,7 +175,8 @@ def run_study(
                 done[key] = found
     todo = [(k, u) for k, u in zip(keys, units, strict=True) if k not in done]
     if dry_run:
-        ready = set(done) | {p.stem for p in merged}
+        # with --fresh a run reruns every unit, merged ones too
+        ready = set(done) if fresh else set(done) | {p.stem for p in merged}
         return {
             "study": name,
             "units": len(units),

@@ -157,6 +157,18 @@ def test_a_published_run_rebuilds_its_units(tmp_path):
     assert [u["seed"] for u in plan["done"]] == [0, 1]
     assert [u["seed"] for u in plan["missing"]] == [2]
     assert not b.exists()
+    # with --fresh a run would rerun the merged units too: none counts as finished
+    fresh = run_config(
+        fast,
+        overrides=[*one, f"results_dir={b}"],
+        seeds="0-2",
+        merge=[pub],
+        dry_run=True,
+        fresh=True,
+        **QUIET,
+    )
+    assert (fresh["done"], len(fresh["missing"])) == ([], 3)
+    assert not b.exists()
     again = run_config(
         fast, overrides=[*one, f"results_dir={b}"], seeds="0-1", merge=[pub], **QUIET
     )
