@@ -72,12 +72,18 @@ def _atomic_write(path: pathlib.Path, text: str) -> None:
 
 
 def _same_result(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Whether two records of one unit hold the same result (a published folder's rebuilt
-    record lacks what its tables leave out, e.g. curves: only the fields both have count)."""
+    """Whether two records of one unit hold the same result.
+
+    A published folder's rebuilt record lacks what its tables leave out (e.g. curves), so one
+    result's fields may be a subset of the other's: those fields must be equal. Two results
+    that each have a field the other lacks are different records, not a full and a trimmed copy.
+    """
     ra, rb = a["result"], b["result"]
     if isinstance(ra, Mapping) and isinstance(rb, Mapping):
         shared = ra.keys() & rb.keys()
-        return bool(shared) and all(canonical(ra[k]) == canonical(rb[k]) for k in shared)
+        if not shared or shared not in (ra.keys(), rb.keys()):
+            return False
+        return all(canonical(ra[k]) == canonical(rb[k]) for k in shared)
     return canonical(ra) == canonical(rb)
 
 

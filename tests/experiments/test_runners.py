@@ -20,6 +20,7 @@ import pytest
 
 from imitation_meg.cli import main as cli_main
 from imitation_meg.runners import apply_overrides, parse_seeds, publish, run_config
+from imitation_meg.runners._store import _same_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -130,6 +131,19 @@ def test_merging_the_same_unit_twice_is_an_error(tmp_path, capsys):
     run_config(TOM_FAST, overrides=[f"results_dir={other}", "trials=3"], **QUIET)
     with pytest.raises(ValueError, match="trials=3 there, 4 here"):
         run_config(TOM_FAST, overrides=[f"results_dir={tmp_path / 'd'}"], merge=[other], **QUIET)
+
+
+def test_same_result_takes_a_trimmed_copy_but_not_a_different_record():
+    """A published record may lack fields (curves) of the full one; two records that each have
+    a field the other lacks, or differ in a shared field, are not the same result."""
+    full = {"result": {"meg": 1.5, "low": 1.0, "curves": [1, 2]}}
+    assert _same_result(full, {"result": {"meg": 1.5, "low": 1.0}})
+    assert _same_result({"result": {"meg": 1.5, "low": 1.0}}, full)
+    assert not _same_result(full, {"result": {"meg": 1.5, "high": 2.0}})
+    assert not _same_result(full, {"result": {"meg": 1.5, "low": 1.1}})
+    assert not _same_result(full, {"result": {"other": 0}})
+    assert _same_result({"result": [1, 2]}, {"result": [1, 2]})
+    assert not _same_result({"result": [1, 2]}, {"result": [2, 1]})
 
 
 def test_a_published_run_rebuilds_its_units(tmp_path):
