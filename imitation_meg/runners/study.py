@@ -175,8 +175,8 @@ def run_study(
                 done[key] = found
     todo = [(k, u) for k, u in zip(keys, units, strict=True) if k not in done]
     if dry_run:
-        # with --fresh a run reruns every unit, merged ones too
-        ready = set(done) if fresh else set(done) | {p.stem for p in merged}
+        # with --fresh a run reruns every unit, merged ones too (and ``done`` is empty)
+        ready = set() if fresh else set(done) | {p.stem for p in merged}
         return {
             "study": name,
             "units": len(units),

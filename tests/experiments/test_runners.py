@@ -159,28 +159,25 @@ def test_a_published_run_rebuilds_its_units(tmp_path):
     publish(a, docs_root=docs)
     pub = docs / "a"
     assert not (pub / "units").exists()
+
+    def dry_run_into_b(*, fresh: bool) -> dict:
+        return run_config(
+            fast,
+            overrides=[*one, f"results_dir={b}"],
+            seeds="0-2",
+            merge=[pub],
+            dry_run=True,
+            fresh=fresh,
+            **QUIET,
+        )
+
     # A dry run counts the units a merge would bring as finished and writes nothing.
-    plan = run_config(
-        fast,
-        overrides=[*one, f"results_dir={b}"],
-        seeds="0-2",
-        merge=[pub],
-        dry_run=True,
-        **QUIET,
-    )
+    plan = dry_run_into_b(fresh=False)
     assert [u["seed"] for u in plan["done"]] == [0, 1]
     assert [u["seed"] for u in plan["missing"]] == [2]
     assert not b.exists()
     # with --fresh a run would rerun the merged units too: none counts as finished
-    fresh = run_config(
-        fast,
-        overrides=[*one, f"results_dir={b}"],
-        seeds="0-2",
-        merge=[pub],
-        dry_run=True,
-        fresh=True,
-        **QUIET,
-    )
+    fresh = dry_run_into_b(fresh=True)
     assert (fresh["done"], len(fresh["missing"])) == ([], 3)
     assert not b.exists()
     again = run_config(
