@@ -41,12 +41,6 @@ reached along ``theta0 + lam d``. By duality this is also ``-max{causal entropy 
 matches the behaviour's feature expectations}`` for ``gamma = 1`` (maximum causal entropy IRL),
 whose solution's support is ``Z``.
 
-**Tie-split optimal policies.** Known-utility MEG also admits, at ``beta = +inf``, the optimal
-policy of ``U`` with ties split evenly, which is not a limit of soft policies when ties exist.
-Over the class, the best such policy is that of ``d`` (its tie sets on the visited states are the
-smallest), with log-likelihood ``-sum_{t,s} w_t(s) log |Z_t(s)|``. Unknown-utility MEG is the
-larger of the two suprema.
-
 The linear programme has a variable per reachable ``(t, s)`` and a row per reachable
 ``(t, s, a)``; it is solved by HiGHS (scipy) and needed only when the behaviour leaves some
 action untried in a state it visits. Its direction is checked against the hard values of
@@ -92,8 +86,6 @@ class Face:
         direction: ``(F,)`` direction ``d`` in the class's coordinates (``phi @ d`` is a member
             of the class whose optimal actions on the visited states are ``Z``).
         n_excluded: number of excluded ``(t, s, a)`` at states the face's model visits.
-        tie_log_likelihood: ``-sum_{t,s} w_t(s) log |Z_t(s)|``, the log-likelihood of the
-            tie-split optimal policy of ``phi @ d``.
         verified: the hard values of ``phi @ d`` confirm the face on every state it visits.
         lp_rows: rows of the linear programme.
         seconds: time spent.
@@ -102,7 +94,6 @@ class Face:
     allowed: th.Tensor
     direction: th.Tensor
     n_excluded: int
-    tie_log_likelihood: float
     verified: bool
     lp_rows: int
     seconds: float
@@ -223,14 +214,10 @@ def find_face(
     seen = reachable(mdp, allowed)
     d = th.as_tensor(x[:F], dtype=w.dtype, device=w.device)
     verified = _check(mdp, features, d, allowed, seen, wn)
-    counts = allowed.sum(-1)
-    ws = wn.sum(-1)
-    tie = -float(np.sum(ws[ws > 0] * np.log(counts[ws > 0])))
     return Face(
         allowed=th.as_tensor(allowed, device=w.device),
         direction=d,
         n_excluded=int((excluded & seen[..., None]).sum()),
-        tie_log_likelihood=tie,
         verified=verified,
         lp_rows=R,
         seconds=time.perf_counter() - start,

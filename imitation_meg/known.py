@@ -226,7 +226,7 @@ class MEGObjective:
         self.eps = float(th.finfo(mdp.dtype).eps)  # the passes' precision (float32: 1.2e-7)
         self.evaluations = 0
         self.passes = 0
-        self._limits: dict[float, tuple[float, float, float, float]] = {}
+        self._limits: dict[float, tuple[float, float, float]] = {}
         self._limit_bound: float | None = None
         per_beta = 16 * S * A * self.r.element_size()
         self.batch = int(max(1, min(64, _BATCH_BYTES // max(per_beta, 1))))
@@ -289,18 +289,15 @@ class MEGObjective:
     def limit_upper_bound(self) -> float:
         """An upper bound on ``L`` at ``beta = +inf`` and ``-inf``, from the behaviour alone.
 
-        The limit policy is uniform over the tied best (worst) actions, so ``L`` there is
-        ``-inf`` unless each visited state's tie set contains the behaviour's support, and then
-        ``sum_a w log pi_inf <= -D log n`` with ``n`` the support's size:
-        ``L(+-inf) <= -sum_t sum_s D_t(s) log n_t(s)``. A behaviour with full support gets the
-        ``beta = 0`` value, which an interior optimum beats without a hard pass. At the last
-        two steps the ties cost one product, not a pass (``Q*_{H-1} = +-u``, one hard backup
-        for ``H - 2``): a behaviour that puts mass off the best actions and off the worst ones
-        there has ``L = -inf`` at both limits, and so does the limit of ``L(beta)`` (e.g. a
-        softmax policy whose float32 probabilities underflowed to 0 somewhere).
+        By Gibbs' inequality no model's ``L`` exceeds ``sum_t E_w[log pi_t]`` (minus the
+        behaviour's causal entropy). The limits are ``-inf`` unless the behaviour stays on each
+        limit's tie sets; at the last two steps those cost one product, not a pass
+        (``Q*_{H-1} = +-u``, one hard backup for ``H - 2``): a behaviour that puts mass off the
+        best actions and off the worst ones there has ``L = -inf`` at both limits (e.g. a
+        softmax policy, or an epsilon-greedy one), and the solver skips the limit pass.
         """
         if self._limit_bound is None:
-            bound = self.behaviour.support_bound()
+            bound = self.behaviour.entropy_bound()
             # Only where the bound would ask for a hard pass (it beats L(0) = -H log A).
             if bound > self.L0 + 1e-12 * abs(self.L0) and self._leaves_the_last_ties():
                 bound = -math.inf
@@ -328,9 +325,9 @@ class MEGObjective:
         return False
 
     def evaluate_limit(self, sign: float) -> LimitValue:
-        """``L`` at ``beta = sign * inf`` (ties split evenly), the model's expected utility there,
-        and the limits of ``L(beta)`` (ties broken by future entropy) and of ``dL/dbeta`` as
-        ``beta -> sign * inf`` (see :func:`imitation_meg._known_passes.limit_pass`).
+        """The limits of ``L(beta)``, of the model's expected utility and of ``dL/dbeta`` as
+        ``beta -> sign * inf``, exact (see :func:`imitation_meg._known_passes.limit_pass`: ties
+        weighted by the causal entropy after them, as the soft policies do in the limit).
 
         Small MDPs compute both signs in one hard backward pass and cache them; large ones
         (bandwidth-bound passes) the requested sign.

@@ -12,7 +12,11 @@ import torch as th
 
 from imitation_meg._validation import POLICY_ROW_TOL, as_policy
 from imitation_meg.mdp import TabularMDP
-from imitation_meg.soft_vi import hard_value_iteration, soft_value_iteration
+from imitation_meg.soft_vi import (
+    hard_value_iteration,
+    limit_value_iteration,
+    soft_value_iteration,
+)
 from imitation_meg.type_aliases import UtilityLike
 
 __all__ = [
@@ -36,14 +40,23 @@ def uniform(mdp: TabularMDP) -> th.Tensor:
     )
 
 
-def _break_ties(pi: th.Tensor, tie_break: str) -> th.Tensor:
-    if tie_break == "uniform":
-        return pi
+_TIE_BREAKS = ("uniform", "first", "max_entropy")
+
+
+def _hard_policy(
+    mdp: TabularMDP, utility: UtilityLike | None, sign: float, tie_break: str
+) -> th.Tensor:
+    """The optimal (``sign=+1``) or anti-optimal (``-1``) policy with the given tie rule."""
+    if tie_break not in _TIE_BREAKS:
+        raise ValueError(f"tie_break must be one of {_TIE_BREAKS}, got {tie_break!r}.")
+    if tie_break == "max_entropy":
+        return limit_value_iteration(mdp, utility, sign=sign)[2].exp()
+    pi = hard_value_iteration(mdp, utility, sign=sign)[2].exp()
     if tie_break == "first":
         # The lowest-index best action, as numpy's argmax picks it.
         first = (pi > 0).to(th.int8).argmax(-1)
         return th.nn.functional.one_hot(first, pi.shape[-1]).to(pi.dtype)
-    raise ValueError(f"tie_break must be 'uniform' or 'first', got {tie_break!r}.")
+    return pi
 
 
 def optimal(
@@ -54,18 +67,24 @@ def optimal(
     Args:
         mdp: the MDP.
         utility: utility to maximise; default the MDP's.
-        tie_break: ``"uniform"`` splits probability evenly over tied best actions (the
-            ``beta = +inf`` limit); ``"first"`` takes the lowest-index best action, giving the
-            deterministic policy an argmax-based planner would follow.
+        tie_break: ``"uniform"`` splits probability evenly over tied best actions;
+            ``"first"`` takes the lowest-index best action, giving the deterministic policy an
+            argmax-based planner would follow; ``"max_entropy"`` weights tied actions by the
+            causal entropy still available after them: the optimal policy of highest causal
+            entropy, which is the ``beta = +inf`` limit of the soft-optimal policies and MEG's
+            model there (:func:`imitation_meg.soft_vi.limit_value_iteration`).
+
+    Raises:
+        ValueError: an unknown ``tie_break``.
     """
-    return _break_ties(hard_value_iteration(mdp, utility, sign=1.0)[2].exp(), tie_break)
+    return _hard_policy(mdp, utility, 1.0, tie_break)
 
 
 def anti_optimal(
     mdp: TabularMDP, utility: UtilityLike | None = None, *, tie_break: str = "uniform"
 ) -> th.Tensor:
     """The policy minimising ``utility`` (default the MDP's), ``(H, S, A)``; ties as in :func:`optimal`."""
-    return _break_ties(hard_value_iteration(mdp, utility, sign=-1.0)[2].exp(), tie_break)
+    return _hard_policy(mdp, utility, -1.0, tie_break)
 
 
 def epsilon_greedy(

@@ -9,7 +9,7 @@ For a linear class ``r_theta(s, a) = Phi(s, a) @ theta`` the rationality ``beta`
 log-likelihood: concave in ``theta`` for a policy's occupancy. Unknown-utility MEG over the class
 is the best known-utility MEG of its members,
 
-    MEG_class(pi) = max( sup_theta L(theta), max_U L(tie-split optimal policy of U) ) + H log|A|,
+    MEG_class(pi) = sup_theta L(theta) + H log|A|
 
 a property of the policy, the dynamics and the class alone (not of the utility the MDP carries).
 :func:`meg_unknown` computes it exactly:
@@ -24,8 +24,8 @@ a property of the policy, the dynamics and the class alone (not of the utility t
    visits: one linear programme gives the smallest set of actions ``Z`` that some member of the
    class makes optimal while keeping the behaviour's actions optimal, and that member's
    direction ``d`` (:mod:`imitation_meg.faces`). The supremum of ``L`` is the maximum of the
-   class restricted to ``Z`` (the limit along ``theta0 + t d``, with finite ``theta0``), and the
-   best tie-split optimal policy is ``d``'s.
+   class restricted to ``Z`` (the limit along ``theta0 + t d``, with finite ``theta0``: the
+   limit policies keep the tied actions soft, as every member's ``beta = +inf`` limit does).
 3. **Solve the (restricted) concave problem** by a truncated Newton method with exact gradients
    ``Phi^T (sum_t w_t - sum_t rho_t pi_t)`` and Hessian-vector products, each a backward and a
    forward pass over the MDP (:func:`imitation_meg.likelihood.maximise`); it stops when the
@@ -69,7 +69,6 @@ from imitation_meg.likelihood import (
     maximise,
 )
 from imitation_meg.mdp import TabularMDP
-from imitation_meg.soft_vi import hard_value_iteration
 from imitation_meg.type_aliases import ArrayLike, PolicyLike
 
 __all__ = [
@@ -214,8 +213,7 @@ def meg_unknown(
         gradient norm; ``converged`` says the solve met its tolerance; ``at_boundary`` that the
         supremum lies at infinity. ``extra`` holds ``utility`` (the fitted ``(S, A)`` per-step
         utility up to an additive constant; for a limit the direction's utility), ``theta`` (the
-        user's coordinates), ``attained_by`` (``"interior"``, ``"limit"`` or ``"tie-split optimal
-        policy"``), ``direction`` (``d`` for a limit), ``face_excluded`` (actions the face
+        user's coordinates), ``attained_by`` (``"interior"`` or ``"limit"``), ``direction`` (``d`` for a limit), ``face_excluded`` (actions the face
         excludes), ``certificate`` (the Gibbs upper bound), ``decrement`` (the last Newton
         decrement; ``limit_tolerance`` is half of it at a limit), ``iterations``,
         ``cg_iterations``, ``passes``, ``trace`` and ``concave`` (False for an occupancy that is
@@ -312,19 +310,6 @@ def _meg_linear(
     }
     L_soft = sol["L"]
     converged = bool(sol["converged"]) and face_ok
-    if face is not None and face.tie_log_likelihood > L_soft:
-        # The tie-split optimal policy of the face's direction beats every soft model.
-        r = feats.reward(face.direction, S, A)
-        log_pi = hard_value_iteration(mdp, r.T.contiguous())[2]
-        model = log_pi.exp().permute(0, 2, 1).contiguous()
-        extra.update(
-            attained_by="tie-split optimal policy",
-            direction=coords.to_user(face.direction).cpu(),
-            theta=coords.to_user(face.direction).cpu(),
-        )
-        return _result(
-            mdp, obj, w, r, model, face.tie_log_likelihood, math.inf, math.nan, True, True, extra
-        )
     if restricted:
         assert face is not None
         r = feats.reward(face.direction, S, A)
