@@ -359,7 +359,7 @@ def test_limit_pass_matches_the_limit_recursion(layout, rng):
             assert lim.model_eu == pytest.approx(float(V[0] @ mdp.initial_state_dist), rel=1e-12)
         # The behaviour is the +inf limit policy itself (eps = 0): L there is minus its entropy.
         if eps == 0.0:
-            assert obj.evaluate_limit(1.0).L == pytest.approx(obj.limit_upper_bound(), rel=1e-12)
+            assert pytest.approx(obj.limit_upper_bound(), rel=1e-12) == obj.evaluate_limit(1.0).L
     mdp = random_mdp(15, 3, 5, utility="state_action", seed=3)  # no ties in the hard Q
     w = sa_occupancy_of(mdp, policies.optimal(mdp))
     lim = MEGObjective(mdp, sa_occupancy=w).evaluate_limit(1.0)
@@ -391,7 +391,7 @@ def test_limit_of_l_breaks_ties_by_future_entropy():
     from imitation_meg.known import MEGObjective
 
     lim = MEGObjective(mdp, pi).evaluate_limit(1.0)
-    assert lim.L == pytest.approx(math.log(2 / 3) + 2 * math.log(0.5), rel=1e-14)
+    assert pytest.approx(math.log(2 / 3) + 2 * math.log(0.5), rel=1e-14) == lim.L
     res = im.meg(pi, mdp)
     assert res.beta == math.inf and res.at_boundary and res.converged
     assert res.meg == pytest.approx(math.log(2 / 3) + math.log(2), rel=1e-14)
@@ -484,9 +484,9 @@ def test_property_last_step_bound_implies_both_limits_are_minus_inf(seed, S, A, 
     assert bound == gibbs or (bound == -math.inf and obj._leaves_the_last_ties())
     for sign in (1.0, -1.0):
         lim = obj.evaluate_limit(sign)
-        assert lim.L <= gibbs + 1e-12  # Gibbs: no model beats the behaviour's own likelihood
+        assert gibbs + 1e-12 >= lim.L  # Gibbs: no model beats the behaviour's own likelihood
         if obj._leaves_the_last_ties():
-            assert lim.L == -math.inf
+            assert -math.inf == lim.L
 
 
 def test_float32_underflow_skips_the_limit_pass(monkeypatch):

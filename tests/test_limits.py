@@ -30,8 +30,7 @@ def _brute_L(T: np.ndarray, r: np.ndarray, H: int, p0: np.ndarray, pi: np.ndarra
     """``E_pi[sum_t log pi_beta,t]`` by a plain soft Bellman loop in extended precision."""
     T, r, p0, pi = (np.asarray(x, dtype=LD) for x in (T, r, p0, pi))
     b = LD(beta)
-    S, A = r.shape
-    V = np.zeros(S, dtype=LD)
+    V = np.zeros(r.shape[0], dtype=LD)
     log_pis = []
     for _ in range(H):
         Q = b * r + T @ V  # (S, A)
@@ -189,7 +188,7 @@ def _brute_cid_L(U: np.ndarray, cards: list[int], policy: dict, beta: float) -> 
     n = len(cards)
     V = LD(beta) * U.astype(LD)  # the soft value of the remaining decisions, over D_0..D_{n-1}
     log_rules = []
-    for i in reversed(range(n)):
+    for _ in range(n):
         m = V.max(-1, keepdims=True)
         lse = m[..., 0] + np.log(np.exp(V - m).sum(-1))
         log_rules.append(V - lse[..., None])
