@@ -179,7 +179,7 @@ def _pass_buffers(
 ) -> PassBuffers:
     """The buffers of a pass over ``K`` betas; kept on the MDP's operator for the next pass with
     the same ``K`` when small (creating them costs about as much as a few steps)."""
-    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     blocks = 3 if second else 2  # [Q | G | d2Q] or [Q | G]
     SA, R = S * A, blocks * K
     hist = (
@@ -251,7 +251,7 @@ def derivative_pass(
     if _fused.usable(mdp, r):  # numba on CPU: large sparse MDPs (a loop per step) or small ones
         return _fused.derivative_pass(mdp, r, beh, betas, second=second)
     K = betas.numel()
-    H = mdp.horizon
+    H = mdp.steps
     W = beh.weights()
     ws = _pass_buffers(mdp, r, W, K, second)
     prod, C, acc = ws.prod, ws.C, ws.acc
@@ -322,7 +322,7 @@ def zero_pass(
     """
     if _fused.usable(mdp, r):  # the fused derivative pass at beta = 0 costs about the same
         return _fused.derivative_pass(mdp, r, beh, r.new_zeros(1), second=True)
-    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     SA = S * A
     W = beh.weights()
     hist = W is not None and H <= _HIST_MAX_STEPS
@@ -399,7 +399,7 @@ def limit_pass(
     Returns:
         ``{sign: (L, model_eu, dL)}``.
     """
-    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     m = len(signs)
     sg = r.new_tensor(signs)
     C = r.new_zeros(A * S, 2 * m)  # [sign r ... | 0 ...] action-major
@@ -433,5 +433,5 @@ def limit_pass(
 
 def _long(mdp: TabularMDP, columns: int) -> bool:
     """Whether a pass over ``columns`` value columns is long enough for a progress bar."""
-    H = mdp.horizon
+    H = mdp.steps
     return long_pass(H, H * mdp.n_states * mdp.n_actions * columns)

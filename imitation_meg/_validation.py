@@ -48,7 +48,7 @@ class MDPShape(Protocol):
 
     n_states: int
     n_actions: int
-    horizon: int
+    horizon: int | None
     dtype: th.dtype
     device: th.device
     name: str
@@ -123,6 +123,12 @@ def as_policy(policy: ArrayLike, mdp: MDPShape, *, name: str = "policy") -> th.T
     """
     pi = as_tensor(policy, name=name, dtype=th.float64, device=mdp.device)
     S, A, H = mdp.n_states, mdp.n_actions, mdp.horizon
+    if H is None and tuple(pi.shape) != (S, A):
+        raise ValueError(
+            f"{name} must have shape ({S}, {A}) for {mdp.name}, a discounted infinite-horizon "
+            f"MDP, whose policies are stationary; got {tuple(pi.shape)}"
+            + (" (time-dependent)." if pi.ndim == 3 else ".")
+        )
     if tuple(pi.shape) not in ((S, A), (H, S, A)):
         raise ValueError(
             f"{name} must have shape ({S}, {A}) (stationary) or ({H}, {S}, {A}) "
@@ -171,6 +177,12 @@ def as_sa_occupancy(w: ArrayLike, mdp: MDPShape, *, name: str = "sa_occupancy") 
         ValueError: wrong shape, negative or non-finite entries, or a step not summing to 1
             (tolerance 1e-6).
     """
+    if mdp.horizon is None:
+        raise ValueError(
+            f"{name} is a per-step (H, S, A) occupancy, and {mdp.name} is a discounted "
+            "infinite-horizon MDP with no steps to count; pass the stationary policy instead "
+            "(or score a finite-horizon copy, mdp.with_horizon(H))."
+        )
     t = as_tensor(w, name=name, dtype=mdp.dtype, device=mdp.device)
     shape = (mdp.horizon, mdp.n_states, mdp.n_actions)
     if tuple(t.shape) != shape:

@@ -209,7 +209,7 @@ def meg_algorithm2(
             raise ValueError(f"{nm} must be a positive integer, got {v!r}.")
     if not lr > 0:
         raise ValueError(f"lr must be positive, got {lr}.")
-    H, A = mdp.horizon, mdp.n_actions
+    H, A = mdp.steps, mdp.n_actions
     bound = H * math.log(A)
     bar = None
     if progress:

@@ -65,8 +65,8 @@ def _demo(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     mdp = im.envs.cliff_world(width=10, height=4, horizon=args.horizon)
     print(
-        f"Known-utility MEG on the paper's 10x4 CliffWorld (horizon H={mdp.horizon}, "
-        f"|A|={mdp.n_actions}, upper bound H log|A| = {mdp.horizon * math.log(mdp.n_actions):.4f} nats)\n"
+        f"Known-utility MEG on the paper's 10x4 CliffWorld (horizon H={mdp.steps}, "
+        f"|A|={mdp.n_actions}, upper bound H log|A| = {mdp.steps * math.log(mdp.n_actions):.4f} nats)\n"
     )
     candidates = [
         ("uniform", policies.uniform(mdp)),
@@ -96,14 +96,14 @@ def _demo_ppo(mdp: Any, args: argparse.Namespace, rows: list[dict[str, Any]]) ->
     # A 64-unit MLP trains fastest on one thread; more threads only contend on small machines.
     th.set_num_threads(1)
     print(
-        f"\nTraining PPO on seals' CliffWorldEnv(width=10, height=4, horizon={mdp.horizon}) for "
+        f"\nTraining PPO on seals' CliffWorldEnv(width=10, height=4, horizon={mdp.steps}) for "
         f"{args.ppo_steps} steps (8 envs, seed {args.seed}) ..."
     )
     t0 = time.perf_counter()
     model = train_cliff_ppo(
         width=10,
         height=4,
-        horizon=mdp.horizon,
+        horizon=mdp.steps,
         total_timesteps=args.ppo_steps,
         seed=args.seed,
         progress=True,

@@ -62,6 +62,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch as th
 
+from imitation_meg.discounted import Dynamics, hard_values
 from imitation_meg.likelihood import ClassFeatures
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.soft_vi import hard_value_iteration
@@ -106,12 +107,24 @@ def needs_face(w: th.Tensor) -> bool:
 
 
 def reachable(mdp: TabularMDP, allowed: np.ndarray | None = None) -> np.ndarray:
-    """``(H, S)`` bool: states reachable at each step from ``p0`` (through ``allowed`` actions)."""
-    H, S = mdp.horizon, mdp.n_states
+    """``(H, S)`` bool: states reachable at each step from ``p0`` (through ``allowed`` actions);
+    for a discounted infinite-horizon MDP ``(1, S)``: the states reachable at any step."""
+    S = mdp.n_states
     ns = mdp.next_state.cpu().numpy()
     pos = mdp.prob.cpu().numpy() > 0
+    start = mdp.initial_state_dist.cpu().numpy() > 0
+    if mdp.horizon is None:  # the closure under the allowed actions
+        seen = start.copy()
+        frontier = np.flatnonzero(seen)
+        while frontier.size:
+            ok = pos[frontier] if allowed is None else pos[frontier] & allowed[0, frontier][..., None]
+            nxt = np.unique(ns[frontier][ok])
+            frontier = nxt[~seen[nxt]]
+            seen[frontier] = True
+        return seen[None]
+    H = mdp.horizon
     reach = np.zeros((H, S), dtype=bool)
-    reach[0] = mdp.initial_state_dist.cpu().numpy() > 0
+    reach[0] = start
     for t in range(H - 1):
         st = np.flatnonzero(reach[t])
         ok = pos[st] if allowed is None else pos[st] & allowed[t, st][:, :, None]
@@ -139,7 +152,9 @@ def find_face(
 
     Args:
         mdp: the MDP.
-        w: ``(H, S, A)`` behaviour occupancy.
+        w: ``(H, S, A)`` behaviour occupancy (for a discounted infinite-horizon MDP
+            ``(1, S, A)``, the discounted occupancy: the values ``V`` are then stationary and
+            every row's successors are in the same layer).
         features: the class (normalised features).
         max_rows: refuse (return None) when the linear programme would have more rows.
 
@@ -171,11 +186,12 @@ def find_face(
     ns = mdp.next_state.cpu().numpy()
     pr = mdp.prob.cpu().numpy()
     B = ns.shape[-1]
-    inner = np.flatnonzero(T_ < H - 1)
+    stationary = mdp.horizon is None
+    inner = np.arange(T_.size) if stationary else np.flatnonzero(T_ < H - 1)
     nxt_s = ns[S_[inner], A_[inner]].reshape(-1)
     nxt_p = pr[S_[inner], A_[inner]].reshape(-1)
     nxt_r = np.repeat(inner, B)
-    nxt_t = np.repeat(T_[inner] + 1, B)
+    nxt_t = np.repeat(T_[inner] + (0 if stationary else 1), B)
     keep = nxt_p > 0
     rows = np.concatenate([np.arange(R), phi_rows.row, nxt_r[keep], np.flatnonzero(cand)])
     cols = np.concatenate(
@@ -235,8 +251,12 @@ def _check(
     """Whether ``phi @ d``'s optimal actions are the face on every state the face visits and
     include every action the behaviour takes."""
     r = features.utility(d, mdp.n_states, mdp.n_actions)
-    Q, V, _ = hard_value_iteration(mdp, r)
-    gap = (V.unsqueeze(-1) - Q).cpu().numpy()
+    if mdp.horizon is None:
+        Qn, Vn = hard_values(Dynamics.of(mdp), r.double().cpu().numpy())
+        gap = (Vn[:, None] - Qn)[None]
+    else:
+        Q, V, _ = hard_value_iteration(mdp, r)
+        gap = (V.unsqueeze(-1) - Q).cpu().numpy()
     optimal = gap <= _SEPARATION
     if not math.isfinite(float(np.abs(gap[seen]).max(initial=0.0))):
         return False

@@ -72,6 +72,7 @@ from imitation_meg.beta_solver import (
     LimitValue,
     solve_beta,
 )
+from imitation_meg.discounted import DiscountedMEGObjective
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.results import to_jsonable
 from imitation_meg.soft_vi import occupancy_measures, tie_set
@@ -88,6 +89,7 @@ __all__ = [
     "clipped_meg",
     "meg",
     "meg_one_step",
+    "meg_upper_bound",
     "objective_reference",
     "sa_occupancy_of",
     "signed_meg",
@@ -148,6 +150,14 @@ class MEGResult:
         return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
 
+def meg_upper_bound(mdp: TabularMDP) -> float:
+    """The largest MEG in ``mdp``: ``H log|A|``, or ``log|A| / (1 - gamma)`` for a discounted
+    infinite-horizon MDP (minus ``L`` of the uniform model)."""
+    if mdp.horizon is None:
+        return math.log(mdp.n_actions) / (1.0 - mdp.discount)
+    return mdp.horizon * math.log(mdp.n_actions)
+
+
 def clipped_meg(log_likelihood: float, bound: float) -> float:
     """``L + H log|A|`` clipped to ``[0, bound]``, values within rounding of 0 (``1e-12 *
     max(1, bound)``) reported as 0: the MEG of a class's best model."""
@@ -200,7 +210,7 @@ class MEGObjective:
     ) -> None:
         self.mdp = mdp
         self.r = mdp.reward_sa(utility).detach()
-        H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+        H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
         if sa_occupancy is not None:
             sa = as_sa_occupancy(sa_occupancy, mdp)
             self.behaviour = Behaviour(D=sa.sum(-1), sa=sa)  # (H, S) state marginals
@@ -309,7 +319,7 @@ class MEGObjective:
         another step) off the ties of ``-u``: the tie sets of
         :func:`~imitation_meg._known_passes.limit_pass` at ``t = H - 1`` (``Q* = +-u``) and
         ``t = H - 2`` (one hard backup of both signs: one product, not a pass)."""
-        mdp, H = self.mdp, self.mdp.horizon
+        mdp, H = self.mdp, self.mdp.steps
         u = th.stack([self.r, -self.r])  # (2, S, A)
         off = [False, False]
         V: th.Tensor | None = None  # hard values of step t + 1, (2, S)
@@ -372,7 +382,7 @@ def objective_reference(
     gamma = mdp.discount
     V, g, h = (r.new_zeros(S) for _ in range(3))
     L = dL = d2L = 0.0
-    for t in reversed(range(mdp.horizon)):
+    for t in reversed(range(mdp.steps)):
         Q = beta * r + gamma * mdp.expect_next(V)
         G = r + gamma * mdp.expect_next(g)
         d2Q = gamma * mdp.expect_next(h)
@@ -456,18 +466,32 @@ def meg(
     r = mdp.reward_sa(utility).detach()
     shift, unit = _normalisation(r)
     r_n = (r - shift) / unit if unit > 0 else th.zeros_like(r)
-    obj = MEGObjective(mdp, policy, r_n, sa_occupancy=sa_occupancy)
-    sol = solve_beta(obj)
-    H, A = mdp.horizon, mdp.n_actions
-    bound = H * math.log(A)
+    extra: dict[str, Any] = {}
+    if mdp.horizon is None:
+        if sa_occupancy is not None:
+            as_sa_occupancy(sa_occupancy, mdp)  # refused with the reason
+        pi = as_policy(policy, mdp).double().cpu().numpy()
+        dobj = DiscountedMEGObjective(mdp, pi, r_n.double().cpu().numpy())
+        sol = solve_beta(dobj)
+        bound = meg_upper_bound(mdp)
+        # Every policy puts discounted mass 1 / (1 - gamma) on the steps.
+        steps = own = 1.0 / (1.0 - mdp.discount)
+        passes = sol.passes + 1
+        extra["bellman_residual"] = dobj.dyn.residual
+    else:
+        obj = MEGObjective(mdp, policy, r_n, sa_occupancy=sa_occupancy)
+        sol = solve_beta(obj)
+        H = mdp.steps
+        bound = meg_upper_bound(mdp)
+        # Every soft-optimal model puts mass 1 on each step, the behaviour its occupancy's.
+        gam = mdp.discount ** th.arange(H, dtype=th.float64)
+        steps = float(gam.sum())
+        own = float((gam * obj.behaviour.D.sum(-1).double().cpu()).sum())
+        passes = sol.passes + (1 if sa_occupancy is None else 0)
     value = min(max(sol.L + bound, 0.0), bound)
     if signed:
         value = signed_meg(value, sol.expected_utility, sol.uniform_eu)
-    # Expected utilities in the caller's units: unit * E[r_n] + shift * (discounted step mass);
-    # every soft-optimal model puts mass 1 on each step, the behaviour its occupancy's.
-    gam = mdp.discount ** th.arange(H, dtype=th.float64)
-    steps = float(gam.sum())
-    own = float((gam * obj.behaviour.D.sum(-1).double().cpu()).sum())
+    # Expected utilities in the caller's units: unit * E[r_n] + shift * (discounted step mass).
     return MEGResult(
         meg=float(value),
         beta=float(sol.beta) / unit if unit > 0 else 0.0,
@@ -482,7 +506,8 @@ def meg(
         at_boundary=bool(sol.at_boundary),
         signed=signed,
         evaluations=sol.evaluations,
-        passes=sol.passes + (1 if sa_occupancy is None else 0),
+        extra=extra,
+        passes=passes,
     )
 
 

@@ -33,6 +33,20 @@ ROW_SUM_TOL = 1e-6
 MAX_DENSE_ENTRIES = 1 << 30
 
 
+def _check_horizon(horizon: Any) -> int | None:
+    """A number of decisions ``>= 1``, or None for the discounted infinite-horizon setting."""
+    if horizon is None:
+        return None
+    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)):
+        raise TypeError(
+            f"horizon must be an integer number of decisions (or None for an infinite horizon "
+            f"with a discount below 1), got {horizon!r} ({type(horizon).__name__})."
+        )
+    if horizon < 1:
+        raise ValueError(f"horizon must be >= 1, got {horizon}; pass the number of decisions.")
+    return int(horizon)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Transitions:
     next_state: th.Tensor  # (S, A, B) int64
@@ -40,7 +54,7 @@ class _Transitions:
 
 
 class TabularMDP:
-    """A finite-horizon tabular MDP held as torch tensors.
+    """A tabular MDP held as torch tensors: finite horizon, or discounted infinite horizon.
 
     Args:
         transition: dense ``T[s, a, s']`` of shape ``(S, A, S)``, or a pair
@@ -49,9 +63,12 @@ class TabularMDP:
         utility: the environment's utility: ``(S,)`` state utility, ``(S, A)``
             state-action utility or ``(S, A, S)`` transition utility. ``None`` means no
             utility is attached (every MEG call must then pass one).
-        horizon: number of decisions ``H >= 1``.
+        horizon: number of decisions ``H >= 1``; ``None`` for the discounted infinite-horizon
+            setting (stationary policies, the log-likelihood weighted by the discounted
+            occupancy; needs ``discount < 1``, see :mod:`imitation_meg.discounted`).
         initial_state_dist: ``p0 (S,)`` summing to 1. ``None`` means state 0 with probability 1.
-        discount: ``gamma`` in ``[0, 1]`` used by the soft Bellman backup.
+        discount: ``gamma`` in ``[0, 1]`` used by the soft Bellman backup (with a finite
+            horizon it discounts the utility only; every step's log-likelihood counts fully).
         dtype: float dtype of every float tensor (float64 by default).
         device: torch device for every tensor.
         observation_matrix: optional ``(S, O)`` observation of each state, as seals'
@@ -62,8 +79,8 @@ class TabularMDP:
 
     Raises:
         ValueError: on wrong shapes, NaN/inf, negative probabilities, rows not summing to 1
-            (tolerance 1e-6), an initial distribution not summing to 1, a horizon below 1 or a
-            discount outside ``[0, 1]``.
+            (tolerance 1e-6), an initial distribution not summing to 1, a horizon below 1, a
+            discount outside ``[0, 1]``, or an infinite horizon without a discount below 1.
         TypeError: on non-numeric input or a non-integer horizon.
     """
 
@@ -71,7 +88,7 @@ class TabularMDP:
         self,
         transition: Any,
         utility: UtilityLike | None = None,
-        horizon: int = 1,
+        horizon: int | None = 1,
         initial_state_dist: Any = None,
         discount: float = 1.0,
         *,
@@ -89,19 +106,16 @@ class TabularMDP:
         self.name = name
         self.metadata: dict[str, Any] = dict(metadata or {})
 
-        if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)):
-            raise TypeError(
-                f"horizon must be an integer number of decisions, got {horizon!r} "
-                f"({type(horizon).__name__})."
-            )
-        if horizon < 1:
-            raise ValueError(f"horizon must be >= 1, got {horizon}; pass the number of decisions.")
-        self.horizon = int(horizon)
-
+        self.horizon: int | None = _check_horizon(horizon)
         if isinstance(discount, bool) or not isinstance(discount, (int, float, np.floating)):
             raise TypeError(f"discount must be a float in [0, 1], got {discount!r}.")
         if not (0.0 <= float(discount) <= 1.0) or math.isnan(float(discount)):
             raise ValueError(f"discount must lie in [0, 1], got {discount}.")
+        if self.horizon is None and not float(discount) < 1.0:
+            raise ValueError(
+                f"an infinite horizon (horizon=None) needs a discount below 1, got {discount}; "
+                "pass e.g. discount=0.9, or a finite horizon."
+            )
         self.discount = float(discount)
 
         self._trans = self._build_transitions(transition)
@@ -368,14 +382,39 @@ class TabularMDP:
         new.utility = None if utility is None else self.validate_utility(utility)
         return new
 
-    def with_horizon(self, horizon: int) -> TabularMDP:
-        """A copy of this MDP with another horizon (transitions shared)."""
+    @property
+    def steps(self) -> int:
+        """The number of decisions ``H`` of a finite-horizon MDP.
+
+        Raises:
+            ValueError: for a discounted infinite-horizon MDP (``horizon=None``), which has no
+                last step; the finite-horizon computations that read ``steps`` do not apply to
+                it (``meg``, ``meg_unknown``, ``meg_target``, the policies and
+                :mod:`imitation_meg.discounted` do).
+        """
+        if self.horizon is None:
+            raise ValueError(
+                f"{self.name} is a discounted infinite-horizon MDP (horizon=None, discount "
+                f"{self.discount}); this computation needs a finite horizon: use "
+                "mdp.with_horizon(H) for a finite-horizon copy, or the functions that support "
+                "the discounted setting (meg, meg_unknown, meg_target, policies)."
+            )
+        return self.horizon
+
+    @property
+    def infinite_horizon(self) -> bool:
+        """Whether this is a discounted infinite-horizon MDP (``horizon is None``)."""
+        return self.horizon is None
+
+    def with_horizon(self, horizon: int | None, discount: float | None = None) -> TabularMDP:
+        """A copy of this MDP with another horizon (``None``: infinite, which needs a discount
+        below 1) and optionally another discount (transitions shared)."""
         new = TabularMDP(
             (self.next_state, self.prob),
             self.utility,
             horizon,
             self.initial_state_dist,
-            self.discount,
+            self.discount if discount is None else discount,
             dtype=self.dtype,
             device=self.device,
             observation_matrix=self.observation_matrix,

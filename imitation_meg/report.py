@@ -59,7 +59,7 @@ def meg_summary(
         "unknown_exact": exact.meg,
         "unknown_at_boundary": exact.at_boundary,
         "certificate": exact.extra["certificate"],
-        "upper_bound": mdp.horizon * math.log(mdp.n_actions),
+        "upper_bound": mdp.steps * math.log(mdp.n_actions),
         "mlp_mean": math.nan,
         "mlp_2sigma": math.nan,
         "mlp_best": math.nan,

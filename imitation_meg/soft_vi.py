@@ -199,7 +199,7 @@ def limit_value_iteration(
     """
     r = mdp.reward_sa(utility).detach()
     sgn = 1.0 if sign > 0 else -1.0
-    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     Qo, Vo, Lo = r.new_empty(H, S, A), r.new_empty(H, S), r.new_empty(H, S, A)
     V_next = r.new_zeros(S)
     v1_next = r.new_zeros(S)
@@ -232,7 +232,7 @@ def hard_value_iteration(
         tied best actions and is ``-inf`` elsewhere.
     """
     r = mdp.reward_sa(utility)
-    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     V_next = th.zeros(S, dtype=r.dtype, device=r.device)
     if r.requires_grad:  # stacked steps for autograd
         Qs, Vs, logps = [], [], []
@@ -297,7 +297,7 @@ def soft_value_iteration(
     """
     r = mdp.reward_sa(utility)
     b = as_betas(betas, dtype=r.dtype, device=r.device)
-    K, H, S, A = b.numel(), mdp.horizon, mdp.n_states, mdp.n_actions
+    K, H, S, A = b.numel(), mdp.steps, mdp.n_states, mdp.n_actions
     finite = th.isfinite(b)
     grad = r.requires_grad
     if bool(finite.all()) and not grad:
@@ -379,7 +379,7 @@ def _soft_bellman(
     mdp: TabularMDP, b: th.Tensor, r: th.Tensor
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """:func:`soft_bellman_reference` on checked ``betas (K,)`` and reward ``r (S, A)``."""
-    H = mdp.horizon
+    H = mdp.steps
     gamma = mdp.discount
     scaled = b.view(-1, 1, 1) * r  # (K, S, A)
     Qs, Vs, Ls = [], [], []
@@ -408,7 +408,7 @@ def _soft_backward_fast(
     MDPs) the same steps run as numpy ufuncs on views of the same buffers (CliffWorld 100x20,
     H = 110: 5.1 ms instead of 7.7 ms for the backward pass).
     """
-    K, H, S, A = b.numel(), mdp.horizon, mdp.n_states, mdp.n_actions
+    K, H, S, A = b.numel(), mdp.steps, mdp.n_states, mdp.n_actions
     gamma = mdp.discount
     C = th.mul(r.T.unsqueeze(-1), b, out=r.new_empty(A, S, K))  # beta r, contiguous
     LPw = r.new_empty(H, A, S, K)
@@ -459,7 +459,7 @@ def occupancy_reference(mdp: TabularMDP, policy: th.Tensor) -> th.Tensor:
     if policy.ndim == 4:
         d = d.expand(policy.shape[0], -1)
     rows = [d]
-    for t in range(mdp.horizon):
+    for t in range(mdp.steps):
         pt = policy[..., t, :, :] if policy.ndim >= 3 else policy
         d = mdp.push_forward(d.unsqueeze(-1) * pt)
         rows.append(d)
@@ -489,7 +489,7 @@ def occupancy_measures(mdp: TabularMDP, policy: PolicyLike, *, validate: bool = 
         batch = False
     if pi.requires_grad:
         return occupancy_reference(mdp, pi)
-    H, S = mdp.horizon, mdp.n_states
+    H, S = mdp.steps, mdp.n_states
     # Working layout as in the backward pass: the policy as (H, A, S, K) (no copy for the
     # permuted outputs of soft_value_iteration), D as (H + 1, S, K).
     if batch:
@@ -549,7 +549,7 @@ def soft_state_visitation(
         raise ValueError(
             "soft_state_visitation takes finite betas; use soft_value_iteration for +-inf."
         )
-    H, S = mdp.horizon, mdp.n_states
+    H, S = mdp.steps, mdp.n_states
     per_beta = H * S * r.element_size()
     chunk = int(max(1, min(b.numel(), max_bytes // max(per_beta, 1))))
     V0s, Ds = [], []

@@ -149,7 +149,7 @@ class _Coded:
 def _encode(
     items: list[tuple[np.ndarray, np.ndarray, int | None]], mdp: TabularMDP, r_sa: th.Tensor | None
 ) -> _Coded:
-    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     N = len(items)
     codes = np.full((N, H), -1, dtype=np.int64)
     pad = np.full((N, H), -1, dtype=np.int64)
@@ -200,7 +200,7 @@ def _encode(
 
 def _occupancy(coded: _Coded, weights: np.ndarray, mdp: TabularMDP) -> th.Tensor:
     """``(H, S, A)`` weighted empirical occupancy; ``weights (N,)`` sum to the total mass."""
-    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     total = float(weights.sum())
     wrep = np.broadcast_to(weights[:, None], coded.codes.shape)
     obs = coded.codes >= 0
@@ -284,7 +284,7 @@ def sample_trajectories(
         raise ValueError(f"n must be a positive number of trajectories, got {n!r}.")
     gen = _generator(rng)
     pi = np.asarray(as_policy(policy, mdp).cpu(), dtype=np.float64)
-    H = mdp.horizon
+    H = mdp.steps
     ns = np.asarray(mdp.next_state.cpu())
     pr = np.asarray(mdp.prob.cpu(), dtype=np.float64)
     p0 = np.asarray(mdp.initial_state_dist.cpu(), dtype=np.float64)
@@ -482,6 +482,6 @@ def meg_from_trajectories(
         replicates=reps,
         n_padded=coded.n_padded,
         n_cut=coded.n_cut,
-        horizon=mdp.horizon,
+        horizon=mdp.steps,
         n_impossible=n_impossible,
     )

@@ -257,7 +257,7 @@ def check_transitions(
     Returns:
         :class:`ImpossibleSteps`.
     """
-    H = mdp.horizon
+    H = mdp.steps
     ns = mdp.next_state.cpu().numpy()
     pos = mdp.prob.cpu().numpy() > 0
     p0 = mdp.initial_state_dist.cpu().numpy()

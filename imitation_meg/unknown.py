@@ -57,8 +57,9 @@ from torch import nn
 
 from imitation_meg._validation import ImitationMEGWarning, as_tensor
 from imitation_meg.algorithm2 import meg_algorithm2
+from imitation_meg.discounted import DiscountedClassObjective
 from imitation_meg.faces import find_face, needs_face
-from imitation_meg.known import MEGResult, clipped_meg
+from imitation_meg.known import MEGResult, clipped_meg, meg_upper_bound
 from imitation_meg.likelihood import (
     ClassFeatures,
     ClassObjective,
@@ -294,7 +295,12 @@ def _meg_linear(
             face, face_ok = None, False
     allowed = face.allowed if face is not None and face.n_excluded > 0 else None
     restricted = allowed is not None
-    obj = ClassObjective(mdp, w, feats, allowed=allowed)
+    obj: ClassObjective | DiscountedClassObjective
+    if mdp.horizon is None:  # w is (1, S, A): the discounted occupancy
+        face_sa = None if allowed is None else allowed[0].cpu().numpy()
+        obj = DiscountedClassObjective(mdp, w[0].double().cpu().numpy(), feats, allowed=face_sa)
+    else:
+        obj = ClassObjective(mdp, w, feats, allowed=allowed)
     sol = maximise(obj, tol=tol, max_iter=max_iter, progress=progress)
     S, A = mdp.n_states, mdp.n_actions
     extra: dict[str, Any] = {
@@ -334,7 +340,7 @@ def _meg_linear(
 
 def _result(
     mdp: TabularMDP,
-    obj: ClassObjective,
+    obj: ClassObjective | DiscountedClassObjective,
     w: th.Tensor,
     r: th.Tensor,
     model: th.Tensor,
@@ -347,10 +353,12 @@ def _result(
 ) -> MEGResult:
     """The result of a class's best model: ``r (A, S)`` the reported utility, ``model (H, A, S)``
     the model's policy."""
-    H, A = mdp.horizon, mdp.n_actions
-    bound = H * math.log(A)
+    bound = meg_upper_bound(mdp)
     value = clipped_meg(L, bound)
-    gam = mdp.discount ** th.arange(H, dtype=w.dtype, device=w.device)
+    H = w.shape[0]  # 1 for a discounted MDP, whose occupancy carries the discounting
+    gam = (1.0 if mdp.horizon is None else mdp.discount) ** th.arange(
+        H, dtype=w.dtype, device=w.device
+    )
     r_sa = r.T
     eu = _dot(gam.view(H, 1, 1) * w, r_sa.expand(H, *r_sa.shape))
     return MEGResult(
