@@ -13,7 +13,6 @@ import math
 
 import numpy as np
 import pytest
-import torch as th
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize, minimize_scalar
@@ -76,7 +75,7 @@ def _brute_known(T, r, gamma, pi, p0) -> float:
 def _brute_unknown(T, phi, gamma, pi, p0) -> float:
     """sup_theta L(theta) for the state features ``phi (S, F)`` by BFGS (full-support
     behaviours: the optimum is interior)."""
-    S, A = pi.shape
+    _S, A = pi.shape
     mu = _occ(T, pi, p0, gamma)[:, None] * pi
 
     def neg(theta):
@@ -233,7 +232,7 @@ def test_sparse_and_dense_transitions_and_both_linear_solvers_agree(monkeypatch)
 
 # ----------------------------------------------------------------------------- linear classes
 def _unknown_against_the_brute_force(seed: int, gammas=(0.5, 0.8, 0.9)) -> None:
-    mdp, T, r, gamma, pi, p0 = _case(seed, full_support=True, gammas=gammas)
+    mdp, T, _r, gamma, pi, p0 = _case(seed, full_support=True, gammas=gammas)
     rng = np.random.default_rng(seed)
     phi = rng.standard_normal((mdp.n_states, int(rng.integers(1, 4))))
     res = im.meg_unknown(pi, mdp, features=phi)
