@@ -123,7 +123,9 @@ class Dynamics:
 
     def solver(self, pi: np.ndarray) -> _PolicySolver:
         """Solves with ``I - gamma P_pi`` and its transpose for the policy ``pi (S, A)``."""
-        return _PolicySolver(sp.identity(self.S, format="csc") - self.gamma * self.policy_matrix(pi))
+        return _PolicySolver(
+            sp.identity(self.S, format="csc") - self.gamma * self.policy_matrix(pi)
+        )
 
 
 class _PolicySolver:

@@ -117,7 +117,11 @@ def reachable(mdp: TabularMDP, allowed: np.ndarray | None = None) -> np.ndarray:
         seen = start.copy()
         frontier = np.flatnonzero(seen)
         while frontier.size:
-            ok = pos[frontier] if allowed is None else pos[frontier] & allowed[0, frontier][..., None]
+            ok = (
+                pos[frontier]
+                if allowed is None
+                else pos[frontier] & allowed[0, frontier][..., None]
+            )
             nxt = np.unique(ns[frontier][ok])
             frontier = nxt[~seen[nxt]]
             seen[frontier] = True
