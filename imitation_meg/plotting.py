@@ -232,7 +232,9 @@ def history_labels(paths: Sequence[str | pathlib.Path]) -> list[str]:
         labels = [c[k] for c, k in zip(candidates, level, strict=True)]
         clashing = {lab for lab in labels if labels.count(lab) > 1}
         movable = [
-            i for i, lab in enumerate(labels) if lab in clashing and level[i] < len(candidates[i]) - 1
+            i
+            for i, lab in enumerate(labels)
+            if lab in clashing and level[i] < len(candidates[i]) - 1
         ]
         if not movable:
             break
