@@ -11,8 +11,11 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # document this checkout, not whatever is installed
+sys.path.insert(0, str(ROOT / "docs"))
 
+import _api_names  # noqa: E402
 import imitation_meg  # noqa: E402
+from sphinx.util import logging  # noqa: E402
 
 project = "imitation_meg"
 author = "imitation_meg developers"
@@ -55,6 +58,8 @@ autodoc_inherit_docstrings = False
 # the test suite (tests/test_docstring_examples.py), so they are not run a second time here.
 doctest_test_doctest_blocks = ""
 doctest_global_setup = """
+import os as _os
+_os.environ["PYGAME_HIDE_SUPPORT_PROMPT"] = "1"  # pygame (through seals) greets on stdout
 import torch as _th
 _th.set_num_threads(1)
 """
@@ -62,3 +67,18 @@ _th.set_num_threads(1)
 html_theme = "furo"
 html_title = f"imitation_meg {release}"
 html_static_path: list[str] = []
+
+
+def _check_api_reference(app, exception):  # type: ignore[no-untyped-def]
+    """Warn (an error under -W) for every public name without an entry in the Python index."""
+    if exception is not None or app.builder.name != "html":
+        return
+    documented = set(app.env.get_domain("py").objects)
+    log = logging.getLogger(__name__)
+    for pkg, name, obj in _api_names.public_names():
+        if not _api_names.is_covered(pkg, name, obj, documented):
+            log.warning(f"{pkg}.{name} is in {pkg}.__all__ but has no entry in docs/api/")
+
+
+def setup(app):  # type: ignore[no-untyped-def]
+    app.connect("build-finished", _check_api_reference)
