@@ -14,12 +14,13 @@ sys.path.insert(0, str(ROOT))  # document this checkout, not whatever is install
 sys.path.insert(0, str(ROOT / "docs"))
 
 import _api_names  # noqa: E402
-import imitation_meg  # noqa: E402
 from sphinx.util import logging  # noqa: E402
+
+import imitation_meg  # noqa: E402
 
 project = "imitation_meg"
 author = "imitation_meg developers"
-copyright = "imitation_meg developers"  # noqa: A001 - Sphinx's name
+copyright = "imitation_meg developers"
 version = release = imitation_meg.__version__
 
 extensions = [
@@ -77,7 +78,7 @@ def _check_api_reference(app, exception):  # type: ignore[no-untyped-def]
     log = logging.getLogger(__name__)
     for pkg, name, obj in _api_names.public_names():
         if not _api_names.is_covered(pkg, name, obj, documented):
-            log.warning(f"{pkg}.{name} is in {pkg}.__all__ but has no entry in docs/api/")
+            log.warning("%s.%s is in %s.__all__ but has no entry in docs/api/", pkg, name, pkg)
 
 
 def setup(app):  # type: ignore[no-untyped-def]
