@@ -53,8 +53,8 @@ test-modern: $(MODERN_STAMP)
 
 # Style and types: ruff's pinned rule set and formatter (pyproject.toml), mypy on the package.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check imitation_meg tests experiments benchmarks
-	$(VENV)/bin/ruff format --check imitation_meg tests experiments benchmarks
+	$(VENV)/bin/ruff check imitation_meg tests experiments benchmarks docs/conf.py docs/_api_names.py
+	$(VENV)/bin/ruff format --check imitation_meg tests experiments benchmarks docs/conf.py docs/_api_names.py
 	$(VENV)/bin/mypy
 
 # The documentation site, docs/_build/html (Sphinx over the Markdown pages in docs/, the API
