@@ -12,8 +12,9 @@ STAMP := $(VENV)/.installed
 MODERN_VENV ?= .venv-modern
 MPY := $(MODERN_VENV)/bin/python
 MODERN_STAMP := $(MODERN_VENV)/.installed
+DOCS_STAMP := $(VENV)/.docs-installed
 
-.PHONY: install install-modern demo test test-expensive test-modern lint clean
+.PHONY: install install-modern demo test test-expensive test-modern lint docs clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -28,6 +29,10 @@ $(MODERN_STAMP): setup.cfg pyproject.toml constraints-modern.txt
 	$(MPY) -m pip install --quiet torch==2.13.0
 	$(MPY) -m pip install --quiet -c constraints-modern.txt -e ".[all,zoo]"
 	touch $(MODERN_STAMP)
+
+$(DOCS_STAMP): $(STAMP) setup.cfg constraints.txt
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[docs]"
+	touch $(DOCS_STAMP)
 
 install: $(STAMP)
 
@@ -48,9 +53,15 @@ test-modern: $(MODERN_STAMP)
 
 # Style and types: ruff's pinned rule set and formatter (pyproject.toml), mypy on the package.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check imitation_meg tests experiments benchmarks
-	$(VENV)/bin/ruff format --check imitation_meg tests experiments benchmarks
+	$(VENV)/bin/ruff check imitation_meg tests experiments benchmarks docs/conf.py docs/_api_names.py
+	$(VENV)/bin/ruff format --check imitation_meg tests experiments benchmarks docs/conf.py docs/_api_names.py
 	$(VENV)/bin/mypy
 
+# The documentation site, docs/_build/html (Sphinx over the Markdown pages in docs/, the API
+# reference from the docstrings), warnings as errors; then the pages' examples as doctests.
+docs: $(DOCS_STAMP)
+	$(PY) -m sphinx -E -W --keep-going -q -b html -d docs/_build/doctrees docs docs/_build/html
+	$(PY) -m sphinx -W --keep-going -q -b doctest -d docs/_build/doctrees docs docs/_build/doctest
+
 clean:
-	rm -rf $(VENV) $(MODERN_VENV) build *.egg-info
+	rm -rf $(VENV) $(MODERN_VENV) build *.egg-info docs/_build

@@ -7,7 +7,7 @@ observation vectors; the exact value comes from :func:`imitation_meg.meg` on the
 :class:`~imitation_meg.TabularMDP`. Policies: stationary epsilon-greedy (epsilon 0.1, 0.3, 0.5)
 and a PPO agent trained on the observation environment. Every (case, policy, seed) is one unit.
 
-Acceptance (issue 14): error within 5% of ``H log|A|``, the ordering across epsilon preserved,
+Acceptance: error within 5% of ``H log|A|``, the ordering across epsilon preserved,
 the exact value inside the reported interval in at least 9 of 10 seeds.
 
 Run: ``imitation-meg reproduce configs/approx_validation.yaml``.
@@ -47,7 +47,7 @@ SWEEP_FIELDS = ("cases", "horizons", "epsilons", "ppo", "seeds")
 # pieces, and results/ does not travel with the repository).
 PUBLISHED_RESULTS = "results"
 # Fields added after runs were published, with the value those runs used (they merge as such;
-# not the library's defaults, which changed on 2026-11-26).
+# these are not the library's defaults).
 ADDED_FIELDS = {"average": 0.0, "lr": 1e-3, "last_steps": 0}
 
 
@@ -288,8 +288,8 @@ def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathli
 
 
 def rewiden(row: dict[str, Any]) -> dict[str, Any]:
-    """A unit row made before the interval's allowance became the largest move from any earlier
-    stage (2026-11-25; before, the move from the first stage only), with the current interval.
+    """A unit row made with the former allowance (the move from the first stage only), with the
+    current interval (the largest move from any earlier stage).
 
     Each stage's sampling half-width is recovered from its stored interval (the old allowance
     taken off, from whichever end was not clipped to ``[0, certificate]``), then widened by the

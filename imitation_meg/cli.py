@@ -508,19 +508,15 @@ def _plot(args: argparse.Namespace) -> int:
     out, new_parent = check_output_path(args.out, what="--out")
     if out.suffix.lower() != ".png":
         raise ValueError(f"--out {args.out!r} should end in .png.")
-    histories = {}
-    for name in args.files:
-        key = pathlib.Path(name).stem
-        while key in histories:
-            key += "'"
-        histories[key] = read_rows(name)
-    from imitation_meg.plotting import plot_meg_history
+    from imitation_meg.plotting import history_labels, plot_meg_history
 
+    labels = history_labels(args.files)
+    histories = {label: read_rows(name) for label, name in zip(labels, args.files, strict=True)}
     path = plot_meg_history(out, histories, metrics=args.metric, title=args.title or "")
     if new_parent:
         print(f"(created the folder {str(out.parent)!r})")
     n = sum(len(r) for r in histories.values())
-    print(f"Wrote {path} ({n} points from {len(histories)} file(s)).")
+    print(f"Wrote {path} ({n} points from {len(histories)} file(s): {', '.join(labels)}).")
     return 0
 
 

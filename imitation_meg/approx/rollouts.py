@@ -35,7 +35,11 @@ class EnvSource:
         horizon: number of decisions ``H`` per episode; default the environment's time limit.
 
     Attributes:
-        observation_space, n_actions, horizon, name, obs_dim (flat observation size).
+        observation_space: the environment's observation space.
+        n_actions: ``|A|``.
+        horizon: ``H``.
+        name: the environment's id (or its class name).
+        obs_dim: the flat observation size ``d``.
 
     Raises:
         TypeError: a non-Discrete action space or an argument that is not an environment.
