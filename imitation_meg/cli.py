@@ -132,7 +132,35 @@ MODES = ("known", "unknown", "target")
 TARGETS = ("row", "column", "cell", "goal")
 
 
+def _horizon_arg(text: str) -> int | str:
+    """``--horizon``: a positive number of decisions, or ``inf`` (with ``--discount``)."""
+    if text.strip().lower() in ("inf", "infinite", "none"):
+        return "inf"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of decisions or 'inf', got {text!r}"
+        ) from None
+
+
 def _score_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
+    """The MDP to score in; ``--horizon inf --discount G`` makes it the discounted
+    infinite-horizon setting, ``--discount G`` alone discounts a finite horizon's utility."""
+    infinite = args.horizon == "inf"
+    if infinite and args.discount is None:
+        raise ValueError(
+            "--horizon inf needs --discount below 1 (e.g. --discount 0.9): the discounted "
+            "infinite-horizon setting."
+        )
+    finite = argparse.Namespace(**{**vars(args), "horizon": None if infinite else args.horizon})
+    mdp = _score_base_mdp(finite, sources)
+    if infinite or args.discount is not None:
+        mdp = mdp.with_horizon(None if infinite else mdp.horizon, args.discount)
+    return mdp
+
+
+def _score_base_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
     import imitation_meg as im
 
     if args.cliff_world:
@@ -261,7 +289,7 @@ def _score_many(args: argparse.Namespace, sources: list[str], mdp: Any, opts: An
     seconds = time.perf_counter() - t0
     print(
         f"MEG of {len(rows)} policies in {mdp.name} (S={mdp.n_states}, |A|={mdp.n_actions}, "
-        f"H={mdp.horizon}; mode {args.mode}) in {seconds:.1f} s\n"
+        f"{_horizon_text(mdp)}; mode {args.mode}) in {seconds:.1f} s\n"
     )
     columns = ["policy", "timesteps", "mode", "meg", "normalized", "expected_return", "converged"]
     if args.mode != "known":
@@ -285,13 +313,21 @@ def _score_many(args: argparse.Namespace, sources: list[str], mdp: Any, opts: An
 
 
 def _mdp_dict(mdp: Any) -> dict[str, Any]:
+    from imitation_meg.known import meg_upper_bound
+
     return {
         "name": mdp.name,
         "n_states": mdp.n_states,
         "n_actions": mdp.n_actions,
         "horizon": mdp.horizon,
-        "upper_bound": mdp.horizon * math.log(mdp.n_actions),
+        "discount": mdp.discount,
+        "upper_bound": meg_upper_bound(mdp),
     }
+
+
+def _horizon_text(mdp: Any) -> str:
+    """``H=30`` or, in the discounted infinite-horizon setting, ``H=inf, gamma=0.9``."""
+    return f"H={mdp.horizon}" if mdp.horizon is not None else f"H=inf, gamma={mdp.discount}"
 
 
 def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> int:
@@ -363,7 +399,7 @@ def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> in
             }
         )
     print(
-        f"MEG of {label} in {mdp.name} (S={mdp.n_states}, |A|={mdp.n_actions}, H={mdp.horizon}; "
+        f"MEG of {label} in {mdp.name} (S={mdp.n_states}, |A|={mdp.n_actions}, {_horizon_text(mdp)}; "
         f"{'known utility: the environment reward' if args.mode == 'known' else args.mode + ' utility'})\n"
     )
     columns = ["policy", "mode", "MEG", "normalized", "upper bound", "converged"]
@@ -424,7 +460,17 @@ def _add_score_parser(sub: Any) -> None:
     )
     env.add_argument("--cliff-world", action="store_true", help="the paper's CliffWorld builder")
     score.add_argument(
-        "--horizon", type=int, help="horizon H (default: the environment's; 30 for --cliff-world)"
+        "--horizon",
+        type=_horizon_arg,
+        help="horizon H (default: the environment's; 30 for --cliff-world), or 'inf' with "
+        "--discount for the discounted infinite-horizon setting",
+    )
+    score.add_argument(
+        "--discount",
+        type=float,
+        help="discount gamma: with --horizon inf the discounted infinite-horizon setting "
+        "(stationary policies, MEG <= log|A| / (1 - gamma)); with a finite horizon it "
+        "discounts the utility only",
     )
     score.add_argument("--width", type=int, help="--cliff-world columns (default 10)")
     score.add_argument("--height", type=int, help="--cliff-world rows (default 4)")

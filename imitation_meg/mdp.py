@@ -418,7 +418,8 @@ class TabularMDP:
             dtype=self.dtype,
             device=self.device,
             observation_matrix=self.observation_matrix,
-            name=self.name,
+            # Names made by the builders carry the horizon ("...(H=30, ...)").
+            name=self.name.replace(f"H={self.horizon}", f"H={horizon or 'inf'}"),
             metadata=self.metadata,
         )
         new._operator = self._operator

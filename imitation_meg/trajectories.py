@@ -282,6 +282,7 @@ def sample_trajectories(
 
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be a positive number of trajectories, got {n!r}.")
+    _refuse_infinite_horizon(mdp)
     gen = _generator(rng)
     pi = np.asarray(as_policy(policy, mdp).cpu(), dtype=np.float64)
     H = mdp.steps
@@ -299,6 +300,18 @@ def sample_trajectories(
         k = _choice_rows(pr[s, a], gen)
         states[:, t + 1] = ns[s, a, k]
     return states, actions
+
+
+def _refuse_infinite_horizon(mdp: TabularMDP) -> None:
+    """Trajectory estimates are finite-horizon: sampled episodes end, while the discounted
+    infinite-horizon MEG weights every step of an endless episode."""
+    if mdp.horizon is None:
+        raise ValueError(
+            f"{mdp.name} is a discounted infinite-horizon MDP: trajectory estimates need a "
+            "finite horizon (sampled episodes end, and a truncated discounted sum is another "
+            "quantity). Score the stationary policy exactly with meg / meg_unknown, or use "
+            "mdp.with_horizon(H) for a finite-horizon copy."
+        )
 
 
 def _choice_rows(p: np.ndarray, gen: np.random.Generator) -> np.ndarray:
@@ -428,6 +441,7 @@ def meg_from_trajectories(
     """
     if not isinstance(mdp, TabularMDP):
         raise TypeError(f"mdp must be an imitation_meg.TabularMDP, got {type(mdp).__name__}.")
+    _refuse_infinite_horizon(mdp)
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
         raise ValueError(f"n_boot must be a non-negative integer, got {n_boot!r}.")
     if not isinstance(confidence, (int, float)) or not 0.0 < float(confidence) < 1.0:

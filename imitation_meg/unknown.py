@@ -238,6 +238,12 @@ def meg_unknown(
         raise ValueError(f"tol must be a relative tolerance in (0, 1), got {tol!r}.")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
+    if utility_model is not None and mdp.horizon is None:
+        raise ValueError(
+            f"utility_model= (the paper's Algorithm 2) needs a finite horizon, and {mdp.name} is "
+            "a discounted infinite-horizon MDP; use features= (exact over linear classes, every "
+            "state utility by default) or mdp.with_horizon(H)."
+        )
     w = behaviour_occupancy(mdp, policy, sa_occupancy)
     if utility_model is not None:
         if features is not None:

@@ -296,3 +296,23 @@ def test_demo_with_a_small_ppo(capsys):
     assert main(["demo", "--horizon", "10", "--ppo-steps", "512"]) == 0
     out = capsys.readouterr().out
     assert "PPO (512 steps)" in out and "Done in" in out
+
+
+def test_score_in_the_discounted_infinite_horizon_setting(tmp_path, capsys):
+    out = tmp_path / "d.json"
+    argv = ["score", "--cliff-world", "--width", "4", "--height", "2", "--horizon", "inf"]
+    argv += ["--discount", "0.9", "--policy", "epsilon-greedy", "--epsilon", "0.3"]
+    assert main([*argv, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "H=inf, gamma=0.9" in printed
+    payload = json.loads(out.read_text())
+    mdp = im.envs.cliff_world(width=4, height=2).with_horizon(None, 0.9)
+    expected = im.meg(im.policies.epsilon_greedy(mdp, 0.3), mdp)
+    assert payload["meg"] == pytest.approx(expected.meg, abs=1e-9)
+    assert payload["mdp"]["upper_bound"] == pytest.approx(math.log(4) / 0.1, rel=1e-12)
+    # An infinite horizon without a discount below 1: exit 2 with one line naming the fix.
+    assert main(["score", "--cliff-world", "--horizon", "inf", "--policy", "uniform"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--discount" in err[0]
+    bad = ["score", "--cliff-world", "--horizon", "inf", "--discount", "1", "--policy", "uniform"]
+    assert main(bad) == 2

@@ -20,6 +20,7 @@ from scipy.optimize import minimize, minimize_scalar
 import imitation_meg as im
 from imitation_meg import discounted, policies
 from imitation_meg.envs import notebook_grid, random_mdp
+from imitation_meg.trajectories import sample_trajectories
 
 LD = np.longdouble
 
@@ -212,6 +213,13 @@ def test_time_dependent_input_and_trajectories_are_refused():
         im.TabularMDP(np.ones((2, 2, 2)) / 2, np.zeros(2), None, discount=1.0)
     with pytest.raises(ValueError, match="finite horizon"):
         im.occupancy_measures(mdp, policies.uniform(mdp))
+    with pytest.raises(ValueError, match="trajectory estimates need a finite horizon"):
+        sample_trajectories(mdp, policies.uniform(mdp), 3)
+    data = sample_trajectories(mdp.with_horizon(4), policies.uniform(mdp), 3)
+    with pytest.raises(ValueError, match="trajectory estimates need a finite horizon"):
+        im.meg_from_trajectories(data, mdp)
+    with pytest.raises(ValueError, match="finite horizon"):
+        im.meg_unknown(policies.uniform(mdp), mdp, utility_model="mlp")
 
 
 def test_sparse_and_dense_transitions_and_both_linear_solvers_agree(monkeypatch):
