@@ -416,14 +416,20 @@ class TransitionOperator:
 
     def branching_arrays(self, dtype: th.dtype) -> tuple[np.ndarray, np.ndarray]:
         """``(next_state, prob)``: numpy ``(S * A, B)`` arrays of the fixed-branching
-        transitions (row ``s * A + a``; int32 indices when they fit, probabilities in ``dtype``;
-        zero-probability padding kept), for compiled loops on CPU (cached)."""
+        transitions (row ``s * A + a``; unsigned 32-bit indices when they fit, probabilities in
+        ``dtype``; zero-probability padding kept), for compiled loops on CPU (cached).
+
+        The indices are unsigned because numba then skips the negative-index check of every
+        load: a third of a gather's time (a random 1e5-state MDP, 4 actions, 4 successors, one
+        thread: 2.5-3.0 ms per gather of all successors with int32 indices, 1.8-2.3 ms with
+        uint32, torch's CSR product 1.8-2.3 ms).
+        """
 
         def build() -> tuple[np.ndarray, np.ndarray]:
             S, A, B = self._next_state.shape
-            idx = th.int32 if S < 2**31 - 1 else th.int64
-            nxt = self._next_state.reshape(S * A, B).to(idx).contiguous()
-            return nxt.numpy(), self._prob.reshape(S * A, B).to(dtype).contiguous().numpy()
+            idx = np.uint32 if S <= 2**32 - 1 else np.uint64
+            nxt = self._next_state.reshape(S * A, B).cpu().numpy().astype(idx)
+            return nxt, self._prob.reshape(S * A, B).to(dtype).contiguous().numpy()
 
         return self._get(("branching", dtype), build)
 

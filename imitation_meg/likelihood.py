@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch as th
 
-from imitation_meg import discounted
+from imitation_meg import _fused_class, discounted
 from imitation_meg._validation import as_policy, as_sa_occupancy
 from imitation_meg.known import MEGResult, clipped_meg, meg_upper_bound, sa_occupancy_of
 from imitation_meg.mdp import TabularMDP
@@ -379,6 +379,13 @@ class ClassObjective:
         self._m = w.new_empty(1, S)
         self._z = w.new_empty(1, S)
         self.passes = 0
+        # compiled gradient and Hessian-vector passes (numba, large MDPs on CPU)
+        self._compiled = (
+            _fused_class.ClassPasses(mdp, w.dtype, per_state=features.kind != "state_action")
+            if _fused_class.usable(mdp, w)
+            else None
+        )
+        self._curvature: th.Tensor | None = None  # sum_t |rho_t| pi_t of the compiled pass
 
     def value(self, theta: th.Tensor, *, commit: bool = True) -> float:
         """``L(theta)``; keeps the model's policy for :meth:`grad` and :meth:`neg_hvp`.
@@ -438,6 +445,10 @@ class ClassObjective:
     def grad(self) -> th.Tensor:
         """``dL/dtheta (F,)`` at the point of the last :meth:`value` call."""
         pi, rho, nu = self.pi, self.rho, self.nu
+        self.passes += 1
+        if self._compiled is not None:
+            G, self._curvature = self._compiled.grad(pi, nu, rho, self.wsum)
+            return self.features.project(G)
         G = self.wsum.clone()
         rho[0] = nu[0]
         m = self._q
@@ -446,11 +457,13 @@ class ClassObjective:
             G.sub_(m)
             if t + 1 < self.H:
                 th.add(nu[t + 1], self.ops.push(m), alpha=self.gamma, out=rho[t + 1])
-        self.passes += 1
         return self.features.project(G)
 
     def curvature_diagonal(self) -> th.Tensor:
         """``(phi ** 2)^T sum_t |rho_t| pi_t (F,)``: a diagonal preconditioner for the Hessian."""
+        if self._compiled is not None:
+            assert self._curvature is not None, "call grad() first"
+            return self.features.project_squares(self._curvature)
         c = (self.rho.abs().unsqueeze(1) * self.pi).sum(0)
         return self.features.project_squares(c)
 
@@ -474,6 +487,9 @@ class ClassObjective:
     def neg_hvp(self, v: th.Tensor) -> th.Tensor:
         """``-Hessian @ v (F,)`` at the point of the last :meth:`grad` call."""
         u = self.features.reward(v, self.S, self.A)
+        self.passes += 2
+        if self._compiled is not None:
+            return self.features.project(self._compiled.hvp(self.pi, self.rho, u[:1] if self._compiled.per_state else u))
         pi, rho, dV = self.pi, self.rho, self._dV
         H, gamma = self.H, self.gamma
         if self._dQ is None:
@@ -496,7 +512,6 @@ class ClassObjective:
                 drho = self.ops.push(dq)
                 if gamma != 1.0:
                     drho.mul_(gamma)
-        self.passes += 2
         return self.features.project(dG)
 
 

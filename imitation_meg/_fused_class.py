@@ -1,0 +1,321 @@
+"""Compiled passes of a linear class's log-likelihood on CPU (numba, optional): the gradient and
+the Hessian-vector product of :class:`imitation_meg.likelihood.ClassObjective`.
+
+Unknown-utility MEG spends nearly all of its time in Hessian-vector products (the conjugate
+gradients of every Newton step). In torch each step of their two passes is a sparse product
+(torch's CSR kernel zero-fills and writes its ``(A, S)`` output) and about ten elementwise
+kernels over ``(A, S)`` arrays. Here one compiled loop per step does all of it, state by state:
+
+- **tangent backward** ``dV_t(s) = sum_a pi_t(a | s) (u(s, a) + gamma E[dV_{t+1}(s') | s, a])``
+  (one gather of the successors' ``dV_{t+1}`` per stored transition);
+- **tangent forward** ``dq_t(s, a) = pi_t(a | s) (rho_t(s) (dQ_t(s, a) - dV_t(s)) + drho_t(s))``
+  (the same gather again: recomputing ``dQ_t`` costs less than storing it, ``(H, S, A)``), then
+  ``drho_{t+1}(s') = gamma sum_{(s, a) -> s'} T[s, a, s'] dq_t(s, a)`` as a gather over each
+  state's predecessors (the transposed transitions, built once per objective);
+- and the gradient's forward pass ``rho_{t+1} = nu_{t+1} + gamma push(rho_t pi_t)`` the same way,
+  with the curvature diagonal ``sum_t |rho_t| pi_t`` beside it.
+
+For state features (every utility of the state, a target, ``(S, F)`` features) the sums over
+time are kept per state (``(1, S)``): ``phi^T`` of a state-action array only needs its sums over
+actions. The policy ``pi (H, A, S)`` and ``rho (H, S)`` are the objective's own buffers.
+
+Determinism: every output entry is a sum over time (and over a state's actions and
+predecessors) in a fixed order, written by the one thread that owns its state, so results are
+the same bits with any number of threads. The math is the torch passes' (tests hold them
+together to rounding).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from imitation_meg import _threads
+from imitation_meg.mdp import TabularMDP
+
+__all__ = ["MIN_WORK", "ClassPasses", "usable"]
+
+# Compiled passes run where a pass touches at least this many stored transitions times steps
+# (S x A x B x H); below it the torch passes cost little and the compiled code's first use in a
+# process (importing numba, loading its cache: ~0.4 s) would not pay off.
+MIN_WORK = 1 << 21
+# Fixed chunks of states: the unit of parallel work.
+N_CHUNKS = 256
+
+
+def usable(mdp: TabularMDP, w: th.Tensor) -> bool:
+    """Whether the compiled passes run for this objective: numba installed, CPU, float32 /
+    float64, and at least :data:`MIN_WORK` transitions times steps."""
+    op = mdp.operator
+    return (
+        _threads.has_numba()
+        and w.device.type == "cpu"
+        and w.dtype in (th.float32, th.float64)
+        and op.n_states * op.n_actions * op.branching * w.shape[0] >= MIN_WORK
+    )
+
+
+# ------------------------------------------------------------------ the loops (compiled)
+# Index arrays are unsigned: numba then skips the negative-index wraparound of every load (a
+# third of the gather's time otherwise).
+def _chunk(c: int, n: int) -> tuple[int, int]:  # pragma: no cover - compiled by numba
+    size = (n + N_CHUNKS - 1) // N_CHUNKS
+    lo = min(n, c * size)
+    return lo, min(n, lo + size)
+
+
+def _push(
+    tptr: Any, tsrc: Any, tprob: Any, m: Any, gamma: float, base: Any, out: Any, lo: int, hi: int
+) -> None:  # pragma: no cover - compiled by numba
+    """``out(s') = base(s') + gamma * sum_{(s, a) -> s'} T[s, a, s'] m(a * S + s)`` for the
+    states ``lo .. hi - 1``, each over its predecessors in a fixed order."""
+    for s in range(lo, hi):
+        e = 0.0
+        for k in range(tptr[s], tptr[s + 1]):
+            e += tprob[k] * m[tsrc[k]]
+        out[s] = base[s] + gamma * e
+
+
+def _grad(
+    tptr: Any,
+    tsrc: Any,
+    tprob: Any,
+    pi: Any,
+    nu: Any,
+    gamma: float,
+    rho: Any,
+    m: Any,
+    G: Any,
+    C: Any,
+) -> None:  # pragma: no cover - compiled by numba
+    """The gradient's forward pass: ``rho (H, S)`` from ``nu``; ``G (k, S)`` loses
+    ``sum_t rho_t pi_t`` and ``C (k, S)`` gains ``sum_t |rho_t| pi_t`` (``k = 1``: summed
+    over actions). ``m (A * S,)`` is scratch."""
+    H, A, S = pi.shape
+    per_state = G.shape[0] == 1
+    rho[0, :] = nu[0, :]
+    for t in range(H):
+        pit = pi[t]
+        rt = rho[t]
+        for c in numba.prange(N_CHUNKS):
+            lo, hi = _chunk_c(c, S)
+            for s in range(lo, hi):
+                r = rt[s]
+                ar = abs(r)
+                g = 0.0
+                h = 0.0
+                for a in range(A):
+                    p = pit[a, s]
+                    v = r * p
+                    m[a * S + s] = v
+                    if per_state:
+                        g += v
+                        h += ar * p
+                    else:
+                        G[a, s] -= v
+                        C[a, s] += ar * p
+                if per_state:
+                    G[0, s] -= g
+                    C[0, s] += h
+        if t + 1 < H:
+            nun = nu[t + 1]
+            rn = rho[t + 1]
+            for c in numba.prange(N_CHUNKS):
+                lo, hi = _chunk_c(c, S)
+                _push_c(tptr, tsrc, tprob, m, gamma, nun, rn, lo, hi)
+
+
+def _tangent(
+    nxt: Any, prob: Any, dvn: Any, u: Any, gamma: float, row: int, per_state: bool, a: int, s: int
+) -> float:  # pragma: no cover - compiled by numba
+    """``dQ_t(s, a) = u(s, a) + gamma E[dV_{t+1}(s') | s, a]`` (row ``s * A + a``)."""
+    e = 0.0
+    for b in range(nxt.shape[1]):  # zero-probability padding adds 0 (dV is finite)
+        e += prob[row, b] * dvn[nxt[row, b]]
+    return u[0 if per_state else a, s] + gamma * e
+
+
+def _hvp(
+    nxt: Any,
+    prob: Any,
+    tptr: Any,
+    tsrc: Any,
+    tprob: Any,
+    pi: Any,
+    rho: Any,
+    u: Any,
+    gamma: float,
+    dV: Any,
+    dq: Any,
+    drho: Any,
+    zero: Any,
+    dG: Any,
+) -> None:  # pragma: no cover - compiled by numba
+    """``dG (k, S)`` = ``sum_t dq_t`` of the tangent ``u (k, S)`` (``k = 1``: a state reward,
+    and ``dG`` summed over actions). ``dV (H + 1, S)`` (its last row zeros), ``dq (A * S,)``,
+    ``drho (S,)`` are scratch, ``zero (S,)`` zeros."""
+    H, A, S = pi.shape
+    per_state = u.shape[0] == 1
+    for back in range(H):  # tangent backward
+        t = H - 1 - back
+        pit = pi[t]
+        dvn = dV[t + 1]
+        dvt = dV[t]
+        for c in numba.prange(N_CHUNKS):
+            lo, hi = _chunk_c(c, S)
+            for s in range(lo, hi):
+                dv = 0.0
+                for a in range(A):
+                    x = _tangent_c(nxt, prob, dvn, u, gamma, s * A + a, per_state, a, s)
+                    dv += pit[a, s] * x
+                dvt[s] = dv
+    drho[:] = 0.0
+    for t in range(H):  # tangent forward
+        pit = pi[t]
+        rt = rho[t]
+        dvn = dV[t + 1]
+        dvt = dV[t]
+        for c in numba.prange(N_CHUNKS):
+            lo, hi = _chunk_c(c, S)
+            for s in range(lo, hi):
+                r = rt[s]
+                d = drho[s]
+                dvs = dvt[s]
+                acc = 0.0
+                for a in range(A):
+                    x = _tangent_c(nxt, prob, dvn, u, gamma, s * A + a, per_state, a, s)
+                    v = pit[a, s] * (r * (x - dvs) + d)
+                    dq[a * S + s] = v
+                    if per_state:
+                        acc += v
+                    else:
+                        dG[a, s] += v
+                if per_state:
+                    dG[0, s] += acc
+        if t + 1 < H:
+            for c in numba.prange(N_CHUNKS):
+                lo, hi = _chunk_c(c, S)
+                _push_c(tptr, tsrc, tprob, dq, gamma, zero, drho, lo, hi)
+
+
+numba: Any = None
+_chunk_c: Any = None
+_tangent_c: Any = None
+_push_c: Any = None
+_compiled: dict[str, Any] = {}
+
+
+def _kernels() -> tuple[Any, Any]:
+    """The compiled ``(grad, hvp)`` loops (compiled on first use, cached on disk by numba)."""
+    global numba, _chunk_c, _tangent_c, _push_c
+    if not _compiled:
+        import numba as imported  # the loops' ``numba.prange`` reads this module's global
+
+        numba = imported
+        _chunk_c = numba.njit(cache=True, nogil=True, inline="always")(_chunk)
+        _tangent_c = numba.njit(cache=True, nogil=True, inline="always")(_tangent)
+        _push_c = numba.njit(cache=True, nogil=True, inline="always")(_push)
+        _compiled["grad"] = numba.njit(parallel=True, cache=True, nogil=True)(_grad)
+        _compiled["hvp"] = numba.njit(parallel=True, cache=True, nogil=True)(_hvp)
+    return _compiled["grad"], _compiled["hvp"]
+
+
+def _np(t: th.Tensor) -> np.ndarray:
+    """A C-contiguous numpy view (or copy) of a CPU tensor."""
+    return np.ascontiguousarray(t.detach().numpy())
+
+
+class ClassPasses:
+    """The compiled gradient and Hessian-vector passes of one objective's MDP.
+
+    Args:
+        mdp: the MDP (CPU).
+        dtype: the objective's dtype.
+        per_state: whether the class's features are state features (then the sums over time
+            are kept per state, ``(1, S)``; else per state-action pair, ``(A, S)``).
+    """
+
+    def __init__(self, mdp: TabularMDP, dtype: th.dtype, *, per_state: bool) -> None:
+        self.S, self.A = mdp.n_states, mdp.n_actions
+        self.gamma = float(mdp.discount)
+        self.per_state = per_state
+        self.nxt, self.prob = mdp.operator.branching_arrays(dtype)
+        self.tptr, self.tsrc, self.tprob = _transposed(self.nxt, self.prob, self.S, self.A)
+        np_dtype = self.prob.dtype
+        self._m = np.empty(self.S * self.A, dtype=np_dtype)
+        self._drho = np.empty(self.S, dtype=np_dtype)
+        self._zero = np.zeros(self.S, dtype=np_dtype)
+        self._dV: np.ndarray | None = None
+
+    def grad(
+        self, pi: th.Tensor, nu: th.Tensor, rho: th.Tensor, wsum: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """``(G, C)``: ``wsum - sum_t rho_t pi_t`` and ``sum_t |rho_t| pi_t``, ``(k, S)``, for
+        the policy ``pi (H, A, S)``; writes ``rho (H, S)`` (the forward pass from ``nu``)."""
+        grad, _ = _kernels()
+        k = 1 if self.per_state else self.A
+        G = _np(wsum.sum(0, keepdim=True) if self.per_state else wsum).copy()
+        C = np.zeros((k, self.S), dtype=G.dtype)
+        with _threads.numba_threads():
+            grad(
+                self.tptr,
+                self.tsrc,
+                self.tprob,
+                pi.numpy(),
+                nu.numpy(),
+                self.gamma,
+                rho.numpy(),
+                self._m,
+                G,
+                C,
+            )
+        return th.from_numpy(G), th.from_numpy(C)
+
+    def hvp(self, pi: th.Tensor, rho: th.Tensor, u: th.Tensor) -> th.Tensor:
+        """``sum_t dq_t`` ``(k, S)`` of the tangent reward ``u`` (``(1, S)`` state reward or
+        ``(A, S)``) at the policy ``pi (H, A, S)`` with forward pass ``rho (H, S)``."""
+        _, hvp = _kernels()
+        H = pi.shape[0]
+        if self._dV is None or self._dV.shape[0] != H + 1:
+            self._dV = np.zeros((H + 1, self.S), dtype=self._m.dtype)
+        dG = np.zeros((1 if self.per_state else self.A, self.S), dtype=self._m.dtype)
+        with _threads.numba_threads():
+            hvp(
+                self.nxt,
+                self.prob,
+                self.tptr,
+                self.tsrc,
+                self.tprob,
+                pi.numpy(),
+                rho.numpy(),
+                _np(u),
+                self.gamma,
+                self._dV,
+                self._m,
+                self._drho,
+                self._zero,
+                dG,
+            )
+        return th.from_numpy(dG)
+
+
+def _transposed(
+    nxt: np.ndarray, prob: np.ndarray, S: int, A: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The transitions by successor: ``tptr (S + 1,)``, and per stored transition into ``s'``
+    (in row order) its action-major source ``a * S + s`` and probability (zero-probability
+    padding dropped)."""
+    B = nxt.shape[1]
+    rows = np.repeat(np.arange(S * A, dtype=np.int64), B)
+    dest = nxt.reshape(-1).astype(np.int64)
+    p = prob.reshape(-1)
+    keep = p != 0
+    rows, dest, p = rows[keep], dest[keep], p[keep]
+    order = np.argsort(dest, kind="stable")
+    src = (rows % A) * S + rows // A  # action-major index of the source row s * A + a
+    idx = np.uint32 if S * A <= 2**32 - 1 else np.uint64
+    tptr = np.zeros(S + 1, dtype=np.uint64)
+    np.cumsum(np.bincount(dest, minlength=S), out=tptr[1:])
+    return tptr, src[order].astype(idx), np.ascontiguousarray(p[order])

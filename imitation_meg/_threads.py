@@ -1,0 +1,180 @@
+"""Threads for the package's passes: one where a parallel region is small, the caller's where it
+is large, and the caller's settings put back afterwards.
+
+A pass over a ``T`` runs one parallel region (or several) per step: torch's sparse products and
+elementwise kernels, or a compiled loop over chunks of states. Each region ends at a barrier, so
+it is only as fast as its slowest thread. On a quiet machine a second thread pays off only where
+a step's work is large; beside other multi-threaded programs (a training job) a thread that the
+kernel has descheduled holds every region up by a scheduler slice (milliseconds), and the many
+small regions of a pass then cost more than the whole pass on one thread. Measured on this
+2-core host beside other programs (load average 12-15), one known-utility MEG pass with torch's
+passes (``/tmp``-free command below), one thread against two:
+
+- a random 250-state MDP (4 actions, 4 successors, H = 20): 2.5 ms against 460 ms;
+- a random 1e5-state MDP (H = 5): 0.24-0.30 s against 2.7 s.
+
+On a quiet machine (docs/benchmark.md, the ``meg_pass`` and ``meg_random`` rows, one thread
+against two) a second thread gains nothing at 2e4 states (3.2e5 stored transitions per step:
+fused pass 63 -> 81 ms, torch pass 152 -> 210 ms), 1.05-1.19x at 2e5 states (3.2e6) and
+1.08-1.59x at 1e6 states (1.6e7; a whole MEG call 59.3 -> 42.1 s). Hence
+:data:`PARALLEL_MIN_WORK`: below ``2**22`` stored transitions per step a computation runs on one
+thread whatever the caller's setting; at or above it, on the caller's threads.
+
+The measurement beside the load (``benchmarks/`` on the path, torch passes forced)::
+
+    python - <<'PY'
+    import sys, time; sys.path.insert(0, "benchmarks")
+    import torch as th, bench
+    from imitation_meg import _fused
+    from imitation_meg.envs import random_mdp
+    from imitation_meg.known import MEGObjective
+    _fused.FUSED_MIN_SA = 2**62; _fused.SMALL_MAX_WORK = -1
+    for S, H in ((250, 20), (100_000, 5)):
+        mdp = random_mdp(S, 4, H, branching=4, seed=0)
+        obj = MEGObjective(mdp, bench.goal_directed_policy(mdp))
+        for n in (1, 2, 1, 2, 1, 2):
+            th.set_num_threads(n); t0 = time.perf_counter()
+            obj.evaluate_batch(th.ones(1, dtype=th.float64))
+            print(S, n, time.perf_counter() - t0)
+    PY
+
+Results do not depend on the number of threads (every long sum in the package has a fixed
+order), so this choice changes only speed.
+
+The public entry points run under :func:`entry_point`: torch's thread count
+(``torch.get_num_threads()``) and numba's (``numba.get_num_threads()``, of the calling thread)
+are the same after the call as before it, also where numba's first parallel loop launched its
+thread pool (with numba's OpenMP layer that launch resets OpenMP's thread count, which torch
+reads: 1 -> 2 under ``OMP_NUM_THREADS=1``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import torch as th
+
+__all__ = [
+    "PARALLEL_MIN_WORK",
+    "entry_point",
+    "has_numba",
+    "limited",
+    "numba_threads",
+    "step_work",
+    "threads_for",
+]
+
+# Stored transitions per step (S x A x B) from which a computation uses the caller's threads;
+# below it one thread (see the module docstring for the measurements).
+PARALLEL_MIN_WORK = 1 << 22
+
+_HAS_NUMBA = importlib.util.find_spec("numba") is not None
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def has_numba() -> bool:
+    """Whether numba is installed (the ``fast`` extra)."""
+    return _HAS_NUMBA
+
+
+def step_work(obj: Any) -> int | None:
+    """Stored transitions per step (``S x A x B``) of a :class:`~imitation_meg.TabularMDP`
+    (anything with an ``operator`` holding ``n_states``, ``n_actions`` and ``branching``), or
+    None for anything else."""
+    op = getattr(obj, "operator", None)
+    try:
+        return int(op.n_states) * int(op.n_actions) * int(op.branching)  # type: ignore[union-attr]
+    except AttributeError:
+        return None
+
+
+def threads_for(work: int | None) -> int:
+    """The threads for a computation of ``work`` stored transitions per step: 1 below
+    :data:`PARALLEL_MIN_WORK`, else torch's current count (None: torch's current count)."""
+    current = th.get_num_threads()
+    if work is None or work >= PARALLEL_MIN_WORK:
+        return current
+    return 1
+
+
+def _numba_pool() -> Any:
+    """The imported ``numba`` module if its thread pool is running (then its thread count can
+    be read without launching it), else None."""
+    nb = sys.modules.get("numba")
+    if nb is None:
+        return None
+    par = sys.modules.get("numba.np.ufunc.parallel")
+    return nb if par is not None and getattr(par, "_is_initialized", False) else None
+
+
+@contextlib.contextmanager
+def limited(work: int | None) -> Iterator[int]:
+    """Run the block on :func:`threads_for` ``(work)`` torch threads; yields that count.
+
+    Afterwards torch's thread count and (where numba's pool runs) this thread's numba thread
+    count are what they were before, whatever the block did.
+    """
+    torch_before = th.get_num_threads()
+    nb = _numba_pool()
+    numba_before = nb.get_num_threads() if nb is not None else None
+    n = threads_for(work)
+    if n != torch_before:
+        th.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        nb = _numba_pool()
+        if nb is not None:
+            want = numba_before if numba_before is not None else nb.config.NUMBA_NUM_THREADS
+            if nb.get_num_threads() != want:
+                nb.set_num_threads(want)
+        if th.get_num_threads() != torch_before:
+            th.set_num_threads(torch_before)
+
+
+@contextlib.contextmanager
+def numba_threads() -> Iterator[int]:
+    """Numba's threads for a compiled parallel loop in the block: torch's current count (the
+    enclosing :func:`limited`'s choice), at most numba's pool; yields it. Torch's count and
+    this thread's numba count are put back afterwards (numba's first parallel loop launches its
+    pool, which can reset the OpenMP thread count torch reads)."""
+    import numba
+
+    n = th.get_num_threads()
+    before = numba.get_num_threads()  # launches the pool on first use
+    want = max(1, min(n, numba.config.NUMBA_NUM_THREADS))
+    if want != before:
+        numba.set_num_threads(want)
+    if th.get_num_threads() != n:
+        th.set_num_threads(n)
+    try:
+        yield want
+    finally:
+        if numba.get_num_threads() != before:
+            numba.set_num_threads(before)
+        if th.get_num_threads() != n:
+            th.set_num_threads(n)
+
+
+def entry_point(fn: F) -> F:
+    """Decorate a public function: it runs under :func:`limited` with the :func:`step_work` of
+    the first MDP among its arguments (none: the caller's threads), so it uses one thread on
+    small MDPs and leaves the caller's thread settings as they were."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        work = None
+        for a in (*args, *kwargs.values()):
+            work = step_work(a)
+            if work is not None:
+                break
+        with limited(work):
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
