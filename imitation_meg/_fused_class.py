@@ -35,12 +35,15 @@ import torch as th
 from imitation_meg import _threads
 from imitation_meg.mdp import TabularMDP
 
-__all__ = ["MIN_WORK", "ClassPasses", "usable"]
+__all__ = ["MIN_WORK", "STORE_MAX_BYTES", "ClassPasses", "usable"]
 
 # Compiled passes run where a pass touches at least this many stored transitions times steps
 # (S x A x B x H); below it the torch passes cost little and the compiled code's first use in a
 # process (importing numba, loading its cache: ~0.4 s) would not pay off.
 MIN_WORK = 1 << 21
+# The Hessian-vector pass keeps ``pi_t (dQ_t - dV_t)``, ``(H, A, S)``, from its backward half
+# for its forward half up to this size; above it the forward half gathers ``dQ_t`` again.
+STORE_MAX_BYTES = 1 << 30
 # Fixed chunks of states: the unit of parallel work.
 N_CHUNKS = 256
 
@@ -58,6 +61,10 @@ def usable(mdp: TabularMDP, w: th.Tensor) -> bool:
 
 
 # ------------------------------------------------------------------ the loops (compiled)
+# Each loop is compiled twice: serial (one thread: the push-forward scatters each state-action
+# pair's mass to its successors, reading the mass in order) and parallel (a chunk of states per
+# task: the push-forward gathers each state's mass from its predecessors). Both add a state's
+# incoming masses in the same order (the predecessors' row order), so they give the same bits.
 # Index arrays are unsigned: numba then skips the negative-index wraparound of every load (a
 # third of the gather's time otherwise).
 def _chunk(c: int, n: int) -> tuple[int, int]:  # pragma: no cover - compiled by numba
@@ -67,18 +74,47 @@ def _chunk(c: int, n: int) -> tuple[int, int]:  # pragma: no cover - compiled by
 
 
 def _push(
-    tptr: Any, tsrc: Any, tprob: Any, m: Any, gamma: float, base: Any, out: Any, lo: int, hi: int
+    nxt: Any,
+    prob: Any,
+    tptr: Any,
+    tsrc: Any,
+    tprob: Any,
+    m: Any,
+    gamma: float,
+    base: Any,
+    out: Any,
+    acc: Any,
+    serial: bool,
 ) -> None:  # pragma: no cover - compiled by numba
-    """``out(s') = base(s') + gamma * sum_{(s, a) -> s'} T[s, a, s'] m(a * S + s)`` for the
-    states ``lo .. hi - 1``, each over its predecessors in a fixed order."""
-    for s in range(lo, hi):
-        e = 0.0
-        for k in range(tptr[s], tptr[s + 1]):
-            e += tprob[k] * m[tsrc[k]]
-        out[s] = base[s] + gamma * e
+    """``out(s') = base(s') + gamma * sum_{(s, a) -> s'} T[s, a, s'] m(a * S + s)``; ``acc
+    (S,)`` is scratch."""
+    S = out.shape[0]
+    A = nxt.shape[0] // S
+    B = nxt.shape[1]
+    if serial:
+        acc[:] = 0.0
+        for s in range(S):
+            for a in range(A):
+                v = m[a * S + s]
+                if v != 0.0:  # adds +-0 otherwise: the same bits
+                    row = s * A + a
+                    for b in range(B):
+                        acc[nxt[row, b]] += prob[row, b] * v
+        for s in range(S):
+            out[s] = base[s] + gamma * acc[s]
+    else:
+        for c in numba.prange(N_CHUNKS):
+            lo, hi = _chunk_c(c, S)
+            for s in range(lo, hi):
+                e = 0.0
+                for k in range(tptr[s], tptr[s + 1]):
+                    e += tprob[k] * m[tsrc[k]]
+                out[s] = base[s] + gamma * e
 
 
 def _grad(
+    nxt: Any,
+    prob: Any,
     tptr: Any,
     tsrc: Any,
     tprob: Any,
@@ -87,12 +123,14 @@ def _grad(
     gamma: float,
     rho: Any,
     m: Any,
+    acc: Any,
     G: Any,
     C: Any,
+    serial: bool,
 ) -> None:  # pragma: no cover - compiled by numba
     """The gradient's forward pass: ``rho (H, S)`` from ``nu``; ``G (k, S)`` loses
     ``sum_t rho_t pi_t`` and ``C (k, S)`` gains ``sum_t |rho_t| pi_t`` (``k = 1``: summed
-    over actions). ``m (A * S,)`` is scratch."""
+    over actions). ``m (A * S,)`` and ``acc (S,)`` are scratch."""
     H, A, S = pi.shape
     per_state = G.shape[0] == 1
     rho[0, :] = nu[0, :]
@@ -120,17 +158,14 @@ def _grad(
                     G[0, s] -= g
                     C[0, s] += h
         if t + 1 < H:
-            nun = nu[t + 1]
-            rn = rho[t + 1]
-            for c in numba.prange(N_CHUNKS):
-                lo, hi = _chunk_c(c, S)
-                _push_c(tptr, tsrc, tprob, m, gamma, nun, rn, lo, hi)
+            _push_c(nxt, prob, tptr, tsrc, tprob, m, gamma, nu[t + 1], rho[t + 1], acc, serial)
 
 
 def _tangent(
-    nxt: Any, prob: Any, dvn: Any, u: Any, gamma: float, row: int, per_state: bool, a: int, s: int
+    nxt: Any, prob: Any, dvn: Any, u: Any, gamma: float, per_state: bool, s: int, a: int, A: int
 ) -> float:  # pragma: no cover - compiled by numba
-    """``dQ_t(s, a) = u(s, a) + gamma E[dV_{t+1}(s') | s, a]`` (row ``s * A + a``)."""
+    """``dQ_t(s, a) = u(s, a) + gamma E[dV_{t+1}(s') | s, a]``."""
+    row = s * A + a
     e = 0.0
     for b in range(nxt.shape[1]):  # zero-probability padding adds 0 (dV is finite)
         e += prob[row, b] * dvn[nxt[row, b]]
@@ -148,67 +183,82 @@ def _hvp(
     u: Any,
     gamma: float,
     dV: Any,
+    Y: Any,
     dq: Any,
     drho: Any,
+    acc: Any,
     zero: Any,
     dG: Any,
+    serial: bool,
 ) -> None:  # pragma: no cover - compiled by numba
-    """``dG (k, S)`` = ``sum_t dq_t`` of the tangent ``u (k, S)`` (``k = 1``: a state reward,
-    and ``dG`` summed over actions). ``dV (H + 1, S)`` (its last row zeros), ``dq (A * S,)``,
-    ``drho (S,)`` are scratch, ``zero (S,)`` zeros."""
+    """``dG (k, S)`` += ``sum_t dq_t`` of the tangent ``u (k, S)`` (``k = 1``: a state reward,
+    and ``dG`` summed over actions). Scratch: ``dV (H + 1, S)`` (its last row zeros), ``Y``
+    (``(H, A, S)``: the backward pass keeps ``pi_t (dQ_t - dV_t)`` for the forward pass; or
+    ``(1, A, S)``: the forward pass gathers ``dQ_t`` again), ``dq (A * S,)``, ``drho, acc
+    (S,)``; ``zero (S,)`` zeros."""
     H, A, S = pi.shape
     per_state = u.shape[0] == 1
+    stored = Y.shape[0] == H
     for back in range(H):  # tangent backward
         t = H - 1 - back
         pit = pi[t]
         dvn = dV[t + 1]
         dvt = dV[t]
+        yt = Y[t if stored else 0]
         for c in numba.prange(N_CHUNKS):
             lo, hi = _chunk_c(c, S)
             for s in range(lo, hi):
                 dv = 0.0
                 for a in range(A):
-                    x = _tangent_c(nxt, prob, dvn, u, gamma, s * A + a, per_state, a, s)
+                    x = _tangent_c(nxt, prob, dvn, u, gamma, per_state, s, a, A)
                     dv += pit[a, s] * x
+                    if stored:
+                        yt[a, s] = x
                 dvt[s] = dv
+                if stored:
+                    for a in range(A):
+                        yt[a, s] = pit[a, s] * (yt[a, s] - dv)
     drho[:] = 0.0
     for t in range(H):  # tangent forward
         pit = pi[t]
         rt = rho[t]
         dvn = dV[t + 1]
         dvt = dV[t]
+        yt = Y[t if stored else 0]
         for c in numba.prange(N_CHUNKS):
             lo, hi = _chunk_c(c, S)
             for s in range(lo, hi):
                 r = rt[s]
                 d = drho[s]
                 dvs = dvt[s]
-                acc = 0.0
+                total = 0.0
                 for a in range(A):
-                    x = _tangent_c(nxt, prob, dvn, u, gamma, s * A + a, per_state, a, s)
-                    v = pit[a, s] * (r * (x - dvs) + d)
+                    if stored:
+                        v = r * yt[a, s] + d * pit[a, s]
+                    else:
+                        x = _tangent_c(nxt, prob, dvn, u, gamma, per_state, s, a, A)
+                        v = pit[a, s] * (r * (x - dvs) + d)
                     dq[a * S + s] = v
                     if per_state:
-                        acc += v
+                        total += v
                     else:
                         dG[a, s] += v
                 if per_state:
-                    dG[0, s] += acc
+                    dG[0, s] += total
         if t + 1 < H:
-            for c in numba.prange(N_CHUNKS):
-                lo, hi = _chunk_c(c, S)
-                _push_c(tptr, tsrc, tprob, dq, gamma, zero, drho, lo, hi)
+            _push_c(nxt, prob, tptr, tsrc, tprob, dq, gamma, zero, drho, acc, serial)
 
 
 numba: Any = None
 _chunk_c: Any = None
 _tangent_c: Any = None
 _push_c: Any = None
-_compiled: dict[str, Any] = {}
+_compiled: dict[tuple[str, bool], Any] = {}
 
 
-def _kernels() -> tuple[Any, Any]:
-    """The compiled ``(grad, hvp)`` loops (compiled on first use, cached on disk by numba)."""
+def _kernel(name: str, serial: bool) -> Any:
+    """The compiled loop ``name`` (``"grad"`` or ``"hvp"``), serial or parallel (compiled on
+    first use, cached on disk by numba)."""
     global numba, _chunk_c, _tangent_c, _push_c
     if not _compiled:
         import numba as imported  # the loops' ``numba.prange`` reads this module's global
@@ -216,10 +266,12 @@ def _kernels() -> tuple[Any, Any]:
         numba = imported
         _chunk_c = numba.njit(cache=True, nogil=True, inline="always")(_chunk)
         _tangent_c = numba.njit(cache=True, nogil=True, inline="always")(_tangent)
-        _push_c = numba.njit(cache=True, nogil=True, inline="always")(_push)
-        _compiled["grad"] = numba.njit(parallel=True, cache=True, nogil=True)(_grad)
-        _compiled["hvp"] = numba.njit(parallel=True, cache=True, nogil=True)(_hvp)
-    return _compiled["grad"], _compiled["hvp"]
+        _push_c = numba.njit(parallel=True, cache=True, nogil=True)(_push)
+    key = (name, serial)
+    if key not in _compiled:
+        source = _grad if name == "grad" else _hvp
+        _compiled[key] = numba.njit(parallel=not serial, cache=True, nogil=True)(source)
+    return _compiled[key]
 
 
 def _np(t: th.Tensor) -> np.ndarray:
@@ -235,31 +287,35 @@ class ClassPasses:
         dtype: the objective's dtype.
         per_state: whether the class's features are state features (then the sums over time
             are kept per state, ``(1, S)``; else per state-action pair, ``(A, S)``).
+        horizon: ``H``, the objective's number of steps.
     """
 
-    def __init__(self, mdp: TabularMDP, dtype: th.dtype, *, per_state: bool) -> None:
-        self.S, self.A = mdp.n_states, mdp.n_actions
+    def __init__(self, mdp: TabularMDP, dtype: th.dtype, *, per_state: bool, horizon: int) -> None:
+        S, A = self.S, self.A = mdp.n_states, mdp.n_actions
         self.gamma = float(mdp.discount)
         self.per_state = per_state
         self.nxt, self.prob = mdp.operator.branching_arrays(dtype)
-        self.tptr, self.tsrc, self.tprob = _transposed(self.nxt, self.prob, self.S, self.A)
-        np_dtype = self.prob.dtype
-        self._m = np.empty(self.S * self.A, dtype=np_dtype)
-        self._drho = np.empty(self.S, dtype=np_dtype)
-        self._zero = np.zeros(self.S, dtype=np_dtype)
-        self._dV: np.ndarray | None = None
+        self.tptr, self.tsrc, self.tprob = _transposed(self.nxt, self.prob, S, A)
+        dt = self.prob.dtype
+        self._m = np.empty(S * A, dtype=dt)
+        self._acc = np.empty(S, dtype=dt)
+        self._drho = np.empty(S, dtype=dt)
+        self._zero = np.zeros(S, dtype=dt)
+        self._dV = np.zeros((horizon + 1, S), dtype=dt)
+        store = horizon * A * S * dt.itemsize <= STORE_MAX_BYTES
+        self._Y = np.empty((horizon if store else 1, A, S), dtype=dt)
 
     def grad(
         self, pi: th.Tensor, nu: th.Tensor, rho: th.Tensor, wsum: th.Tensor
     ) -> tuple[th.Tensor, th.Tensor]:
         """``(G, C)``: ``wsum - sum_t rho_t pi_t`` and ``sum_t |rho_t| pi_t``, ``(k, S)``, for
         the policy ``pi (H, A, S)``; writes ``rho (H, S)`` (the forward pass from ``nu``)."""
-        grad, _ = _kernels()
-        k = 1 if self.per_state else self.A
         G = _np(wsum.sum(0, keepdim=True) if self.per_state else wsum).copy()
-        C = np.zeros((k, self.S), dtype=G.dtype)
-        with _threads.numba_threads():
-            grad(
+        C = np.zeros_like(G)
+        with _threads.numba_threads() as n:
+            _kernel("grad", n == 1)(
+                self.nxt,
+                self.prob,
                 self.tptr,
                 self.tsrc,
                 self.tprob,
@@ -268,21 +324,19 @@ class ClassPasses:
                 self.gamma,
                 rho.numpy(),
                 self._m,
+                self._acc,
                 G,
                 C,
+                n == 1,
             )
         return th.from_numpy(G), th.from_numpy(C)
 
     def hvp(self, pi: th.Tensor, rho: th.Tensor, u: th.Tensor) -> th.Tensor:
         """``sum_t dq_t`` ``(k, S)`` of the tangent reward ``u`` (``(1, S)`` state reward or
         ``(A, S)``) at the policy ``pi (H, A, S)`` with forward pass ``rho (H, S)``."""
-        _, hvp = _kernels()
-        H = pi.shape[0]
-        if self._dV is None or self._dV.shape[0] != H + 1:
-            self._dV = np.zeros((H + 1, self.S), dtype=self._m.dtype)
         dG = np.zeros((1 if self.per_state else self.A, self.S), dtype=self._m.dtype)
-        with _threads.numba_threads():
-            hvp(
+        with _threads.numba_threads() as n:
+            _kernel("hvp", n == 1)(
                 self.nxt,
                 self.prob,
                 self.tptr,
@@ -293,10 +347,13 @@ class ClassPasses:
                 _np(u),
                 self.gamma,
                 self._dV,
+                self._Y,
                 self._m,
                 self._drho,
+                self._acc,
                 self._zero,
                 dG,
+                n == 1,
             )
         return th.from_numpy(dG)
 

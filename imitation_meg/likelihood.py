@@ -63,6 +63,11 @@ _LAM_MIN = 1e-6
 _CONSTANT_DIRECTION_MAX_F = 64
 # Smallest fraction of a Newton step that backtracking tries.
 _BACKTRACK_MIN = 2.0**-30
+# CG stops once the residual's squared norm (in the diagonal preconditioner's metric) is at
+# most this fraction of the tolerance of L.
+_CG_FLOOR = 1e-3
+# Conjugate-gradient pairs kept from earlier solves to precondition later ones (see _Recycled).
+_RECYCLE_PAIRS = 16
 
 
 def _dot(x: th.Tensor, y: th.Tensor) -> float:
@@ -381,7 +386,9 @@ class ClassObjective:
         self.passes = 0
         # compiled gradient and Hessian-vector passes (numba, large MDPs on CPU)
         self._compiled = (
-            _fused_class.ClassPasses(mdp, w.dtype, per_state=features.kind != "state_action")
+            _fused_class.ClassPasses(
+                mdp, w.dtype, per_state=features.kind != "state_action", horizon=H
+            )
             if _fused_class.usable(mdp, w)
             else None
         )
@@ -586,6 +593,7 @@ def maximise(
     g0 = None
     lam = 0.0
     diag = None
+    recycled = _Recycled(_RECYCLE_PAIRS)
     steps = _progress(range(max_iter), enabled=progress, desc="MEG (Newton)")
     for k in steps:
         if converged or not math.isfinite(L):
@@ -601,8 +609,16 @@ def maximise(
         def damped(v: th.Tensor, lam: float = lam) -> th.Tensor:
             return obj.neg_hvp(v).add_(v, alpha=lam) if lam > 0 else obj.neg_hvp(v)
 
+        recycled.start(lam)
         p, Bp, n_cg = _pcg(
-            damped, keep_out(g.clone()), diag + lam, eta, max(50, min(4 * F, _CG_MAX)), keep_out
+            damped,
+            keep_out(g.clone()),
+            diag + lam,
+            eta,
+            max(50, min(4 * F, _CG_MAX)),
+            keep_out,
+            recycled if _RECYCLE_PAIRS > 0 else None,
+            math.sqrt(_CG_FLOOR * tol * max(1.0, abs(L))),
         )
         out["cg_iterations"] += n_cg
         gp = _dot(g, p)
@@ -684,12 +700,16 @@ def _pcg(
     eta: float,
     max_iter: int,
     keep_out: Any = None,
+    pre: _Recycled | None = None,
+    floor: float = 0.0,
 ) -> tuple[th.Tensor, th.Tensor, int]:
-    """Preconditioned conjugate gradients for ``B p = g`` (``B p = matvec(p)``, preconditioner
-    ``diag``), to relative residual ``eta`` in the preconditioner's norm; stops early on
-    non-positive curvature (then the iterate so far, or the preconditioned gradient first).
-    ``keep_out`` (in place) removes a null direction of ``B`` from every search direction
-    (projected CG), so rounding in ``g`` cannot grow into a huge step along it.
+    """Preconditioned conjugate gradients for ``B p = g`` (``B p = matvec(p)``), to relative
+    residual ``eta`` in the norm of the diagonal ``diag``; stops early on non-positive
+    curvature (then the iterate so far, or the preconditioned gradient first). The
+    preconditioner is ``pre`` (the diagonal refined by earlier solves' pairs) or ``diag``, and
+    ``pre`` gains this solve's pairs. ``keep_out`` (in place) removes a null direction of ``B``
+    from every search direction (projected CG), so rounding in ``g`` cannot grow into a huge
+    step along it.
 
     Returns:
         ``(p, B p, CG steps)``.
@@ -697,11 +717,15 @@ def _pcg(
     x = th.zeros_like(g)
     Bx = th.zeros_like(g)
     project = keep_out if keep_out is not None else (lambda v: v)
+
+    def precondition(r: th.Tensor) -> th.Tensor:
+        return project(r / diag if pre is None else pre.apply(r, diag))
+
     r = g.clone()
-    z = project(r / diag)
+    z = precondition(r)
     p = z.clone()
     rz = _dot(r, z)
-    target = eta * math.sqrt(rz)
+    target = max(eta * math.sqrt(_dot(r, r / diag)), floor)
     n = 0
     for n in range(1, max_iter + 1):
         Bp = matvec(p)
@@ -710,14 +734,68 @@ def _pcg(
             if n == 1:
                 x, Bx = p, Bp
             break
+        if pre is not None:
+            pre.add(p, Bp)
         a = rz / pBp
         x.add_(p, alpha=a)
         Bx.add_(Bp, alpha=a)
         r.sub_(Bp, alpha=a)
-        z = project(r / diag)
-        rz_new = _dot(r, z)
-        if math.sqrt(max(rz_new, 0.0)) <= target:
+        if math.sqrt(max(_dot(r, r / diag), 0.0)) <= target:
             break
+        z = precondition(r)
+        rz_new = _dot(r, z)
         p = z.add_(p, alpha=rz_new / rz)
         rz = rz_new
     return x, Bx, n
+
+
+class _Recycled:
+    """A preconditioner that learns from the conjugate-gradient steps of earlier solves.
+
+    Successive Newton steps solve systems with nearly the same Hessian. Each CG step gives a
+    pair ``(p, B p)``; the last :data:`_RECYCLE_PAIRS` pairs define a limited-memory BFGS
+    inverse with the diagonal preconditioner as its initial matrix (automatic preconditioning,
+    Morales and Nocedal, SIAM J. Optim. 10(4), 2000): exact on the span of the pairs where the
+    Hessian has not moved, the diagonal elsewhere. Pairs from damped solves are shifted to the
+    damping of the next solve. It changes only how fast CG reaches the same stopping test.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.pairs: list[tuple[th.Tensor, th.Tensor]] = []  # (s, B s undamped) in use
+        self._new: list[tuple[th.Tensor, th.Tensor]] = []  # this solve's, used from the next
+        self.lam = 0.0
+
+    def start(self, lam: float) -> None:
+        """Begin a solve with the matrix ``B + lam I``: the pairs of the solves before it
+        (CG needs one fixed preconditioner per solve)."""
+        self.pairs = (self.pairs + self._new)[-self.size :] if self.size > 0 else []
+        self._new = []
+        self.lam = lam
+
+    def add(self, s: th.Tensor, Bs: th.Tensor) -> None:
+        """Keep a CG step's pair (``Bs`` of this solve's damped matrix) for later solves."""
+        if self.size <= 0:
+            return
+        y = Bs.sub(s, alpha=self.lam) if self.lam > 0 else Bs.clone()
+        self._new.append((s.clone(), y))
+        del self._new[: -self.size]
+
+    def apply(self, r: th.Tensor, diag: th.Tensor) -> th.Tensor:
+        """``M^{-1} r`` by the two-loop recursion over the pairs (damped by :attr:`lam`),
+        starting from ``diag``."""
+        q = r.clone()
+        used = []
+        for s, y0 in reversed(self.pairs):
+            y = y0.add(s, alpha=self.lam) if self.lam > 0 else y0
+            sy = _dot(s, y)
+            if not sy > 0:
+                continue
+            a = _dot(s, q) / sy
+            q.sub_(y, alpha=a)
+            used.append((s, y, sy, a))
+        z = q.div_(diag)
+        for s, y, sy, a in reversed(used):
+            b = _dot(y, z) / sy
+            z.add_(s, alpha=a - b)
+        return z
