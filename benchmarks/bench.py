@@ -748,7 +748,9 @@ ROWS: dict[str, Callable[..., Any]] = {
 
 
 def _child(kind: str, kwargs: dict[str, Any]) -> None:
-    th.set_num_threads(int(kwargs.pop("threads", 1)))
+    threads = int(kwargs.pop("threads", 0))
+    if threads > 0:  # else torch's default, as in a user's process
+        th.set_num_threads(threads)
     row = ROWS[kind](**kwargs)
     if row is not None:
         row["peak_rss_mib"] = peak_rss_mib()

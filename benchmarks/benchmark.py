@@ -2,8 +2,10 @@
 
 Every row runs in a fresh process (clean peak RSS). Within a row ours and the incumbent are
 interleaved and the best of ``repeats`` runs is kept, so ratios are measured under the same load.
-Writes ``benchmark.md``, ``benchmark.csv`` and ``results.json`` into ``results_dir`` and prints
-the markdown table.
+Every row runs twice, quiet and then beside a fixed load (``load_procs`` processes doing torch
+matrix products with torch's default threads, :mod:`load`; ``load_procs: 0`` turns it off), so
+each ratio is measured both ways. Writes ``benchmark.md``, ``benchmark.csv`` and
+``results.json`` into ``results_dir`` and prints the markdown tables.
 
 Usage:
     .venv/bin/python benchmarks/benchmark.py configs/benchmark.yaml
@@ -12,6 +14,7 @@ Usage:
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import subprocess
 import sys
@@ -23,6 +26,7 @@ import torch as th
 # The benchmark's helpers live beside this driver, outside the installed package.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench
+import load
 
 from imitation_meg.results import library_versions, write_csv, write_json
 
@@ -80,6 +84,13 @@ class Config:
     repeats_slow: int = 1
     slow_states: int = 1000
     row_timeout_s: float = 1200.0
+    # Each row runs again beside this many processes doing load_size x load_size float32 matrix
+    # products with torch's default threads (benchmarks/load.py); 0 runs the quiet rows only.
+    load_procs: int = 2
+    load_size: int = 1024
+    # torch threads of each row's process: 0 keeps torch's default, as in a user's process (the
+    # package then picks one thread for small problems); rows with n_threads set their own.
+    threads: int = 0
     # Fresh process per row (clean peak RSS); the fast config runs rows in-process (no imports
     # per row), where the peak RSS is the process's so far.
     subprocess: bool = True
@@ -104,7 +115,9 @@ def _fmt(v: Any, digits: int = 3) -> str:
 
 def _run_row(cfg: Config, kind: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
     if cfg.subprocess:
-        return bench.run_row_in_subprocess(kind, timeout=cfg.row_timeout_s, **kwargs)
+        return bench.run_row_in_subprocess(
+            kind, timeout=cfg.row_timeout_s, threads=cfg.threads, **kwargs
+        )
     row = bench.ROWS[kind](**kwargs)
     if row is not None:
         row["peak_rss_mib"] = bench.peak_rss_mib()
@@ -216,9 +229,105 @@ def markdown(rows: list[dict[str, Any]], bandwidth: float) -> str:
     return "\n".join(lines)
 
 
+def _run_once(
+    cfg: Config, kind: str, kwargs: dict[str, Any], skipped: list[dict[str, Any]], label: str
+) -> dict[str, Any] | None:
+    """One run of a row (None if it failed, timed out or is not available: then in
+    ``skipped``)."""
+    t0 = time.perf_counter()
+    try:
+        row = _run_row(cfg, kind, kwargs)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        reason = f"{label}: failed or timed out after {time.perf_counter() - t0:.0f} s: "
+        reason += str(e)[-300:]
+        skipped.append({"kind": kind, **kwargs, "reason": reason})
+        print(f"[skipped] {kind} {kwargs}: {reason}", flush=True)
+        return None
+    if row is None:
+        skipped.append(
+            {"kind": kind, **kwargs, "reason": "imitation_meg.meg_unknown not available"}
+        )
+        return None
+    row["row_wall_s"] = time.perf_counter() - t0
+    return row
+
+
+def _run_both(
+    cfg: Config, kind: str, kwargs: dict[str, Any], skipped: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """A row quiet, then beside the load: the quiet row with the loaded run's times (every
+    ``*_s`` figure) as ``loaded_*``, its ratios and ``slowdown`` (loaded / quiet, ours)."""
+    row = _run_once(cfg, kind, kwargs, skipped, "quiet")
+    if row is None:
+        return None
+    row["repeats"] = kwargs.get("repeats", 1)
+    row["note"] = _note(kind, kwargs, row)
+    if cfg.load_procs == 0:
+        return row
+    with load.background_load(cfg.load_procs, cfg.load_size):
+        loaded = _run_once(cfg, kind, kwargs, skipped, f"beside {cfg.load_procs} load processes")
+    if loaded is None:
+        return row
+    for key, value in loaded.items():
+        if key.endswith("_s") or key in ("speedup", "speedup_vs_fit", "peak_rss_mib"):
+            row[f"loaded_{key}"] = value
+    row["slowdown"] = loaded["ours_s"] / row["ours_s"]
+    return row
+
+
+def loaded_markdown(rows: list[dict[str, Any]], cfg: Config) -> str:
+    """The table of every row quiet and beside the load."""
+    head = (
+        "task",
+        "env",
+        "S",
+        "H",
+        "K",
+        "dtype",
+        "ours quiet (s)",
+        f"ours beside {cfg.load_procs} matmul processes (s)",
+        "slowdown",
+        "incumbent quiet (s)",
+        "incumbent beside the load (s)",
+        "speedup quiet",
+        "speedup beside the load",
+    )
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+
+        def ratio(key: str, r: dict[str, Any] = r) -> str:
+            fit = r.get(key.replace("speedup", "speedup_vs_fit"))
+            base = f"{r[key]:.1f}x" if r.get(key) else ""
+            return base + (f" ({fit:.1f}x a {r['fit_evals']}-evaluation fit)" if fit else "")
+
+        cells = (
+            r["task"],
+            r["env"],
+            r["S"],
+            r["H"],
+            r["K"],
+            r["dtype"],
+            _fmt(r["ours_s"]),
+            _fmt(r.get("loaded_ours_s")),
+            f"{r['slowdown']:.2f}x" if r.get("slowdown") else "not run",
+            _fmt(r.get("incumbent_s")),
+            _fmt(r.get("loaded_incumbent_s")),
+            ratio("speedup"),
+            ratio("loaded_speedup"),
+        )
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def main(cfg: Config) -> dict:
-    """Run every row (each in a fresh process); returns ``{"rows", "bandwidth", "markdown"}``."""
-    th.set_num_threads(1)
+    """Run every row (each in a fresh process), quiet and beside the load; returns ``{"rows",
+    "bandwidth", "markdown", "skipped"}``."""
+    if cfg.threads > 0:
+        th.set_num_threads(cfg.threads)
+    if cfg.load_procs < 0 or cfg.load_size < 1:
+        raise ValueError(
+            f"load_procs must be >= 0 and load_size >= 1, got {cfg.load_procs}, {cfg.load_size}."
+        )
     for grid in (*cfg.cliff_grids, cfg.meg_grid):
         if len(grid) != 3:
             raise ValueError(f"grids are (width, height, horizon) triples, got {grid}.")
@@ -378,30 +487,25 @@ def main(cfg: Config) -> dict:
             )
         )
     rows, skipped = [], []
+    load_avg = [os.getloadavg()[0]]
     for kind, kwargs in jobs:
-        t0 = time.perf_counter()
-        try:
-            row = _run_row(cfg, kind, kwargs)
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
-            reason = f"failed or timed out after {time.perf_counter() - t0:.0f} s: {str(e)[-300:]}"
-            skipped.append({"kind": kind, **kwargs, "reason": reason})
-            print(f"[skipped] {kind} {kwargs}: {reason}", flush=True)
-            continue
-        if row is None:
-            skipped.append(
-                {"kind": kind, **kwargs, "reason": "imitation_meg.meg_unknown not available"}
+        row = _run_both(cfg, kind, kwargs, skipped)
+        if row is not None:
+            rows.append(row)
+            loaded = (
+                f", beside the load {row['loaded_ours_s']:.4g} s"
+                if row.get("loaded_ours_s") is not None
+                else ""
             )
-            continue
-        row["row_wall_s"] = time.perf_counter() - t0
-        row["repeats"] = kwargs.get("repeats", 1)
-        row["note"] = _note(kind, kwargs, row)
-        rows.append(row)
-        print(
-            f"[{len(rows)}] {row['task']} | {row['env']} K={row['K']} {row['dtype']} {row['device']}: "
-            f"{row['ours_s']:.4g} s",
-            flush=True,
-        )
+            print(
+                f"[{len(rows)}] {row['task']} | {row['env']} K={row['K']} {row['dtype']} "
+                f"{row['device']}: {row['ours_s']:.4g} s{loaded}",
+                flush=True,
+            )
+    load_avg.append(os.getloadavg()[0])
     table = markdown(rows, bandwidth)
+    if cfg.load_procs > 0:
+        table += "\n\n" + loaded_markdown(rows, cfg)
     if skipped:
         table += "\n\nRows not produced:\n" + "\n".join(
             f"- {s['kind']} { ({k: v for k, v in s.items() if k not in ('kind', 'reason')}) }: {s['reason']}"
@@ -411,8 +515,10 @@ def main(cfg: Config) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     header = (
         f"Memory bandwidth (copy of {cfg.bandwidth_bytes >> 20} MiB, best of 5): "
-        f"{bandwidth / 1e9:.2f} GB/s. Threads: 1 (unless a row's note says otherwise). "
-        f"Devices: {', '.join(devices)}.\n\n"
+        f"{bandwidth / 1e9:.2f} GB/s. Threads: "
+        f"{cfg.threads or 'torch default'} (unless a row's note says otherwise). "
+        f"Devices: {', '.join(devices)}. Load average (1 min) at the start / end: "
+        f"{load_avg[0]:.2f} / {load_avg[1]:.2f} on {os.cpu_count()} CPUs.\n\n"
     )
     (out / "benchmark.md").write_text(header + table + "\n")
     write_csv(out / "benchmark.csv", rows)

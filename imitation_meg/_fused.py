@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
+from imitation_meg import _threads
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.progress import progress
 from imitation_meg.soft_vi import long_pass
@@ -359,7 +360,6 @@ def _one_beta(
     """``(L, dL, d2L, model_eu, dmodel_eu)`` at one finite ``beta``: ``H`` compiled steps."""
     H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     kernel = _kernel()
-    numba.set_num_threads(max(1, min(th.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
     nxt, prob = mdp.operator.branching_arrays(r.dtype)
     rn = _np(r)
     X = np.zeros((2, S, 3), dtype=rn.dtype)  # the carries of steps t and t + 1, alternating
@@ -373,26 +373,27 @@ def _one_beta(
         total=H,
     )
     gamma = float(mdp.discount)
-    for t in steps:
-        if pi is None:
-            pol, is_policy = _np(beh.sa[t]), False
-        else:
-            pol, is_policy = (stationary if stationary is not None else _np(pi[t])), True
-        Xn, Xo = X[(t + 1) % 2], X[t % 2]
-        kernel(
-            nxt,
-            prob,
-            rn,
-            beta,
-            gamma,
-            Xn,
-            Xo,
-            pol,
-            _np(beh.D[t]),
-            is_policy,
-            t == H - 1,
-            partial,
-        )
+    with _threads.numba_threads():  # torch's count, set by the entry point
+        for t in steps:
+            if pi is None:
+                pol, is_policy = _np(beh.sa[t]), False
+            else:
+                pol, is_policy = (stationary if stationary is not None else _np(pi[t])), True
+            Xn, Xo = X[(t + 1) % 2], X[t % 2]
+            kernel(
+                nxt,
+                prob,
+                rn,
+                beta,
+                gamma,
+                Xn,
+                Xo,
+                pol,
+                _np(beh.D[t]),
+                is_policy,
+                t == H - 1,
+                partial,
+            )
     L, dL, d2L = partial.sum(0).tolist()
     p0 = mdp.initial_state_dist.detach().to(th.float64).numpy()
     eu, deu = (p0 @ X[0][:, 1:].astype(np.float64, copy=False)).tolist()

@@ -20,6 +20,7 @@ import numpy as np
 import torch as th
 from torch import nn
 
+from imitation_meg import _threads
 from imitation_meg.known import MEGResult
 from imitation_meg.likelihood import behaviour_occupancy, class_result, log_likelihood
 from imitation_meg.mdp import TabularMDP
@@ -138,6 +139,7 @@ def _model_reward_fn(mdp: TabularMDP, model: Any) -> tuple[Callable[[], th.Tenso
     return fn, True
 
 
+@_threads.entry_point
 def meg_algorithm2(
     policy: PolicyLike | None,
     mdp: TabularMDP,

@@ -47,6 +47,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch as th
 
+from imitation_meg import _threads
 from imitation_meg.beta_solver import BetaEvaluation, LimitValue
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.soft_vi import TIE_TOL, limit_step, tie_set
@@ -189,6 +190,7 @@ def _log_softmax(Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return z - lse, (m + lse)[:, 0]
 
 
+@_threads.entry_point
 def soft_values(
     dyn: Dynamics,
     r: np.ndarray,
@@ -228,17 +230,20 @@ def soft_values(
     return SoftValues(best[1], best[2], best[0], best[3])
 
 
+@_threads.entry_point
 def policy_values(dyn: Dynamics, pi: np.ndarray, r: np.ndarray) -> np.ndarray:
     """``V^pi (S,)`` of a reward ``r (S, A)``: ``E[sum_t gamma^t r(s_t, a_t) | s_0 = s]``."""
     return dyn.solver(pi).solve((pi * r).sum(-1))
 
 
+@_threads.entry_point
 def occupancy(dyn: Dynamics, pi: np.ndarray) -> np.ndarray:
     """Discounted state occupancy ``d (S,)`` of ``pi (S, A)`` from ``p0``:
     ``d = p0 + gamma P_pi^T d`` (sums to ``1 / (1 - gamma)``)."""
     return dyn.solver(pi).solve(dyn.p0, transpose=True)
 
 
+@_threads.entry_point
 def hard_values(dyn: Dynamics, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Optimal values of ``r (S, A)`` by policy iteration (exact: finitely many improvements):
     ``(Q* (S, A), V* (S,))``. Ties keep the current action, so the iteration cannot cycle."""
@@ -258,6 +263,7 @@ def hard_values(dyn: Dynamics, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     raise RuntimeError("policy iteration did not stabilise in 10000 improvements")
 
 
+@_threads.entry_point
 def limit_policy(
     dyn: Dynamics, r: np.ndarray, sign: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

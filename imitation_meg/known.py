@@ -63,6 +63,7 @@ from typing import Any
 
 import torch as th
 
+from imitation_meg import _threads
 from imitation_meg._known_passes import Behaviour, derivative_pass, limit_pass, zero_pass
 from imitation_meg._validation import as_policy, as_sa_occupancy, as_tensor
 from imitation_meg.beta_solver import (
@@ -424,6 +425,7 @@ def _scale(r: th.Tensor) -> float:
     return spread if spread > 1e-9 * total else total
 
 
+@_threads.entry_point
 def meg(
     policy: Any,
     mdp: TabularMDP,
@@ -511,6 +513,7 @@ def meg(
     )
 
 
+@_threads.entry_point
 def meg_one_step(
     policy: Any,
     expected_utility: Any,

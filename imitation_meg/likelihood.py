@@ -66,6 +66,9 @@ _BACKTRACK_MIN = 2.0**-30
 # CG stops once the residual's squared norm (in the diagonal preconditioner's metric) is at
 # most this fraction of the tolerance of L.
 _CG_FLOOR = 1e-3
+# The compiled passes precondition one-hot classes by the one-step curvature plus this much of
+# the visits (which bound the curvature of a state's reward from above).
+_VISITS_IN_CURVATURE = 1e-3
 # Conjugate-gradient pairs kept from earlier solves to precondition later ones (see _Recycled).
 _RECYCLE_PAIRS = 16
 
@@ -470,7 +473,16 @@ class ClassObjective:
         """``(phi ** 2)^T sum_t |rho_t| pi_t (F,)``: a diagonal preconditioner for the Hessian."""
         if self._compiled is not None:
             assert self._curvature is not None, "call grad() first"
-            return self.features.project_squares(self._curvature)
+            visits = self.features.project_squares(self._curvature)
+            if self.features.kind != "index":
+                return visits
+            assert self.features.labels is not None
+            # the choices of the last step see no later reward
+            before_last = self._curvature - self.rho[-1].abs() * self.pi[-1]
+            one_step = self._compiled.one_step_curvature(
+                self.features.labels, self.features.n_features, before_last.clamp_(min=0.0)
+            )
+            return one_step.mul_(self.gamma**2).add_(visits, alpha=_VISITS_IN_CURVATURE)
         c = (self.rho.abs().unsqueeze(1) * self.pi).sum(0)
         return self.features.project_squares(c)
 
@@ -496,7 +508,9 @@ class ClassObjective:
         u = self.features.reward(v, self.S, self.A)
         self.passes += 2
         if self._compiled is not None:
-            return self.features.project(self._compiled.hvp(self.pi, self.rho, u[:1] if self._compiled.per_state else u))
+            return self.features.project(
+                self._compiled.hvp(self.pi, self.rho, u[:1] if self._compiled.per_state else u)
+            )
         pi, rho, dV = self.pi, self.rho, self._dV
         H, gamma = self.H, self.gamma
         if self._dQ is None:

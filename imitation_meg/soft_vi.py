@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
+from imitation_meg import _threads
 from imitation_meg._validation import as_betas, as_policy
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.progress import progress
@@ -157,6 +158,7 @@ def limit_step(
     return masked - v1, best, v1
 
 
+@_threads.entry_point
 def limit_value_iteration(
     mdp: TabularMDP,
     utility: UtilityLike | None = None,
@@ -212,6 +214,7 @@ def limit_value_iteration(
     return Qo, Vo, Lo
 
 
+@_threads.entry_point
 def hard_value_iteration(
     mdp: TabularMDP,
     utility: UtilityLike | None = None,
@@ -259,6 +262,7 @@ def hard_value_iteration(
     return Qo, Vo, Lo
 
 
+@_threads.entry_point
 def soft_value_iteration(
     mdp: TabularMDP,
     betas: ArrayLike = 1.0,
@@ -466,6 +470,7 @@ def occupancy_reference(mdp: TabularMDP, policy: th.Tensor) -> th.Tensor:
     return th.stack(rows, -2)
 
 
+@_threads.entry_point
 def occupancy_measures(mdp: TabularMDP, policy: PolicyLike, *, validate: bool = True) -> th.Tensor:
     """State occupancies ``D[t, s] = P(s_t = s)`` of a policy, for ``t = 0 .. H``.
 
@@ -515,6 +520,7 @@ def occupancy_measures(mdp: TabularMDP, policy: PolicyLike, *, validate: bool = 
     return D.permute(2, 0, 1) if batch else D[..., 0]
 
 
+@_threads.entry_point
 def soft_state_visitation(
     mdp: TabularMDP,
     betas: Any = 1.0,

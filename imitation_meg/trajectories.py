@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
+from imitation_meg import _threads
 from imitation_meg._validation import ImitationMEGWarning, as_policy, as_tensor
 from imitation_meg.known import meg
 from imitation_meg.mdp import TabularMDP
@@ -372,6 +373,7 @@ def _scorer(
     return "target", lambda w: fn(None, mdp, target, sa_occupancy=w)
 
 
+@_threads.entry_point
 def meg_from_trajectories(
     trajectories: Any,
     mdp: TabularMDP,

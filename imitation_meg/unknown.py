@@ -55,6 +55,7 @@ import numpy as np
 import torch as th
 from torch import nn
 
+from imitation_meg import _threads
 from imitation_meg._validation import ImitationMEGWarning, as_tensor
 from imitation_meg.algorithm2 import meg_algorithm2
 from imitation_meg.discounted import DiscountedClassObjective
@@ -173,6 +174,7 @@ def _class_features(
 
 
 # --------------------------------------------------------------------------- exact linear classes
+@_threads.entry_point
 def meg_unknown(
     policy: PolicyLike | None,
     mdp: TabularMDP,
@@ -475,6 +477,7 @@ def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
     return th.nn.functional.one_hot(inv, K).to(mdp.dtype)
 
 
+@_threads.entry_point
 def meg_target(
     policy: PolicyLike | None,
     mdp: TabularMDP,

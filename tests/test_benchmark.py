@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
 import pathlib
 
 import numpy as np
@@ -59,6 +60,7 @@ def test_benchmark_fast_config_end_to_end(tmp_path):
         expected.append(
             ("unknown-utility MEG, every state utility", "random sparse S=3e+02", 1, "float64")
         )
+    expected.append(("discounted MEG", "random sparse S=150", 1, "float64"))
     assert kinds == expected
     for r in rows:
         assert r["ours_s"] > 0 and r["peak_rss_mib"] > 0
@@ -77,13 +79,14 @@ def test_benchmark_fast_config_end_to_end(tmp_path):
     for r in rows:
         if r["task"].startswith("one known-utility MEG pass"):  # the same numbers as torch's
             assert r["err_vs_incumbent"] < 1e-11 and r["speedup"] > 0
+    assert all("loaded_ours_s" not in r for r in rows)  # load_procs: 0, quiet rows only
     if hasattr(imitation_meg, "meg_unknown"):
         # The same MDP as the known row (a loop variable once leaked the long row's horizon here).
         assert (
-            (rows[-2]["S"], rows[-2]["H"]) == (meg_row["S"], meg_row["H"]) == (40, cfg.meg_grid[2])
+            (rows[-3]["S"], rows[-3]["H"]) == (meg_row["S"], meg_row["H"]) == (40, cfg.meg_grid[2])
         )
-        assert rows[-2]["meg"] >= meg_row["meg"] - 1e-8  # unknown-utility MEG >= known-utility MEG
-        unk = rows[-1]  # exact (all state utilities) >= Algorithm 2's lower bound, same process
+        assert rows[-3]["meg"] >= meg_row["meg"] - 1e-8  # unknown-utility MEG >= known-utility MEG
+        unk = rows[-2]  # exact (all state utilities) >= Algorithm 2's lower bound, same process
         known_random = next(  # the same policy on the same MDP, known utility
             r
             for r in rows
@@ -119,3 +122,52 @@ def test_benchmark_config_rejects_bad_grid(tmp_path):
     cfg = driver.Config(cliff_grids=((10, 4),), results_dir=str(tmp_path))
     with pytest.raises(ValueError, match="triples"):
         driver.main(cfg)
+
+
+def test_benchmark_measures_each_row_quiet_and_beside_the_load(tmp_path):
+    """Two rows, each run quiet and then beside one load process (small matrices): both times,
+    the slowdown and both ratios are reported, and no load process outlives the run."""
+    pytest.importorskip("imitation")
+    driver = load_driver("benchmark", ROOT / "benchmarks")
+    cfg = load_config(ROOT / "configs" / "benchmark_fast.yaml", driver.Config)
+    empty: tuple = ()
+    cfg = dataclasses.replace(
+        cfg,
+        results_dir=str(tmp_path),
+        cliff_grids=empty,
+        random_states=empty,
+        float32_states=empty,
+        meg_cliff_extra=empty,
+        meg_random_states=empty,
+        meg_random_float32_states=empty,
+        meg_pass_states=empty,
+        meg_long=empty,
+        unknown_random_states=empty,
+        discounted_states=empty,
+        unknown_steps=2,
+        load_procs=1,
+        load_size=64,
+    )
+    out = driver.main(cfg)
+    rows = out["rows"]
+    assert [r["task"].split(" (")[0] for r in rows] == [
+        "known-utility MEG",
+        "unknown-utility MEG",
+    ]
+    for r in rows:
+        assert r["loaded_ours_s"] > 0 and r["loaded_incumbent_s"] > 0
+        assert r["slowdown"] == pytest.approx(r["loaded_ours_s"] / r["ours_s"])
+    assert rows[0]["loaded_speedup_vs_fit"] > 0
+    md = (tmp_path / "benchmark.md").read_text()
+    assert "beside 1 matmul processes" in md and "Load average" in md
+    assert md.count("\n| known-utility MEG") == 2  # one line in each table
+    if pathlib.Path("/proc/self/cmdline").exists():  # no load process is left running
+        left = []
+        for cmd in pathlib.Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                text = cmd.read_bytes().decode(errors="replace")
+            except OSError:  # the process ended meanwhile
+                continue
+            if f"load.work(64, {os.getpid()})" in text:
+                left.append(cmd.parent.name)
+        assert not left

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from imitation_meg import _threads
 from imitation_meg.beta_solver import BetaSolution, solve_beta
 from imitation_meg.cid.backward import Engine
 from imitation_meg.cid.model import CBN, CID, Chance, Policy, Utility, log_card
@@ -75,6 +76,7 @@ def _check_cid(cid: object) -> CID:
     return cid
 
 
+@_threads.entry_point
 def meg_cid(cid: CID, policy: Policy, *, signed: bool = False) -> MEGResult:
     """Known-utility MEG of a policy in a CID (paper Definition 3.2), solved exactly.
 
@@ -236,6 +238,7 @@ def _newton(
     return theta, L, float(np.abs(g).max()), converged
 
 
+@_threads.entry_point
 def meg_cid_unknown(
     cid: CID,
     policy: Policy,
@@ -324,6 +327,7 @@ def meg_cid_unknown(
     )
 
 
+@_threads.entry_point
 def meg_cid_target(
     model: CID,
     targets: str | Sequence[str],
