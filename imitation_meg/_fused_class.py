@@ -33,6 +33,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg import _threads
+from imitation_meg._fused import call_specialised
 from imitation_meg.mdp import TabularMDP
 
 __all__ = ["MIN_WORK", "STORE_MAX_BYTES", "ClassPasses", "usable"]
@@ -341,27 +342,6 @@ def _kernel(name: str, serial: bool) -> Any:
             source = _grad if name == "grad" else _hvp
             _compiled[key] = numba.njit(parallel=not serial, cache=True, nogil=True)(source)
     return _compiled[key]
-
-
-def call_specialised(dispatcher: Any, args: tuple[Any, ...], A: int, B: int) -> None:
-    """``dispatcher(*args, A, B)`` with the loop compiled for the literal sizes ``A`` and ``B``.
-
-    With the numbers of actions and successors known when it compiles, numba unrolls the
-    loops over them: a backward step of the Hessian-vector pass takes 1.9 ms instead of 3.3 ms
-    (a random 1e5-state MDP, 4 actions, 4 successors, one thread; torch's CSR product alone
-    1.7 ms). Numba's own dispatch on literal arguments costs about 20 ms a call, so after the
-    first call (which compiles or loads the specialisation) the compiled entry point is called
-    directly, found by the arguments' numba types. The arguments must keep their types from call
-    to call (C-contiguous arrays of one dtype).
-    """
-    import numba
-
-    key = (*(numba.typeof(a) for a in args), numba.types.literal(A), numba.types.literal(B))
-    compiled = dispatcher.overloads.get(key)
-    if compiled is None:
-        dispatcher(*args, A, B)  # compiles (or loads) the specialisation, and runs it
-    else:
-        compiled.entry_point(*args, A, B)
 
 
 def _np(t: th.Tensor) -> np.ndarray:
