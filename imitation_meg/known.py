@@ -72,7 +72,7 @@ from imitation_meg.beta_solver import (
     LimitValue,
     solve_beta,
 )
-from imitation_meg.discounted import DiscountedMEGObjective
+from imitation_meg.discounted import CONVERGED_RESIDUAL, DiscountedMEGObjective
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.results import to_jsonable
 from imitation_meg.soft_vi import occupancy_measures, tie_set
@@ -478,6 +478,7 @@ def meg(
         steps = own = 1.0 / (1.0 - mdp.discount)
         passes = sol.passes + 1
         extra["bellman_residual"] = dobj.dyn.residual
+        sol = sol._replace(converged=sol.converged and dobj.dyn.residual <= CONVERGED_RESIDUAL)
     else:
         obj = MEGObjective(mdp, policy, r_n, sa_occupancy=sa_occupancy)
         sol = solve_beta(obj)
