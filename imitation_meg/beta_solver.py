@@ -186,9 +186,12 @@ def _compare_with_the_limit(st: Solver, scale: float) -> BetaSolution:
     # be a neighbour's rounding); else the largest L seen.
     x = abs(flat.beta)
     dec = abs(flat.dL / flat.d2L) if flat.d2L < 0 else math.inf
-    at_root = abs(flat.dL) <= st.d_tol or dec <= max(1e-9, st.rtol) * x
+    near = dec <= max(1e-9, st.rtol) * x  # the Newton step to the root is negligible
+    at_root = abs(flat.dL) <= st.d_tol or near
     pick = flat if at_root else best
-    L = pick.L + 0.5 * abs(flat.dL) * dec if at_root and math.isfinite(dec) else pick.L
+    # The second-order gain of that Newton step, only where the step is negligible: where L is
+    # nearly linear (|d2L| ~ 0) a tiny dL over a vanishing curvature is no step to take.
+    L = pick.L + 0.5 * abs(flat.dL) * dec if at_root and near else pick.L
     # A "root" beyond beta * scale = 1e6 is where dL has vanished to rounding while L still
     # tends to its beta -> sign * inf limit (tied hard Q-values): the supremum lies at infinity.
     return st.solution(
