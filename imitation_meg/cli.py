@@ -156,7 +156,34 @@ def _score_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
         from imitation_meg.scoring import mdp_of_sources
 
         return mdp_of_sources(sources, horizon=args.horizon)
+    if _is_minigrid(args.env):
+        return _minigrid_mdp(args, sources)
     return im.TabularMDP.from_env(args.env, horizon=args.horizon)
+
+
+def _is_minigrid(env_id: str) -> bool:
+    return env_id.startswith("MiniGrid-")
+
+
+def _minigrid_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
+    """The layout of ``--env`` at reset seed ``--seed``, observed as the first saved model
+    observes it (the observation stack read from its zip)."""
+    from imitation_meg.envs.minigrid import minigrid_mdp
+    from imitation_meg.scoring import BUILTIN_POLICIES
+
+    space = None
+    saved = [s for s in sources if s not in BUILTIN_POLICIES]
+    if saved and pathlib.Path(saved[0]).is_file():
+        from imitation_meg.adapters.sb3 import read_model_info
+
+        space = read_model_info(saved[0]).observation_space
+    return minigrid_mdp(
+        args.env,
+        seed=args.seed,
+        horizon=args.horizon,
+        observation=None if space is None else "auto",
+        observation_space=space,
+    )
 
 
 def _result_dict(res: Any) -> dict[str, Any]:
@@ -221,7 +248,9 @@ def _score_options(args: argparse.Namespace) -> Any:
 
 
 def _score(args: argparse.Namespace) -> int:
-    if args.approx or (args.env is not None and not _env_is_tabular(args.env)):
+    if args.approx or (
+        args.env is not None and not _is_minigrid(args.env) and not _env_is_tabular(args.env)
+    ):
         from imitation_meg.approx.score import score_approx
 
         return score_approx(args)
@@ -420,7 +449,10 @@ def _add_score_parser(sub: Any) -> None:
     )
     env = score.add_mutually_exclusive_group()
     env.add_argument(
-        "--env", metavar="ENV_ID", help="gymnasium / seals id, e.g. seals/CliffWorld7x4-v0"
+        "--env",
+        metavar="ENV_ID",
+        help="gymnasium / seals / MiniGrid id, e.g. seals/CliffWorld7x4-v0, "
+        "MiniGrid-DoorKey-5x5-v0 (the layout of --seed)",
     )
     env.add_argument("--cliff-world", action="store_true", help="the paper's CliffWorld builder")
     score.add_argument(
@@ -488,7 +520,11 @@ def _add_score_parser(sub: Any) -> None:
         "environments that are not tabular; forces it on tabular ones)",
     )
     score.add_argument(
-        "--seed", type=int, default=0, help="seed for --rollouts and --approx (default 0)"
+        "--seed",
+        type=int,
+        default=0,
+        help="seed for --rollouts and --approx, and the reset seed that fixes a MiniGrid "
+        "layout (default 0)",
     )
     score.add_argument(
         "--jobs", type=int, default=1, help="worker processes for several policies (default 1)"

@@ -258,7 +258,10 @@ def _auto_observation(env: Any, space: Any) -> str:
     found = []
     for name in OBSERVATIONS:
         s = wrap_observation(env, name).observation_space
-        if tuple(s.shape or ()) == tuple(space.shape or ()) and s.dtype == space.dtype:
+        shape = tuple(s.shape or ())
+        # SB3 CNN policies observe images channel-first (VecTransposeImage).
+        shapes = {shape} | ({(shape[2], *shape[:2])} if len(shape) == 3 else set())
+        if tuple(space.shape or ()) in shapes and s.dtype == space.dtype:
             found.append(name)
     if len(found) != 1:
         options = {n: tuple(wrap_observation(env, n).observation_space.shape) for n in OBSERVATIONS}
@@ -475,7 +478,7 @@ def minigrid_mdp(
     Example:
         >>> mdp = minigrid_mdp("MiniGrid-Empty-5x5-v0", seed=0, observation="image")
         >>> mdp.n_states, mdp.n_actions, mdp.horizon
-        (37, 7, 100)
+        (34, 7, 100)
     """
     import time
 

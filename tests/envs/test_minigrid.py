@@ -10,10 +10,10 @@ import torch as th
 
 pytest.importorskip("minigrid")
 
-import gymnasium as gym  # noqa: E402
+import gymnasium as gym
 
-import imitation_meg as im  # noqa: E402
-from imitation_meg.envs.minigrid import (  # noqa: E402
+import imitation_meg as im
+from imitation_meg.envs.minigrid import (
     agent_cells,
     minigrid_mdp,
     wrap_observation,
