@@ -12,7 +12,12 @@ Example:
 
 __version__ = "0.1.0"
 
+import os as _os
 from typing import Any
+
+# gymnasium 0.29 imports its environment plugins when it is imported, MiniGrid's among them,
+# which imports pygame, which greets on stdout: keep stdout for results (tables, doctests).
+_os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
 from imitation_meg import envs, policies, soft_vi
 from imitation_meg.cid import CBN, CID, meg_cid, meg_cid_target, meg_cid_unknown

@@ -274,10 +274,6 @@ def _auto_observation(env: Any, space: Any) -> str:
 
 
 def _make(env: Any, make_kwargs: dict[str, Any]) -> Any:
-    import os
-
-    # MiniGrid imports pygame, which greets on stdout unless told not to.
-    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
     import gymnasium as gym
     import minigrid  # noqa: F401  (registers the MiniGrid ids)
 
