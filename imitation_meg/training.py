@@ -118,6 +118,7 @@ def make_minigrid_ppo(
     ``policy="cnn"``: ``CnnPolicy`` with :class:`imitation_meg.adapters.minigrid.MiniGridCNN`
     (64 features) on image observations (``ImgObsWrapper``, ``FullyObsWrapper``); ``"mlp"``:
     ``MlpPolicy`` (64, 64) on flat ones (``FlatObsWrapper``, or images, which SB3 flattens).
+    MiniGrid's images hold small codes, not pixels: neither divides them by 255.
     ``n_steps`` per environment, batch 64, 4 epochs, learning rate 1e-3, ``gamma=0.99``,
     entropy coefficient 0.01; ``kwargs`` override any of them.
 
@@ -131,7 +132,7 @@ def make_minigrid_ppo(
 
         name, policy_kwargs = "CnnPolicy", minigrid_cnn_kwargs()
     elif policy == "mlp":
-        name, policy_kwargs = "MlpPolicy", {"net_arch": [64, 64]}
+        name, policy_kwargs = "MlpPolicy", {"net_arch": [64, 64], "normalize_images": False}
     else:
         raise ValueError(f"policy must be 'cnn' or 'mlp', got {policy!r}.")
     settings: dict[str, Any] = {

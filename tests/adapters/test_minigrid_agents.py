@@ -101,3 +101,24 @@ def test_cli_scores_a_saved_minigrid_agent(
     # A layout past the limit is refused in one line (exit 2), not scored approximately.
     assert main(["score", "--env", "MiniGrid-Dynamic-Obstacles-5x5-v0", "--policy", "uniform"]) == 2
     assert "moves its obstacles at random" in capsys.readouterr().err
+
+
+def test_cli_intervene_matches_python(
+    agents: dict[str, pathlib.Path], tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    from imitation_meg.envs.minigrid import agent_cells
+    from imitation_meg.interventions import meg_interventional
+
+    out = tmp_path / "do.json"
+    envs = [f"{ENV}:{SEED}", f"{ENV}:{SEED + 1}"]
+    argv = ["intervene", "--env", *envs, "--policy", str(agents["flat"]), "--mode", "target"]
+    argv += ["--horizon", "20"]
+    assert main([*argv, "--json", str(out)]) == 0
+    assert "Interventional MEG" in capsys.readouterr().out
+    saved = json.loads(out.read_text())["result"]
+    mdps = [minigrid_mdp(ENV, seed=s, horizon=20, observation="flat") for s in (SEED, SEED + 1)]
+    tables = [_table(agents["flat"], m) for m in mdps]
+    res = meg_interventional(tables, mdps, target=[agent_cells(m) for m in mdps])
+    assert saved["meg"] == pytest.approx(res.meg, rel=1e-8)
+    assert saved["shares"] == pytest.approx(list(res.shares), rel=1e-6, abs=1e-9)
+    assert main(["intervene", "--env", f"{ENV}:x", "--policy", "uniform"]) == 2
