@@ -31,3 +31,31 @@ def test_minigrid_exact_fast(tmp_path: pathlib.Path) -> None:
         assert r["optimal_known_meg"] > r["known_meg"]
         assert r["build_s"] > 0 and r["table_s"] > 0
     assert (tmp_path / "layouts.csv").stat().st_size > 0
+
+
+@pytest.mark.expensive  # two PPO agents and 5 x 2 interventional solves: about 20 s on 2 cores
+def test_goal_misgeneralization_fast(tmp_path: pathlib.Path) -> None:
+    res = _run("goal_misgeneralization", tmp_path)
+    rows = {r["condition"]: r for r in res["agents"]}
+    assert set(rows) == {"corner", "random"}
+    corner = rows["corner"]
+    # On the corner layout the goal square and the corner are the same utility.
+    assert corner["goal square: on distribution"] == pytest.approx(
+        corner["corner: on distribution"], rel=1e-9, abs=1e-12
+    )
+    for r in rows.values():
+        for key, value in r.items():
+            if key.endswith(("on distribution", "under intervention")):
+                assert 0.0 <= value <= res["bound"] + 1e-9
+        # Every utility of the agent's cell includes the corner; of the offset, the goal square.
+        assert r["agent cell: under intervention"] >= r["corner: under intervention"] - 1e-9
+        assert (
+            r["offset from goal: under intervention"] >= r["goal square: under intervention"] - 1e-9
+        )
+    for f in (
+        "agents.csv",
+        "summary.csv",
+        "meg_on_vs_under_intervention.png",
+        "scores_by_goal_cell.png",
+    ):
+        assert (tmp_path / f).stat().st_size > 0
