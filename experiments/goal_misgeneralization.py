@@ -50,12 +50,12 @@ class Config:
 
     results_dir: str = "results/goal_misgeneralization"
     checkpoint_dir: str = "results/goal_misgeneralization/agents"
-    size: int = 6
-    max_steps: int = 20
+    size: int = 5
+    max_steps: int = 15
     conditions: tuple[str, ...] = CONDITIONS
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    timesteps_corner: int = 60_000
-    timesteps_random: int = 150_000
+    timesteps_corner: int = 40_000
+    timesteps_random: int = 200_000
     n_envs: int = 8
     progress: bool = True
 
