@@ -274,21 +274,11 @@ def _auto_observation(env: Any, space: Any) -> str:
 
 
 def _make(env: Any, make_kwargs: dict[str, Any]) -> Any:
-    import gymnasium as gym
     import minigrid  # noqa: F401  (registers the MiniGrid ids)
 
-    if isinstance(env, str):
-        try:
-            return gym.make(env, **make_kwargs)
-        except gym.error.Error as e:
-            raise ValueError(f"could not make environment {env!r}: {e}") from e
-    if make_kwargs:
-        raise TypeError(
-            f"make keyword arguments {sorted(make_kwargs)} only apply to an environment id."
-        )
-    if not hasattr(env, "unwrapped"):
-        raise TypeError(f"expected a MiniGrid environment or id, got {type(env).__name__}.")
-    return env
+    from imitation_meg._env_tables import _make as make_env  # the one gymnasium.make wrapper
+
+    return make_env(env, make_kwargs)
 
 
 @dataclasses.dataclass

@@ -15,11 +15,11 @@ pytest.importorskip("stable_baselines3")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _run(name: str, tmp_path: pathlib.Path) -> dict:
+def _run(name: str, tmp_path: pathlib.Path, **over: object) -> dict:
+    """A study's fast config run end to end, everything it writes under ``tmp_path``."""
+    fast = load_yaml(ROOT / "configs" / f"{name}_fast.yaml")
     module = load_driver(name, ROOT / "experiments")
-    data = load_yaml(ROOT / "configs" / f"{name}_fast.yaml")
-    cfg = load_config({**data, "results_dir": str(tmp_path)}, module.Config)
-    return module.main(cfg)
+    return module.main(load_config({**fast, "results_dir": str(tmp_path), **over}, module.Config))
 
 
 def test_minigrid_exact_fast(tmp_path: pathlib.Path) -> None:
@@ -35,7 +35,7 @@ def test_minigrid_exact_fast(tmp_path: pathlib.Path) -> None:
 
 @pytest.mark.expensive  # two PPO agents and 5 x 2 interventional solves: about 20 s on 2 cores
 def test_goal_misgeneralization_fast(tmp_path: pathlib.Path) -> None:
-    res = _run("goal_misgeneralization", tmp_path)
+    res = _run("goal_misgeneralization", tmp_path, checkpoint_dir=str(tmp_path / "agents"))
     rows = {r["condition"]: r for r in res["agents"]}
     assert set(rows) == {"corner", "random"}
     corner = rows["corner"]
