@@ -338,7 +338,7 @@ def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> in
         res = im.meg_unknown(pi, mdp)
     else:
         target = args.target or "goal"
-        res = im.meg_target(pi, mdp, target)
+        res = im.meg_target(pi, mdp, _target_of(mdp, target))
 
     rows = [
         {
@@ -425,6 +425,15 @@ def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> in
         path = write_json(args.json, payload)
         print(f"\nWrote {path}.")
     return 0
+
+
+def _target_of(mdp: Any, kind: str) -> Any:
+    """``--target`` for the MDP: MiniGrid layouts read the agent's cell from their metadata."""
+    if "agent_pos" in mdp.metadata:
+        from imitation_meg.envs.minigrid import minigrid_target
+
+        return minigrid_target(mdp, kind)
+    return kind
 
 
 def _env_is_tabular(env_id: str) -> bool:

@@ -55,6 +55,7 @@ __all__ = [
     "VERIFIED_STEPS",
     "agent_cells",
     "minigrid_mdp",
+    "minigrid_target",
     "wrap_observation",
 ]
 
@@ -453,7 +454,7 @@ def minigrid_mdp(
         ``carrying (S,)`` (object type or ``""``), ``terminal (S,)`` (0 live, 1 failed, 2
         succeeded), ``success (S, A)``, ``parent (S,)`` / ``parent_action (S,)`` / ``depth
         (S,)`` (a shortest path from a start), ``goal_cells``, ``lava_cells``,
-        ``grid_shape`` ``(height, width)``, ``max_steps``, ``seed``, ``env_id``,
+        ``grid_size`` ``(width, height)``, ``max_steps``, ``seed``, ``env_id``,
         ``observation`` and ``enumeration_seconds``.
 
     Raises:
@@ -510,7 +511,8 @@ def minigrid_mdp(
         "max_steps": M,
         "utility": utility,
         "observation": observation,
-        "grid_shape": (int(u.height), int(u.width)),
+        # Not "grid_shape": the states are not row-major cells (grid_target would misread them).
+        "grid_size": (int(u.width), int(u.height)),
         "agent_pos": np.asarray([k[0] for k in en.keys], dtype=np.int64),
         "agent_dir": np.asarray([k[1] for k in en.keys], dtype=np.int64),
         "carrying": np.asarray(
@@ -546,6 +548,27 @@ def _cells_of(u: Any, kind: str) -> list[tuple[int, int]]:
         for i, o in enumerate(u.grid.grid)
         if o is not None and o.type == kind
     ]
+
+
+def minigrid_target(mdp: TabularMDP, kind: str = "cell") -> list[Any]:
+    """A target variable of each state of an MDP built by :func:`minigrid_mdp`, for
+    :func:`imitation_meg.meg_target`: ``"cell"`` (the agent's ``(x, y)``), ``"row"`` (``y``),
+    ``"column"`` (``x``) or ``"goal"`` (whether the agent stands on a goal square).
+
+    Raises:
+        ValueError: an MDP without MiniGrid metadata, or an unknown kind.
+    """
+    cells = agent_cells(mdp)
+    if kind == "cell":
+        return list(cells)
+    if kind == "row":
+        return [y for _x, y in cells]
+    if kind in ("column", "col"):
+        return [x for x, _y in cells]
+    if kind == "goal":
+        goals = {tuple(c) for c in mdp.metadata.get("goal_cells", [])}
+        return [c in goals for c in cells]
+    raise ValueError(f"kind must be 'cell', 'row', 'column' or 'goal', got {kind!r}.")
 
 
 def agent_cells(mdp: TabularMDP) -> list[tuple[int, int]]:

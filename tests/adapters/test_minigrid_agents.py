@@ -19,7 +19,7 @@ import imitation_meg as im
 from imitation_meg.adapters import policy_table
 from imitation_meg.adapters.observations import ObservationAliasingWarning
 from imitation_meg.cli import main
-from imitation_meg.envs.minigrid import minigrid_mdp, wrap_observation
+from imitation_meg.envs.minigrid import minigrid_mdp, minigrid_target, wrap_observation
 from imitation_meg.training import make_minigrid_ppo
 
 ENV = "MiniGrid-DoorKey-5x5-v0"
@@ -98,6 +98,13 @@ def test_cli_scores_a_saved_minigrid_agent(
     expected = im.meg(_table(agents["image"], mdp), mdp).meg
     assert payload["meg"] == pytest.approx(expected, rel=1e-9)
     assert payload["mdp"]["n_states"] == mdp.n_states
+    # --target reads the agent's cell of MiniGrid states (not CliffWorld's row-major index).
+    tgt = tmp_path / "target.json"
+    argv = ["score", "--env", "MiniGrid-Empty-5x5-v0", "--policy", "optimal", "--horizon", "10"]
+    assert main([*argv, "--mode", "target", "--target", "cell", "--json", str(tgt)]) == 0
+    empty = minigrid_mdp("MiniGrid-Empty-5x5-v0", horizon=10)
+    want = im.meg_target(im.policies.optimal(empty), empty, minigrid_target(empty, "cell")).meg
+    assert json.loads(tgt.read_text())["meg"] == pytest.approx(want, rel=1e-9)
     # A layout past the limit is refused in one line (exit 2), not scored approximately.
     assert main(["score", "--env", "MiniGrid-Dynamic-Obstacles-5x5-v0", "--policy", "uniform"]) == 2
     assert "moves its obstacles at random" in capsys.readouterr().err

@@ -16,6 +16,7 @@ import imitation_meg as im
 from imitation_meg.envs.minigrid import (
     agent_cells,
     minigrid_mdp,
+    minigrid_target,
     wrap_observation,
 )
 
@@ -151,6 +152,13 @@ def test_agent_starts_and_targets() -> None:
     assert [(cells[i], int(mdp.metadata["agent_dir"][i])) for i in range(3)] == starts
     res = im.meg_target(im.policies.uniform(mdp), mdp, cells)
     assert res.meg == pytest.approx(0.0, abs=1e-9)
+    assert minigrid_target(mdp, "row")[:3] == [1, 2, 1]
+    assert minigrid_target(mdp, "column")[:3] == [1, 2, 3]
+    on_goal = minigrid_target(mdp, "goal")
+    assert mdp.metadata["goal_cells"] == [(3, 3)]
+    assert on_goal == [c == (3, 3) for c in cells] and any(on_goal)
+    with pytest.raises(ValueError, match="kind must be"):
+        minigrid_target(mdp, "lava")
 
 
 def test_auto_observation_picks_the_matching_stack() -> None:
