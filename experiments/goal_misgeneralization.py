@@ -289,7 +289,14 @@ def _plot_maps(path: pathlib.Path, cfg: Config, results: list[dict[str, Any]]) -
             im_ = ax.imshow(grid, cmap="viridis")
             fig.colorbar(im_, ax=ax, fraction=0.046)
             ax.set(title=f"{condition}-trained: {name}", xticks=[], yticks=[])
-            ax.text(inner - 1, inner - 1, "corner", ha="center", va="center", color="w", fontsize=7)
+            ax.text(
+                inner - 1,
+                inner - 1,
+                "corner\n(training goal)",
+                ha="center",
+                va="center",
+                fontsize=7,
+            )
     fig.suptitle("Score of the joint model per moved goal cell (nats)", fontsize=9)
     fig.tight_layout()
     return save_figure(fig, path)
