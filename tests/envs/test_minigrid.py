@@ -25,14 +25,14 @@ SMALL = [
     ("MiniGrid-Empty-5x5-v0", 0, "image"),
     ("MiniGrid-DoorKey-5x5-v0", 3, "image"),
     ("MiniGrid-LavaGapS5-v0", 1, "flat"),
-    ("MiniGrid-SimpleCrossingS9N1-v0", 2, "image"),
     ("MiniGrid-LavaCrossingS9N1-v0", 0, "full"),
     ("MiniGrid-DistShift1-v0", 0, "image"),
     ("MiniGrid-DistShift2-v0", 0, "image"),
-    ("MiniGrid-KeyCorridorS3R1-v0", 0, "image"),
     ("MiniGrid-MultiRoom-N2-S4-v0", 0, "image"),
 ]
 LARGE = [
+    ("MiniGrid-SimpleCrossingS9N1-v0", 2, "image"),
+    ("MiniGrid-KeyCorridorS3R1-v0", 0, "image"),
     ("MiniGrid-FourRooms-v0", 0, "image"),
     ("MiniGrid-Unlock-v0", 0, "image"),
     ("MiniGrid-DoorKey-6x6-v0", 1, "rgb"),
