@@ -184,7 +184,34 @@ def _score_base_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
         from imitation_meg.scoring import mdp_of_sources
 
         return mdp_of_sources(sources, horizon=args.horizon)
+    if _is_minigrid(args.env):
+        return _minigrid_mdp(args, sources)
     return im.TabularMDP.from_env(args.env, horizon=args.horizon)
+
+
+def _is_minigrid(env_id: str) -> bool:
+    return env_id.startswith("MiniGrid-")
+
+
+def _minigrid_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
+    """The layout of ``--env`` at reset seed ``--seed``, observed as the first saved model
+    observes it (the observation stack read from its zip)."""
+    from imitation_meg.envs.minigrid import minigrid_mdp
+    from imitation_meg.scoring import BUILTIN_POLICIES
+
+    space = None
+    saved = [s for s in sources if s not in BUILTIN_POLICIES]
+    if saved and pathlib.Path(saved[0]).is_file():
+        from imitation_meg.adapters.sb3 import read_model_info
+
+        space = read_model_info(saved[0]).observation_space
+    return minigrid_mdp(
+        args.env,
+        seed=args.seed,
+        horizon=args.horizon,
+        observation=None if space is None else "auto",
+        observation_space=space,
+    )
 
 
 def _result_dict(res: Any) -> dict[str, Any]:
@@ -249,7 +276,9 @@ def _score_options(args: argparse.Namespace) -> Any:
 
 
 def _score(args: argparse.Namespace) -> int:
-    if args.approx or (args.env is not None and not _env_is_tabular(args.env)):
+    if args.approx or (
+        args.env is not None and not _is_minigrid(args.env) and not _env_is_tabular(args.env)
+    ):
         from imitation_meg.approx.score import score_approx
 
         return score_approx(args)
@@ -345,7 +374,7 @@ def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> in
         res = im.meg_unknown(pi, mdp)
     else:
         target = args.target or "goal"
-        res = im.meg_target(pi, mdp, target)
+        res = im.meg_target(pi, mdp, _target_of(mdp, target))
 
     rows = [
         {
@@ -434,6 +463,15 @@ def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> in
     return 0
 
 
+def _target_of(mdp: Any, kind: str) -> Any:
+    """``--target`` for the MDP: MiniGrid layouts read the agent's cell from their metadata."""
+    if "agent_pos" in mdp.metadata:
+        from imitation_meg.envs.minigrid import minigrid_target
+
+        return minigrid_target(mdp, kind)
+    return kind
+
+
 def _env_is_tabular(env_id: str) -> bool:
     from imitation_meg.approx.score import is_tabular
 
@@ -456,7 +494,10 @@ def _add_score_parser(sub: Any) -> None:
     )
     env = score.add_mutually_exclusive_group()
     env.add_argument(
-        "--env", metavar="ENV_ID", help="gymnasium / seals id, e.g. seals/CliffWorld7x4-v0"
+        "--env",
+        metavar="ENV_ID",
+        help="gymnasium / seals / MiniGrid id, e.g. seals/CliffWorld7x4-v0, "
+        "MiniGrid-DoorKey-5x5-v0 (the layout of --seed)",
     )
     env.add_argument("--cliff-world", action="store_true", help="the paper's CliffWorld builder")
     score.add_argument(
@@ -534,7 +575,11 @@ def _add_score_parser(sub: Any) -> None:
         "environments that are not tabular; forces it on tabular ones)",
     )
     score.add_argument(
-        "--seed", type=int, default=0, help="seed for --rollouts and --approx (default 0)"
+        "--seed",
+        type=int,
+        default=0,
+        help="seed for --rollouts and --approx, and the reset seed that fixes a MiniGrid "
+        "layout (default 0)",
     )
     score.add_argument(
         "--jobs", type=int, default=1, help="worker processes for several policies (default 1)"
@@ -545,6 +590,94 @@ def _add_score_parser(sub: Any) -> None:
     score.add_argument("--csv", metavar="FILE", help="write one CSV row per policy")
     score.add_argument("--jsonl", metavar="FILE", help="write one JSON line per policy")
     score.set_defaults(func=_score)
+
+
+# ---------------------------------------------------------------------------------- intervene
+def _intervention_mdps(args: argparse.Namespace) -> list[Any]:
+    """One MDP per ``--env ID[:SEED]``: MiniGrid layouts observed as the saved model observes
+    them, other ids through ``TabularMDP.from_env``."""
+    import imitation_meg as im
+
+    mdps = []
+    for item in args.env:
+        env_id, _, seed = item.partition(":")
+        if not _is_minigrid(env_id):
+            if seed:
+                raise ValueError(f"--env {item!r}: a :SEED applies to MiniGrid ids only.")
+            mdps.append(im.TabularMDP.from_env(env_id, horizon=args.horizon))
+            continue
+        if seed and not seed.isdigit():
+            raise ValueError(f"--env {item!r}: the seed after ':' must be an integer.")
+        ns = argparse.Namespace(env=env_id, seed=int(seed or 0), horizon=args.horizon)
+        mdps.append(_minigrid_mdp(ns, [args.policy]))
+    return mdps
+
+
+def _intervene(args: argparse.Namespace) -> int:
+    from imitation_meg.envs.minigrid import agent_cells
+    from imitation_meg.interventions import meg_interventional
+    from imitation_meg.results import library_versions, write_json
+
+    _check_outputs(args)
+    if args.target is not None and args.mode != "target":
+        raise ValueError("--target applies to --mode target only.")
+    mdps = _intervention_mdps(args)
+    kwargs: dict[str, Any] = {"weights": args.weights, "names": args.env}
+    if args.mode == "target":
+        kwargs["target"] = [agent_cells(m) for m in mdps]
+    policy: Any = args.policy
+    if policy == "uniform":
+        import imitation_meg as im
+
+        policy = [im.policies.uniform(m) for m in mdps]
+    res = meg_interventional(policy, mdps, **kwargs)
+    what = "the environment reward" if args.mode == "known" else "every utility of the agent's cell"
+    print(
+        f"Interventional MEG of {args.policy} across {len(mdps)} interventions ({what}; "
+        f"H={mdps[0].horizon}, bound {res.result.upper_bound:.4g}): {res.meg:.4f}\n"
+        f"On distribution ({args.env[0]}): {res.on_distribution:.4f}\n"
+    )
+    print(format_table(res.rows()))
+    if args.json:
+        payload = {
+            "config": {k: v for k, v in vars(args).items() if k != "func"},
+            "library_versions": library_versions(),
+            "result": res.to_dict(),
+        }
+        print(f"\nWrote {write_json(args.json, payload)}.")
+    return 0
+
+
+def _add_intervene_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "intervene",
+        help="interventional MEG: one utility across intervened environments",
+        description=(
+            "Score one agent's MEG across intervened environments (layouts, starts, dynamics): "
+            "the best single utility and rationality over all of them, each intervention's "
+            "score and share, and the MEG on distribution (the first --env)."
+        ),
+    )
+    p.add_argument(
+        "--env",
+        required=True,
+        nargs="+",
+        metavar="ID[:SEED]",
+        help="the interventions, the on-distribution one first: MiniGrid ids with the layout's "
+        "reset seed (MiniGrid-DistShift1-v0:0), or tabular gymnasium / seals ids",
+    )
+    p.add_argument("--policy", required=True, help="a saved SB3 model (.zip) or 'uniform'")
+    p.add_argument("--weights", type=float, nargs="+", help="one weight per --env (default equal)")
+    p.add_argument(
+        "--mode",
+        choices=("known", "target"),
+        default="known",
+        help="known (the environment reward, default) or target (every utility of --target)",
+    )
+    p.add_argument("--target", choices=("cell",), help="MiniGrid: the agent's cell (default)")
+    p.add_argument("--horizon", type=int, help="horizon H (default: the environments')")
+    p.add_argument("--json", metavar="FILE", help="write config, versions and results as JSON")
+    p.set_defaults(func=_intervene)
 
 
 # ---------------------------------------------------------------------------------- plot
@@ -761,6 +894,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_reproduce_parsers(sub)
 
     _add_score_parser(sub)
+    _add_intervene_parser(sub)
     _add_plot_parser(sub)
     return parser
 
