@@ -42,7 +42,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg._validation import ImitationMEGWarning, as_policy, as_tensor
-from imitation_meg.known import MEGObjective, MEGResult, meg, sa_occupancy_of
+from imitation_meg.known import MEGObjective, MEGResult, meg, meg_upper_bound, sa_occupancy_of
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.results import to_jsonable
 from imitation_meg.soft_vi import soft_value_iteration
@@ -260,7 +260,7 @@ def _policies(policy: Any, mdps: list[TabularMDP]) -> list[th.Tensor]:
 
         tables = [policy_table(policy, m) for m in mdps]
     if any(t.ndim == 3 for t in tables):
-        H = mdps[0].horizon
+        H = mdps[0].steps
         tables = [t if t.ndim == 3 else t.unsqueeze(0).expand(H, *t.shape) for t in tables]
     return [t.to(m.dtype) for t, m in zip(tables, mdps, strict=True)]
 
@@ -287,9 +287,9 @@ def _target_labels(target: Sequence[Any], mdps: list[TabularMDP]) -> list[Any]:
 
 
 # ----------------------------------------------------------------------------- the shares
-def _limit_candidates(obj: MEGObjective, sign: float) -> tuple[float, float]:
-    lim = obj.evaluate_limit(sign)
-    return float(lim.L), float(lim.L_approach)
+def _limit_L(obj: MEGObjective, sign: float) -> float:
+    """A copy's ``L`` at the joint model's ``beta = sign * inf``: the limit of ``L(beta)``."""
+    return float(obj.evaluate_limit(sign).L)
 
 
 def _copy_log_likelihoods(
@@ -318,11 +318,9 @@ def _copy_log_likelihoods(
     if math.isfinite(beta):
         return [[_finite_L(m, pi, u, beta) for (m, pi), u in zip(copies, utils, strict=True)]]
     sign = 1.0 if beta > 0 else -1.0
-    pairs = [
-        _limit_candidates(MEGObjective(m, pi, u), sign)
-        for (m, pi), u in zip(copies, utils, strict=True)
+    return [
+        [_limit_L(MEGObjective(m, pi, u), sign) for (m, pi), u in zip(copies, utils, strict=True)]
     ]
-    return [[p[0] for p in pairs], [p[1] for p in pairs]]
 
 
 def _finite_L(m: TabularMDP, pi: th.Tensor, u: th.Tensor, beta: float) -> float:
@@ -487,7 +485,7 @@ def meg_interventional(
         utils = [U[offs[k] : offs[k + 1]] for k in range(K)]
         if res.extra.get("attained_by") == "limit":
             base = _class_base(res, union, phi_u, offs)
-    bound = mdps[0].horizon * math.log(mdps[0].n_actions)
+    bound = meg_upper_bound(mdps[0])
     Ls, exact = _shares(res, beta, mode, mdps, tables, utils, base, w)
     scores = tuple(L + bound for L in Ls)
     shares = tuple(float(wk) * s for wk, s in zip(w, scores, strict=True))
