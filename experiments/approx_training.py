@@ -26,6 +26,7 @@ import torch as th
 
 from imitation_meg.approx import meg_approx
 from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR
+from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
@@ -58,6 +59,26 @@ class Config:
     last_steps: int = LAST_STEPS
     n_boot: int = 300
     progress: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        check_values(
+            self,
+            positive=(
+                "timesteps",
+                "n_checkpoints",
+                "horizon",
+                "n_data_steps",
+                "n_eval_episodes",
+                "n_models",
+                "hidden",
+                "iterations",
+                "steps_per_iteration",
+                "lr",
+            ),
+            non_negative=("last_steps", "seeds", "refine", "n_boot"),
+            probabilities=("dqn_epsilon", "average"),
+        )
 
 
 def units(cfg: Config) -> list[dict[str, Any]]:

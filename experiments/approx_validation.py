@@ -35,6 +35,7 @@ from imitation_meg.approx.envs import (
     validation_case,
 )
 from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR, N_EVAL_EPISODES
+from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
@@ -76,6 +77,26 @@ class Config:
     n_boot: int = 500
     tolerance: float = 0.05
     progress: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        check_values(
+            self,
+            positive=(
+                "horizons",
+                "ppo_steps",
+                "n_data_steps",
+                "n_eval_episodes",
+                "n_models",
+                "hidden",
+                "iterations",
+                "steps_per_iteration",
+                "lr",
+                "tolerance",
+            ),
+            non_negative=("last_steps", "ppo_seed", "seeds", "refine", "n_boot"),
+            probabilities=("epsilons", "average"),
+        )
 
 
 def _check(cfg: Config) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch as th
 
-from imitation_meg._validation import POLICY_ROW_TOL, as_policy
+from imitation_meg._validation import POLICY_ROW_TOL, as_policy, check_horizon_memory
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.soft_vi import hard_value_iteration, soft_value_iteration
 from imitation_meg.type_aliases import UtilityLike
@@ -28,6 +28,7 @@ __all__ = [
 
 def uniform(mdp: TabularMDP) -> th.Tensor:
     """The uniformly random policy, ``(H, S, A)``."""
+    check_horizon_memory(mdp, what="policies.uniform", sa_tables=1)
     return th.full(
         (mdp.horizon, mdp.n_states, mdp.n_actions),
         1.0 / mdp.n_actions,
