@@ -287,7 +287,7 @@ def test_missing_output_folder_is_announced_and_created(saved_models, tmp_path, 
     d, ppo, _ = saved_models
     out = tmp_path / "new" / "deeper" / "r.json"
     assert main(["score", "--env", CLIFF, "--policy", str(d / "ppo.zip"), "--json", str(out)]) == 0
-    assert "does not exist: it will be created" in capsys.readouterr().out
+    assert "does not exist: it will be created" in capsys.readouterr().err
     payload = json.loads(out.read_text())
     assert payload["algo"] == "ppo" and payload["timesteps"] == ppo.num_timesteps
 

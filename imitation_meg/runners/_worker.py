@@ -181,9 +181,12 @@ _PARENT_POLL_S = 0.5
 
 
 def init_process(spec: DriverSpec) -> None:
-    """Initializer of a process-pool worker: exit with the runner, one thread per library, then
-    load the driver."""
+    """Initializer of a process-pool worker: ignore Ctrl-C (the runner handles it and stops the
+    workers), exit with the runner, one thread per library, then load the driver."""
     global _PROCESS_SPEC
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     watch = threading.Thread(
         target=_exit_with_parent, args=(os.getppid(),), name="exit-with-runner", daemon=True
     )
