@@ -13,21 +13,44 @@ MODERN_VENV ?= .venv-modern
 MPY := $(MODERN_VENV)/bin/python
 MODERN_STAMP := $(MODERN_VENV)/.installed
 
+# bash with pipefail: a failing pip fails its step even though its output is filtered.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# pip's full output goes to <venv>/install.log; the terminal shows one line per package pip
+# collects, the count installed and any error (pip's notes on index locations that lack a
+# package, one per package and index, are left in the log).
+PIP := --progress-bar off
+SHOW = tee -a $(1)/install.log | awk '/^Collecting / {print "    " $$0; fflush()} \
+	/^Successfully installed/ {print "    installed " NF - 2 " packages"; fflush()} \
+	/^ERROR/ {print; fflush()}'
+
 .PHONY: install install-modern demo test test-expensive test-modern lint clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
-	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[all,imitation,lint]"
-	# rl-zoo3 2.2.1 without its dependencies (see constraints.txt); the rest is installed above.
-	$(PY) -m pip install --quiet --no-deps -c constraints.txt rl-zoo3==2.2.1
-	touch $(STAMP)
+	@echo "Installing the pinned lane into $(VENV): torch, then imitation-meg with imitation 1.0.1,"
+	@echo "SB3 2.2.1 and their dependencies (about 150 packages). The first install takes several"
+	@echo "minutes (about 8 on a 2-core machine with a local package index); later make runs skip it."
+	@python3 -m venv $(VENV)
+	@echo "[1/3] torch 2.13.0 ..."
+	@$(PY) -m pip install $(PIP) torch==2.13.0 2>&1 | $(call SHOW,$(VENV))
+	@echo "[2/3] imitation-meg and its extras all, imitation, lint (constraints.txt) ..."
+	@$(PY) -m pip install $(PIP) -c constraints.txt -e ".[all,imitation,lint]" 2>&1 | $(call SHOW,$(VENV))
+	@# rl-zoo3 2.2.1 without its dependencies (see constraints.txt); the rest is installed above.
+	@echo "[3/3] rl-zoo3 2.2.1 (without its dependencies) ..."
+	@$(PY) -m pip install $(PIP) --no-deps -c constraints.txt rl-zoo3==2.2.1 2>&1 | $(call SHOW,$(VENV))
+	@touch $(STAMP)
+	@echo "Installed; pip's full output is in $(VENV)/install.log."
 
 $(MODERN_STAMP): setup.cfg pyproject.toml constraints-modern.txt
-	python3 -m venv $(MODERN_VENV)
-	$(MPY) -m pip install --quiet torch==2.13.0
-	$(MPY) -m pip install --quiet -c constraints-modern.txt -e ".[all,zoo]"
-	touch $(MODERN_STAMP)
+	@echo "Installing the modern lane into $(MODERN_VENV): torch, then imitation-meg with the current"
+	@echo "SB3 and gymnasium (no imitation). The first install takes several minutes."
+	@python3 -m venv $(MODERN_VENV)
+	@echo "[1/2] torch 2.13.0 ..."
+	@$(MPY) -m pip install $(PIP) torch==2.13.0 2>&1 | $(call SHOW,$(MODERN_VENV))
+	@echo "[2/2] imitation-meg and its extras all, zoo (constraints-modern.txt) ..."
+	@$(MPY) -m pip install $(PIP) -c constraints-modern.txt -e ".[all,zoo]" 2>&1 | $(call SHOW,$(MODERN_VENV))
+	@touch $(MODERN_STAMP)
+	@echo "Installed; pip's full output is in $(MODERN_VENV)/install.log."
 
 install: $(STAMP)
 

@@ -19,7 +19,13 @@ import time
 import pytest
 
 from imitation_meg.cli import main as cli_main
-from imitation_meg.runners import apply_overrides, parse_seeds, publish, run_config
+from imitation_meg.runners import (
+    UnitsFailedError,
+    apply_overrides,
+    parse_seeds,
+    publish,
+    run_config,
+)
 from imitation_meg.runners._store import _same_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -305,18 +311,61 @@ def test_a_killed_run_resumes_with_only_the_missing_units(tmp_path):
     assert resumed == uninterrupted and set(resumed) == {"runs.csv", "table1.csv", "table1.png"}
 
 
+# A study of the protocol whose unit fails at run time for a negative value (the real studies
+# check their values when the config loads, so none of their units fails on a bad value).
+FLAKY_DRIVER = """
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    results_dir: str = "results/flaky"
+    values: tuple[float, ...] = (1.0, -1.0)
+
+
+def units(cfg):
+    return [{"value": v} for v in cfg.values]
+
+
+def run_unit(cfg, unit):
+    if unit["value"] < 0:
+        raise ArithmeticError(f"no square root of {unit['value']}")
+    return {"value": unit["value"], "root": unit["value"] ** 0.5}
+
+
+def combine(cfg, results):
+    return {"results": results}
+"""
+
+
+def _flaky_study(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """A config outside the checkout and its driver's folder (``--experiments``)."""
+    drivers = tmp_path / "drivers"
+    drivers.mkdir()
+    (drivers / "flaky.py").write_text(FLAKY_DRIVER)
+    config = tmp_path / "flaky.yaml"
+    config.write_text(f"experiment: flaky\nresults_dir: {tmp_path / 'out'}\n")
+    return config, drivers
+
+
 def test_failed_units_are_reported_and_the_rest_kept(tmp_path, capsys):
-    """An epsilon outside [0, 1] fails its unit; the other unit is saved, the rerun skips it."""
-    argv = ["reproduce", str(CONFIGS / "cliffworld_epsilon_fast.yaml"), "--no-progress"]
-    argv += ["--set", "epsilons=[0.3, 1.5]", "--set", "horizon_sweep=[]"]
-    argv += ["--set", "mlp_steps=0", "--set", f"results_dir={tmp_path}", "--retries", "0"]
-    assert cli_main(argv) == 1
+    """A unit that raises is reported with its traceback; the other unit is saved, the rerun
+    skips it."""
+    config, drivers = _flaky_study(tmp_path)
+    out = tmp_path / "out"
+    argv = ["reproduce", str(config), "--experiments", str(drivers), "--no-progress"]
+    assert cli_main([*argv, "--retries", "0"]) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "1 of 2 units" in err and "epsilon" in err and "rerun the same command" in err
-    assert len(list(tmp_path.glob("units/*.json"))) == 1
-    (report,) = tmp_path.glob("failed/*.txt")
-    assert '"epsilon":1.5' in report.read_text() and "Traceback" in report.read_text()
-    assert not (tmp_path / "results.json").exists()
+    assert "1 of 2 units" in err and "square root of -1.0" in err
+    assert "rerun the same command" in err
+    assert len(list(out.glob("units/*.json"))) == 1
+    (report,) = out.glob("failed/*.txt")
+    assert '"value":-1.0' in report.read_text() and "Traceback" in report.read_text()
+    assert not (out / "results.json").exists()
+    lines: list[str] = []
+    with pytest.raises(UnitsFailedError):
+        run_config(config, experiments_dir=drivers, progress_bar=False, log=lines.append)
+    assert "1 already done" in lines[0] and "running 1" in lines[0]
 
 
 def test_publish_copies_a_finished_run(tmp_path, capsys):
