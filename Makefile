@@ -16,39 +16,55 @@ MODERN_STAMP := $(MODERN_VENV)/.installed
 # bash with pipefail: a failing pip fails its step even though its output is filtered.
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
-# pip's full output goes to <venv>/install.log; the terminal shows one line per package pip
-# collects, the count installed and any error (pip's notes on index locations that lack a
-# package, one per package and index, are left in the log).
-PIP := --progress-bar off
-SHOW = tee -a $(1)/install.log | awk '/^Collecting / {print "    " $$0; fflush()} \
-	/^Successfully installed/ {print "    installed " NF - 2 " packages"; fflush()} \
-	/^ERROR/ {print; fflush()}'
+# pip's full output goes to <venv>/install.log; the terminal shows each package pip collects,
+# numbered, the count installed and pip's errors (pip's notes on index locations that lack a
+# package, one per package and index, stay in the log). PYTHONUNBUFFERED: lines as they come.
+UNBUFFERED := PYTHONUNBUFFERED=1
+PIP_ARGS := --progress-bar off
+SHOW = tee -a $(1)/install.log | python3 -u -c "$$PIP_SHOW" \
+	|| { echo "pip failed; its full output is in $(1)/install.log"; exit 1; }
+define PIP_SHOW
+import sys
+n = 0
+for line in sys.stdin:
+    word, _, rest = line.partition(" ")
+    if word in ("Collecting", "Processing"):
+        n += 1
+        print(f"    {n:3d} {rest.split()[0].rsplit('/', 1)[-1]}", flush=True)
+    elif word == "Installing" and rest.startswith("collected packages: "):
+        print(f"    installing {rest.count(',') + 1} packages ...", flush=True)
+    elif word == "Successfully" and rest.startswith("installed "):
+        print(f"    installed {len(rest.split()) - 1} packages", flush=True)
+    elif word.startswith(("ERROR", "error")):
+        print(line, end="", flush=True)
+endef
+export PIP_SHOW
 
 .PHONY: install install-modern demo test test-expensive test-modern lint clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	@echo "Installing the pinned lane into $(VENV): torch, then imitation-meg with imitation 1.0.1,"
-	@echo "SB3 2.2.1 and their dependencies (about 150 packages). The first install takes several"
-	@echo "minutes (about 8 on a 2-core machine with a local package index); later make runs skip it."
+	@echo "SB3 2.2.1 and their dependencies (about 115 packages). This first install takes about"
+	@echo "5 minutes (2 cores); later make runs skip it."
 	@python3 -m venv $(VENV)
 	@echo "[1/3] torch 2.13.0 ..."
-	@$(PY) -m pip install $(PIP) torch==2.13.0 2>&1 | $(call SHOW,$(VENV))
+	@$(UNBUFFERED) $(PY) -m pip install $(PIP_ARGS) torch==2.13.0 2>&1 | $(call SHOW,$(VENV))
 	@echo "[2/3] imitation-meg and its extras all, imitation, lint (constraints.txt) ..."
-	@$(PY) -m pip install $(PIP) -c constraints.txt -e ".[all,imitation,lint]" 2>&1 | $(call SHOW,$(VENV))
+	@$(UNBUFFERED) $(PY) -m pip install $(PIP_ARGS) -c constraints.txt -e ".[all,imitation,lint]" 2>&1 | $(call SHOW,$(VENV))
 	@# rl-zoo3 2.2.1 without its dependencies (see constraints.txt); the rest is installed above.
 	@echo "[3/3] rl-zoo3 2.2.1 (without its dependencies) ..."
-	@$(PY) -m pip install $(PIP) --no-deps -c constraints.txt rl-zoo3==2.2.1 2>&1 | $(call SHOW,$(VENV))
+	@$(UNBUFFERED) $(PY) -m pip install $(PIP_ARGS) --no-deps -c constraints.txt rl-zoo3==2.2.1 2>&1 | $(call SHOW,$(VENV))
 	@touch $(STAMP)
 	@echo "Installed; pip's full output is in $(VENV)/install.log."
 
 $(MODERN_STAMP): setup.cfg pyproject.toml constraints-modern.txt
 	@echo "Installing the modern lane into $(MODERN_VENV): torch, then imitation-meg with the current"
-	@echo "SB3 and gymnasium (no imitation). The first install takes several minutes."
+	@echo "SB3 and gymnasium (no imitation). This first install takes a few minutes."
 	@python3 -m venv $(MODERN_VENV)
 	@echo "[1/2] torch 2.13.0 ..."
-	@$(MPY) -m pip install $(PIP) torch==2.13.0 2>&1 | $(call SHOW,$(MODERN_VENV))
+	@$(UNBUFFERED) $(MPY) -m pip install $(PIP_ARGS) torch==2.13.0 2>&1 | $(call SHOW,$(MODERN_VENV))
 	@echo "[2/2] imitation-meg and its extras all, zoo (constraints-modern.txt) ..."
-	@$(MPY) -m pip install $(PIP) -c constraints-modern.txt -e ".[all,zoo]" 2>&1 | $(call SHOW,$(MODERN_VENV))
+	@$(UNBUFFERED) $(MPY) -m pip install $(PIP_ARGS) -c constraints-modern.txt -e ".[all,zoo]" 2>&1 | $(call SHOW,$(MODERN_VENV))
 	@touch $(MODERN_STAMP)
 	@echo "Installed; pip's full output is in $(MODERN_VENV)/install.log."
 

@@ -321,7 +321,7 @@ def check_horizon_memory(
     if free is None or need <= free:
         return
     per_step = max(horizon_bytes(1, S, A, B, **sizes) - horizon_bytes(0, S, A, B, **sizes), 1)
-    fits = max(math.floor((free - horizon_bytes(0, S, A, B, **sizes)) / per_step) - 1, 0)
+    fits = max(math.floor((free - horizon_bytes(0, S, A, B, **sizes)) / per_step), 0)
     stationary = (
         "a stationary (S, A) policy where a time-dependent one is passed or built (it needs no "
         "(H, S, A) table), "
