@@ -776,12 +776,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as e:  # Ctrl-C: one line (reproduce: what is saved), no traceback
         print(f"imitation-meg {args.command}: {_one_line(e)}", file=sys.stderr, flush=True)
-        if argv is None:  # the program: leave now (see above)
-            sys.stdout.flush()
-            os._exit(130)
-        return 130
     finally:
         warnings.showwarning = show
+    if argv is None:  # the program: leave now (see above), its objects released first
+        _exit_now(130)
+    return 130
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once, skipping the interpreter's teardown: the objects the interrupted
+    work left (a process pool's queues, whose named semaphores are unlinked when they are freed)
+    are released first, and the output streams flushed."""
+    import gc
+
+    gc.collect()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _note(text: str) -> None:

@@ -318,7 +318,9 @@ def test_trajectories_without_decisions_are_named():
 
 @pytest.mark.skipif(not os.path.exists("/proc/meminfo"), reason="reads /proc/meminfo")
 def test_free_memory_reads_the_available_memory():
-    info = dict(line.split(":", 1) for line in pathlib.Path("/proc/meminfo").read_text().splitlines())
+    info = dict(
+        line.split(":", 1) for line in pathlib.Path("/proc/meminfo").read_text().splitlines()
+    )
     available = int(info["MemAvailable"].split()[0]) * 1024
     free = free_memory()
     assert free is not None and free >= 0.5 * available  # plus free swap, minus what changed

@@ -110,7 +110,9 @@ def run_process(spec: DriverSpec, todo: Todo, *, workers: int, retries: int) -> 
             _stop_workers(pool)
             raise
         finally:
-            pool.shutdown(wait=not (broken or stopped), cancel_futures=True)
+            # stopped: the workers are gone, so waiting only joins the pool's own thread, which
+            # lets its queues (and their semaphores) be released at once
+            pool.shutdown(wait=stopped or not broken, cancel_futures=True)
 
 
 @contextlib.contextmanager
