@@ -250,7 +250,7 @@ def horizon_bytes(
 
     Example:
         >>> horizon_bytes(10**9, 40, 4, 2, sa_tables=1)  # uniform (H, S, A) policy, CliffWorld
-        1600000042560
+        1600000011840
     """
     per_step = n_states * (sa_tables * n_actions + s_tables)
     return itemsize * ((horizon + 1) * per_step + 4 * n_states * n_actions * branching)

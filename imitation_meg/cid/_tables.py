@@ -131,8 +131,8 @@ def _as_array(x: object, what: str) -> np.ndarray:
         raise TypeError(f"{what} must be numeric, got {type(x).__name__}: {err}.") from err
     if raw.dtype.kind not in "biuf":  # complex, strings, objects: no silent conversion
         raise TypeError(
-            f"{what} must hold real numbers, got dtype {raw.dtype} ({type(x).__name__}); pass "
-            "an array of probabilities or values."
+            f"{what} must be numeric (real numbers), got dtype {raw.dtype} "
+            f"({type(x).__name__}); pass an array of probabilities or values."
         )
     return raw.astype(np.float64)
 
