@@ -1,4 +1,4 @@
-"""One run at a time per results folder: an advisory lock on ``<results_dir>/units/.lock``.
+"""One run at a time per results folder: an advisory lock on ``<results_dir>/.lock``.
 
 Two runs writing the same unit files would each run every unit and overwrite each other's
 files and tables. A run holds an exclusive, non-blocking OS lock (``flock``; ``msvcrt.locking``
@@ -22,7 +22,7 @@ from typing import IO
 
 __all__ = ["LOCK_NAME", "ResultsFolderBusyError", "results_lock"]
 
-#: The lock file, inside the units folder (``imitation-meg publish`` leaves that folder behind).
+#: The lock file in the results folder (a hidden file: ``imitation-meg publish`` leaves it behind).
 LOCK_NAME = ".lock"
 
 
@@ -64,23 +64,23 @@ def _holder(path: pathlib.Path) -> str:
 
 
 @contextlib.contextmanager
-def results_lock(units_dir: pathlib.Path, study: str) -> Iterator[None]:
+def results_lock(results_dir: pathlib.Path, study: str) -> Iterator[None]:
     """Hold the results folder of ``study`` for this process while the body runs.
 
     Args:
-        units_dir: the run's ``<results_dir>/units`` folder (created if missing).
+        results_dir: the run's results folder (created if missing).
         study: the driver's name, for the message.
 
     Raises:
         ResultsFolderBusyError: another process holds the folder.
     """
-    units_dir.mkdir(parents=True, exist_ok=True)
-    path = units_dir / LOCK_NAME
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / LOCK_NAME
     f = path.open("a+")
     try:
         if not _try_lock(f):
             raise ResultsFolderBusyError(
-                f"the results folder {str(units_dir.parent)!r} of {study!r} is in use by "
+                f"the results folder {str(results_dir)!r} of {study!r} is in use by "
                 f"{_holder(path)}; wait for it to finish (then rerun to resume from its units), "
                 "or run into another folder with --set results_dir=<folder>."
             )

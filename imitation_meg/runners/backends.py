@@ -71,7 +71,10 @@ def run_process(spec: DriverSpec, todo: Todo, *, workers: int, retries: int) -> 
     queue = list(todo)
     while queue:
         pool = ProcessPoolExecutor(
-            max_workers=workers, mp_context=ctx, initializer=init_process, initargs=(spec,)
+            max_workers=workers,
+            mp_context=ctx,
+            initializer=init_process,
+            initargs=(spec, os.getpid()),
         )
         broken = stopped = False
         try:

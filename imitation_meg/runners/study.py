@@ -140,7 +140,7 @@ def run_study(
             Ray missing.
         UnitsFailedError: some units failed every attempt (the others' results are kept).
         ResultsFolderBusyError: another run is writing the same results folder (one run at a
-            time holds it, see :mod:`imitation_meg.runners._lock`).
+            time holds it: an OS lock on ``<results_dir>/.lock``).
         StudyInterrupted: Ctrl-C while units ran (a ``KeyboardInterrupt``: the finished units
             are saved, process workers stopped at once; the message gives the count).
     """
@@ -198,7 +198,7 @@ def run_study(
         import os
 
         workers = os.cpu_count() or 1
-    with results_lock(store.folder, name):
+    with results_lock(store.results_dir, name):
         merged = store.merge(merge, published) if merge else []
         if merged:
             say(f"merged {len(merged)} unit files from {', '.join(map(str, merge))}.")

@@ -43,7 +43,7 @@ def _result_files(folder: pathlib.Path) -> dict[str, bytes]:
     return {
         p.name: p.read_bytes()
         for p in sorted(folder.iterdir())
-        if p.is_file() and p.name != "run.json"
+        if p.is_file() and p.name != "run.json" and not p.name.startswith(".")  # the run's lock
     }
 
 
@@ -708,14 +708,14 @@ def test_the_results_folder_lock_is_held_once_and_released(tmp_path):
     from imitation_meg.runners import ResultsFolderBusyError
     from imitation_meg.runners._lock import results_lock
 
-    units = tmp_path / "units"
-    with results_lock(units, "study"):
-        info = json.loads((units / ".lock").read_text())
+    folder = tmp_path / "results"
+    with results_lock(folder, "study"):
+        info = json.loads((folder / ".lock").read_text())
         assert info["pid"] == os.getpid()
         busy = pytest.raises(ResultsFolderBusyError, match=rf"process id {os.getpid()} on ")
-        with busy, results_lock(units, "study"):
+        with busy, results_lock(folder, "study"):
             pass  # pragma: no cover - refused
-    with results_lock(units, "study"):  # released on exit: taken again
+    with results_lock(folder, "study"):  # released on exit: taken again
         pass
 
 
