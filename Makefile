@@ -19,8 +19,12 @@ SHELL := /bin/bash
 # pip's full output goes to <venv>/install.log; the terminal shows each package pip collects,
 # numbered, the count installed and pip's errors (pip's notes on index locations that lack a
 # package, one per package and index, stay in the log). PYTHONUNBUFFERED: lines as they come.
-UNBUFFERED := PYTHONUNBUFFERED=1
-PIP_ARGS := --progress-bar off
+PINNED_EXTRAS := .[all,imitation,lint]
+MODERN_EXTRAS := .[all,zoo]
+# $(call PIP,<venv>,<label>,<pip install arguments>): one install step, labelled and shown so
+# (the extras are variables: a comma in an argument of $(call) would split it).
+PIP = echo "$(2) ..." && PYTHONUNBUFFERED=1 $(1)/bin/python -m pip install --progress-bar off \
+	$(3) 2>&1 | $(call SHOW,$(1))
 SHOW = tee -a $(1)/install.log | python3 -u -c "$$PIP_SHOW" \
 	|| { echo "pip failed; its full output is in $(1)/install.log"; exit 1; }
 define PIP_SHOW
@@ -47,13 +51,12 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 	@echo "SB3 2.2.1 and their dependencies (about 115 packages). This first install takes about"
 	@echo "5 minutes (2 cores); later make runs skip it."
 	@python3 -m venv $(VENV)
-	@echo "[1/3] torch 2.13.0 ..."
-	@$(UNBUFFERED) $(PY) -m pip install $(PIP_ARGS) torch==2.13.0 2>&1 | $(call SHOW,$(VENV))
-	@echo "[2/3] imitation-meg and its extras all, imitation, lint (constraints.txt) ..."
-	@$(UNBUFFERED) $(PY) -m pip install $(PIP_ARGS) -c constraints.txt -e ".[all,imitation,lint]" 2>&1 | $(call SHOW,$(VENV))
+	@$(call PIP,$(VENV),[1/3] torch 2.13.0,torch==2.13.0)
+	@$(call PIP,$(VENV),[2/3] imitation-meg with its extras all / imitation / lint (constraints.txt),\
+		-c constraints.txt -e "$(PINNED_EXTRAS)")
 	@# rl-zoo3 2.2.1 without its dependencies (see constraints.txt); the rest is installed above.
-	@echo "[3/3] rl-zoo3 2.2.1 (without its dependencies) ..."
-	@$(UNBUFFERED) $(PY) -m pip install $(PIP_ARGS) --no-deps -c constraints.txt rl-zoo3==2.2.1 2>&1 | $(call SHOW,$(VENV))
+	@$(call PIP,$(VENV),[3/3] rl-zoo3 2.2.1 (without its dependencies),\
+		--no-deps -c constraints.txt rl-zoo3==2.2.1)
 	@touch $(STAMP)
 	@echo "Installed; pip's full output is in $(VENV)/install.log."
 
@@ -61,10 +64,9 @@ $(MODERN_STAMP): setup.cfg pyproject.toml constraints-modern.txt
 	@echo "Installing the modern lane into $(MODERN_VENV): torch, then imitation-meg with the current"
 	@echo "SB3 and gymnasium (no imitation). This first install takes a few minutes."
 	@python3 -m venv $(MODERN_VENV)
-	@echo "[1/2] torch 2.13.0 ..."
-	@$(UNBUFFERED) $(MPY) -m pip install $(PIP_ARGS) torch==2.13.0 2>&1 | $(call SHOW,$(MODERN_VENV))
-	@echo "[2/2] imitation-meg and its extras all, zoo (constraints-modern.txt) ..."
-	@$(UNBUFFERED) $(MPY) -m pip install $(PIP_ARGS) -c constraints-modern.txt -e ".[all,zoo]" 2>&1 | $(call SHOW,$(MODERN_VENV))
+	@$(call PIP,$(MODERN_VENV),[1/2] torch 2.13.0,torch==2.13.0)
+	@$(call PIP,$(MODERN_VENV),[2/2] imitation-meg with its extras all / zoo (constraints-modern.txt),\
+		-c constraints-modern.txt -e "$(MODERN_EXTRAS)")
 	@touch $(MODERN_STAMP)
 	@echo "Installed; pip's full output is in $(MODERN_VENV)/install.log."
 
