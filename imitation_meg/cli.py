@@ -2,8 +2,9 @@
 
 This is the only module that parses command lines; the work is done by library modules
 (:mod:`imitation_meg.scoring`, :mod:`imitation_meg.plotting`, the adapters). Errors in user input
-end the program with exit code 2 and a one-line message on stderr; the package's warnings are
-printed as one line each. (Over 500 lines: the argument parsers and table printing of all five
+end the program with exit code 2 and a one-line message on stderr, Ctrl-C with exit code 130 and
+one line (``reproduce``: how many units are saved); the package's warnings and notes are printed
+as one line each on stderr. (Over 500 lines: the argument parsers and table printing of all five
 subcommands live here by design, as the only place that parses command lines.)
 """
 
@@ -778,6 +779,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"imitation-meg {args.command}: {_one_line(e)}", file=sys.stderr, flush=True)
     finally:
         warnings.showwarning = show
+    # reached after Ctrl-C only (every other path returned or raised above)
     if argv is None:  # the program: leave now (see above), its objects released first
         _exit_now(130)
     return 130

@@ -20,8 +20,8 @@ The study-unit protocol: a driver ``experiments/<name>.py`` defines a frozen dat
 :func:`run_study` keys every unit by study, config and unit, skips the units whose files exist
 (an interrupted run resumes), runs the others on the chosen backend, writes each result as it
 arrives, and combines them all. One run at a time writes a results folder (a second is refused,
-naming the first); Ctrl-C stops a run with one line saying how many units are saved. A driver with only ``main(cfg)`` (the timing-sensitive speed
-benchmark) runs serially through ``main``.
+naming the first); Ctrl-C stops a run with one line saying how many units are saved. A driver
+with only ``main(cfg)`` (the timing-sensitive speed benchmark) runs serially through ``main``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import sys
 import time
 import traceback
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from imitation_meg.results import to_jsonable, write_json
@@ -212,26 +212,18 @@ def run_study(
         t0 = time.perf_counter()
         seconds = {k: s for k, (_, s) in done.items()}
         if todo:
-            if backend == "serial":
-                finished = run_serial(module, cfg, todo, retries=retries)
-            elif backend == "process":
-                assert workers is not None
-                finished = run_process(spec, todo, workers=workers, retries=retries)
-            else:
-                res = dict(
-                    resources
-                    or getattr(module, "UNIT_RESOURCES", None)
-                    or {"num_cpus": unit_threads(module)}
-                )
-                finished = run_ray(
-                    spec,
-                    todo,
-                    workers=workers,
-                    address=address,
-                    resources=res,
-                    retries=retries,
-                    log=log,
-                )
+            finished = _outcomes(
+                module,
+                cfg,
+                spec,
+                todo,
+                backend=backend,
+                workers=workers,
+                address=address,
+                resources=resources,
+                retries=retries,
+                log=log,
+            )
             plan.collect(finished, len(todo), seconds, progress_bar=progress_bar, fresh=fresh)
         wall = time.perf_counter() - t0
         results = [plan.stored(key, unit)[0] for key, unit in zip(keys, units, strict=True)]
@@ -261,6 +253,33 @@ def run_study(
         f"{store.results_dir}/."
     )
     return payload
+
+
+def _outcomes(
+    module: types.ModuleType,
+    cfg: Any,
+    spec: DriverSpec,
+    todo: list[tuple[str, dict[str, Any]]],
+    *,
+    backend: str,
+    workers: int | None,
+    address: str | None,
+    resources: Mapping[str, float] | None,
+    retries: int,
+    log: Callable[[str], None] | None,
+) -> Iterator[tuple[str, UnitOutcome | BaseException]]:
+    """The chosen backend's ``(key, outcome)`` pairs, in the order units finish."""
+    if backend == "serial":
+        return run_serial(module, cfg, todo, retries=retries)
+    if backend == "process":
+        assert workers is not None
+        return run_process(spec, todo, workers=workers, retries=retries)
+    res = dict(
+        resources or getattr(module, "UNIT_RESOURCES", None) or {"num_cpus": unit_threads(module)}
+    )
+    return run_ray(
+        spec, todo, workers=workers, address=address, resources=res, retries=retries, log=log
+    )
 
 
 @dataclasses.dataclass
