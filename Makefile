@@ -36,9 +36,11 @@ for line in sys.stdin:
         n += 1
         print(f"    {n:3d} {rest.split()[0].rsplit('/', 1)[-1]}", flush=True)
     elif word == "Installing" and rest.startswith("collected packages: "):
-        print(f"    installing {rest.count(',') + 1} packages ...", flush=True)
+        n_new = rest.count(",") + 1
+        print(f"    installing {n_new} package{'s' * (n_new > 1)} ...", flush=True)
     elif word == "Successfully" and rest.startswith("installed "):
-        print(f"    installed {len(rest.split()) - 1} packages", flush=True)
+        n_new = len(rest.split()) - 1
+        print(f"    installed {n_new} package{'s' * (n_new > 1)}", flush=True)
     elif word.startswith(("ERROR", "error")):
         print(line, end="", flush=True)
 endef
@@ -49,7 +51,7 @@ export PIP_SHOW
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	@echo "Installing the pinned lane into $(VENV): torch, then imitation-meg with imitation 1.0.1,"
 	@echo "SB3 2.2.1 and their dependencies (about 115 packages). This first install takes about"
-	@echo "5 minutes (2 cores); later make runs skip it."
+	@echo "5 minutes on 2 idle cores, longer on a busy machine; later make runs skip it."
 	@python3 -m venv $(VENV)
 	@$(call PIP,$(VENV),[1/3] torch 2.13.0,torch==2.13.0)
 	@$(call PIP,$(VENV),[2/3] imitation-meg with its extras all / imitation / lint (constraints.txt),\
