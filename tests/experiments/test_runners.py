@@ -603,15 +603,15 @@ def test_workers_exit_when_the_runner_is_terminated(tmp_path):
 
 # ------------------------------------------------------------------ Ctrl-C, the folder lock
 EPSILON_FAST = CONFIGS / "cliffworld_epsilon_fast.yaml"
-# Five units of about half a second each (the MLP estimate), so that Ctrl-C after the first lands
-# mid-run.
+# Five units of about half a second each (the MLP estimate) and five short ones (a horizon sweep
+# of one horizon), so that Ctrl-C after the first lands mid-run.
 INTERRUPTIBLE = [
     "epsilons=[0.1, 0.3, 0.5, 0.7, 0.9]",
     "mlp_steps=40",
     "mlp_seeds=1",
-    "horizon_sweep=[]",
+    "horizon_sweep=[4]",
 ]
-N_UNITS = 5
+N_UNITS = 10
 
 
 def _reproduce_argv(out: pathlib.Path, extra: list[str]) -> list[str]:
