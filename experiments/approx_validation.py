@@ -34,7 +34,8 @@ from imitation_meg.approx.envs import (
     stationary_epsilon_greedy,
     validation_case,
 )
-from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR, N_EVAL_EPISODES
+from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR, N_EVAL_EPISODES, SETTING_RANGES
+from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
@@ -76,6 +77,17 @@ class Config:
     n_boot: int = 500
     tolerance: float = 0.05
     progress: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        ranges = SETTING_RANGES  # the estimator's settings, as meg_approx accepts them
+        check_values(
+            self,
+            positive=(*ranges["positive"], "horizons", "ppo_steps", "tolerance"),
+            non_negative=(*ranges["non_negative"], "ppo_seed", "seeds"),
+            probabilities=(*ranges["probabilities"], "epsilons"),
+        )
+        _check(self)
 
 
 def _check(cfg: Config) -> None:

@@ -2,8 +2,9 @@
 
 This is the only module that parses command lines; the work is done by library modules
 (:mod:`imitation_meg.scoring`, :mod:`imitation_meg.plotting`, the adapters). Errors in user input
-end the program with exit code 2 and a one-line message on stderr; the package's warnings are
-printed as one line each. (Over 500 lines: the argument parsers and table printing of all five
+end the program with exit code 2 and a one-line message on stderr, Ctrl-C with exit code 130 and
+one line (``reproduce``: how many units are saved); the package's warnings and notes are printed
+as one line each on stderr. (Over 500 lines: the argument parsers and table printing of all five
 subcommands live here by design, as the only place that parses command lines.)
 """
 
@@ -13,6 +14,7 @@ import argparse
 import dataclasses
 import importlib.util
 import math
+import os
 import pathlib
 import sys
 import time
@@ -237,10 +239,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
         if key in seen:
             raise ValueError(f"{seen[key]} and {flag} name the same file {value!r}.")
         seen[key] = flag
-        if new_parent:
-            print(
-                f"(the folder {str(path.parent)!r} for {flag} does not exist: it will be created)"
-            )
+        if new_parent:  # a note, on stderr: stdout carries the results (and may be redirected)
+            _note(f"the folder {str(path.parent)!r} for {flag} does not exist: it will be created")
 
 
 def _score_options(args: argparse.Namespace) -> Any:
@@ -281,6 +281,13 @@ def _score(args: argparse.Namespace) -> int:
     ):
         from imitation_meg.approx.score import score_approx
 
+        for flag in ("csv", "jsonl"):
+            if getattr(args, flag) is not None:
+                raise ValueError(
+                    f"--{flag} is not available with the approximate estimator (it scores one "
+                    "policy); write its result with --json FILE."
+                )
+        _check_outputs(args)
         return score_approx(args)
     if args.mode != "target" and args.target is not None:
         raise ValueError("--target applies to --mode target only.")
@@ -687,13 +694,13 @@ def _plot(args: argparse.Namespace) -> int:
     out, new_parent = check_output_path(args.out, what="--out")
     if out.suffix.lower() != ".png":
         raise ValueError(f"--out {args.out!r} should end in .png.")
+    if new_parent:
+        _note(f"the folder {str(out.parent)!r} for --out does not exist: it will be created")
     from imitation_meg.plotting import history_labels, plot_meg_history
 
     labels = history_labels(args.files)
     histories = {label: read_rows(name) for label, name in zip(labels, args.files, strict=True)}
     path = plot_meg_history(out, histories, metrics=args.metric, title=args.title or "")
-    if new_parent:
-        print(f"(created the folder {str(out.parent)!r})")
     n = sum(len(r) for r in histories.values())
     print(f"Wrote {path} ({n} points from {len(histories)} file(s): {', '.join(labels)}).")
     return 0
@@ -721,7 +728,7 @@ def _add_plot_parser(sub: Any) -> None:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from imitation_meg.runners import UnitsFailedError, run_config
+    from imitation_meg.runners import ResultsFolderBusyError, UnitsFailedError, run_config
 
     resources: dict[str, float] = {}
     for flag, key in (("cpus_per_unit", "num_cpus"), ("gpus_per_unit", "num_gpus")):
@@ -735,6 +742,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     try:
         out = run_config(
             args.config,
+            experiments_dir=args.experiments,
             backend=args.backend,
             workers=args.workers,
             address=args.address,
@@ -750,6 +758,9 @@ def _reproduce(args: argparse.Namespace) -> int:
     except UnitsFailedError as e:
         print(f"imitation-meg reproduce: {_one_line(e)}", file=sys.stderr)
         return 1
+    except ResultsFolderBusyError as e:
+        print(f"imitation-meg reproduce: error: {_one_line(e)}", file=sys.stderr)
+        return 2
     if args.dry_run:
         print(
             f"{out['study']}: {out['units']} units, {len(out['done'])} done, "
@@ -791,6 +802,12 @@ def _add_reproduce_parsers(sub: Any) -> None:
         ),
     )
     rep.add_argument("config", help="path of a config under configs/")
+    rep.add_argument(
+        "--experiments",
+        metavar="DIR",
+        help="the folder holding the config's driver <experiment>.py (default: experiments/ "
+        "beside the config's folder, else in the checkout the package is installed from)",
+    )
     rep.add_argument(
         "--backend",
         choices=("serial", "process", "ray"),
@@ -900,7 +917,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``imitation-meg`` console script."""
+    """Entry point of the ``imitation-meg`` console script.
+
+    Args:
+        argv: the arguments; ``None`` reads the command line (the console script,
+            ``python -m imitation_meg.cli``).
+
+    Returns:
+        The exit status: 0, 1 (units of ``reproduce`` failed), 2 (bad input: one line on stderr)
+        or 130 (Ctrl-C: one line on stderr). Run as a program (``argv=None``), Ctrl-C ends the
+        process as soon as that line is printed, without the interpreter's teardown (torch's
+        takes a second or more on a busy machine); every output file is closed by then.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     show = warnings.showwarning
@@ -923,11 +951,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"imitation-meg {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Ctrl-C: one line (reproduce: what is saved), no traceback
+        print(f"imitation-meg {args.command}: {_one_line(e)}", file=sys.stderr, flush=True)
     finally:
         warnings.showwarning = show
+    # reached after Ctrl-C only (every other path returned or raised above)
+    if argv is None:  # the program: leave now (see above), its objects released first
+        _exit_now(130)
+    return 130
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once, skipping the interpreter's teardown: the objects the interrupted
+    work left (a process pool's queues, whose named semaphores are unlinked when they are freed)
+    are released first, and the output streams flushed."""
+    import gc
+
+    gc.collect()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _note(text: str) -> None:
+    """A one-line note to the user on stderr (stdout carries the results)."""
+    print(f"imitation-meg: {text}", file=sys.stderr, flush=True)
 
 
 def _one_line(e: BaseException | str) -> str:
+    if isinstance(e, KeyboardInterrupt):  # empty for a plain Ctrl-C
+        return " ".join(str(e).split()) or "interrupted"
     return " ".join(str(e).split()) or type(e).__name__
 
 

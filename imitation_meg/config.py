@@ -5,6 +5,9 @@ A config is a YAML mapping whose top-level key ``experiment`` names a driver fil
 dataclass ``Config`` and a function ``main(cfg: Config) -> dict``. Every other key of the YAML
 becomes a field of ``Config``; unknown keys raise ``ValueError`` so that typos never pass silently.
 
+A driver's ``Config`` checks its values in ``__post_init__`` (:func:`check_values`), so a bad
+value, in the YAML or from ``--set``, is refused when the config is loaded, before any unit runs.
+
 Result writers live in :mod:`imitation_meg.results`; running a config in
 :mod:`imitation_meg.runners`.
 
@@ -22,7 +25,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["load_config", "load_yaml", "parse_yaml_value"]
+__all__ = ["check_values", "load_config", "load_yaml", "parse_yaml_value"]
 
 C = TypeVar("C")
 
@@ -193,4 +196,60 @@ def load_config(
     if missing:
         raise ValueError(f"{where}: missing required keys {missing} for {cls.__name__}.")
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:  # the dataclass's own checks (__post_init__)
+        raise type(e)(f"{where}: {e}") from e
+
+
+def _entries(name: str, value: Any) -> list[tuple[str, Any]]:
+    """``(label, value)`` of a scalar field, or of each entry of a sequence field."""
+    if isinstance(value, (list, tuple)):
+        return [(f"{name}[{i}]", v) for i, v in enumerate(value)]
+    return [(name, value)]
+
+
+def check_values(
+    cfg: Any,
+    *,
+    positive: Sequence[str] = (),
+    non_negative: Sequence[str] = (),
+    probabilities: Sequence[str] = (),
+    choices: Mapping[str, Sequence[Any]] | None = None,
+) -> None:
+    """Check a config's values (call it from the ``Config``'s ``__post_init__``).
+
+    Each named field is a number or a sequence of numbers (each entry is checked); a field
+    that is ``None`` is skipped (an optional setting left to its default).
+
+    Args:
+        cfg: the config dataclass instance.
+        positive: fields that must be > 0 (counts, horizons, learning rates).
+        non_negative: fields that must be >= 0 (seeds, counts where 0 switches a part off).
+        probabilities: fields that must lie in ``[0, 1]``.
+        choices: fields whose value (or each entry) must be one of the given values.
+
+    Raises:
+        ValueError: the first bad value, named with its field and the fix (the config's value
+            or ``--set``).
+    """
+    rules: list[tuple[Sequence[str], Any, str]] = [
+        (positive, lambda v: v > 0, "must be > 0"),
+        (non_negative, lambda v: v >= 0, "must be >= 0"),
+        (probabilities, lambda v: 0 <= v <= 1, "must lie in [0, 1] (a probability)"),
+    ]
+    for names, ok, rule in rules:
+        for name in names:
+            for label, v in _entries(name, getattr(cfg, name)):
+                if v is not None and not ok(v):
+                    raise ValueError(
+                        f"{label} = {v!r} {rule}; fix it in the config file or with "
+                        f"--set {name}=..."
+                    )
+    for name, allowed in (choices or {}).items():
+        for label, v in _entries(name, getattr(cfg, name)):
+            if v not in allowed:
+                raise ValueError(
+                    f"{label} = {v!r} is not one of {list(allowed)}; fix it in the config file "
+                    f"or with --set {name}=..."
+                )

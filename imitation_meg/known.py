@@ -59,12 +59,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any
 
 import torch as th
 
 from imitation_meg._known_passes import Behaviour, derivative_pass, limit_pass, zero_pass
-from imitation_meg._validation import as_policy, as_sa_occupancy, as_tensor
+from imitation_meg._validation import BetaRangeWarning, as_policy, as_sa_occupancy, as_tensor
 from imitation_meg.beta_solver import (
     BetaEvaluation,
     BetaObjective,
@@ -493,9 +494,20 @@ def meg(
     if signed:
         value = signed_meg(value, sol.expected_utility, sol.uniform_eu)
     # Expected utilities in the caller's units: unit * E[r_n] + shift * (discounted step mass).
+    beta = float(sol.beta) / unit if unit > 0 else 0.0
+    if math.isinf(beta) and math.isfinite(sol.beta):  # a finite beta beyond float64's range
+        extra.update(beta_normalized=float(sol.beta), utility_unit=unit)
+        beta = math.nan
+        warnings.warn(
+            f"beta = {sol.beta:.6g} / {unit:.3g} (the utility's spread) exceeds float64's range "
+            "and is reported as NaN; extra['beta_normalized'] holds it for the utility scaled to "
+            "spread 1 (the MEG is unaffected); rescale the utility to read beta in its units.",
+            BetaRangeWarning,
+            stacklevel=2,
+        )
     return MEGResult(
         meg=float(value),
-        beta=float(sol.beta) / unit if unit > 0 else 0.0,
+        beta=beta,
         upper_bound=bound,
         normalized=float(value / bound) if bound > 0 else 0.0,
         expected_utility=unit * sol.expected_utility + shift * own,

@@ -53,6 +53,16 @@ class _Transitions:
     prob: th.Tensor  # (S, A, B) float
 
 
+def _check_not_empty(shape: th.Size) -> None:
+    """An MDP needs a state, an action and (sparse form) a successor slot per pair."""
+    if 0 in tuple(shape):
+        raise ValueError(
+            f"an MDP needs at least one state and one action (and a successor per state-action "
+            f"pair), got a transition of shape {tuple(shape)}; pass T[s, a, s'] of shape "
+            "(S, A, S) with S, A >= 1."
+        )
+
+
 class TabularMDP:
     """A tabular MDP held as torch tensors: finite horizon, or discounted infinite horizon.
 
@@ -177,6 +187,7 @@ class TabularMDP:
                     "sparse transition must be a pair (next_state, prob) of equal shape "
                     f"(S, A, B); got {tuple(ns.shape)} and {tuple(pr.shape)}."
                 )
+            _check_not_empty(ns.shape)
             S = ns.shape[0]
             check_finite(pr, "transition prob")
             if bool(((ns < 0) | (ns >= S)).any()):
@@ -193,6 +204,7 @@ class TabularMDP:
                     "or pass a pair (next_state, prob) of shape (S, A, B)."
                 )
             check_finite(T, "transition")
+            _check_not_empty(T.shape)
             ns, pr = self.dense_to_sparse(T)
         if bool((pr < 0).any()):
             neg = (pr < 0).nonzero()[:5].tolist()
@@ -207,10 +219,6 @@ class TabularMDP:
             raise ValueError(
                 f"transition rows (s, a) {idx} sum to {vals}, not 1 (tolerance {ROW_SUM_TOL}); "
                 "each T[s, a, :] must be a probability distribution."
-            )
-        if ns.shape[0] == 0 or ns.shape[1] == 0:
-            raise ValueError(
-                f"the MDP needs at least one state and one action, got {tuple(ns.shape[:2])}."
             )
         return _Transitions(next_state=ns.contiguous(), prob=pr.contiguous())
 

@@ -277,7 +277,7 @@ def _auto_observation(env: Any, space: Any) -> str:
 def _make(env: Any, make_kwargs: dict[str, Any]) -> Any:
     import minigrid  # noqa: F401  (registers the MiniGrid ids)
 
-    from imitation_meg._env_tables import _make as make_env  # the one gymnasium.make wrapper
+    from imitation_meg._env_tables import make_env  # the one gymnasium.make wrapper
 
     return make_env(env, make_kwargs)
 
