@@ -97,6 +97,7 @@ def test_score_saved_ppo_end_to_end_in_a_subprocess(saved_models, tmp_path):
         "n_states": 28,
         "n_actions": 4,
         "horizon": 9,
+        "discount": 1.0,
         "upper_bound": pytest.approx(9 * math.log(4)),
     }
     assert "PPO ppo.zip" in proc.stdout and f"{exact.meg:.4f}" in proc.stdout

@@ -34,7 +34,9 @@ def _soft_vi(T: np.ndarray, r: np.ndarray, gamma: float) -> np.ndarray:
         Q = r + LD(gamma) * (T @ V)
         m = Q.max(-1, keepdims=True)
         V_new = m[:, 0] + np.log(np.exp(Q - m).sum(-1))
-        done = np.abs(V_new - V).max() <= LD(1e-16) * (1 + np.abs(V_new).max())
+        # To the rounding floor of extended precision: the sweeps' remaining error is the last
+        # change times gamma / (1 - gamma), ~20x for gamma = 0.95 at |V| ~ 1e7.
+        done = np.abs(V_new - V).max() <= LD(8) * np.finfo(LD).eps * (1 + np.abs(V_new).max())
         V = V_new
         if done:
             break
