@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,7 @@ from imitation_meg.known import MEGObjective, MEGResult, meg, meg_upper_bound, s
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.results import to_jsonable
 from imitation_meg.soft_vi import soft_value_iteration
+from imitation_meg.type_aliases import ArrayLike, PolicySource, UtilityLike
 from imitation_meg.unknown import meg_target, meg_unknown, target_features
 
 __all__ = [
@@ -373,13 +374,13 @@ def _class_base(
 
 # ----------------------------------------------------------------------------- the measure
 def meg_interventional(
-    policy: Any,
+    policy: PolicySource,
     mdps: Sequence[TabularMDP],
-    utilities: Sequence[Any] | None = None,
+    utilities: Sequence[UtilityLike] | None = None,
     *,
-    features: Sequence[Any] | None = None,
-    target: Sequence[Sequence[Any] | Callable[[int], Any]] | None = None,
-    weights: Any = None,
+    features: Sequence[ArrayLike] | None = None,
+    target: Sequence[Sequence[Hashable] | Callable[[int], Hashable]] | None = None,
+    weights: ArrayLike | None = None,
     names: Sequence[str] | None = None,
     reference: int = 0,
     separate: bool = True,

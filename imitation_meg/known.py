@@ -426,12 +426,12 @@ def _scale(r: th.Tensor) -> float:
 
 
 def meg(
-    policy: Any,
+    policy: PolicyLike | None,
     mdp: TabularMDP,
-    utility: Any = None,
+    utility: UtilityLike | None = None,
     *,
     signed: bool = False,
-    sa_occupancy: Any = None,
+    sa_occupancy: ArrayLike | None = None,
 ) -> MEGResult:
     """Known-utility MEG of a policy, solved exactly.
 
@@ -471,6 +471,8 @@ def meg(
     if mdp.horizon is None:
         if sa_occupancy is not None:
             as_sa_occupancy(sa_occupancy, mdp)  # refused with the reason
+        if policy is None:
+            raise ValueError("pass the stationary policy (S, A) to score.")
         pi = as_policy(policy, mdp).double().cpu().numpy()
         dobj = DiscountedMEGObjective(mdp, pi, r_n.double().cpu().numpy())
         sol = solve_beta(dobj)
@@ -525,9 +527,9 @@ def meg(
 
 
 def meg_one_step(
-    policy: Any,
-    expected_utility: Any,
-    state_dist: Any = None,
+    policy: ArrayLike,
+    expected_utility: ArrayLike,
+    state_dist: ArrayLike | None = None,
     *,
     signed: bool = False,
 ) -> MEGResult:

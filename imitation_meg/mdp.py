@@ -24,7 +24,7 @@ import torch as th
 from imitation_meg._env_tables import read_env_tables
 from imitation_meg._operators import TransitionOperator, promoted_dtype
 from imitation_meg._validation import as_tensor, check_finite
-from imitation_meg.type_aliases import UtilityLike
+from imitation_meg.type_aliases import ArrayLike, TransitionLike, UtilityLike
 
 __all__ = ["TabularMDP"]
 
@@ -96,15 +96,15 @@ class TabularMDP:
 
     def __init__(
         self,
-        transition: Any,
+        transition: TransitionLike,
         utility: UtilityLike | None = None,
         horizon: int | None = 1,
-        initial_state_dist: Any = None,
+        initial_state_dist: ArrayLike | None = None,
         discount: float = 1.0,
         *,
         dtype: th.dtype = th.float64,
         device: th.device | str | None = None,
-        observation_matrix: Any = None,
+        observation_matrix: ArrayLike | None = None,
         name: str = "TabularMDP",
         metadata: dict[str, Any] | None = None,
     ) -> None:
@@ -238,7 +238,7 @@ class TabularMDP:
         next_state = th.where(prob != 0, order, th.zeros_like(order))
         return next_state, prob
 
-    def validate_utility(self, utility: Any, *, name: str = "utility") -> th.Tensor:
+    def validate_utility(self, utility: UtilityLike, *, name: str = "utility") -> th.Tensor:
         """Check a utility's shape and values and return it as a tensor of this MDP's dtype.
 
         Args:

@@ -8,7 +8,7 @@ from typing import Any
 
 from imitation_meg.known import meg
 from imitation_meg.mdp import TabularMDP
-from imitation_meg.type_aliases import UtilityLike
+from imitation_meg.type_aliases import PolicyLike, UtilityLike
 from imitation_meg.unknown import meg_unknown
 
 __all__ = ["SUMMARY_COLUMNS", "meg_summary"]
@@ -26,7 +26,7 @@ SUMMARY_COLUMNS = (
 
 
 def meg_summary(
-    policy: Any,
+    policy: PolicyLike,
     mdp: TabularMDP,
     *,
     utility: UtilityLike | None = None,

@@ -70,7 +70,7 @@ from imitation_meg.likelihood import (
     maximise,
 )
 from imitation_meg.mdp import TabularMDP
-from imitation_meg.type_aliases import ArrayLike, PolicyLike
+from imitation_meg.type_aliases import ArrayLike, PolicyLike, TargetLike
 
 __all__ = [
     "FaceWarning",
@@ -481,7 +481,7 @@ def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
 def meg_target(
     policy: PolicyLike | None,
     mdp: TabularMDP,
-    target: Any,
+    target: TargetLike,
     *,
     sa_occupancy: ArrayLike | None = None,
     tol: float = 1e-10,

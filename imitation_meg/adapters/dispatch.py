@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,12 @@ from imitation_meg.adapters.observations import (
     resolve_mdp,
 )
 from imitation_meg.mdp import TabularMDP
+from imitation_meg.type_aliases import (
+    ArrayLike,
+    EnvLike,
+    PolicySource,
+    VecNormalizeLike,
+)
 
 __all__ = ["policy_table", "resolve_source"]
 
@@ -70,16 +77,16 @@ def resolve_source(
 
 
 def policy_table(
-    model_or_policy: Any,
-    mdp_or_env: Any = None,
+    model_or_policy: PolicySource,
+    mdp_or_env: TabularMDP | EnvLike | None = None,
     *,
     epsilon: float | None = None,
     algo: str | type | None = None,
-    env: Any = None,
+    env: EnvLike | None = None,
     horizon: int | None = None,
-    observations: Any = None,
-    vec_normalize: Any = None,
-    action_masks: Any = None,
+    observations: ArrayLike | None = None,
+    vec_normalize: VecNormalizeLike = None,
+    action_masks: ArrayLike | Callable[[int], ArrayLike] | bool | None = None,
     load_kwargs: dict[str, Any] | None = None,
     batch_size: int = DEFAULT_BATCH,
     device: str = "cpu",
@@ -198,7 +205,7 @@ def policy_table(
     if sb3.is_sb3_algorithm(obj):
         if vec_normalize is None:
             vec_normalize = sb3.vec_normalize_of(obj)
-        obj = obj.policy
+        obj = getattr(obj, "policy")  # noqa: B009 (an SB3 algorithm, whatever its static type)
 
     if is_loaded_instance(obj, "imitation.algorithms.mce_irl", "TabularPolicy"):
         from imitation_meg.adapters.imitation import tabular_policy_table

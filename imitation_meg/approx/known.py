@@ -69,6 +69,7 @@ from imitation_meg.approx.soft_q import (
     fit_soft_q_ensemble,
     new_model,
 )
+from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
 
 __all__ = [
     "ApproxMEGResult",
@@ -376,8 +377,8 @@ def _check_data(n_data_steps: Any, memory_gib: Any) -> None:
 
 
 def meg_approx(
-    policy: Any,
-    env: Any,
+    policy: PolicySource,
+    env: EnvLike | Callable[[], GymEnv],
     *,
     horizon: int | None = None,
     algo: str | None = None,

@@ -48,6 +48,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg.mdp import TabularMDP
+from imitation_meg.type_aliases import EnvLike
 
 __all__ = [
     "MAX_STATES",
@@ -410,7 +411,7 @@ def _start_keys(layout: _Layout, agent_starts: Sequence[Any] | None) -> list[tup
 
 
 def minigrid_mdp(
-    env: Any,
+    env: EnvLike,
     *,
     seed: int = 0,
     horizon: int | None = None,
@@ -474,15 +475,15 @@ def minigrid_mdp(
     if isinstance(max_states, bool) or not isinstance(max_states, int) or max_states < 1:
         raise ValueError(f"max_states must be a positive integer, got {max_states!r}.")
     t0 = time.perf_counter()
-    env = _make(env, make_kwargs)
-    env_id = getattr(getattr(env, "spec", None), "id", None) or type(env.unwrapped).__name__
-    u = env.unwrapped
+    made: Any = _make(env, make_kwargs)  # a gymnasium environment
+    env_id = getattr(getattr(made, "spec", None), "id", None) or type(made.unwrapped).__name__
+    u = made.unwrapped
     _check_env(u, allow_unverified)
     if observation == "auto":
-        observation = _auto_observation(env, observation_space)
+        observation = _auto_observation(made, observation_space)
     if observation is not None:
-        env = wrap_observation(env, observation)
-    wrappers = _wrapper_chain(env)
+        made = wrap_observation(made, observation)
+    wrappers = _wrapper_chain(made)
     M = int(u.max_steps)
     H = M if horizon is None else horizon
     if isinstance(H, bool) or not isinstance(H, (int, np.integer)) or not 1 <= H <= M:

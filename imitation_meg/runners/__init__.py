@@ -43,7 +43,7 @@ from imitation_meg.runners.study import (
     run_serially,
     run_study,
 )
-from imitation_meg.type_aliases import PathLike
+from imitation_meg.type_aliases import JSONValue, PathLike
 
 __all__ = [
     "RUN_LOG",
@@ -115,7 +115,7 @@ def parse_seeds(text: str) -> tuple[int, ...]:
 
 
 def apply_overrides(
-    data: Mapping[str, Any], overrides: Sequence[str] | Mapping[str, Any]
+    data: Mapping[str, JSONValue], overrides: Sequence[str] | Mapping[str, JSONValue]
 ) -> dict[str, Any]:
     """A copy of a config mapping with ``key=value`` overrides applied.
 
@@ -186,7 +186,7 @@ def run_config(
     backend: str = "serial",
     workers: int | None = None,
     address: str | None = None,
-    overrides: Sequence[str] | Mapping[str, Any] = (),
+    overrides: Sequence[str] | Mapping[str, JSONValue] = (),
     seeds: str | Sequence[int] | None = None,
     retries: int = 1,
     resources: Mapping[str, float] | None = None,
