@@ -131,7 +131,7 @@ def scored_policy(cfg: Config, unit: dict[str, Any]) -> tuple[Any, Any, Any]:
     agent) and the policy's exact MEG result."""
     case = validation_case(unit["case"], horizon=unit["horizon"])
     if unit["policy"] == "ppo":
-        from imitation_meg.adapters.sb3 import policy_table
+        from imitation_meg.adapters import policy_table
 
         policy: Any = _train_ppo(unit["case"], unit["horizon"], cfg.ppo_steps, cfg.ppo_seed)
         table = policy_table(policy, case.mdp, observations=case.observations)

@@ -8,7 +8,7 @@ Accepted policies: an SB3 algorithm (PPO, A2C, DQN, ...) or its ``.policy``; the
 ``.zip`` (loaded with :func:`imitation_meg.adapters.sb3.load_model`); a callable mapping a batch
 of observations to probabilities. DQN has no action distribution: it is scored as the
 epsilon-greedy policy over its Q-values with an explicit ``epsilon`` (as
-:func:`imitation_meg.adapters.sb3.policy_table` does). stable-baselines3 is imported only when an
+:func:`imitation_meg.adapters.policy_table` does). stable-baselines3 is imported only when an
 SB3 object has to be handled.
 """
 
