@@ -34,7 +34,8 @@ from imitation_meg.approx.envs import (
     stationary_epsilon_greedy,
     validation_case,
 )
-from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR, N_EVAL_EPISODES
+from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR, N_EVAL_EPISODES, SETTING_RANGES
+from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
@@ -76,6 +77,17 @@ class Config:
     n_boot: int = 500
     tolerance: float = 0.05
     progress: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        ranges = SETTING_RANGES  # the estimator's settings, as meg_approx accepts them
+        check_values(
+            self,
+            positive=(*ranges["positive"], "horizons", "ppo_steps", "tolerance"),
+            non_negative=(*ranges["non_negative"], "ppo_seed", "seeds"),
+            probabilities=(*ranges["probabilities"], "epsilons"),
+        )
+        _check(self)
 
 
 def _check(cfg: Config) -> None:
@@ -119,7 +131,7 @@ def scored_policy(cfg: Config, unit: dict[str, Any]) -> tuple[Any, Any, Any]:
     agent) and the policy's exact MEG result."""
     case = validation_case(unit["case"], horizon=unit["horizon"])
     if unit["policy"] == "ppo":
-        from imitation_meg.adapters.sb3 import policy_table
+        from imitation_meg.adapters import policy_table
 
         policy: Any = _train_ppo(unit["case"], unit["horizon"], cfg.ppo_steps, cfg.ppo_seed)
         table = policy_table(policy, case.mdp, observations=case.observations)

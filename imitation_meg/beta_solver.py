@@ -186,9 +186,13 @@ def _compare_with_the_limit(st: Solver, scale: float) -> BetaSolution:
     # be a neighbour's rounding); else the largest L seen.
     x = abs(flat.beta)
     dec = abs(flat.dL / flat.d2L) if flat.d2L < 0 else math.inf
-    at_root = abs(flat.dL) <= st.d_tol or dec <= max(1e-9, st.rtol) * x
-    pick = flat if at_root else best
-    L = pick.L + 0.5 * abs(flat.dL) * dec if at_root and math.isfinite(dec) else pick.L
+    # At a root (the Newton step to it negligible) report the root plus that step's
+    # second-order gain: L is flat to rounding there, and the largest L seen may be a
+    # neighbour's rounding. Else the largest L seen: where L is nearly linear (|d2L| ~ 0) a dL
+    # below tolerance says nothing about the distance to the root.
+    near = dec <= max(1e-9, st.rtol) * x
+    pick = flat if near else best
+    L = pick.L + 0.5 * abs(flat.dL) * dec if near else pick.L
     # A "root" beyond beta * scale = 1e6 is where dL has vanished to rounding while L still
     # tends to its beta -> sign * inf limit (tied hard Q-values): the supremum lies at infinity.
     return st.solution(

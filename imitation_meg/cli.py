@@ -2,8 +2,9 @@
 
 This is the only module that parses command lines; the work is done by library modules
 (:mod:`imitation_meg.scoring`, :mod:`imitation_meg.plotting`, the adapters). Errors in user input
-end the program with exit code 2 and a one-line message on stderr; the package's warnings are
-printed as one line each. (Over 500 lines: the argument parsers and table printing of all five
+end the program with exit code 2 and a one-line message on stderr, Ctrl-C with exit code 130 and
+one line (``reproduce``: how many units are saved); the package's warnings and notes are printed
+as one line each on stderr. (Over 500 lines: the argument parsers and table printing of all five
 subcommands live here by design, as the only place that parses command lines.)
 """
 
@@ -13,6 +14,7 @@ import argparse
 import dataclasses
 import importlib.util
 import math
+import os
 import pathlib
 import sys
 import time
@@ -184,7 +186,34 @@ def _score_base_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
         from imitation_meg.scoring import mdp_of_sources
 
         return mdp_of_sources(sources, horizon=args.horizon)
+    if _is_minigrid(args.env):
+        return _minigrid_mdp(args, sources)
     return im.TabularMDP.from_env(args.env, horizon=args.horizon)
+
+
+def _is_minigrid(env_id: str) -> bool:
+    return env_id.startswith("MiniGrid-")
+
+
+def _minigrid_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
+    """The layout of ``--env`` at reset seed ``--seed``, observed as the first saved model
+    observes it (the observation stack read from its zip)."""
+    from imitation_meg.envs.minigrid import minigrid_mdp
+    from imitation_meg.scoring import BUILTIN_POLICIES
+
+    space = None
+    saved = [s for s in sources if s not in BUILTIN_POLICIES]
+    if saved and pathlib.Path(saved[0]).is_file():
+        from imitation_meg.adapters.sb3 import read_model_info
+
+        space = read_model_info(saved[0]).observation_space
+    return minigrid_mdp(
+        args.env,
+        seed=args.seed,
+        horizon=args.horizon,
+        observation=None if space is None else "auto",
+        observation_space=space,
+    )
 
 
 def _result_dict(res: Any) -> dict[str, Any]:
@@ -210,10 +239,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
         if key in seen:
             raise ValueError(f"{seen[key]} and {flag} name the same file {value!r}.")
         seen[key] = flag
-        if new_parent:
-            print(
-                f"(the folder {str(path.parent)!r} for {flag} does not exist: it will be created)"
-            )
+        if new_parent:  # a note, on stderr: stdout carries the results (and may be redirected)
+            _note(f"the folder {str(path.parent)!r} for {flag} does not exist: it will be created")
 
 
 def _score_options(args: argparse.Namespace) -> Any:
@@ -249,9 +276,18 @@ def _score_options(args: argparse.Namespace) -> Any:
 
 
 def _score(args: argparse.Namespace) -> int:
-    if args.approx or (args.env is not None and not _env_is_tabular(args.env)):
+    if args.approx or (
+        args.env is not None and not _is_minigrid(args.env) and not _env_is_tabular(args.env)
+    ):
         from imitation_meg.approx.score import score_approx
 
+        for flag in ("csv", "jsonl"):
+            if getattr(args, flag) is not None:
+                raise ValueError(
+                    f"--{flag} is not available with the approximate estimator (it scores one "
+                    "policy); write its result with --json FILE."
+                )
+        _check_outputs(args)
         return score_approx(args)
     if args.mode != "target" and args.target is not None:
         raise ValueError("--target applies to --mode target only.")
@@ -345,7 +381,7 @@ def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> in
         res = im.meg_unknown(pi, mdp)
     else:
         target = args.target or "goal"
-        res = im.meg_target(pi, mdp, target)
+        res = im.meg_target(pi, mdp, _target_of(mdp, target))
 
     rows = [
         {
@@ -434,6 +470,15 @@ def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> in
     return 0
 
 
+def _target_of(mdp: Any, kind: str) -> Any:
+    """``--target`` for the MDP: MiniGrid layouts read the agent's cell from their metadata."""
+    if "agent_pos" in mdp.metadata:
+        from imitation_meg.envs.minigrid import minigrid_target
+
+        return minigrid_target(mdp, kind)
+    return kind
+
+
 def _env_is_tabular(env_id: str) -> bool:
     from imitation_meg.approx.score import is_tabular
 
@@ -456,7 +501,10 @@ def _add_score_parser(sub: Any) -> None:
     )
     env = score.add_mutually_exclusive_group()
     env.add_argument(
-        "--env", metavar="ENV_ID", help="gymnasium / seals id, e.g. seals/CliffWorld7x4-v0"
+        "--env",
+        metavar="ENV_ID",
+        help="gymnasium / seals / MiniGrid id, e.g. seals/CliffWorld7x4-v0, "
+        "MiniGrid-DoorKey-5x5-v0 (the layout of --seed)",
     )
     env.add_argument("--cliff-world", action="store_true", help="the paper's CliffWorld builder")
     score.add_argument(
@@ -534,7 +582,11 @@ def _add_score_parser(sub: Any) -> None:
         "environments that are not tabular; forces it on tabular ones)",
     )
     score.add_argument(
-        "--seed", type=int, default=0, help="seed for --rollouts and --approx (default 0)"
+        "--seed",
+        type=int,
+        default=0,
+        help="seed for --rollouts and --approx, and the reset seed that fixes a MiniGrid "
+        "layout (default 0)",
     )
     score.add_argument(
         "--jobs", type=int, default=1, help="worker processes for several policies (default 1)"
@@ -547,6 +599,94 @@ def _add_score_parser(sub: Any) -> None:
     score.set_defaults(func=_score)
 
 
+# ---------------------------------------------------------------------------------- intervene
+def _intervention_mdps(args: argparse.Namespace) -> list[Any]:
+    """One MDP per ``--env ID[:SEED]``: MiniGrid layouts observed as the saved model observes
+    them, other ids through ``TabularMDP.from_env``."""
+    import imitation_meg as im
+
+    mdps = []
+    for item in args.env:
+        env_id, _, seed = item.partition(":")
+        if not _is_minigrid(env_id):
+            if seed:
+                raise ValueError(f"--env {item!r}: a :SEED applies to MiniGrid ids only.")
+            mdps.append(im.TabularMDP.from_env(env_id, horizon=args.horizon))
+            continue
+        if seed and not seed.isdigit():
+            raise ValueError(f"--env {item!r}: the seed after ':' must be an integer.")
+        ns = argparse.Namespace(env=env_id, seed=int(seed or 0), horizon=args.horizon)
+        mdps.append(_minigrid_mdp(ns, [args.policy]))
+    return mdps
+
+
+def _intervene(args: argparse.Namespace) -> int:
+    from imitation_meg.envs.minigrid import agent_cells
+    from imitation_meg.interventions import meg_interventional
+    from imitation_meg.results import library_versions, write_json
+
+    _check_outputs(args)
+    if args.target is not None and args.mode != "target":
+        raise ValueError("--target applies to --mode target only.")
+    mdps = _intervention_mdps(args)
+    kwargs: dict[str, Any] = {"weights": args.weights, "names": args.env}
+    if args.mode == "target":
+        kwargs["target"] = [agent_cells(m) for m in mdps]
+    policy: Any = args.policy
+    if policy == "uniform":
+        import imitation_meg as im
+
+        policy = [im.policies.uniform(m) for m in mdps]
+    res = meg_interventional(policy, mdps, **kwargs)
+    what = "the environment reward" if args.mode == "known" else "every utility of the agent's cell"
+    print(
+        f"Interventional MEG of {args.policy} across {len(mdps)} interventions ({what}; "
+        f"H={mdps[0].horizon}, bound {res.result.upper_bound:.4g}): {res.meg:.4f}\n"
+        f"On distribution ({args.env[0]}): {res.on_distribution:.4f}\n"
+    )
+    print(format_table(res.rows()))
+    if args.json:
+        payload = {
+            "config": {k: v for k, v in vars(args).items() if k != "func"},
+            "library_versions": library_versions(),
+            "result": res.to_dict(),
+        }
+        print(f"\nWrote {write_json(args.json, payload)}.")
+    return 0
+
+
+def _add_intervene_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "intervene",
+        help="interventional MEG: one utility across intervened environments",
+        description=(
+            "Score one agent's MEG across intervened environments (layouts, starts, dynamics): "
+            "the best single utility and rationality over all of them, each intervention's "
+            "score and share, and the MEG on distribution (the first --env)."
+        ),
+    )
+    p.add_argument(
+        "--env",
+        required=True,
+        nargs="+",
+        metavar="ID[:SEED]",
+        help="the interventions, the on-distribution one first: MiniGrid ids with the layout's "
+        "reset seed (MiniGrid-DistShift1-v0:0), or tabular gymnasium / seals ids",
+    )
+    p.add_argument("--policy", required=True, help="a saved SB3 model (.zip) or 'uniform'")
+    p.add_argument("--weights", type=float, nargs="+", help="one weight per --env (default equal)")
+    p.add_argument(
+        "--mode",
+        choices=("known", "target"),
+        default="known",
+        help="known (the environment reward, default) or target (every utility of --target)",
+    )
+    p.add_argument("--target", choices=("cell",), help="MiniGrid: the agent's cell (default)")
+    p.add_argument("--horizon", type=int, help="horizon H (default: the environments')")
+    p.add_argument("--json", metavar="FILE", help="write config, versions and results as JSON")
+    p.set_defaults(func=_intervene)
+
+
 # ---------------------------------------------------------------------------------- plot
 def _plot(args: argparse.Namespace) -> int:
     from imitation_meg.results import check_output_path, read_rows
@@ -554,13 +694,13 @@ def _plot(args: argparse.Namespace) -> int:
     out, new_parent = check_output_path(args.out, what="--out")
     if out.suffix.lower() != ".png":
         raise ValueError(f"--out {args.out!r} should end in .png.")
+    if new_parent:
+        _note(f"the folder {str(out.parent)!r} for --out does not exist: it will be created")
     from imitation_meg.plotting import history_labels, plot_meg_history
 
     labels = history_labels(args.files)
     histories = {label: read_rows(name) for label, name in zip(labels, args.files, strict=True)}
     path = plot_meg_history(out, histories, metrics=args.metric, title=args.title or "")
-    if new_parent:
-        print(f"(created the folder {str(out.parent)!r})")
     n = sum(len(r) for r in histories.values())
     print(f"Wrote {path} ({n} points from {len(histories)} file(s): {', '.join(labels)}).")
     return 0
@@ -588,7 +728,7 @@ def _add_plot_parser(sub: Any) -> None:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from imitation_meg.runners import UnitsFailedError, run_config
+    from imitation_meg.runners import ResultsFolderBusyError, UnitsFailedError, run_config
 
     resources: dict[str, float] = {}
     for flag, key in (("cpus_per_unit", "num_cpus"), ("gpus_per_unit", "num_gpus")):
@@ -602,6 +742,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     try:
         out = run_config(
             args.config,
+            experiments_dir=args.experiments,
             backend=args.backend,
             workers=args.workers,
             address=args.address,
@@ -617,6 +758,9 @@ def _reproduce(args: argparse.Namespace) -> int:
     except UnitsFailedError as e:
         print(f"imitation-meg reproduce: {_one_line(e)}", file=sys.stderr)
         return 1
+    except ResultsFolderBusyError as e:
+        print(f"imitation-meg reproduce: error: {_one_line(e)}", file=sys.stderr)
+        return 2
     if args.dry_run:
         print(
             f"{out['study']}: {out['units']} units, {len(out['done'])} done, "
@@ -658,6 +802,12 @@ def _add_reproduce_parsers(sub: Any) -> None:
         ),
     )
     rep.add_argument("config", help="path of a config under configs/")
+    rep.add_argument(
+        "--experiments",
+        metavar="DIR",
+        help="the folder holding the config's driver <experiment>.py (default: experiments/ "
+        "beside the config's folder, else in the checkout the package is installed from)",
+    )
     rep.add_argument(
         "--backend",
         choices=("serial", "process", "ray"),
@@ -761,12 +911,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_reproduce_parsers(sub)
 
     _add_score_parser(sub)
+    _add_intervene_parser(sub)
     _add_plot_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``imitation-meg`` console script."""
+    """Entry point of the ``imitation-meg`` console script.
+
+    Args:
+        argv: the arguments; ``None`` reads the command line (the console script,
+            ``python -m imitation_meg.cli``).
+
+    Returns:
+        The exit status: 0, 1 (units of ``reproduce`` failed), 2 (bad input: one line on stderr)
+        or 130 (Ctrl-C: one line on stderr). Run as a program (``argv=None``), Ctrl-C ends the
+        process as soon as that line is printed, without the interpreter's teardown (torch's
+        takes a second or more on a busy machine); every output file is closed by then.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     show = warnings.showwarning
@@ -789,11 +951,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"imitation-meg {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Ctrl-C: one line (reproduce: what is saved), no traceback
+        print(f"imitation-meg {args.command}: {_one_line(e)}", file=sys.stderr, flush=True)
     finally:
         warnings.showwarning = show
+    # reached after Ctrl-C only (every other path returned or raised above)
+    if argv is None:  # the program: leave now (see above), its objects released first
+        _exit_now(130)
+    return 130
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once, skipping the interpreter's teardown: the objects the interrupted
+    work left (a process pool's queues, whose named semaphores are unlinked when they are freed)
+    are released first, and the output streams flushed."""
+    import gc
+
+    gc.collect()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _note(text: str) -> None:
+    """A one-line note to the user on stderr (stdout carries the results)."""
+    print(f"imitation-meg: {text}", file=sys.stderr, flush=True)
 
 
 def _one_line(e: BaseException | str) -> str:
+    if isinstance(e, KeyboardInterrupt):  # empty for a plain Ctrl-C
+        return " ".join(str(e).split()) or "interrupted"
     return " ".join(str(e).split()) or type(e).__name__
 
 

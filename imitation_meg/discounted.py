@@ -30,8 +30,9 @@ Newton solver as the finite-horizon classes.
 (soft policy iteration: each step a policy evaluation by a linear solve), which converges
 quadratically, and stopped when the Bellman residual ``max |B(V) - V|`` is at most
 ``1e-12 * (1 + max |V|)``; since the Bellman operator is a ``gamma``-contraction, the values
-are then within ``residual / (1 - gamma)`` of the fixed point. The largest residual reached is
-reported as ``extra["bellman_residual"]``. Linear solves are sparse LU factorisations (up to
+are then within ``residual / (1 - gamma)`` of the fixed point. The largest residual reached,
+relative to ``1 + max |V|``, is reported as ``extra["bellman_residual"]``, and a result whose
+residual is above ``CONVERGED_RESIDUAL`` says ``converged=False``. Linear solves are sparse LU factorisations (up to
 ``LU_MAX_STATES`` states) or BiCGSTAB (GMRES, then plain sweeps, where it breaks down) to a
 relative residual of ``1e-13``.
 """
@@ -53,6 +54,7 @@ from imitation_meg.mdp import TabularMDP
 from imitation_meg.soft_vi import TIE_TOL, limit_step, tie_set
 
 __all__ = [
+    "CONVERGED_RESIDUAL",
     "LU_MAX_STATES",
     "DiscountedClassObjective",
     "DiscountedMEGObjective",
@@ -65,6 +67,8 @@ __all__ = [
     "soft_values",
 ]
 
+#: Results whose relative Bellman residual exceeds this say ``converged=False``.
+CONVERGED_RESIDUAL = 1e-9
 #: Sparse LU factorisations up to this many states; Krylov solves beyond.
 LU_MAX_STATES = 2_000
 # Bellman residual (relative to 1 + max |V|) at which Newton's method stops.
@@ -91,7 +95,8 @@ class Dynamics:
     gamma: float
     P: sp.csr_matrix
     p0: np.ndarray
-    residual: float = 0.0  # the largest Bellman residual reached so far
+    # The largest relative Bellman residual max |B(V) - V| / (1 + max |V|) reached so far.
+    residual: float = 0.0
 
     @classmethod
     def of(cls, mdp: TabularMDP) -> Dynamics:
@@ -226,7 +231,7 @@ def soft_values(
         ent = -(pi * np.where(pi > 0, log_pi, 0.0)).sum(-1)
         V = dyn.solver(pi).solve((pi * np.where(pi > 0, base, 0.0)).sum(-1) + ent)
     assert best is not None
-    dyn.residual = max(dyn.residual, best[0])
+    dyn.residual = max(dyn.residual, best[0] / (1.0 + float(np.abs(best[1]).max())))
     return SoftValues(best[1], best[2], best[0], best[3])
 
 

@@ -59,13 +59,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any
 
 import torch as th
 
 from imitation_meg import _threads
 from imitation_meg._known_passes import Behaviour, derivative_pass, limit_pass, zero_pass
-from imitation_meg._validation import as_policy, as_sa_occupancy, as_tensor
+from imitation_meg._validation import BetaRangeWarning, as_policy, as_sa_occupancy, as_tensor
 from imitation_meg.beta_solver import (
     BetaEvaluation,
     BetaObjective,
@@ -73,7 +74,7 @@ from imitation_meg.beta_solver import (
     LimitValue,
     solve_beta,
 )
-from imitation_meg.discounted import DiscountedMEGObjective
+from imitation_meg.discounted import CONVERGED_RESIDUAL, DiscountedMEGObjective
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.results import to_jsonable
 from imitation_meg.soft_vi import occupancy_measures, tie_set
@@ -427,12 +428,12 @@ def _scale(r: th.Tensor) -> float:
 
 @_threads.entry_point
 def meg(
-    policy: Any,
+    policy: PolicyLike | None,
     mdp: TabularMDP,
-    utility: Any = None,
+    utility: UtilityLike | None = None,
     *,
     signed: bool = False,
-    sa_occupancy: Any = None,
+    sa_occupancy: ArrayLike | None = None,
 ) -> MEGResult:
     """Known-utility MEG of a policy, solved exactly.
 
@@ -472,6 +473,8 @@ def meg(
     if mdp.horizon is None:
         if sa_occupancy is not None:
             as_sa_occupancy(sa_occupancy, mdp)  # refused with the reason
+        if policy is None:
+            raise ValueError("pass the stationary policy (S, A) to score.")
         pi = as_policy(policy, mdp).double().cpu().numpy()
         dobj = DiscountedMEGObjective(mdp, pi, r_n.double().cpu().numpy())
         sol = solve_beta(dobj)
@@ -480,6 +483,7 @@ def meg(
         steps = own = 1.0 / (1.0 - mdp.discount)
         passes = sol.passes + 1
         extra["bellman_residual"] = dobj.dyn.residual
+        sol = sol._replace(converged=sol.converged and dobj.dyn.residual <= CONVERGED_RESIDUAL)
     else:
         obj = MEGObjective(mdp, policy, r_n, sa_occupancy=sa_occupancy)
         sol = solve_beta(obj)
@@ -494,9 +498,20 @@ def meg(
     if signed:
         value = signed_meg(value, sol.expected_utility, sol.uniform_eu)
     # Expected utilities in the caller's units: unit * E[r_n] + shift * (discounted step mass).
+    beta = float(sol.beta) / unit if unit > 0 else 0.0
+    if math.isinf(beta) and math.isfinite(sol.beta):  # a finite beta beyond float64's range
+        extra.update(beta_normalized=float(sol.beta), utility_unit=unit)
+        beta = math.nan
+        warnings.warn(
+            f"beta = {sol.beta:.6g} / {unit:.3g} (the utility's spread) exceeds float64's range "
+            "and is reported as NaN; extra['beta_normalized'] holds it for the utility scaled to "
+            "spread 1 (the MEG is unaffected); rescale the utility to read beta in its units.",
+            BetaRangeWarning,
+            stacklevel=2,
+        )
     return MEGResult(
         meg=float(value),
-        beta=float(sol.beta) / unit if unit > 0 else 0.0,
+        beta=beta,
         upper_bound=bound,
         normalized=float(value / bound) if bound > 0 else 0.0,
         expected_utility=unit * sol.expected_utility + shift * own,
@@ -515,9 +530,9 @@ def meg(
 
 @_threads.entry_point
 def meg_one_step(
-    policy: Any,
-    expected_utility: Any,
-    state_dist: Any = None,
+    policy: ArrayLike,
+    expected_utility: ArrayLike,
+    state_dist: ArrayLike | None = None,
     *,
     signed: bool = False,
 ) -> MEGResult:

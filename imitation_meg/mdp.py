@@ -24,7 +24,7 @@ import torch as th
 from imitation_meg._env_tables import read_env_tables
 from imitation_meg._operators import TransitionOperator, promoted_dtype
 from imitation_meg._validation import as_tensor, check_finite
-from imitation_meg.type_aliases import UtilityLike
+from imitation_meg.type_aliases import ArrayLike, TransitionLike, UtilityLike
 
 __all__ = ["TabularMDP"]
 
@@ -51,6 +51,16 @@ def _check_horizon(horizon: Any) -> int | None:
 class _Transitions:
     next_state: th.Tensor  # (S, A, B) int64
     prob: th.Tensor  # (S, A, B) float
+
+
+def _check_not_empty(shape: th.Size) -> None:
+    """An MDP needs a state, an action and (sparse form) a successor slot per pair."""
+    if 0 in tuple(shape):
+        raise ValueError(
+            f"an MDP needs at least one state and one action (and a successor per state-action "
+            f"pair), got a transition of shape {tuple(shape)}; pass T[s, a, s'] of shape "
+            "(S, A, S) with S, A >= 1."
+        )
 
 
 class TabularMDP:
@@ -86,15 +96,15 @@ class TabularMDP:
 
     def __init__(
         self,
-        transition: Any,
+        transition: TransitionLike,
         utility: UtilityLike | None = None,
         horizon: int | None = 1,
-        initial_state_dist: Any = None,
+        initial_state_dist: ArrayLike | None = None,
         discount: float = 1.0,
         *,
         dtype: th.dtype = th.float64,
         device: th.device | str | None = None,
-        observation_matrix: Any = None,
+        observation_matrix: ArrayLike | None = None,
         name: str = "TabularMDP",
         metadata: dict[str, Any] | None = None,
     ) -> None:
@@ -177,6 +187,7 @@ class TabularMDP:
                     "sparse transition must be a pair (next_state, prob) of equal shape "
                     f"(S, A, B); got {tuple(ns.shape)} and {tuple(pr.shape)}."
                 )
+            _check_not_empty(ns.shape)
             S = ns.shape[0]
             check_finite(pr, "transition prob")
             if bool(((ns < 0) | (ns >= S)).any()):
@@ -193,6 +204,7 @@ class TabularMDP:
                     "or pass a pair (next_state, prob) of shape (S, A, B)."
                 )
             check_finite(T, "transition")
+            _check_not_empty(T.shape)
             ns, pr = self.dense_to_sparse(T)
         if bool((pr < 0).any()):
             neg = (pr < 0).nonzero()[:5].tolist()
@@ -207,10 +219,6 @@ class TabularMDP:
             raise ValueError(
                 f"transition rows (s, a) {idx} sum to {vals}, not 1 (tolerance {ROW_SUM_TOL}); "
                 "each T[s, a, :] must be a probability distribution."
-            )
-        if ns.shape[0] == 0 or ns.shape[1] == 0:
-            raise ValueError(
-                f"the MDP needs at least one state and one action, got {tuple(ns.shape[:2])}."
             )
         return _Transitions(next_state=ns.contiguous(), prob=pr.contiguous())
 
@@ -230,7 +238,7 @@ class TabularMDP:
         next_state = th.where(prob != 0, order, th.zeros_like(order))
         return next_state, prob
 
-    def validate_utility(self, utility: Any, *, name: str = "utility") -> th.Tensor:
+    def validate_utility(self, utility: UtilityLike, *, name: str = "utility") -> th.Tensor:
         """Check a utility's shape and values and return it as a tensor of this MDP's dtype.
 
         Args:

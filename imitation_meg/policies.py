@@ -14,7 +14,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg import discounted
-from imitation_meg._validation import POLICY_ROW_TOL, as_policy
+from imitation_meg._validation import POLICY_ROW_TOL, as_policy, check_horizon_memory
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.soft_vi import (
     hard_value_iteration,
@@ -37,6 +37,7 @@ __all__ = [
 
 def uniform(mdp: TabularMDP) -> th.Tensor:
     """The uniformly random policy, ``(H, S, A)`` (``(S, A)`` for a discounted MDP)."""
+    check_horizon_memory(mdp, what="policies.uniform", sa_tables=1)
     steps = () if mdp.horizon is None else (mdp.horizon,)
     return th.full(
         (*steps, mdp.n_states, mdp.n_actions),

@@ -41,7 +41,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg import _threads
-from imitation_meg._validation import as_betas, as_policy
+from imitation_meg._validation import as_betas, as_policy, check_horizon_memory
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.progress import progress
 from imitation_meg.type_aliases import ArrayLike, PolicyLike, UtilityLike
@@ -234,6 +234,7 @@ def hard_value_iteration(
         ``(Q (H, S, A), V (H, S), log_pi (H, S, A))``; ``log_pi`` splits probability evenly over
         tied best actions and is ``-inf`` elsewhere.
     """
+    check_horizon_memory(mdp, what="hard_value_iteration", sa_tables=2)
     r = mdp.reward_sa(utility)
     H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     V_next = th.zeros(S, dtype=r.dtype, device=r.device)
@@ -301,6 +302,7 @@ def soft_value_iteration(
     """
     r = mdp.reward_sa(utility)
     b = as_betas(betas, dtype=r.dtype, device=r.device)
+    check_horizon_memory(mdp, what="soft_value_iteration", sa_tables=2 * b.numel())
     K, H, S, A = b.numel(), mdp.steps, mdp.n_states, mdp.n_actions
     finite = th.isfinite(b)
     grad = r.requires_grad

@@ -40,7 +40,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch as th
@@ -51,7 +52,11 @@ from imitation_meg.known import meg
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.results import to_jsonable
 from imitation_meg.trajectory_data import check_transitions, trajectory_state_actions
-from imitation_meg.type_aliases import UtilityLike
+from imitation_meg.type_aliases import ArrayLike, TargetLike, UtilityLike
+
+#: Trajectories: imitation ``Trajectory`` objects, SB3-style step records, or a pair
+#: ``(states, actions)`` of integer arrays (see :func:`trajectory_state_actions`).
+TrajectoriesLike: TypeAlias = Sequence[object] | tuple[ArrayLike, ArrayLike]
 
 __all__ = [
     "IMPOSSIBLE_MODES",
@@ -375,12 +380,12 @@ def _scorer(
 
 @_threads.entry_point
 def meg_from_trajectories(
-    trajectories: Any,
+    trajectories: TrajectoriesLike,
     mdp: TabularMDP,
     *,
     utility: UtilityLike | None = None,
-    features: Any = None,
-    target: Any = None,
+    features: ArrayLike | str | None = None,
+    target: TargetLike | None = None,
     signed: bool = False,
     n_boot: int = 200,
     confidence: float = 0.95,
@@ -459,6 +464,7 @@ def meg_from_trajectories(
     if (
         coded.n_padded
         and mode == "unknown"
+        and features is not None
         and not isinstance(features, str)
         and as_tensor(features, name="features").ndim > 2
     ):

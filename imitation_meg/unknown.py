@@ -58,7 +58,7 @@ from torch import nn
 from imitation_meg import _threads
 from imitation_meg._validation import ImitationMEGWarning, as_tensor
 from imitation_meg.algorithm2 import meg_algorithm2
-from imitation_meg.discounted import DiscountedClassObjective
+from imitation_meg.discounted import CONVERGED_RESIDUAL, DiscountedClassObjective
 from imitation_meg.faces import find_face, needs_face
 from imitation_meg.known import MEGResult, clipped_meg, meg_upper_bound
 from imitation_meg.likelihood import (
@@ -71,7 +71,7 @@ from imitation_meg.likelihood import (
     maximise,
 )
 from imitation_meg.mdp import TabularMDP
-from imitation_meg.type_aliases import ArrayLike, PolicyLike
+from imitation_meg.type_aliases import ArrayLike, PolicyLike, TargetLike
 
 __all__ = [
     "FaceWarning",
@@ -324,6 +324,9 @@ def _meg_linear(
     }
     L_soft = sol["L"]
     converged = bool(sol["converged"]) and face_ok
+    if isinstance(obj, DiscountedClassObjective):
+        extra["bellman_residual"] = obj.dyn.residual
+        converged = converged and obj.dyn.residual <= CONVERGED_RESIDUAL
     if restricted:
         assert face is not None
         r = feats.reward(face.direction, S, A)
@@ -481,7 +484,7 @@ def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
 def meg_target(
     policy: PolicyLike | None,
     mdp: TabularMDP,
-    target: Any,
+    target: TargetLike,
     *,
     sa_occupancy: ArrayLike | None = None,
     tol: float = 1e-10,

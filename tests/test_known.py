@@ -595,3 +595,22 @@ def test_long_passes_show_progress(monkeypatch, capsys, torch_passes):
     res = im.meg(policies.epsilon_greedy(mdp, 0.3), mdp)
     err = capsys.readouterr().err
     assert res.converged and "MEG pass" in err and "occupancy" in err
+
+
+def test_nearly_linear_l_with_a_slope_below_tolerance_is_not_extrapolated():
+    # A half-random policy on MiniGrid's 5x5 room with the success indicator: beyond beta ~ 100
+    # L is nearly linear (dL ~ -2e-11, below the solver's tolerance, d2L ~ -5e-27). The closing
+    # Newton gain 0.5 dL^2 / |d2L| must not be taken there: it once put L at 4e4 and MEG at its
+    # bound (194.6 instead of 0.90).
+    pytest.importorskip("minigrid")
+    from imitation_meg.known import MEGObjective
+
+    mdp = im.envs.minigrid_mdp("MiniGrid-Empty-5x5-v0", seed=0)
+    mix = 0.5 * policies.optimal(mdp) + 0.5 * policies.uniform(mdp)
+    u = mdp.metadata["success"].astype(float)
+    res = im.meg(mix, mdp, u)
+    betas = th.logspace(-1, 7, 81, dtype=th.float64)
+    L = MEGObjective(mdp, mix, u).evaluate(betas)[0]
+    best = float(L.max()) + res.upper_bound
+    assert res.converged and 0.0 <= res.meg <= res.upper_bound
+    assert res.meg == pytest.approx(best, abs=1e-8)

@@ -69,6 +69,7 @@ from imitation_meg.approx.soft_q import (
     fit_soft_q_ensemble,
     new_model,
 )
+from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
 
 __all__ = [
     "ApproxMEGResult",
@@ -147,6 +148,22 @@ AVERAGE = 0.5
 LAST_STEPS = 3
 #: Evaluation episodes of the scored policy.
 N_EVAL_EPISODES = 1000
+#: The ranges :func:`meg_approx` accepts for the estimator settings a study's config carries
+#: (fields named as its keywords; ``None`` means the default), by
+#: :func:`imitation_meg.config.check_values` rule.
+SETTING_RANGES: dict[str, tuple[str, ...]] = {
+    "positive": (
+        "n_data_steps",
+        "n_eval_episodes",
+        "n_models",
+        "hidden",
+        "iterations",
+        "steps_per_iteration",
+        "lr",
+    ),
+    "non_negative": ("last_steps", "refine", "n_boot"),
+    "probabilities": ("average",),
+}
 
 
 # ------------------------------------------------------------------------------ fitting
@@ -360,8 +377,8 @@ def _check_data(n_data_steps: Any, memory_gib: Any) -> None:
 
 
 def meg_approx(
-    policy: Any,
-    env: Any,
+    policy: PolicySource,
+    env: EnvLike | Callable[[], GymEnv],
     *,
     horizon: int | None = None,
     algo: str | None = None,

@@ -20,6 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from imitation_meg.approx.policy import PolicyFn
+from imitation_meg.type_aliases import EnvLike, GymEnv
+
 __all__ = ["EnvSource", "Rollouts", "collect"]
 
 #: A behaviour: (raw observation batch, flat observations (n, d), decision times (n,)) -> (n, A).
@@ -46,7 +49,7 @@ class EnvSource:
         ValueError: no horizon can be found (pass ``horizon=``), or a non-positive horizon.
     """
 
-    def __init__(self, env: Any, *, horizon: int | None = None) -> None:
+    def __init__(self, env: EnvLike | Callable[[], GymEnv], *, horizon: int | None = None) -> None:
         import gymnasium as gym
 
         if isinstance(env, str):
@@ -199,7 +202,7 @@ def collect(
     rng: np.random.Generator,
     *,
     min_steps: int | None = None,
-    scored: Any = None,
+    scored: PolicyFn | None = None,
     features: bool = False,
     n_envs: int = 16,
     on_step: Callable[[int], None] | None = None,
