@@ -85,8 +85,12 @@ def has_numba() -> bool:
 
 def step_work(obj: Any) -> int | None:
     """Stored transitions per step (``S x A x B``) of a :class:`~imitation_meg.TabularMDP`
-    (anything with an ``operator`` holding ``n_states``, ``n_actions`` and ``branching``), or
+    (anything with an ``operator`` holding ``n_states``, ``n_actions`` and ``branching``), the
+    sum over a non-empty list or tuple of them (interventional MEG solves their union), or
     None for anything else."""
+    if isinstance(obj, (list, tuple)) and obj:
+        parts = [step_work(o) for o in obj]
+        return None if any(p is None for p in parts) else sum(parts)  # type: ignore[misc]
     op = getattr(obj, "operator", None)
     try:
         return int(op.n_states) * int(op.n_actions) * int(op.branching)  # type: ignore[union-attr]

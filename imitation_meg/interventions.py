@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
+from imitation_meg import _threads
 from imitation_meg._validation import ImitationMEGWarning, as_policy, as_tensor
 from imitation_meg.known import MEGObjective, MEGResult, meg, meg_upper_bound, sa_occupancy_of
 from imitation_meg.mdp import TabularMDP
@@ -373,6 +374,7 @@ def _class_base(
 
 
 # ----------------------------------------------------------------------------- the measure
+@_threads.entry_point
 def meg_interventional(
     policy: PolicySource,
     mdps: Sequence[TabularMDP],

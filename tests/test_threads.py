@@ -50,6 +50,7 @@ def _calls(mdp: im.TabularMDP) -> dict[str, object]:
         "meg_cid_target": lambda: im.meg_cid_target(mouse, ["T"], policy=rule),
         "meg_discounted": lambda: im.meg(policies.epsilon_greedy(disc, 0.3), disc),
         "meg_unknown_discounted": lambda: im.meg_unknown(policies.epsilon_greedy(disc, 0.3), disc),
+        "meg_interventional": lambda: im.meg_interventional([pi, pi], [mdp, mdp]),
     }
 
 
@@ -93,6 +94,8 @@ def test_small_work_runs_on_one_thread_and_large_on_the_callers():
             assert n == 2
         assert _threads.step_work(cliff_world(horizon=3)) == 40 * 4 * 2
         assert _threads.step_work("not an MDP") is None
+        assert _threads.step_work([cliff_world(horizon=3)] * 2) == 2 * 40 * 4 * 2
+        assert _threads.step_work([cliff_world(horizon=3), "not an MDP"]) is None
     finally:
         th.set_num_threads(before)
 
@@ -110,34 +113,51 @@ def test_threads_are_restored_when_the_call_raises():
 
 _OMP_CASE = """
 import sys
-import torch as th, numba
+import numpy as np, torch as th, numba
 import imitation_meg as im
-from imitation_meg import _fused
+from imitation_meg import _fused, _fused_class, _threads
 from imitation_meg.envs import random_mdp
-S = int(sys.argv[1])
-if S < 100_000:  # a small MDP with the large MDPs' fused passes
-    _fused.FUSED_MIN_SA, _fused.SMALL_MAX_WORK = 0, -1
+S, first = int(sys.argv[1]), sys.argv[2]
+if S < 100_000:  # a small MDP with the large MDPs' compiled passes (numba's parallel loops)
+    _fused.FUSED_MIN_SA, _fused.SMALL_MAX_WORK, _fused_class.MIN_WORK = 0, -1, 0
 mdp = random_mdp(S, 4, 2, branching=4, seed=0)
 pi = im.policies.epsilon_greedy(mdp, 0.3)
+disc = random_mdp(50, 3, None, discount=0.9, seed=1)
 assert _fused.usable(mdp, mdp.reward_sa()) and not _fused.small(mdp)
-before = (th.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
-assert im.meg(pi, mdp).converged
-print(before[0], before[1], th.get_num_threads(), numba.get_num_threads())
+calls = {
+    "meg": lambda: im.meg(pi, mdp),
+    "meg_unknown": lambda: im.meg_unknown(pi, mdp, features=np.eye(4)[np.arange(S) % 4]),
+    "discounted": lambda: im.meg(im.policies.epsilon_greedy(disc, 0.3), disc),
+}
+numba_default = numba.config.NUMBA_NUM_THREADS
+print(th.get_num_threads(), numba_default)
+for name in (first, *(n for n in calls if n != first)):
+    assert calls[name]().converged, name
+    pool = _threads._numba_pool()  # numba's count if its pool runs (reading it launches it)
+    print(name, th.get_num_threads(), pool.get_num_threads() if pool else numba_default)
 """
 
 
 @pytest.mark.skipif(not _threads.has_numba(), reason="the leak comes from numba's pool")
 @pytest.mark.parametrize(
-    "n_states", [2000, pytest.param(200_000, marks=pytest.mark.expensive)], ids=["forced", "issue"]
+    ("n_states", "first"),
+    [
+        (2000, "meg"),
+        (2000, "meg_unknown"),
+        (2000, "discounted"),
+        pytest.param(200_000, "meg", marks=pytest.mark.expensive),
+    ],
+    ids=["forced-meg", "forced-meg_unknown", "forced-discounted", "issue"],
 )
-def test_a_fused_meg_under_omp_num_threads_1_leaves_torch_on_one_thread(n_states):
-    """The issue's case (a 2e5-state MDP, H = 2; or a small one with the same fused passes):
-    numba's OpenMP pool, launched by the first compiled pass of a fresh process, used to reset
-    the OpenMP thread count that torch reads (1 -> 2)."""
+def test_calls_under_omp_num_threads_1_leave_torch_on_one_thread(n_states, first):
+    """Under ``OMP_NUM_THREADS=1`` in a fresh process, each public call in turn (the first one
+    launches numba's pool): the issue's case (a 2e5-state MDP, H = 2; or a small one with the
+    same compiled passes forced on). Numba's OpenMP pool used to reset the OpenMP thread count
+    that torch reads (1 -> 2) at its launch."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     env.pop("NUMBA_NUM_THREADS", None)
     out = subprocess.run(
-        [sys.executable, "-c", _OMP_CASE, str(n_states)],
+        [sys.executable, "-c", _OMP_CASE, str(n_states), first],
         env=env,
         capture_output=True,
         text=True,
@@ -145,11 +165,12 @@ def test_a_fused_meg_under_omp_num_threads_1_leaves_torch_on_one_thread(n_states
         check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    torch_before, numba_default, torch_after, numba_after = map(
-        int, out.stdout.strip().splitlines()[-1].split()
-    )
-    assert torch_before == 1 and torch_after == 1
-    assert numba_after == numba_default
+    lines = out.stdout.strip().splitlines()
+    torch_before, numba_default = map(int, lines[0].split())
+    assert torch_before == 1
+    after = {name: (int(t), int(n)) for name, t, n in (line.split() for line in lines[1:])}
+    assert next(iter(after)) == first and len(after) == 3
+    assert all(counts == (1, numba_default) for counts in after.values()), after
 
 
 @pytest.mark.skipif(not _threads.has_numba(), reason="numba's loops")
@@ -162,5 +183,29 @@ def test_numba_threads_follow_torch_and_are_put_back():
         with _threads.numba_threads() as n:
             assert n == 1 and numba.get_num_threads() == 1 and th.get_num_threads() == 1
         assert th.get_num_threads() == 1
+    finally:
+        th.set_num_threads(before)
+
+
+@pytest.mark.expensive
+@pytest.mark.parametrize("caller", [1, 2])
+def test_approximate_meg_leaves_the_callers_thread_counts(caller):
+    """The approximate entry points (SB3-style soft-Q fits on a gym environment) too."""
+    import warnings
+
+    lean = lambda obs: np.tile([0.7, 0.3], (len(obs), 1))  # noqa: E731
+    kw = {"horizon": 12, "seed": 1, "n_data_steps": 600, "n_eval_episodes": 10, "n_models": 2}
+    kw.update(hidden=(16, 16), iterations=2, steps_per_iteration=5, n_boot=10)
+    before = th.get_num_threads()
+    try:
+        th.set_num_threads(caller)
+        numba_before = _numba_count()
+        with warnings.catch_warnings():  # a fit this short is flagged; only threads matter here
+            warnings.simplefilter("ignore")
+            im.meg_approx(lean, "CartPole-v1", **kw)
+            assert th.get_num_threads() == caller
+            im.meg_approx_unknown(lean, "CartPole-v1", ascent_steps=1, episodes_per_step=2, **kw)
+        assert th.get_num_threads() == caller
+        assert _numba_count() == numba_before or numba_before is None
     finally:
         th.set_num_threads(before)

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
+from imitation_meg import _threads
 from imitation_meg.approx.evaluate import (
     ApproxMEGResult,
     ApproxMEGWarning,
@@ -376,6 +377,7 @@ def _check_data(n_data_steps: Any, memory_gib: Any) -> None:
         raise ValueError(f"data_memory_gib must be a positive number, got {memory_gib!r}.")
 
 
+@_threads.entry_point
 def meg_approx(
     policy: PolicySource,
     env: EnvLike | Callable[[], GymEnv],

@@ -35,6 +35,7 @@ import numpy as np
 import torch as th
 from torch import nn
 
+from imitation_meg import _threads
 from imitation_meg.approx.evaluate import ApproxMEGResult, summarise
 from imitation_meg.approx.known import (
     _Bar,
@@ -161,6 +162,7 @@ def _features_fn(source: EnvSource, pol: PolicyFn) -> Any:
     return fn
 
 
+@_threads.entry_point
 def meg_approx_unknown(
     policy: PolicySource,
     env: EnvLike | Callable[[], GymEnv],
