@@ -48,6 +48,7 @@ _HAS_NUMBA = importlib.util.find_spec("numba") is not None
 numba: Any = None
 
 __all__ = [
+    "DIRECT_ENTRY",
     "FUSED_MIN_SA",
     "N_CHUNKS",
     "SMALL_MAX_WORK",
@@ -63,6 +64,9 @@ __all__ = [
 # pairs, 1.47x at 8e5, 2.46x at 4e6. Below it the torch passes keep every step's rows (batched
 # accumulations) and their calls cost little. Tests lower it.
 FUSED_MIN_SA = 1 << 16
+# Whether :func:`call_specialised` calls a compiled specialisation's entry point directly
+# (numba internals; off: through numba's dispatcher, the same results, ~20 ms more a call).
+DIRECT_ENTRY = True
 # Passes over at most this many stored transitions times steps (S x A x branching x H) run in
 # one compiled call on one thread (``small``). Measured, one thread (one pass of 1 / 8 betas,
 # torch -> compiled): CliffWorld 10x4 (9.6e3) 0.84 -> 0.11 / 1.19 -> 0.67 ms; a random
@@ -328,17 +332,23 @@ def call_specialised(dispatcher: Any, args: tuple[Any, ...], A: int, B: int) -> 
     3.3 ms (a random 1e5-state MDP, 4 actions, 4 successors, one thread; torch's CSR product
     alone 1.7 ms). Numba's own dispatch on literal arguments costs about 20 ms a call, so after
     the first call (which compiles, or loads from numba's cache, and runs the specialisation)
-    the compiled entry point is called directly, found by the arguments' numba types. The
-    arguments must keep their types from call to call (C-contiguous arrays of one dtype).
+    the compiled entry point is called directly, found by the arguments' numba types in the
+    dispatcher's ``overloads`` (numba internals, present in numba 0.58-0.68). The arguments
+    must keep their types from call to call (C-contiguous arrays of one dtype). Where the
+    internals are missing (another numba, :data:`DIRECT_ENTRY` off, or a plain function), the
+    call goes through the dispatcher: the same results, numba's dispatch cost per call.
     """
-    import numba as nb  # imported already by whoever compiled ``dispatcher``
+    overloads = getattr(dispatcher, "overloads", None) if DIRECT_ENTRY else None
+    entry = None
+    if isinstance(overloads, dict):
+        import numba as nb  # imported already by whoever compiled ``dispatcher``
 
-    key = (*(nb.typeof(a) for a in args), nb.types.literal(A), nb.types.literal(B))
-    compiled = dispatcher.overloads.get(key)
-    if compiled is None:
+        key = (*(nb.typeof(a) for a in args), nb.types.literal(A), nb.types.literal(B))
+        entry = getattr(overloads.get(key), "entry_point", None)
+    if entry is None:
         dispatcher(*args, A, B)  # compiles (or loads) the specialisation, and runs it
     else:
-        compiled.entry_point(*args, A, B)
+        entry(*args, A, B)
 
 
 def _np(t: th.Tensor) -> np.ndarray:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import imitation_meg as im
-from imitation_meg import _fused_class, _threads, likelihood, policies
+from imitation_meg import _fused, _fused_class, _threads, likelihood, policies
 from imitation_meg.envs import random_mdp
 from imitation_meg.known import sa_occupancy_of
 from imitation_meg.unknown import class_features
@@ -187,3 +187,26 @@ def test_compiled_passes_run_only_where_they_pay():
     w_big = th.zeros(10, 1, 1).expand(10, 20_000, 4)
     assert _fused_class.usable(big, w_big)
     assert not _fused_class.usable(big, w_big.to("meta"))
+
+
+def test_specialised_calls_without_numba_internals_give_the_same_bits(monkeypatch):
+    """The direct entry into a compiled specialisation (numba internals) and numba's own
+    dispatch (the fallback) run the same machine code: the same bits."""
+    monkeypatch.setattr(_fused_class, "MIN_WORK", 0)
+    mdp = random_mdp(150, 4, 6, branching=3, seed=7)
+    pi = policies.epsilon_greedy(mdp, 0.2)
+    direct = im.meg_unknown(pi, mdp)
+    import numba
+
+    overloads = _fused_class._kernel("hvp", serial=True).overloads  # one thread: serial loops
+    literal = [sig for sig in overloads if isinstance(sig[-1], numba.types.Literal)]
+    assert literal and overloads[literal[0]].entry_point is not None  # the internals it reads
+    monkeypatch.setattr(_fused, "DIRECT_ENTRY", False)
+    dispatched = im.meg_unknown(pi, mdp)
+    assert direct.meg == dispatched.meg and th.equal(
+        direct.extra["theta"], dispatched.extra["theta"]
+    )
+    seen = []
+    monkeypatch.setattr(_fused, "DIRECT_ENTRY", True)
+    _fused.call_specialised(lambda *a: seen.append(a), (1.5, "x"), 4, 2)  # no ``overloads``
+    assert seen == [(1.5, "x", 4, 2)]
