@@ -11,6 +11,7 @@ Usage (from a checkout's root; ``git archive main | tar -x -C /tmp/main-copy`` m
 ``main`` to compare against)::
 
     python benchmarks/beside_load.py . /tmp/main-copy --rounds 2 --repeats 3
+    python benchmarks/beside_load.py . /tmp/main-copy --random 20000 --grid 0 0 20
 """
 
 from __future__ import annotations
@@ -31,9 +32,12 @@ _CHILD = """
 import json, sys, time
 import torch as th
 import imitation_meg as im
-from imitation_meg.envs import cliff_world
-width, height, horizon, eps, repeats = json.loads(sys.argv[1])
-mdp = cliff_world(width=width, height=height, horizon=horizon)
+from imitation_meg.envs import cliff_world, random_mdp
+width, height, horizon, eps, repeats, n_random = json.loads(sys.argv[1])
+if n_random:
+    mdp = random_mdp(n_random, 4, horizon, branching=4, seed=0)
+else:
+    mdp = cliff_world(width=width, height=height, horizon=horizon)
 pi = im.policies.epsilon_greedy(mdp, eps)
 threads = th.get_num_threads()
 res = im.meg(pi, mdp)  # warm-up (imports, caches)
@@ -48,12 +52,16 @@ print(json.dumps({"best_s": min(times), "times_s": times, "meg": res.meg,
 """
 
 
-def measure(root: str, grid: tuple[int, int, int], eps: float, repeats: int) -> dict:
+def measure(
+    root: str, grid: tuple[int, int, int], eps: float, repeats: int, n_random: int = 0
+) -> dict:
     """Time one ``meg`` call of the copy at ``root`` in a fresh process (see the module
-    docstring); returns the child's JSON record."""
+    docstring) on CliffWorld ``grid`` (width, height, horizon), or with ``n_random`` on a
+    random MDP of that many states (4 actions, 4 successors, the grid's horizon); returns the
+    child's JSON record."""
     env = dict(os.environ, PYTHONPATH=str(pathlib.Path(root).resolve()))
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, json.dumps([*grid, eps, repeats])],
+        [sys.executable, "-c", _CHILD, json.dumps([*grid, eps, repeats, n_random])],
         env=env,
         capture_output=True,
         text=True,
@@ -69,6 +77,7 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, str], list[float]]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("roots", nargs="+", help="checkout roots to compare")
     p.add_argument("--grid", type=int, nargs=3, default=(100, 20, 110), metavar=("W", "H", "T"))
+    p.add_argument("--random", type=int, default=0, help="states of a random MDP instead")
     p.add_argument("--eps", type=float, default=0.1, help="epsilon of the eps-greedy policy")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
@@ -80,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, str], list[float]]:
             for cond in ("quiet", "loaded"):
                 procs = a.load_procs if cond == "loaded" else 0
                 with load.background_load(procs):
-                    rec = measure(root, tuple(a.grid), a.eps, a.repeats)
+                    rec = measure(root, tuple(a.grid), a.eps, a.repeats, a.random)
                 best.setdefault((root, cond), []).append(rec["best_s"])
                 print(
                     f"round {rnd} {root} {cond}: best {rec['best_s']:.3f} s of "

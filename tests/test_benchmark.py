@@ -180,3 +180,17 @@ def test_benchmark_measures_each_row_quiet_and_beside_the_load(tmp_path):
             if f"load.work(64, {os.getpid()})" in text:
                 left.append(cmd.parent.name)
         assert not left
+
+
+def test_beside_load_times_one_meg_call_per_checkout_and_condition():
+    """benchmarks/beside_load.py: one record per checkout, condition and round, from a fresh
+    process that imports the given checkout and keeps its thread count."""
+    load_driver("benchmark", ROOT / "benchmarks")
+    import beside_load
+
+    rec = beside_load.measure(str(ROOT), (10, 4, 6), 0.1, 2)
+    assert rec["converged"] and 0 < rec["meg"] <= 6 * np.log(4)
+    assert rec["best_s"] == min(rec["times_s"]) and len(rec["times_s"]) == 2
+    assert rec["threads_after"] == rec["threads"]
+    with pytest.raises(RuntimeError, match="failed"):
+        beside_load.measure(str(ROOT), (0, 4, 6), 0.1, 1)  # an empty grid is refused
