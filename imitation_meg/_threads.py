@@ -90,7 +90,8 @@ def step_work(obj: Any) -> int | None:
     None for anything else."""
     if isinstance(obj, (list, tuple)) and obj:
         parts = [step_work(o) for o in obj]
-        return None if any(p is None for p in parts) else sum(parts)  # type: ignore[misc]
+        known = [p for p in parts if p is not None]
+        return sum(known) if len(known) == len(parts) else None
     op = getattr(obj, "operator", None)
     try:
         return int(op.n_states) * int(op.n_actions) * int(op.branching)  # type: ignore[union-attr]
@@ -152,7 +153,7 @@ def numba_threads() -> Iterator[int]:
 
     n = th.get_num_threads()
     before = numba.get_num_threads()  # launches the pool on first use
-    want = max(1, min(n, numba.config.NUMBA_NUM_THREADS))
+    want = max(1, min(n, int(getattr(numba.config, "NUMBA_NUM_THREADS"))))  # noqa: B009
     if want != before:
         numba.set_num_threads(want)
     if th.get_num_threads() != n:
