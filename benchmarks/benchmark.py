@@ -184,15 +184,23 @@ def _note(kind: str, kwargs: dict[str, Any], row: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+# The columns that name a row, first in both tables.
+_ROW_NAME = ("task", "env", "S", "H", "K", "dtype")
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
+    """A markdown table: the header ``_ROW_NAME + head``, then one line per row of cells."""
+    lines = [
+        "| " + " | ".join((*_ROW_NAME, *head)) + " |",
+        "|" + "---|" * (len(_ROW_NAME) + len(head)),
+    ]
+    lines += ["| " + " | ".join(str(c) for c in cells) + " |" for cells in rows]
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict[str, Any]], bandwidth: float) -> str:
     """The benchmark table in markdown."""
     head = (
-        "task",
-        "env",
-        "S",
-        "H",
-        "K",
-        "dtype",
         "device",
         "ours (s)",
         "incumbent (s)",
@@ -203,30 +211,26 @@ def markdown(rows: list[dict[str, Any]], bandwidth: float) -> str:
         "bandwidth fraction",
         "note",
     )
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    cells = []
     for r in rows:
         frac = None
         if r.get("sparse_pass_bytes"):
             frac = r["sparse_pass_bytes"] / r["sparse_pass_s"] / bandwidth
-        cells = (
-            r["task"],
-            r["env"],
-            r["S"],
-            r["H"],
-            r["K"],
-            r["dtype"],
-            r["device"],
-            _fmt(r["ours_s"]),
-            _fmt(r.get("incumbent_s")),
-            (f"{r['speedup']:.1f}x" if r.get("speedup") else ""),
-            _fmt(r.get("peak_rss_mib"), 4),
-            _fmt(r.get("err_vs_incumbent")),
-            _fmt(r.get("float32_err")),
-            _fmt(frac),
-            r.get("note", ""),
+        cells.append(
+            (
+                *(r[k] for k in _ROW_NAME),
+                r["device"],
+                _fmt(r["ours_s"]),
+                _fmt(r.get("incumbent_s")),
+                (f"{r['speedup']:.1f}x" if r.get("speedup") else ""),
+                _fmt(r.get("peak_rss_mib"), 4),
+                _fmt(r.get("err_vs_incumbent")),
+                _fmt(r.get("float32_err")),
+                _fmt(frac),
+                r.get("note", ""),
+            )
         )
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    return "\n".join(lines)
+    return _table(head, cells)
 
 
 def _run_once(
@@ -278,12 +282,6 @@ def _run_both(
 def loaded_markdown(rows: list[dict[str, Any]], cfg: Config) -> str:
     """The table of every row quiet and beside the load."""
     head = (
-        "task",
-        "env",
-        "S",
-        "H",
-        "K",
-        "dtype",
         "ours quiet (s)",
         f"ours beside {cfg.load_procs} matmul processes (s)",
         "slowdown",
@@ -292,7 +290,7 @@ def loaded_markdown(rows: list[dict[str, Any]], cfg: Config) -> str:
         "speedup quiet",
         "speedup beside the load",
     )
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    cells = []
     for r in rows:
 
         def ratio(key: str, r: dict[str, Any] = r) -> str:
@@ -300,23 +298,19 @@ def loaded_markdown(rows: list[dict[str, Any]], cfg: Config) -> str:
             base = f"{r[key]:.1f}x" if r.get(key) else ""
             return base + (f" ({fit:.1f}x a {r['fit_evals']}-evaluation fit)" if fit else "")
 
-        cells = (
-            r["task"],
-            r["env"],
-            r["S"],
-            r["H"],
-            r["K"],
-            r["dtype"],
-            _fmt(r["ours_s"]),
-            _fmt(r.get("loaded_ours_s")),
-            f"{r['slowdown']:.2f}x" if r.get("slowdown") else "not run",
-            _fmt(r.get("incumbent_s")),
-            _fmt(r.get("loaded_incumbent_s")),
-            ratio("speedup"),
-            ratio("loaded_speedup"),
+        cells.append(
+            (
+                *(r[k] for k in _ROW_NAME),
+                _fmt(r["ours_s"]),
+                _fmt(r.get("loaded_ours_s")),
+                f"{r['slowdown']:.2f}x" if r.get("slowdown") else "not run",
+                _fmt(r.get("incumbent_s")),
+                _fmt(r.get("loaded_incumbent_s")),
+                ratio("speedup"),
+                ratio("loaded_speedup"),
+            )
         )
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    return "\n".join(lines)
+    return _table(head, cells)
 
 
 def main(cfg: Config) -> dict:

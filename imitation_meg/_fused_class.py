@@ -384,51 +384,23 @@ class ClassPasses:
         ``nu``)."""
         G = _np(wsum.sum(0, keepdim=True) if self.per_state else wsum).copy()
         C = np.zeros((self.A, self.S), dtype=G.dtype)
-        with _threads.numba_threads() as n:
-            args = (
-                self.nxt,
-                self.prob,
-                self.tptr,
-                self.tsrc,
-                self.tprob,
-                _np(pi),
-                _np(nu),
-                self.gamma,
-                _np(rho),
-                self._m,
-                self._acc,
-                G,
-                C,
-                n == 1,
-            )
-            call_specialised(_kernel("grad", n == 1), args, self.A, self.B)
+        args = (_np(pi), _np(nu), self.gamma, _np(rho), self._m, self._acc, G, C)
+        self._run("grad", args)
         return th.from_numpy(G), th.from_numpy(C)
+
+    def _run(self, name: str, args: tuple[Any, ...]) -> None:
+        """The compiled loop ``name`` on the MDP's transitions (both directions) and ``args``,
+        serial on one numba thread, else parallel (torch's count, see :mod:`_threads`)."""
+        with _threads.numba_threads() as n:
+            graph = (self.nxt, self.prob, self.tptr, self.tsrc, self.tprob)
+            call_specialised(_kernel(name, n == 1), (*graph, *args, n == 1), self.A, self.B)
 
     def hvp(self, pi: th.Tensor, rho: th.Tensor, u: th.Tensor) -> th.Tensor:
         """``sum_t dq_t`` ``(k, S)`` of the tangent reward ``u`` (``(1, S)`` state reward or
         ``(A, S)``) at the policy ``pi (H, A, S)`` with forward pass ``rho (H, S)``."""
         dG = np.zeros((1 if self.per_state else self.A, self.S), dtype=self._m.dtype)
-        with _threads.numba_threads() as n:
-            args = (
-                self.nxt,
-                self.prob,
-                self.tptr,
-                self.tsrc,
-                self.tprob,
-                _np(pi),
-                _np(rho),
-                _np(u),
-                self.gamma,
-                self._dV,
-                self._Y,
-                self._m,
-                self._drho,
-                self._acc,
-                self._zero,
-                dG,
-                n == 1,
-            )
-            call_specialised(_kernel("hvp", n == 1), args, self.A, self.B)
+        args = (_np(pi), _np(rho), _np(u), self.gamma, self._dV, self._Y, self._m)
+        self._run("hvp", (*args, self._drho, self._acc, self._zero, dG))
         return th.from_numpy(dG)
 
     def one_step_curvature(self, labels: th.Tensor, n_labels: int, C: th.Tensor) -> th.Tensor:
