@@ -748,6 +748,11 @@ ROWS: dict[str, Callable[..., Any]] = {
 
 
 def _child(kind: str, kwargs: dict[str, Any]) -> None:
+    from imitation_meg import _fused
+
+    # Steady state: the compiled pass on small MDPs from the first call (a process otherwise
+    # starts them on the torch passes; the rows time calls after a warm-up call anyway).
+    _fused.SMALL_WARMUP_SECONDS = 0.0
     th.set_num_threads(int(kwargs.pop("threads", 1)))
     row = ROWS[kind](**kwargs)
     if row is not None:
