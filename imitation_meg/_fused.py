@@ -14,11 +14,16 @@ take half the time of 1). The math is the torch pass's (and
 
 On a small MDP the torch pass costs the overhead of its calls (about a dozen per step, a few
 microseconds each), not its arithmetic: there one compiled call (:func:`_horizon`) runs the
-whole pass, every step and every beta, on one thread (same step loop, :func:`_rows`).
-Measured on CliffWorld 10x4 (H = 30), one thread, best of 10, in one process: a whole MEG call
-4.36 -> 2.29 ms at epsilon 0.3, 5.16 -> 2.46 ms at 0.1, 6.62 -> 3.27 ms at 0.4 (1.9-2.1x;
-docs/benchmark.md, round six). The first compiled pass in a process costs about 0.37 s once
-(importing numba, loading the cached code): the small-MDP form pays off after about 190 calls.
+whole pass, every step and every beta, on one thread (same step loop, :func:`_rows`): on
+CliffWorld 10x4 (H = 30) a whole MEG call takes about half the time of the torch passes'
+(docs/benchmark.md). But the first compiled pass in a process costs about half a second of CPU
+once (importing numba and loading the cached machine code), the time of a few dozen small torch
+passes. So small MDPs start on the torch passes, and a process switches to the compiled pass
+once its small torch passes have cost :data:`SMALL_WARMUP_SECONDS` (the rent-or-buy rule: at most
+twice the better choice's time in hindsight). A one-off command scoring one small policy never
+imports numba; a callback scoring every few thousand steps, or a sweep, switches within its
+first seconds. Large MDPs use the compiled passes from the first call (their passes cost more
+than the loading).
 
 Determinism: states are split into ``N_CHUNKS`` fixed chunks whatever the number of threads;
 each chunk accumulates its terms in float64 in state order and the chunks' sums are added in
@@ -31,8 +36,11 @@ loop (a few seconds; numba caches it on disk for later processes).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -52,10 +60,12 @@ __all__ = [
     "FUSED_MIN_SA",
     "N_CHUNKS",
     "SMALL_MAX_WORK",
+    "SMALL_WARMUP_SECONDS",
     "available",
     "call_specialised",
     "derivative_pass",
     "small",
+    "torch_pass",
     "usable",
 ]
 
@@ -74,6 +84,11 @@ DIRECT_ENTRY = True
 # MDP, H = 50; CliffWorld 100x20) one beta still gains 1.4-1.5x but eight batched betas cost the
 # same or 5% more, and torch's passes use every core: the limit stays below that.
 SMALL_MAX_WORK = 1 << 20
+#: Seconds of small-MDP torch passes after which a process loads the compiled whole pass
+#: (about the one-time cost of loading it: 0.37 s on a quiet 2-core host, 0.55 s of CPU on a
+#: busy one).
+SMALL_WARMUP_SECONDS = 0.5
+_small_torch_seconds = 0.0  # spent so far in this process
 # Fixed chunks of states (the unit of parallel work and of the accumulation order).
 N_CHUNKS = 256
 # States per block: the block's successors are gathered before its softmaxes are taken.
@@ -87,16 +102,28 @@ def available() -> bool:
 
 def usable(mdp: TabularMDP, r: th.Tensor) -> bool:
     """Whether a compiled pass runs for this MDP: numba installed, CPU, and either sparse and
-    large enough (:data:`FUSED_MIN_SA`) or small (:func:`small`)."""
-    return (
-        _HAS_NUMBA
-        and r.device.type == "cpu"
-        and r.dtype in (th.float32, th.float64)
-        and (
-            small(mdp)
-            or (mdp.n_states * mdp.n_actions > FUSED_MIN_SA and not mdp.operator.has_dense(r.dtype))
-        )
-    )
+    large enough (:data:`FUSED_MIN_SA`) or small (:func:`small`) once the process has loaded
+    the small form or spent :data:`SMALL_WARMUP_SECONDS` in small torch passes."""
+    if not (_HAS_NUMBA and r.device.type == "cpu" and r.dtype in (th.float32, th.float64)):
+        return False
+    if small(mdp):
+        return _compiled_small is not None or _small_torch_seconds >= SMALL_WARMUP_SECONDS
+    return mdp.n_states * mdp.n_actions > FUSED_MIN_SA and not mdp.operator.has_dense(r.dtype)
+
+
+@contextlib.contextmanager
+def torch_pass(mdp: TabularMDP) -> Iterator[None]:
+    """Wrap a torch pass that ran where :func:`usable` said no: a small MDP's time counts
+    towards :data:`SMALL_WARMUP_SECONDS`."""
+    global _small_torch_seconds
+    if not (_HAS_NUMBA and small(mdp)):
+        yield
+        return
+    start = time.process_time()
+    try:
+        yield
+    finally:
+        _small_torch_seconds += time.process_time() - start
 
 
 def small(mdp: TabularMDP) -> bool:

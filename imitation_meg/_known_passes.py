@@ -250,6 +250,14 @@ def derivative_pass(
     """
     if _fused.usable(mdp, r):  # numba on CPU: large sparse MDPs (a loop per step) or small ones
         return _fused.derivative_pass(mdp, r, beh, betas, second=second)
+    with _fused.torch_pass(mdp):
+        return _torch_derivative_pass(mdp, r, beh, betas, second)
+
+
+def _torch_derivative_pass(
+    mdp: TabularMDP, r: th.Tensor, beh: Behaviour, betas: th.Tensor, second: bool
+) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+    """:func:`derivative_pass` in torch's kernels."""
     K = betas.numel()
     H = mdp.steps
     W = beh.weights()
@@ -322,6 +330,14 @@ def zero_pass(
     """
     if _fused.usable(mdp, r):  # the fused derivative pass at beta = 0 costs about the same
         return _fused.derivative_pass(mdp, r, beh, r.new_zeros(1), second=True)
+    with _fused.torch_pass(mdp):
+        return _torch_zero_pass(mdp, r, beh)
+
+
+def _torch_zero_pass(
+    mdp: TabularMDP, r: th.Tensor, beh: Behaviour
+) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+    """:func:`zero_pass` in torch's kernels."""
     H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     SA = S * A
     W = beh.weights()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch as th
@@ -137,3 +141,35 @@ def test_fused_pass_runs_only_where_it_pays(monkeypatch):
     assert not _fused.usable(small, small.reward_sa())
     assert not _fused.usable(mid, mid.reward_sa())
     assert im.meg(policies.epsilon_greedy(small, 0.3), small).converged  # the torch passes
+
+
+def test_small_mdps_start_on_torch_and_switch_once_it_pays():
+    """A fresh process: the first small MEG call runs the torch passes without importing numba;
+    once small torch passes have cost ``SMALL_WARMUP_SECONDS`` of CPU the compiled pass takes
+    over, with the same MEG."""
+    code = """
+import json, sys, time
+import imitation_meg as im
+from imitation_meg import _fused, policies
+mdp = im.envs.cliff_world(width=10, height=4)
+pi = policies.epsilon_greedy(mdp, 0.1)
+first = im.meg(pi, mdp).meg
+out = {"after_one": "numba" in sys.modules, "spent": _fused._small_torch_seconds,
+       "warmup": _fused.SMALL_WARMUP_SECONDS}
+calls = 1
+while _fused._compiled_small is None and calls < 2000:
+    im.meg(pi, mdp)
+    calls += 1
+out.update(calls=calls, spent_at_switch=_fused._small_torch_seconds, first=first,
+           compiled=im.meg(pi, mdp).meg, numba="numba" in sys.modules)
+print(json.dumps(out))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600
+    )
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["warmup"] > 0  # the library's default (this suite sets it to 0)
+    assert not out["after_one"] and 0 < out["spent"] < out["warmup"]
+    assert out["numba"] and out["calls"] > 1
+    assert out["spent_at_switch"] >= out["warmup"]
+    assert out["compiled"] == pytest.approx(out["first"], rel=1e-10)
