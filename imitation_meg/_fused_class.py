@@ -183,7 +183,7 @@ def _tangent(
     return u[0 if per_state else a, s] + gamma * e
 
 
-def _hvp(
+def _hvp(  # noqa: C901 (one compiled loop nest: a helper per phase would cost numba a call per state)
     nxt: Any,
     prob: Any,
     tptr: Any,

@@ -664,22 +664,10 @@ def maximise(
         Lc = obj.value(cand, commit=False)
         ratio = (Lc - L) / pred if math.isfinite(Lc) and pred > 0 else -math.inf
         if lam == 0.0 and not Lc > L and not last:
-            # The Newton step overshoots (directions of tiny curvature, e.g. utilities of states
-            # the behaviour almost never visits, get huge components): backtrack along it before
-            # falling back on damping, which would crawl along those directions.
-            a = 0.5
-            while a > _BACKTRACK_MIN:
-                obj.restore()
-                trial = theta + a * p
-                Lt = obj.value(trial, commit=False)
-                if Lt > L:
-                    cand, Lc, ratio = trial, Lt, 0.5  # keep lam = 0: the direction was right
-                    break
-                a *= 0.5
-        if ratio < 0.25:
-            lam = max(16.0 * lam, _LAM_MIN * dmax)
-        elif ratio > 0.75:
-            lam = lam / 8.0 if lam > 8.0 * _LAM_MIN * dmax else 0.0
+            shorter = _backtrack(obj, theta, p, L)
+            if shorter is not None:
+                cand, Lc, ratio = *shorter, 0.5  # keep lam = 0: the direction was right
+        lam = _next_damping(lam, ratio, _LAM_MIN * dmax)
         taken = Lc > L
         trace[-1]["taken"] = float(taken)
         if taken:
@@ -705,6 +693,38 @@ def maximise(
         seconds=time.perf_counter() - start,
     )
     return out
+
+
+def _backtrack(
+    obj: LinearClassObjective, theta: th.Tensor, p: th.Tensor, L: float
+) -> tuple[th.Tensor, float] | None:
+    """``(theta + a p, L there)`` for the largest ``a = 1/2, 1/4, ...`` above
+    ``_BACKTRACK_MIN`` where ``L`` rises, or None (the last trial point is left uncommitted).
+
+    The Newton step overshoots where directions of tiny curvature (e.g. utilities of states the
+    behaviour almost never visits) get huge components: backtracking along it comes before
+    damping, which would crawl along those directions.
+    """
+    a = 0.5
+    while a > _BACKTRACK_MIN:
+        obj.restore()
+        trial = theta + a * p
+        Lt = obj.value(trial, commit=False)
+        if Lt > L:
+            return trial, Lt
+        a *= 0.5
+    return None
+
+
+def _next_damping(lam: float, ratio: float, smallest: float) -> float:
+    """The Levenberg-Marquardt damping after a step whose actual rise was ``ratio`` times the
+    model's: raised (at least to ``smallest``) below 1/4, lowered above 3/4 (to 0 from near
+    ``smallest``)."""
+    if ratio < 0.25:
+        return max(16.0 * lam, smallest)
+    if ratio > 0.75:
+        return lam / 8.0 if lam > 8.0 * smallest else 0.0
+    return lam
 
 
 def _pcg(
