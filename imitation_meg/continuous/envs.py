@@ -101,9 +101,8 @@ class ContinuousTabularEnv(gym.Env):
         observations: ``(S, F)`` rows; default the MDP's, else one-hot.
     """
 
-    metadata: dict[str, Any] = {"render_modes": []}
-
     def __init__(self, mdp: ContinuousMDP, observations: Any = None) -> None:
+        self.metadata = {"render_modes": []}
         if mdp.utility is None:
             raise ValueError(f"{mdp.name} has no utility to pay as reward.")
         obs = observations if observations is not None else mdp.observations

@@ -188,7 +188,7 @@ class ContinuousMDP:
 
     def _as_utility(self, utility: Any) -> Fn:
         if callable(utility):
-            return utility  # type: ignore[no-any-return]
+            return utility
         U = np.asarray(utility, dtype=np.float64)
         if U.shape != (self.n_states,) or not np.all(np.isfinite(U)):
             raise ValueError(

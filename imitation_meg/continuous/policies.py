@@ -180,7 +180,7 @@ class GaussianPolicy(ContinuousPolicy):
         mean = self.mean if self.time_dependent else self.mean.unsqueeze(0)
         std = self.std if self.time_dependent else self.std.unsqueeze(0)
         Tn, S, d = mean.shape
-        if S != mdp.n_states or d != mdp.action_dim:
+        if mdp.n_states != S or d != mdp.action_dim:
             raise ValueError(
                 f"{self.name}: tables of {S} states and {d} action dimensions do not fit "
                 f"{mdp.name} ({mdp.n_states} states, {mdp.action_dim} dimensions)."

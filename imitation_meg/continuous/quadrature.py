@@ -222,7 +222,7 @@ def _squashed_1d(mu: float, sd: float, n: int, panels: int) -> tuple[np.ndarray,
     """Pre-squash nodes ``g``, probability weights, and ``E[log(1 - tanh(g)^2)]``."""
     lo, hi = mu - GAUSS_RANGE * sd, mu + GAUSS_RANGE * sd
     breaks = np.linspace(lo, hi, panels + 1)
-    inner = _TANH_BREAKS[(_TANH_BREAKS > lo) & (_TANH_BREAKS < hi)]
+    inner = _TANH_BREAKS[(lo < _TANH_BREAKS) & (hi > _TANH_BREAKS)]
     breaks = np.unique(np.concatenate([breaks, inner]))
     g, w = composite_legendre(breaks, n)
     p = w * _normal_pdf((g - mu) / sd) / sd
