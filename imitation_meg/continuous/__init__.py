@@ -24,6 +24,7 @@ from imitation_meg.continuous.known import (
 )
 from imitation_meg.continuous.mdp import ContinuousMDP
 from imitation_meg.continuous.policies import DensityPolicy, GaussianPolicy
+from imitation_meg.continuous.unknown import ContinuousUnknownResult, meg_continuous_unknown
 
 __all__ = [
     "ContinuousMDP",
@@ -31,9 +32,11 @@ __all__ = [
     "ContinuousMEGResult",
     "ContinuousMEGWarning",
     "ContinuousTabularEnv",
+    "ContinuousUnknownResult",
     "DensityPolicy",
     "GaussianPolicy",
     "meg_continuous",
+    "meg_continuous_unknown",
     "policies",
     "random_continuous_mdp",
     "soft_values",
