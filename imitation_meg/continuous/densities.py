@@ -47,6 +47,7 @@ import torch as th
 from imitation_meg._validation import is_loaded_instance
 from imitation_meg.continuous.quadrature import (
     MeasureRule,
+    box_rule,
     clipped_gaussian_rule,
     squashed_gaussian_rule,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "as_continuous_policy",
     "deterministic_error",
     "tabular_policy",
+    "uniform_policy",
 ]
 
 
@@ -66,7 +68,8 @@ class ActionLaw:
 
     Attributes:
         kind: ``"squashed"`` (``mean``, ``std`` of the pre-squash Gaussian in the box scaled to
-            ``[-1, 1]``) or ``"clipped"`` (``mean``, ``std`` in the environment's units).
+            ``[-1, 1]``), ``"clipped"`` (``mean``, ``std`` in the environment's units) or
+            ``"uniform"`` (the uniform density on the box; ``mean``, ``std`` unused).
         mean, std: ``(n, d)`` float64.
         low, high: ``(d,)`` the environment's box.
     """
@@ -77,14 +80,33 @@ class ActionLaw:
     low: np.ndarray
     high: np.ndarray
 
-    def rule(self, *, nodes: int = 8, panels: int = 16) -> MeasureRule:
+    def rule(self, *, nodes: int = 8, panels: int = 16, extra_breaks: bool = True) -> MeasureRule:
         """The laws as quadrature rules in the environment's units (see
-        :mod:`imitation_meg.continuous.quadrature`)."""
-        build = squashed_gaussian_rule if self.kind == "squashed" else clipped_gaussian_rule
-        return build(self.mean, self.std, self.low, self.high, nodes=nodes, panels=panels)
+        :mod:`imitation_meg.continuous.quadrature`; ``extra_breaks`` for the squashed kind)."""
+        n = self.mean.shape[0]
+        if self.kind == "uniform":
+            box = box_rule(self.low, self.high, nodes=nodes, panels=max(1, panels // 4))
+            w = (box.weights / box.weights.sum()).expand(n, -1)
+            pts = box.points.expand(n, -1, -1)
+            return MeasureRule(pts, w, th.zeros(n, dtype=th.float64))
+        if self.kind == "squashed":
+            return squashed_gaussian_rule(
+                self.mean,
+                self.std,
+                self.low,
+                self.high,
+                nodes=nodes,
+                panels=panels,
+                extra_breaks=extra_breaks,
+            )
+        return clipped_gaussian_rule(
+            self.mean, self.std, self.low, self.high, nodes=nodes, panels=panels
+        )
 
     def sample(self, rng: np.random.Generator) -> np.ndarray:
         """One action per row ``(n, d)`` in the environment's units."""
+        if self.kind == "uniform":
+            return self.low + rng.random(self.mean.shape) * (self.high - self.low)
         g = self.mean + self.std * rng.standard_normal(self.mean.shape)
         if self.kind == "squashed":
             return self.low + (np.tanh(g) + 1.0) * 0.5 * (self.high - self.low)
@@ -101,6 +123,8 @@ class ActionLaw:
         if np.any(a < self.low) or np.any(a > self.high):
             raise ValueError("actions outside the box have density 0: clip or squash them first.")
         half = 0.5 * (self.high - self.low)
+        if self.kind == "uniform":
+            return np.full(a.shape[0], -float(np.log(2.0 * half).sum()))
         if self.kind == "squashed":
             x = np.clip((a - self.low) / half - 1.0, -1.0, 1.0)
             with np.errstate(divide="ignore"):
@@ -359,3 +383,15 @@ def tabular_policy(policy: Any, mdp: Any, observations: Any = None, **kwargs: An
         )
     law = pol.law(np.asarray(obs, dtype=np.float32))
     return GaussianPolicy(law.mean, law.std, kind=law.kind, name=pol.name)
+
+
+def uniform_policy(low: np.ndarray, high: np.ndarray) -> ContinuousPolicyFn:
+    """The uniform policy on the box ``[low, high]`` (MEG 0 for every utility)."""
+    lo = np.asarray(low, dtype=np.float64).reshape(-1)
+    hi = np.asarray(high, dtype=np.float64).reshape(-1)
+
+    def law(obs: Any) -> ActionLaw:
+        z = np.zeros((len(obs), lo.size))
+        return ActionLaw("uniform", z, np.ones_like(z), lo, hi)
+
+    return ContinuousPolicyFn(law, lo, hi, name="uniform", kind="uniform")

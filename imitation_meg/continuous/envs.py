@@ -17,9 +17,11 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 
+from imitation_meg.continuous.densities import ActionLaw, ContinuousPolicyFn, uniform_policy
 from imitation_meg.continuous.mdp import ContinuousMDP, QuadraticUtility, SmoothTransition
+from imitation_meg.continuous.policies import GaussianPolicy
 
-__all__ = ["ContinuousTabularEnv", "random_continuous_mdp"]
+__all__ = ["ContinuousTabularEnv", "random_continuous_mdp", "table_policy"]
 
 
 def random_continuous_mdp(
@@ -122,6 +124,8 @@ class ContinuousTabularEnv(gym.Env):
             mdp.low.astype(np.float32), mdp.high.astype(np.float32), dtype=np.float32
         )
         self._p0 = mdp.initial_state_dist.numpy()
+        self._utility = mdp.utility
+        self._transition = mdp._transition
         self._s = 0
         self._t = 0
 
@@ -146,10 +150,53 @@ class ContinuousTabularEnv(gym.Env):
                 "or squash it (SB3 does for its policies)."
             )
         a = np.clip(a, self.mdp.low, self.mdp.high)
-        s = th.tensor([self._s])
-        at = th.as_tensor(a)
-        r = float(self.mdp.reward(s, at)[0])
-        p = self.mdp.transition(s, at)[0].numpy()
-        self._s = int(self.np_random.choice(p.size, p=p / p.sum()))
+        s = self._s
+        # the functions were checked when the MDP was built: call them without re-checking,
+        # through their numpy form for one action when they have one
+        if hasattr(self._utility, "one"):
+            r = self._utility.one(s, a[0])
+        else:
+            r = float(self._utility(th.tensor([s]), th.as_tensor(a))[0])
+        if hasattr(self._transition, "one"):
+            p = self._transition.one(s, a[0])
+        else:
+            p = np.asarray(self._transition(th.tensor([s]), th.as_tensor(a))[0], dtype=np.float64)
+        self._s = min(
+            int(np.searchsorted(np.cumsum(p), self.np_random.random() * p.sum())), p.size - 1
+        )
         self._t += 1
-        return self.obs_matrix[self._s].copy(), r, False, self._t >= self.horizon, {"state": int(s)}
+        return self.obs_matrix[self._s].copy(), r, False, self._t >= self.horizon, {"state": s}
+
+
+def table_policy(
+    policy: GaussianPolicy | str, mdp: ContinuousMDP, observations: Any = None
+) -> ContinuousPolicyFn:
+    """A stationary tabular policy acting on observations (the state is the nearest
+    observation row), for the estimator's validation against the exact answers.
+
+    Args:
+        policy: a stationary :class:`GaussianPolicy`, or ``"uniform"``.
+        mdp: the MDP.
+        observations: ``(S, F)`` rows (default the MDP's).
+
+    Raises:
+        ValueError: a time-dependent policy, or no observations.
+    """
+    if isinstance(policy, str):
+        if policy != "uniform":
+            raise ValueError(f"policy must be a GaussianPolicy or 'uniform', got {policy!r}.")
+        return uniform_policy(mdp.low, mdp.high)
+    if policy.time_dependent:
+        raise ValueError("a policy acting on observations alone must be stationary, (S, d) tables.")
+    obs = observations if observations is not None else mdp.observations
+    if obs is None:
+        raise ValueError(f"{mdp.name} has no observations: pass observations=(S, F).")
+    rows = np.asarray(obs, dtype=np.float64)
+    mean, std = policy.mean.numpy(), policy.std.numpy()
+
+    def law(batch: Any) -> ActionLaw:
+        o = np.asarray(batch, dtype=np.float64).reshape(len(batch), -1)
+        s = ((o[:, None, :] - rows[None]) ** 2).sum(-1).argmin(1)
+        return ActionLaw(policy.kind, mean[s], std[s], mdp.low, mdp.high)
+
+    return ContinuousPolicyFn(law, mdp.low, mdp.high, name=policy.name, kind=policy.kind)

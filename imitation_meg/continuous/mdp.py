@@ -72,6 +72,17 @@ class SmoothTransition:
         logits = self.W0[states] + th.einsum("muf,mf->mu", self.W[states], phi)
         return th.softmax(logits, dim=-1)
 
+    def one(self, s: int, a: np.ndarray) -> np.ndarray:
+        """``(S,)`` the law at one state and action ``(d,)`` (numpy; for stepping an env)."""
+        if not hasattr(self, "_np"):
+            self._np = (self.W0.numpy(), self.W.numpy(), self.low.numpy(), self.high.numpy())
+        W0, W, lo, hi = self._np
+        x = 2.0 * (a - lo) / (hi - lo) - 1.0
+        phi = np.concatenate([x, x * x, [x[0] * x[1]]] if x.size == 2 else [x, x * x])
+        z = W0[s] + W[s] @ phi
+        z = np.exp(z - z.max())
+        return z / z.sum()
+
 
 class QuadraticUtility:
     """``r(s, a) = c[s] + g[s] . x - sum_k h[s, k] (x_k - m[s, k])^2`` with ``x`` the action
@@ -94,6 +105,16 @@ class QuadraticUtility:
         x = _normalise(actions, self.low, self.high)
         quad = (self.h[states] * (x - self.m[states]) ** 2).sum(-1)
         return self.c[states] + (self.g[states] * x).sum(-1) - quad
+
+    def one(self, s: int, a: np.ndarray) -> float:
+        """The utility at one state and action ``(d,)`` (numpy; for stepping an env)."""
+        if not hasattr(self, "_np"):
+            self._np = tuple(
+                v.numpy() for v in (self.c, self.g, self.h, self.m, self.low, self.high)
+            )
+        c, g, h, m, lo, hi = self._np
+        x = 2.0 * (a - lo) / (hi - lo) - 1.0
+        return float(c[s] + g[s] @ x - h[s] @ (x - m[s]) ** 2)
 
 
 class StateUtility:

@@ -218,12 +218,15 @@ def _check_gaussian(
     return m, s
 
 
-def _squashed_1d(mu: float, sd: float, n: int, panels: int) -> tuple[np.ndarray, np.ndarray, float]:
+def _squashed_1d(
+    mu: float, sd: float, n: int, panels: int, extra_breaks: bool = True
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Pre-squash nodes ``g``, probability weights, and ``E[log(1 - tanh(g)^2)]``."""
     lo, hi = mu - GAUSS_RANGE * sd, mu + GAUSS_RANGE * sd
     breaks = np.linspace(lo, hi, panels + 1)
-    inner = _TANH_BREAKS[(lo < _TANH_BREAKS) & (hi > _TANH_BREAKS)]
-    breaks = np.unique(np.concatenate([breaks, inner]))
+    if extra_breaks:
+        inner = _TANH_BREAKS[(lo < _TANH_BREAKS) & (hi > _TANH_BREAKS)]
+        breaks = np.unique(np.concatenate([breaks, inner]))
     g, w = composite_legendre(breaks, n)
     p = w * _normal_pdf((g - mu) / sd) / sd
     p = p / p.sum()
@@ -240,6 +243,7 @@ def squashed_gaussian_rule(
     *,
     nodes: int = 8,
     panels: int = 16,
+    extra_breaks: bool = True,
 ) -> MeasureRule:
     """The law of ``low + (tanh(g) + 1) (high - low) / 2``, ``g ~ N(mean, diag(std^2))``.
 
@@ -247,7 +251,8 @@ def squashed_gaussian_rule(
         mean, std: ``(n, d)`` pre-squash Gaussian parameters.
         low, high: ``(d,)`` the box.
         nodes, panels: Gauss-Legendre points per panel, panels over ``mean +- 8.5 std`` (more
-            panels are added at the integers of ``[-9, 9]`` inside that range).
+            panels are added at the integers of ``[-9, 9]`` inside that range, unless
+            ``extra_breaks=False``: a lighter rule for wide Gaussians).
 
     Returns:
         :class:`MeasureRule`; ``kl`` is ``KL(pi || u) = sum_k (log 2 - h(N(mean_k, std_k^2))
@@ -262,7 +267,7 @@ def squashed_gaussian_rule(
     kl = np.zeros(n)
     for i in range(n):
         for k in range(d):
-            g, p, e_jac = _squashed_1d(float(m[i, k]), float(s[i, k]), nodes, panels)
+            g, p, e_jac = _squashed_1d(float(m[i, k]), float(s[i, k]), nodes, panels, extra_breaks)
             pts[k].append(lo[k] + (np.tanh(g) + 1.0) * 0.5 * (hi[k] - lo[k]))
             wts[k].append(p)
             h_gauss = 0.5 * math.log(2.0 * math.pi * math.e * s[i, k] ** 2)
