@@ -221,6 +221,12 @@ def _score_options(args: argparse.Namespace) -> Any:
 
 
 def _score(args: argparse.Namespace) -> int:
+    if args.env is not None and _env_has_box_actions(args.env):
+        from imitation_meg.continuous.score import score_continuous
+
+        return score_continuous(args)
+    if args.noise_std is not None:
+        raise ValueError("--noise-std applies to deterministic agents in Box action spaces.")
     if args.approx or (args.env is not None and not _env_is_tabular(args.env)):
         from imitation_meg.approx.score import score_approx
 
@@ -398,6 +404,12 @@ def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> in
     return 0
 
 
+def _env_has_box_actions(env_id: str) -> bool:
+    from imitation_meg.continuous.score import has_box_actions
+
+    return has_box_actions(env_id)
+
+
 def _env_is_tabular(env_id: str) -> bool:
     from imitation_meg.approx.score import is_tabular
 
@@ -450,6 +462,13 @@ def _add_score_parser(sub: Any) -> None:
     )
     score.add_argument(
         "--epsilon", type=float, help="epsilon for epsilon-greedy, DQN, QR-DQN and ARS policies"
+    )
+    score.add_argument(
+        "--noise-std",
+        type=float,
+        metavar="SIGMA",
+        help="Box actions: score a deterministic agent (TD3, DDPG) smoothed by N(0, SIGMA^2) in "
+        "the box scaled to [-1, 1], as SB3's NormalActionNoise(sigma=SIGMA)",
     )
     score.add_argument(
         "--vec-normalize",

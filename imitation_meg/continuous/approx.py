@@ -17,7 +17,7 @@ structure as the discrete estimator (:mod:`imitation_meg.approx.known`):
    quadrature rule: a Rao-Blackwellised form of the sampled action's term), with ``m_beta`` by
    the action grid (Gauss-Legendre in 1-2 dimensions, Sobol points beyond); the mean over
    episodes is scanned over ``beta`` (0, both signs, half decades over 7 decades, then a fine
-   grid around the best point). ``beta = 0`` scores exactly 0, so the estimate is ``>= 0``.
+   grid around the best point, a tenth of a decade apart). ``beta = 0`` scores exactly 0, so the estimate is ``>= 0``.
 3. ``refine`` times: each network is refitted with its rationality prior focused on the optimum
    and with episodes of (an importance-resampled version of) its own soft-optimal policy there,
    and step 2 is repeated.
@@ -76,7 +76,10 @@ DATA_STEPS = 30_000
 _GRID_DECADES = (-2.0, 5.0)
 _GRID_STEP = 0.5
 _FINE_HALF = 0.3
-_FINE_STEP = 0.05
+_FINE_STEP = 0.1
+#: Rows per model and iteration whose soft Bellman targets are computed, on long horizons
+#: (``H >= 100``: more iterations, each with fewer steps) and short ones.
+_POOL_LONG, _POOL_SHORT = 2048, 8192
 #: Candidate uniform actions per decision when sampling a model's own soft-optimal policy.
 _RESAMPLE = 32
 #: Evaluation rows per forward pass.
@@ -403,6 +406,7 @@ def meg_approx_continuous(
         steps_per_iteration=n_steps,
         average=average,
         on_iteration=lambda _i: bar.update(n_models),
+        target_pool=_POOL_LONG if H >= 100 else _POOL_SHORT,
     )
     losses = fit(
         models, datas, lr=lr, priors=[BetaPrior()] * n_models, seeds=[s + 1 for s in seeds]

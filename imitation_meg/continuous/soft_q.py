@@ -273,6 +273,7 @@ def fit_box_soft_q(
     seeds: list[int] | None = None,
     average: float = 0.5,
     on_iteration: Callable[[int], None] | None = None,
+    target_pool: int = TARGET_POOL,
 ) -> list[list[float]]:
     """Fitted soft Q-iteration for several models at once (one batched network), each on its
     own data, prior and seed; returns each model's loss per iteration.
@@ -304,7 +305,7 @@ def fit_box_soft_q(
     for it in range(iterations):
         frozen = [p.clone() for p in avg]
         n_avg = 0
-        pool = min(TARGET_POOL, steps_per_iteration * batch_size)
+        pool = min(int(target_pool), steps_per_iteration * batch_size)
         parts = [f.rows(pool, [p[j : j + 1] for p in frozen], grid) for j, f in enumerate(fits)]
         z = th.stack([p.z for p in parts])
         target = th.stack([p.target for p in parts])
