@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -258,21 +259,14 @@ def squashed_gaussian_rule(
         :class:`MeasureRule`; ``kl`` is ``KL(pi || u) = sum_k (log 2 - h(N(mean_k, std_k^2))
         - E[log(1 - tanh(g_k)^2)])`` (independent of the box's size).
     """
-    m, s = _check_gaussian(mean, std)
-    lo = np.asarray(low, dtype=np.float64).reshape(-1)
-    hi = np.asarray(high, dtype=np.float64).reshape(-1)
-    n, d = m.shape
-    pts: list[list[np.ndarray]] = [[] for _ in range(d)]
-    wts: list[list[np.ndarray]] = [[] for _ in range(d)]
-    kl = np.zeros(n)
-    for i in range(n):
-        for k in range(d):
-            g, p, e_jac = _squashed_1d(float(m[i, k]), float(s[i, k]), nodes, panels, extra_breaks)
-            pts[k].append(lo[k] + (np.tanh(g) + 1.0) * 0.5 * (hi[k] - lo[k]))
-            wts[k].append(p)
-            h_gauss = 0.5 * math.log(2.0 * math.pi * math.e * s[i, k] ** 2)
-            kl[i] += math.log(2.0) - h_gauss - e_jac
-    return _assemble(pts, wts, th.as_tensor(kl))
+
+    def one(mu: float, sd: float, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray, float]:
+        g, p, e_jac = _squashed_1d(mu, sd, nodes, panels, extra_breaks)
+        h_gauss = 0.5 * math.log(2.0 * math.pi * math.e * sd**2)
+        x = lo + (np.tanh(g) + 1.0) * 0.5 * (hi - lo)
+        return x, p, math.log(2.0) - h_gauss - e_jac
+
+    return _per_dimension(mean, std, low, high, one)
 
 
 def _clipped_1d(
@@ -311,18 +305,37 @@ def clipped_gaussian_rule(
         nodes, panels: Gauss-Legendre points per panel, panels over the part of
             ``mean +- 8.5 std`` inside the box.
     """
+
+    def one(mu: float, sd: float, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray, float]:
+        x, p = _clipped_1d(mu, sd, lo, hi, nodes, panels)
+        return x, p, math.inf
+
+    return _per_dimension(mean, std, low, high, one)
+
+
+def _per_dimension(
+    mean: th.Tensor | np.ndarray,
+    std: th.Tensor | np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    one: Callable[[float, float, float, float], tuple[np.ndarray, np.ndarray, float]],
+) -> MeasureRule:
+    """A product over dimensions of 1-D rules ``one(mean, std, low, high) -> (points, weights,
+    KL term)``, for every state (the KL terms add up over dimensions)."""
     m, s = _check_gaussian(mean, std)
     lo = np.asarray(low, dtype=np.float64).reshape(-1)
     hi = np.asarray(high, dtype=np.float64).reshape(-1)
     n, d = m.shape
     pts: list[list[np.ndarray]] = [[] for _ in range(d)]
     wts: list[list[np.ndarray]] = [[] for _ in range(d)]
+    kl = np.zeros(n)
     for i in range(n):
         for k in range(d):
-            x, p = _clipped_1d(float(m[i, k]), float(s[i, k]), lo[k], hi[k], nodes, panels)
+            x, p, term = one(float(m[i, k]), float(s[i, k]), float(lo[k]), float(hi[k]))
             pts[k].append(x)
             wts[k].append(p)
-    return _assemble(pts, wts, th.full((n,), math.inf, dtype=th.float64))
+            kl[i] += term
+    return _assemble(pts, wts, th.as_tensor(kl))
 
 
 def _assemble(

@@ -36,6 +36,7 @@ from imitation_meg.approx.soft_q import (
     _MLP,
     BetaPrior,
     _clip_each,
+    _Fit,
     _stacked_forward,
     _stacked_params,
     _write_back,
@@ -138,6 +139,7 @@ class BoxSoftQModel:
         self.obs_std = th.as_tensor(obs_std, dtype=th.float32)
         self.last_steps = int(last_steps)
         self.null = False
+        self.split = False  # no exact one-step utility (the discrete estimator's fitting rows)
         from imitation_meg.approx.soft_q import BETA_SCALES, TIME_SCALES
 
         n_in = obs_dim + 1 + len(TIME_SCALES) + self.last_steps + len(BETA_SCALES) + self.action_dim
@@ -223,27 +225,18 @@ class _Rows(NamedTuple):
     target: th.Tensor  # (n,)
 
 
-class _BoxFit:
-    """One model's data, draws and clipping bounds during :func:`fit_box_soft_q`."""
+class _BoxFit(_Fit):
+    """One model's data, draws and clipping bounds during :func:`fit_box_soft_q` (the discrete
+    estimator's, with the actions scaled to ``[-1, 1]``)."""
 
     def __init__(self, model: BoxSoftQModel, data: Rollouts, prior: BetaPrior, seed: int) -> None:
-        self.model = model
-        self.prior = prior
-        self.gen = th.Generator().manual_seed(int(seed))
-        self.x = th.as_tensor(data.x)
-        self.xn = th.as_tensor(data.x_next)
-        self.t = th.as_tensor(data.t)
+        super().__init__(model, data, prior, seed)  # type: ignore[arg-type]
         self.a = model.scale_actions(th.as_tensor(data.a))
-        self.live = th.as_tensor(~data.done, dtype=th.float32)
-        self.r = th.as_tensor(data.r / model.q_scale, dtype=th.float32)
-        r_lo, r_hi = float(self.r.min()), float(self.r.max())
-        left = (model.horizon - 1 - self.t).clamp(min=0).to(th.float32)
-        self.q_lo = r_lo + left * min(r_lo, 0.0)
-        self.q_hi = r_hi + left * max(r_hi, 0.0)
+        self.box_model = model
 
-    def rows(self, n: int, frozen: list[th.Tensor], grid: ActionGrid) -> _Rows:
+    def box_rows(self, n: int, frozen: list[th.Tensor], grid: ActionGrid) -> _Rows:
         """``n`` rows with their rationalities, inputs and clipped soft Bellman targets."""
-        m = self.model
+        m = self.box_model
         idx = th.randint(0, self.x.shape[0], (n,), generator=self.gen)
         b = self.prior.sample(n, self.gen)
         target = th.empty(n)
@@ -294,7 +287,7 @@ def fit_box_soft_q(
     if not active:
         return losses
     fits = [_BoxFit(models[k], datas[k], priors[k], seeds[k]) for k in active]
-    params = _stacked_params([f.model for f in fits])  # type: ignore[misc]
+    params = _stacked_params([f.box_model for f in fits])  # type: ignore[misc]
     opt = th.optim.Adam(params, lr=lr)
     total = iterations * steps_per_iteration
     sched = th.optim.lr_scheduler.LambdaLR(
@@ -306,7 +299,7 @@ def fit_box_soft_q(
         frozen = [p.clone() for p in avg]
         n_avg = 0
         pool = min(int(target_pool), steps_per_iteration * batch_size)
-        parts = [f.rows(pool, [p[j : j + 1] for p in frozen], grid) for j, f in enumerate(fits)]
+        parts = [f.box_rows(pool, [p[j : j + 1] for p in frozen], grid) for j, f in enumerate(fits)]
         z = th.stack([p.z for p in parts])
         target = th.stack([p.target for p in parts])
         picks = th.randint(0, pool, (steps_per_iteration, batch_size), generator=fits[0].gen)
@@ -332,7 +325,7 @@ def fit_box_soft_q(
             losses[k].append(float(acc[j]) / steps_per_iteration)
         if on_iteration is not None:
             on_iteration(it)
-    _write_back([f.model for f in fits], avg)  # type: ignore[misc]
+    _write_back([f.box_model for f in fits], avg)  # type: ignore[misc]
     return losses
 
 
