@@ -98,7 +98,8 @@ class ContinuousApproxResult:
         confidence: the interval's nominal coverage.
         beta: the maximiser of the fits' mean curve (utility units).
         certificate: ``E_pi[sum_t KL(pi(. | s_t) || u)]`` (``inf`` for laws with point masses).
-        normalized: ``meg / certificate`` (NaN when the certificate is infinite or 0).
+        normalized: ``meg / certificate`` (0 when the certificate is 0, NaN when it is
+            infinite).
         horizon, mean_length, expected_return: ``H``, ``E_pi[T]``, the mean evaluation return.
         n_env_steps, n_eval_episodes: cost and evaluation size.
         models: per fit ``meg``, ``beta``, ``residual_mean``, ``residual_rms`` (at the
@@ -514,7 +515,9 @@ def _summarise(
         confidence=float(confidence),
         beta=beta,
         certificate=cert,
-        normalized=float(last.estimate) / cert if finite else math.nan,
+        normalized=float(last.estimate) / cert
+        if finite
+        else (math.nan if cert == math.inf else 0.0),
         horizon=int(horizon),
         mean_length=float(ev.lengths.mean()),
         expected_return=float(ev.returns.mean()),

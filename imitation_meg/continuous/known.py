@@ -291,7 +291,8 @@ class ContinuousMEGResult:
         certificate: ``E_pi[sum_t KL(pi_t(. | s_t) || u)]``, the policy's own log-likelihood
             ratio against the uniform density: an upper bound on MEG (``inf`` for laws with
             point masses).
-        normalized: ``meg / certificate`` in ``[0, 1]`` (0 when the certificate is 0 or inf).
+        normalized: ``meg / certificate`` in ``[0, 1]`` (0 when the certificate is 0, NaN when
+            it is infinite).
         expected_utility, model_expected_utility, uniform_expected_utility: ``E[sum_t r]`` of
             the policy, the fitted model and the uniform policy.
         grad: ``dL/dbeta`` at ``beta`` (utility units).
@@ -405,7 +406,7 @@ def meg_continuous(
         beta=float(sol.beta) / unit if unit > 0 else 0.0,
         log_likelihood=float(sol.L),
         certificate=cert,
-        normalized=float(sol.L) / cert if finite else 0.0,
+        normalized=float(sol.L) / cert if finite else (math.nan if cert == math.inf else 0.0),
         expected_utility=eu,
         model_expected_utility=u * sol.model_eu + shift * H,
         uniform_expected_utility=ueu,

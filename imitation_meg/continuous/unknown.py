@@ -290,7 +290,7 @@ def meg_continuous_unknown(
         meg=max(L, 0.0),
         theta=full,
         certificate=cert,
-        normalized=max(L, 0.0) / cert if finite else 0.0,
+        normalized=max(L, 0.0) / cert if finite else (math.nan if cert == math.inf else 0.0),
         grad_norm=gnorm,
         converged=bool(ok and quad_ok),
         iterations=iters,
