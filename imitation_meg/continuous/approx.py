@@ -332,6 +332,15 @@ def meg_approx_continuous(
     ):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}.")
+    for name, opt in (
+        ("iterations", iterations),
+        ("steps_per_iteration", steps_per_iteration),
+        ("grid_points", grid_points),
+    ):
+        if opt is not None and (
+            isinstance(opt, bool) or not isinstance(opt, (int, np.integer)) or opt < 1
+        ):
+            raise ValueError(f"{name} must be None or an integer >= 1, got {opt!r}.")
     check_lr(lr)
     check_average(average)
     if not 0.0 < float(confidence) < 1.0:

@@ -88,6 +88,10 @@ def test_environments_and_policies_that_do_not_fit_are_refused(mdp):
         BoxEnvSource("CartPole-v1")
     with pytest.raises(ValueError, match="horizon must be a positive integer"):
         BoxEnvSource("Pendulum-v1", horizon=0)
+    with pytest.raises(ValueError, match="steps_per_iteration must be None or an integer"):
+        meg_approx_continuous("unused.zip", "Pendulum-v1", steps_per_iteration=0)
+    with pytest.raises(ValueError, match="n_models must be an integer >= 1"):
+        meg_approx_continuous("unused.zip", "Pendulum-v1", n_models=0)
     td3 = sb3.TD3("MlpPolicy", "Pendulum-v1", learning_starts=10, seed=0)
     with pytest.raises(ValueError, match="noise_std=SIGMA"):
         meg_approx_continuous(td3, "Pendulum-v1", **TINY)
