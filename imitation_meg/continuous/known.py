@@ -37,7 +37,7 @@ share of the policy's departure from uniform that the best soft-optimal model ac
 MEG it does not change when the box is rescaled or shifted (both are ratios of densities).
 
 **Quadrature.** Integrals over the box use composite Gauss-Legendre (:func:`~imitation_meg.
-continuous.policies.model_rule`), expectations under the policy its own rule. With a fixed rule
+continuous.soft_vi.model_rule`), expectations under the policy its own rule. With a fixed rule
 the problem is a discrete one and ``L``, ``dL`` and ``d2L`` are its exact derivatives. The
 accuracy is measured by solving again with the panels doubled (:func:`meg_continuous`): it stops
 when two successive rules give MEG within ``tol`` (relative to ``max(1, MEG)``), reports the
@@ -56,7 +56,8 @@ import torch as th
 from imitation_meg._validation import ImitationMEGWarning
 from imitation_meg.beta_solver import BetaEvaluation, LimitValue, solve_beta
 from imitation_meg.continuous.mdp import ContinuousMDP
-from imitation_meg.continuous.policies import ContinuousPolicy, TabularRule, model_rule
+from imitation_meg.continuous.policies import ContinuousPolicy, TabularRule
+from imitation_meg.continuous.soft_vi import model_tables, soft_mean, soft_values
 from imitation_meg.results import to_jsonable
 
 __all__ = [
@@ -77,32 +78,6 @@ class ContinuousMEGWarning(ImitationMEGWarning):
     """A continuous-action MEG whose quadrature did not reach its stated accuracy."""
 
 
-def soft_mean(Q: th.Tensor, log_w: th.Tensor, beta: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
-    """The soft mean over a rule and the model's log-probabilities at its points.
-
-    Args:
-        Q: ``(K, S, N)`` values at ``N`` points, for ``K`` rationalities.
-        log_w: ``(N,)`` log probability weights of the reference law (``logsumexp = 0``).
-        beta: ``(K,)`` rationalities (0 allowed: the mean).
-
-    Returns:
-        ``V (K, S) = (1/beta) log sum_j w_j exp(beta Q_j)`` and ``log p (K, S, N) = log w +
-        beta (Q - V)``. Small ``|beta| * spread`` uses ``log1p`` of centred values, so ``V`` keeps
-        full relative precision as ``beta -> 0``.
-    """
-    w = log_w.exp()
-    b = beta.view(-1, 1, 1)
-    mean = (Q * w).sum(-1, keepdim=True)
-    z = b * (Q - mean)
-    small = z.abs().amax(-1, keepdim=True) < 1.0
-    lse_small = th.log1p((w * th.expm1(th.where(small, z, th.zeros_like(z)))).sum(-1))
-    lse_large = th.logsumexp(log_w + th.where(small, th.zeros_like(z), z), dim=-1)
-    lse = th.where(small.squeeze(-1), lse_small, lse_large)  # log sum w exp(beta (Q - mean))
-    safe = th.where(beta == 0, th.ones_like(beta), beta).view(-1, 1)
-    V = mean.squeeze(-1) + th.where(beta.view(-1, 1) == 0, th.zeros_like(lse), lse / safe)
-    return V, log_w + z - lse.unsqueeze(-1)
-
-
 @dataclasses.dataclass
 class _Tables:
     """The MDP and the behaviour at the points of one rule, in normalised utility units."""
@@ -117,21 +92,6 @@ class _Tables:
     D: th.Tensor  # (H, S) the behaviour's state occupancy
     kl: float  # E_pi[sum_t KL(pi_t || u)]
     expected_utility: float  # E_pi[sum_t r_n]
-
-
-def _model_tables(
-    mdp: ContinuousMDP, utility: Any, level: int
-) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
-    """Utility ``(S, N)``, transitions ``(S, N, S)``, log weights ``(N,)`` and points ``(N, d)``
-    of the box rule at ``level`` (utility in the caller's units)."""
-    box = model_rule(mdp, level)
-    S, N = mdp.n_states, box.points.shape[0]
-    states = th.arange(S).repeat_interleave(N)
-    acts = box.points.repeat(S, 1)
-    rm = mdp.reward(states, acts, utility).view(S, N)
-    Tm = mdp.transition(states, acts).view(S, N, S)
-    log_w = (box.weights / box.weights.sum()).log()
-    return rm, Tm, log_w, box.points
 
 
 def _behaviour_tables(
@@ -192,7 +152,7 @@ class ContinuousMEGObjective:
                 f"soft_optimal), got {type(policy).__name__}."
             )
         self.mdp = mdp
-        rm, Tm, log_w, points = _model_tables(mdp, utility, level)
+        rm, Tm, log_w, points = model_tables(mdp, utility, level)
         rule = policy.rule(mdp, level)
         if not rule.has_density:
             raise ValueError(f"{policy.name} has no density on the box; MEG is not defined for it.")
@@ -420,17 +380,3 @@ def meg_continuous(
         signed=bool(signed),
         evaluations=evaluations,
     )
-
-
-def soft_values(
-    mdp: ContinuousMDP, beta: float, utility: Any = None, *, level: int = 3
-) -> th.Tensor:
-    """Soft values ``V (H + 1, S)`` (utility units, ``V[H] = 0``) of rationality ``beta`` by the
-    box rule at ``level``."""
-    rm, Tm, log_w, _ = _model_tables(mdp, utility, level)
-    b = th.tensor([float(beta)], dtype=th.float64)
-    V = [th.zeros(mdp.n_states, dtype=th.float64)]
-    for _ in range(mdp.horizon):
-        Q = rm + Tm @ V[0]
-        V.insert(0, soft_mean(Q.unsqueeze(0), log_w, b)[0][0])
-    return th.stack(V)

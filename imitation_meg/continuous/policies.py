@@ -23,12 +23,8 @@ import numpy as np
 import torch as th
 
 from imitation_meg.continuous.mdp import ContinuousMDP
-from imitation_meg.continuous.quadrature import (
-    BoxRule,
-    box_rule,
-    clipped_gaussian_rule,
-    squashed_gaussian_rule,
-)
+from imitation_meg.continuous.quadrature import clipped_gaussian_rule, squashed_gaussian_rule
+from imitation_meg.continuous.soft_vi import model_rule, soft_values
 
 __all__ = [
     "GAUSSIAN_KINDS",
@@ -36,7 +32,6 @@ __all__ = [
     "DensityPolicy",
     "GaussianPolicy",
     "TabularRule",
-    "model_rule",
     "soft_optimal",
     "uniform",
 ]
@@ -64,13 +59,6 @@ class TabularRule(NamedTuple):
     has_density: bool
 
 
-def model_rule(mdp: ContinuousMDP, level: int = 0) -> BoxRule:
-    """The box rule at refinement ``level``: 16 Gauss-Legendre points per panel, ``4 * 2**level``
-    panels per dimension in 1-D, ``3 * 2**level`` in 2-D and ``2 * 2**level`` in 3-D."""
-    panels = {1: 4, 2: 3}.get(mdp.action_dim, 2) * 2 ** int(level)
-    return box_rule(mdp.low, mdp.high, nodes=16, panels=panels)
-
-
 class ContinuousPolicy:
     """A policy on a :class:`ContinuousMDP`, as quadrature rules of its action laws.
 
@@ -96,7 +84,7 @@ class DensityPolicy(ContinuousPolicy):
         time_dependent: the density takes the decision ``t`` first.
         name: a label.
 
-    The density is integrated with the box's Gauss-Legendre rule (:func:`model_rule`), so it
+    The density is integrated with the box's Gauss-Legendre rule (:func:`~imitation_meg.continuous.soft_vi.model_rule`), so it
     should be smooth on the box; one that integrates to more than ``1e-6`` away from 1 is
     refused (ValueError), and the weights are renormalised.
     """
@@ -213,8 +201,6 @@ def soft_optimal(
     Raises:
         ValueError: a non-finite ``beta``.
     """
-    from imitation_meg.continuous.known import soft_values
-
     if not math.isfinite(float(beta)):
         raise ValueError(
             f"beta must be finite, got {beta}: the limits are point masses without a density."

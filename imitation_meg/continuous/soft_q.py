@@ -44,8 +44,8 @@ from imitation_meg.approx.soft_q import (
     returns_scale,
     time_features,
 )
-from imitation_meg.continuous.known import soft_mean
 from imitation_meg.continuous.quadrature import box_rule
+from imitation_meg.continuous.soft_vi import soft_mean
 
 __all__ = ["ActionGrid", "BoxSoftQModel", "action_grid", "fit_box_soft_q", "row_soft_mean"]
 

@@ -39,12 +39,11 @@ from imitation_meg.continuous.known import (
     ContinuousMEGWarning,
     _at,
     _behaviour_tables,
-    _model_tables,
     _occupancy,
-    soft_mean,
 )
 from imitation_meg.continuous.mdp import ContinuousMDP
 from imitation_meg.continuous.policies import ContinuousPolicy, TabularRule
+from imitation_meg.continuous.soft_vi import model_tables, soft_mean
 from imitation_meg.results import to_jsonable
 
 __all__ = ["ContinuousUnknownResult", "LinearClassObjective", "meg_continuous_unknown"]
@@ -106,7 +105,7 @@ class LinearClassObjective:
             rule.points.to(th.float64), rule.weights.to(th.float64), rule.kl.to(th.float64), True
         )
         # the model and behaviour tables of each feature, as utilities
-        _, Tm, log_w, points = _model_tables(mdp, lambda s, a: th.zeros(s.shape[0]), level)
+        _, Tm, log_w, points = model_tables(mdp, lambda s, a: th.zeros(s.shape[0]), level)
         N = points.shape[0]
         phim = feats(th.arange(S).repeat_interleave(N), points.repeat(S, 1))
         F = phim.shape[1]
