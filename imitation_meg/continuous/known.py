@@ -326,6 +326,13 @@ def meg_continuous(
     Warns:
         ContinuousMEGWarning: the levels did not agree to ``tol`` by ``max_level``
             (``converged=False``; ``quadrature_error`` says by how much they differ).
+
+    Example:
+        >>> from imitation_meg.continuous import meg_continuous, policies, random_continuous_mdp
+        >>> mdp = random_continuous_mdp(4, 1, 3, seed=0)
+        >>> res = meg_continuous(policies.soft_optimal(mdp, 1.5), mdp)
+        >>> round(res.beta, 6), abs(res.meg - res.certificate) < 1e-9  # its own log-ratio
+        (1.5, True)
     """
     if not (isinstance(tol, (int, float)) and tol > 0):
         raise ValueError(f"tol must be a positive number, got {tol!r}.")
