@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from imitation_meg.continuous import (
     ContinuousMDP,
     ContinuousMEGObjective,
+    ContinuousTabularEnv,
     DensityPolicy,
     GaussianPolicy,
     meg_continuous,
@@ -100,6 +101,14 @@ def test_squashed_gaussian_2d_matches_brute_force():
 def test_uniform_scores_zero(d):
     mdp = random_continuous_mdp(4, d, 3, seed=1)
     res = meg_continuous(P.uniform(mdp), mdp)
+    # the environment's law of the next state is the MDP's (its numpy path for one action)
+    env = ContinuousTabularEnv(mdp)
+    a = np.full(d, 0.3)
+    law = mdp.transition(th.tensor([2]), th.as_tensor(a[None]))[0].numpy()
+    np.testing.assert_allclose(mdp._transition.one(2, a), law, rtol=1e-12)
+    assert env.mdp.utility.one(2, a) == pytest.approx(
+        float(mdp.reward(th.tensor([2]), th.as_tensor(a[None]))[0])
+    )
     assert res.meg == 0.0 and res.beta == 0.0 and res.certificate == pytest.approx(0, abs=1e-14)
 
 
@@ -261,6 +270,10 @@ def test_bad_inputs_are_named():
         meg_continuous(P.uniform(mdp), ContinuousMDP(3, [-1.0], [1.0], 2, mdp._transition))
     with pytest.raises(ValueError, match="must be finite"):
         P.soft_optimal(mdp, math.inf)
+    env = ContinuousTabularEnv(mdp)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="outside the box"):
+        env.step(np.array([1.5]))
 
 
 def test_a_narrow_policy_warns_when_the_rule_cannot_resolve_it():
