@@ -12,22 +12,70 @@ STAMP := $(VENV)/.installed
 MODERN_VENV ?= .venv-modern
 MPY := $(MODERN_VENV)/bin/python
 MODERN_STAMP := $(MODERN_VENV)/.installed
+DOCS_STAMP := $(VENV)/.docs-installed
 
-.PHONY: install install-modern demo test test-expensive test-modern lint clean
+# bash with pipefail: a failing pip fails its step even though its output is filtered.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# pip's full output goes to <venv>/install.log; the terminal shows each package pip collects,
+# numbered, the count installed and pip's errors (pip's notes on index locations that lack a
+# package, one per package and index, stay in the log). PYTHONUNBUFFERED: lines as they come.
+PINNED_EXTRAS := .[all,imitation,lint]
+MODERN_EXTRAS := .[all,zoo]
+# $(call PIP,<venv>,<label>,<pip install arguments>): one install step, labelled and shown so
+# (the extras are variables: a comma in an argument of $(call) would split it).
+PIP = echo "$(2) ..." && PYTHONUNBUFFERED=1 $(1)/bin/python -m pip install --progress-bar off \
+	$(3) 2>&1 | $(call SHOW,$(1))
+SHOW = tee -a $(1)/install.log | python3 -u -c "$$PIP_SHOW" \
+	|| { echo "pip failed; its full output is in $(1)/install.log"; exit 1; }
+define PIP_SHOW
+import sys
+n = 0
+for line in sys.stdin:
+    word, _, rest = line.partition(" ")
+    if word in ("Collecting", "Processing"):
+        n += 1
+        print(f"    {n:3d} {rest.split()[0].rsplit('/', 1)[-1]}", flush=True)
+    elif word == "Installing" and rest.startswith("collected packages: "):
+        n_new = rest.count(",") + 1
+        print(f"    installing {n_new} package{'s' * (n_new > 1)} ...", flush=True)
+    elif word == "Successfully" and rest.startswith("installed "):
+        n_new = len(rest.split()) - 1
+        print(f"    installed {n_new} package{'s' * (n_new > 1)}", flush=True)
+    elif word.startswith(("ERROR", "error")):
+        print(line, end="", flush=True)
+endef
+export PIP_SHOW
+
+.PHONY: install install-modern demo test test-expensive test-modern lint docs clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
-	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[all,imitation,lint]"
-	# rl-zoo3 2.2.1 without its dependencies (see constraints.txt); the rest is installed above.
-	$(PY) -m pip install --quiet --no-deps -c constraints.txt rl-zoo3==2.2.1
-	touch $(STAMP)
+	@echo "Installing the pinned lane into $(VENV): torch, then imitation-meg with imitation 1.0.1,"
+	@echo "SB3 2.2.1 and their dependencies (about 115 packages). This first install takes about"
+	@echo "5 minutes on 2 idle cores, longer on a busy machine; later make runs skip it."
+	@python3 -m venv $(VENV)
+	@$(call PIP,$(VENV),[1/3] torch 2.13.0,torch==2.13.0)
+	@$(call PIP,$(VENV),[2/3] imitation-meg with its extras all / imitation / lint (constraints.txt),\
+		-c constraints.txt -e "$(PINNED_EXTRAS)")
+	@# rl-zoo3 2.2.1 without its dependencies (see constraints.txt); the rest is installed above.
+	@$(call PIP,$(VENV),[3/3] rl-zoo3 2.2.1 (without its dependencies),\
+		--no-deps -c constraints.txt rl-zoo3==2.2.1)
+	@touch $(STAMP)
+	@echo "Installed; pip's full output is in $(VENV)/install.log."
 
 $(MODERN_STAMP): setup.cfg pyproject.toml constraints-modern.txt
-	python3 -m venv $(MODERN_VENV)
-	$(MPY) -m pip install --quiet torch==2.13.0
-	$(MPY) -m pip install --quiet -c constraints-modern.txt -e ".[all,zoo]"
-	touch $(MODERN_STAMP)
+	@echo "Installing the modern lane into $(MODERN_VENV): torch, then imitation-meg with the current"
+	@echo "SB3 and gymnasium (no imitation). This first install takes a few minutes."
+	@python3 -m venv $(MODERN_VENV)
+	@$(call PIP,$(MODERN_VENV),[1/2] torch 2.13.0,torch==2.13.0)
+	@$(call PIP,$(MODERN_VENV),[2/2] imitation-meg with its extras all / zoo (constraints-modern.txt),\
+		-c constraints-modern.txt -e "$(MODERN_EXTRAS)")
+	@touch $(MODERN_STAMP)
+	@echo "Installed; pip's full output is in $(MODERN_VENV)/install.log."
+
+$(DOCS_STAMP): $(STAMP) setup.cfg constraints.txt
+	@$(call PIP,$(VENV),the docs extra (constraints.txt),-c constraints.txt -e ".[docs]")
+	@touch $(DOCS_STAMP)
 
 install: $(STAMP)
 
@@ -48,9 +96,15 @@ test-modern: $(MODERN_STAMP)
 
 # Style and types: ruff's pinned rule set and formatter (pyproject.toml), mypy on the package.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check imitation_meg tests experiments benchmarks
-	$(VENV)/bin/ruff format --check imitation_meg tests experiments benchmarks
+	$(VENV)/bin/ruff check imitation_meg tests experiments benchmarks docs/conf.py docs/_api_names.py
+	$(VENV)/bin/ruff format --check imitation_meg tests experiments benchmarks docs/conf.py docs/_api_names.py
 	$(VENV)/bin/mypy
 
+# The documentation site, docs/_build/html (Sphinx over the Markdown pages in docs/, the API
+# reference from the docstrings), warnings as errors; then the pages' examples as doctests.
+docs: $(DOCS_STAMP)
+	$(PY) -m sphinx -E -W --keep-going -q -b html -d docs/_build/doctrees docs docs/_build/html
+	$(PY) -m sphinx -W --keep-going -q -b doctest -d docs/_build/doctrees docs docs/_build/doctest
+
 clean:
-	rm -rf $(VENV) $(MODERN_VENV) build *.egg-info
+	rm -rf $(VENV) $(MODERN_VENV) build *.egg-info docs/_build

@@ -68,6 +68,11 @@ class Config:
     unknown_alg2_states: tuple[int, ...] = (10_000,)
     unknown_alg2_steps: int = 50
     unknown_alg2_restarts: int = 1
+    # The discounted infinite-horizon setting: known and every-state-utility MEG on random
+    # sparse MDPs of these sizes (unknown-utility only up to discounted_unknown_max states).
+    discounted_states: tuple[int, ...] = (150, 10_000, 100_000)
+    discounted_gamma: float = 0.9
+    discounted_unknown_max: int = 100_000
     repeats: int = 3
     repeats_large: int = 1
     # Best-of-N for CliffWorld sweeps whose incumbent side is slow (S >= slow_states): 32
@@ -142,6 +147,14 @@ def _note(kind: str, kwargs: dict[str, Any], row: dict[str, Any]) -> str:
             f"the values at the column indices {row['gather_s'] * 1e3:.3g} ms, the product "
             f"{row['sparse_pass_s'] * 1e3:.3g} ms"
         )
+    if kind == "meg_discounted":
+        parts.append(f"Bellman residual {row['bellman_residual']:.1e}")
+        if row.get("unknown_s") is not None:
+            parts.append(
+                f"every state utility: {row['unknown_s']:.3g} s, MEG {row['meg_unknown']:.6g}, "
+                f"{row['iterations']} Newton / {row['cg_iterations']} CG steps, converged "
+                f"{row['unknown_converged']}"
+            )
     if kind in ("meg_unknown", "meg_unknown_random"):
         parts.append(
             f"exact: {row['iterations']} Newton steps, {row['cg_iterations']} CG steps, "
@@ -350,6 +363,17 @@ def main(cfg: Config) -> dict:
                     "horizon": cfg.random_horizon,
                     "alg2_steps": cfg.unknown_alg2_steps if alg2 else 0,
                     "alg2_restarts": cfg.unknown_alg2_restarts,
+                },
+            )
+        )
+    for S in cfg.discounted_states:
+        jobs.append(
+            (
+                "meg_discounted",
+                {
+                    "n_states": S,
+                    "gamma": cfg.discounted_gamma,
+                    "unknown": cfg.discounted_unknown_max >= S,
                 },
             )
         )

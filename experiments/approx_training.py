@@ -25,7 +25,8 @@ import numpy as np
 import torch as th
 
 from imitation_meg.approx import meg_approx
-from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR
+from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR, SETTING_RANGES
+from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
@@ -58,6 +59,16 @@ class Config:
     last_steps: int = LAST_STEPS
     n_boot: int = 300
     progress: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        ranges = SETTING_RANGES  # the estimator's settings, as meg_approx accepts them
+        check_values(
+            self,
+            positive=(*ranges["positive"], "timesteps", "n_checkpoints", "horizon"),
+            non_negative=(*ranges["non_negative"], "seeds"),
+            probabilities=(*ranges["probabilities"], "dqn_epsilon"),
+        )
 
 
 def units(cfg: Config) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ observation vectors; the exact value comes from :func:`imitation_meg.meg` on the
 :class:`~imitation_meg.TabularMDP`. Policies: stationary epsilon-greedy (epsilon 0.1, 0.3, 0.5)
 and a PPO agent trained on the observation environment. Every (case, policy, seed) is one unit.
 
-Acceptance (issue 14): error within 5% of ``H log|A|``, the ordering across epsilon preserved,
+Acceptance: error within 5% of ``H log|A|``, the ordering across epsilon preserved,
 the exact value inside the reported interval in at least 9 of 10 seeds.
 
 Run: ``imitation-meg reproduce configs/approx_validation.yaml``.
@@ -34,7 +34,8 @@ from imitation_meg.approx.envs import (
     stationary_epsilon_greedy,
     validation_case,
 )
-from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR, N_EVAL_EPISODES
+from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR, N_EVAL_EPISODES, SETTING_RANGES
+from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
@@ -47,7 +48,7 @@ SWEEP_FIELDS = ("cases", "horizons", "epsilons", "ppo", "seeds")
 # pieces, and results/ does not travel with the repository).
 PUBLISHED_RESULTS = "results"
 # Fields added after runs were published, with the value those runs used (they merge as such;
-# not the library's defaults, which changed on 2026-11-26).
+# these are not the library's defaults).
 ADDED_FIELDS = {"average": 0.0, "lr": 1e-3, "last_steps": 0}
 
 
@@ -76,6 +77,17 @@ class Config:
     n_boot: int = 500
     tolerance: float = 0.05
     progress: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        ranges = SETTING_RANGES  # the estimator's settings, as meg_approx accepts them
+        check_values(
+            self,
+            positive=(*ranges["positive"], "horizons", "ppo_steps", "tolerance"),
+            non_negative=(*ranges["non_negative"], "ppo_seed", "seeds"),
+            probabilities=(*ranges["probabilities"], "epsilons"),
+        )
+        _check(self)
 
 
 def _check(cfg: Config) -> None:
@@ -119,7 +131,7 @@ def scored_policy(cfg: Config, unit: dict[str, Any]) -> tuple[Any, Any, Any]:
     agent) and the policy's exact MEG result."""
     case = validation_case(unit["case"], horizon=unit["horizon"])
     if unit["policy"] == "ppo":
-        from imitation_meg.adapters.sb3 import policy_table
+        from imitation_meg.adapters import policy_table
 
         policy: Any = _train_ppo(unit["case"], unit["horizon"], cfg.ppo_steps, cfg.ppo_seed)
         table = policy_table(policy, case.mdp, observations=case.observations)
@@ -288,8 +300,8 @@ def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathli
 
 
 def rewiden(row: dict[str, Any]) -> dict[str, Any]:
-    """A unit row made before the interval's allowance became the largest move from any earlier
-    stage (2026-11-25; before, the move from the first stage only), with the current interval.
+    """A unit row made with the former allowance (the move from the first stage only), with the
+    current interval (the largest move from any earlier stage).
 
     Each stage's sampling half-width is recovered from its stored interval (the old allowance
     taken off, from whichever end was not clipped to ``[0, certificate]``), then widened by the

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from imitation_meg import envs, policies
+from imitation_meg.config import check_values
 from imitation_meg.plotting import plot_meg_series
 from imitation_meg.report import SUMMARY_COLUMNS, meg_summary
 from imitation_meg.results import write_results
@@ -62,6 +63,18 @@ class Config:
     seed: int = 0
     horizon_sweep: tuple[int, ...] = (10, 20, 30, 40)
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        check_values(
+            self,
+            positive=("width", "height", "horizon", "mlp_lr", "mlp_seeds", "horizon_sweep"),
+            non_negative=("mlp_steps", "seed"),
+            probabilities=("epsilons",),
+            choices={"tie_break": ("uniform", "first")},
+        )
+        # the grid's own checks (a small build)
+        envs.cliff_world(width=self.width, height=self.height, horizon=self.horizon)
 
 
 # Every unit names its epsilon (and horizon): changing the lists keeps the finished units.

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from imitation_meg import envs, occupancy_measures, policies
+from imitation_meg.config import check_values
 from imitation_meg.plotting import plot_grid_values, plot_meg_bars
 from imitation_meg.report import SUMMARY_COLUMNS, meg_summary
 from imitation_meg.results import write_results
@@ -52,6 +53,17 @@ class Config:
     horizon_sweep: tuple[int, ...] = (10, 20, 30, 40)
     heatmaps: tuple[int, ...] = (1, 4)
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        check_values(
+            self,
+            positive=("width", "height", "horizon", "mlp_lr", "mlp_seeds", "horizon_sweep"),
+            non_negative=("mlp_steps", "seed"),
+            choices={"tie_break": ("uniform", "first"), "goal_layout": ("column", "row")},
+        )
+        for k in self.goal_regions:  # the grid's own checks of each region (a small build)
+            _mdp(self, k, self.horizon)
 
 
 # Every unit names its k (and horizon); heatmaps only choose figures.

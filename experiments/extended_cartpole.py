@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from imitation_meg.config import check_values
 from imitation_meg.extended import envs, run
 from imitation_meg.extended.gym_view import combine as combine_env
 from imitation_meg.extended.registry import agent_factory
@@ -38,6 +39,14 @@ class Config:
     tail: int = 10
     agent_kwargs: dict = dataclasses.field(default_factory=dict)
     results_dir: str = "results/extended_cartpole"
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        check_values(
+            self,
+            positive=("n_episodes", "max_steps", "tail"),
+            non_negative=("seeds",),
+        )
 
 
 # Units name their environment, agent and seed.

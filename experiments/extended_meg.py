@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 import imitation_meg
+from imitation_meg.config import check_values
 from imitation_meg.extended import agents, envs, run
 from imitation_meg.extended.meg_frames import (
     crying_baby_frame,
@@ -37,6 +38,14 @@ class Config:
     q_train_steps: int = 5000
     seed: int = 0
     results_dir: str = "results/extended_meg"
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        check_values(
+            self,
+            positive=("horizon", "q_train_steps"),
+            non_negative=("seed",),
+        )
 
 
 def _mdp(frame, utility=None):

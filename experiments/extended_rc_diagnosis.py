@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from imitation_meg.config import check_values
 from imitation_meg.extended import envs, run
 from imitation_meg.extended.registry import agent_factory
 from imitation_meg.results import write_results
@@ -43,6 +44,14 @@ class Config:
     window: int = 1000
     decouple_sim: bool = False
     results_dir: str = "results/extended_rc_diagnosis"
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        check_values(
+            self,
+            positive=("n_steps", "window"),
+            non_negative=("seeds",),
+        )
 
 
 class _DecoupledIgnoreRewards(envs.IgnoreRewards):

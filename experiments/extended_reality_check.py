@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from imitation_meg.config import check_values
 from imitation_meg.extended import envs, run, self_reflection_measure
 from imitation_meg.extended.registry import agent_factory
 from imitation_meg.results import write_results
@@ -35,6 +36,14 @@ class Config:
     tail_steps: int = 1000
     agent_kwargs: dict = dataclasses.field(default_factory=dict)
     results_dir: str = "results/extended_reality_check"
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        check_values(
+            self,
+            positive=("ignore_rewards_steps", "tail_steps"),
+            non_negative=("seeds", "battery_steps", "battery_seeds"),
+        )
 
 
 def _factory(name: str, cfg: Config, n_steps: int):

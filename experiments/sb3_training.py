@@ -23,6 +23,7 @@ import numpy as np
 
 import imitation_meg as im
 from imitation_meg.adapters import policy_table
+from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 from imitation_meg.training import ALGOS, make_model
@@ -45,6 +46,15 @@ class Config:
     dqn_epsilon: float = 0.05
     unknown: bool = True
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        check_values(
+            self,
+            positive=("timesteps", "n_checkpoints", "cliff_horizon"),
+            non_negative=("seeds",),
+            probabilities=("dqn_epsilon",),
+        )
 
 
 def _make(env_name: str, horizon: int) -> tuple[Any, im.TabularMDP]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from imitation_meg.config import check_values
 from imitation_meg.results import library_versions, write_csv, write_json
 from imitation_meg.runners import run_serially
 from imitation_meg.symmtom import parallel_env
@@ -40,6 +41,14 @@ class Config:
     agents: tuple[str, ...] = ("random", "heuristic")
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     episodes_per_seed: int = 200
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        check_values(
+            self,
+            positive=("episodes_per_seed",),
+            non_negative=("seeds",),
+        )
 
 
 def make_policy(name: str, seed: int):

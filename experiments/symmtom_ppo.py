@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from imitation_meg.config import check_values
 from imitation_meg.results import library_versions, write_csv, write_json
 from imitation_meg.runners import run_serially
 from imitation_meg.symmtom import parallel_env
@@ -34,6 +35,14 @@ class Config:
     total_timesteps: int = 50_000
     seeds: tuple[int, ...] = (0,)
     eval_episodes: int = 200
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        check_values(
+            self,
+            positive=("frame_stack", "total_timesteps", "eval_episodes"),
+            non_negative=("seeds",),
+        )
 
 
 # Units name their configuration, oracle switch and seed.

@@ -13,6 +13,7 @@ import pathlib
 import sys
 from typing import Any
 
+from imitation_meg.config import check_values
 from imitation_meg.results import library_versions, write_csv, write_json
 from imitation_meg.runners import run_serially
 from imitation_meg.symmtom.agents import HeuristicPolicy, RandomPolicy
@@ -46,6 +47,14 @@ class Config:
     trials: int = 200
     seed: int = 0
     agents: tuple[str, ...] = ("scripted_correct", "scripted_wrong", "heuristic", "random")
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the config is loaded, before any unit runs."""
+        check_values(
+            self,
+            positive=("trials",),
+            non_negative=("seed",),
+        )
 
 
 def _policy(agent: str, test: str, seed: int):

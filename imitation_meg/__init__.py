@@ -12,10 +12,16 @@ Example:
 
 __version__ = "0.1.0"
 
+import os as _os
 from typing import Any
+
+# gymnasium 0.29 imports its environment plugins when it is imported, MiniGrid's among them,
+# which imports pygame, which greets on stdout: keep stdout for results (tables, doctests).
+_os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
 from imitation_meg import envs, policies, soft_vi
 from imitation_meg.cid import CBN, CID, meg_cid, meg_cid_target, meg_cid_unknown
+from imitation_meg.interventions import InterventionalMEG, meg_interventional
 from imitation_meg.known import MEGResult, meg, meg_one_step
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.report import meg_summary
@@ -26,6 +32,7 @@ from imitation_meg.unknown import meg_target, meg_unknown
 __all__ = [
     "CBN",
     "CID",
+    "InterventionalMEG",
     "MEGResult",
     "TabularMDP",
     "__version__",
@@ -37,6 +44,7 @@ __all__ = [
     "meg_cid_target",
     "meg_cid_unknown",
     "meg_from_trajectories",
+    "meg_interventional",
     "meg_one_step",
     "meg_summary",
     "meg_target",

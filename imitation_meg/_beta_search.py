@@ -227,12 +227,7 @@ class Solver:
         return x > 0 and d2 < 0 and abs(d / d2) <= self.rtol * x and br.lo <= x <= br.hi
 
     def saturated(self) -> bool:
-        """``L`` has stopped increasing to rounding at the largest beta seen (``dL`` vanishes).
-
-        Reaching ``L(sign * inf)`` is not enough: where hard Q-values tie, finite betas break the
-        ties by future entropy and ``L(beta)`` can rise past ``L(sign * inf)`` towards another
-        limit.
-        """
+        """``L`` has stopped increasing to rounding at the largest beta seen (``dL`` vanishes)."""
         return abs(self.best.dL) <= self.d_tol
 
     def limit(self) -> LimitValue:

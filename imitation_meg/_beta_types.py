@@ -34,12 +34,12 @@ class LimitValue(NamedTuple):
     """The limit at ``beta = +inf`` or ``-inf``.
 
     Attributes:
-        L: ``L`` of the limit policy itself (``-inf`` when the behaviour leaves its support).
+        L: the limit of ``L(beta)`` as ``beta`` tends to the end (``-inf`` when the behaviour
+            leaves the limit policy's support). MEG's members at ``beta = +-inf`` are the limits
+            of the soft-optimal policies (paper Definition 3.1: the highest-entropy policy of
+            the best attainable utility), so this is also ``L`` of the limit policy, whose
+            tied actions are weighted by the causal entropy after them.
         model_eu: the limit policy's expected utility.
-        L_approach: the limit of ``L(beta)`` as ``beta`` tends to the end; it may exceed ``L``
-            where the limit of the soft policies differs from the limit policy (MEG: hard
-            Q-values tie, and finite betas break the ties by future entropy rather than
-            evenly). NaN when unknown (the solver then approaches it by large finite betas).
         dL: the limit of ``dL/dbeta`` at the end. When ``sign * dL >= 0`` there (MEG: the
             behaviour only takes the limit policy's actions), ``L`` increases all the way and
             the supremum is the limit, found without a search; when ``< 0`` there is an
@@ -48,7 +48,6 @@ class LimitValue(NamedTuple):
 
     L: float
     model_eu: float
-    L_approach: float = math.nan
     dL: float = math.nan
 
 
@@ -92,7 +91,8 @@ class BetaObjective(Protocol):
         """Evaluate finite ``betas (K,)`` (float64)."""
 
     def evaluate_limit(self, sign: float) -> LimitValue:
-        """``(L, model_eu)`` at ``beta = sign * inf``."""
+        """The limits of ``L(beta)``, of the model's expected utility and of ``dL/dbeta`` as
+        ``beta -> sign * inf`` (exact)."""
 
     def limit_upper_bound(self) -> float:
         """An upper bound on ``L`` at both limits (``inf`` when none is known)."""

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["EnvTables", "read_env_tables"]
+__all__ = ["EnvTables", "make_env", "read_env_tables"]
 
 
 class EnvTables(NamedTuple):
@@ -25,7 +25,16 @@ class EnvTables(NamedTuple):
     metadata: dict[str, Any]
 
 
-def _make(env_or_id: Any, make_kwargs: dict[str, Any]) -> Any:
+def make_env(env_or_id: Any, make_kwargs: dict[str, Any]) -> Any:
+    """A gymnasium environment from an id (``gymnasium.make``; seals ids register seals first)
+    or the environment given.
+
+    Raises:
+        ValueError: an id gymnasium cannot make (unregistered, a bad version or keyword), with
+            gymnasium's reason and where to find the registered ids.
+        TypeError: keyword arguments with an environment instance, or an object that is not
+            an environment.
+    """
     import gymnasium as gym
 
     if isinstance(env_or_id, str):
@@ -35,7 +44,11 @@ def _make(env_or_id: Any, make_kwargs: dict[str, Any]) -> Any:
         try:
             return gym.make(env_or_id, **make_kwargs)
         except gym.error.Error as e:
-            raise ValueError(f"could not make environment {env_or_id!r}: {e}") from e
+            raise ValueError(
+                f"could not make environment {env_or_id!r}: {e} Check the id "
+                "(gymnasium.pprint_registry() lists the registered ones; seals ids start with "
+                "'seals/') and its keyword arguments."
+            ) from e
     if make_kwargs:
         raise TypeError(
             f"make keyword arguments {sorted(make_kwargs)} only apply to an environment id; "
@@ -62,7 +75,7 @@ def _discrete_n(space: Any, what: str, env_name: str) -> int:
 def read_env_tables(env_or_id: Any, *, horizon: int | None = None, **make_kwargs: Any) -> EnvTables:
     """Read the tables of a seals tabular or gymnasium toy-text environment (see
     :meth:`imitation_meg.TabularMDP.from_env`)."""
-    env = _make(env_or_id, make_kwargs)
+    env = make_env(env_or_id, make_kwargs)
     u = env.unwrapped
     name = getattr(getattr(env, "spec", None), "id", None) or type(u).__name__
     n_actions = _discrete_n(u.action_space, "action", name)

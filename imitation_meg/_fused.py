@@ -98,7 +98,7 @@ def small(mdp: TabularMDP) -> bool:
     :data:`SMALL_MAX_WORK` stored transitions times steps (there the torch passes cost their
     calls' overhead, about a dozen calls per step, not their arithmetic)."""
     op = mdp.operator
-    return op.n_states * op.n_actions * op.branching * mdp.horizon <= SMALL_MAX_WORK
+    return op.n_states * op.n_actions * op.branching * mdp.steps <= SMALL_MAX_WORK
 
 
 def _rows(
@@ -357,7 +357,7 @@ def _one_beta(
     mdp: TabularMDP, r: th.Tensor, beh: Any, beta: float
 ) -> tuple[float, float, float, float, float]:
     """``(L, dL, d2L, model_eu, dmodel_eu)`` at one finite ``beta``: ``H`` compiled steps."""
-    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     kernel = _kernel()
     numba.set_num_threads(max(1, min(th.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
     nxt, prob = mdp.operator.branching_arrays(r.dtype)

@@ -29,7 +29,7 @@ from imitation_meg import _fused
 from imitation_meg._operators import Array, Operands, Products
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.progress import progress
-from imitation_meg.soft_vi import long_pass, tie_set
+from imitation_meg.soft_vi import limit_step, long_pass
 
 __all__ = ["Behaviour", "PassBuffers", "derivative_pass", "limit_pass", "zero_pass"]
 
@@ -59,7 +59,7 @@ class Behaviour:
     sa: th.Tensor | None = None
     _W: th.Tensor | None = None
     _W_lean: bool = False
-    _support_bound: float | None = None
+    _entropy_bound: float | None = None
 
     def sa_occupancy(self) -> th.Tensor:
         """``(H, S, A)`` state-action occupancy ``w[t, s, a]`` (materialised on request)."""
@@ -99,17 +99,23 @@ class Behaviour:
         w, wS = self.w(t)
         return w.T.reshape(-1), wS
 
-    def support_bound(self) -> float:
-        """``-sum_t sum_s D_t(s) log n_t(s)`` with ``n`` the behaviour's support size (see
+    def entropy_bound(self) -> float:
+        """``sum_t E_w[log pi_t(a | s)]``, minus the behaviour's causal entropy: by Gibbs'
+        inequality no model's ``L`` exceeds it (see
         :meth:`imitation_meg.known.MEGObjective.limit_upper_bound`)."""
-        if self._support_bound is None:
-            # Support sizes from the policy (no (H, S, A) occupancy is formed) or the occupancy.
-            src = self.pi if self.pi is not None else self.sa
-            assert src is not None
-            n = (src > 0).sum(-1).clamp_(min=1).to(self.D.dtype)  # (S,) or (H, S)
-            D = self.D if n.ndim == 2 else self.D.sum(0)
-            self._support_bound = float(-(D * n.log_()).sum())
-        return self._support_bound
+        if self._entropy_bound is None:
+            # From the policy (no (H, S, A) occupancy is formed) or from the occupancy.
+            if self.pi is not None:
+                p = self.pi
+                plogp = th.where(p > 0, p * p.log(), p.new_zeros(())).sum(-1)  # (S,) or (H, S)
+                D = self.D if plogp.ndim == 2 else self.D.sum(0)
+                self._entropy_bound = float((D * plogp).sum(dtype=th.float64))
+            else:
+                assert self.sa is not None
+                w, D = self.sa, self.D.unsqueeze(-1)
+                ratio = th.where(w > 0, w / th.where(D > 0, D, 1.0), 1.0)
+                self._entropy_bound = float((w * ratio.log()).sum(dtype=th.float64))
+        return self._entropy_bound
 
 
 @dataclasses.dataclass(eq=False)
@@ -173,7 +179,7 @@ def _pass_buffers(
 ) -> PassBuffers:
     """The buffers of a pass over ``K`` betas; kept on the MDP's operator for the next pass with
     the same ``K`` when small (creating them costs about as much as a few steps)."""
-    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     blocks = 3 if second else 2  # [Q | G | d2Q] or [Q | G]
     SA, R = S * A, blocks * K
     hist = (
@@ -245,7 +251,7 @@ def derivative_pass(
     if _fused.usable(mdp, r):  # numba on CPU: large sparse MDPs (a loop per step) or small ones
         return _fused.derivative_pass(mdp, r, beh, betas, second=second)
     K = betas.numel()
-    H = mdp.horizon
+    H = mdp.steps
     W = beh.weights()
     ws = _pass_buffers(mdp, r, W, K, second)
     prod, C, acc = ws.prod, ws.C, ws.acc
@@ -316,7 +322,7 @@ def zero_pass(
     """
     if _fused.usable(mdp, r):  # the fused derivative pass at beta = 0 costs about the same
         return _fused.derivative_pass(mdp, r, beh, r.new_zeros(1), second=True)
-    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     SA = S * A
     W = beh.weights()
     hist = W is not None and H <= _HIST_MAX_STEPS
@@ -369,20 +375,19 @@ def zero_pass(
 
 def limit_pass(
     mdp: TabularMDP, r: th.Tensor, beh: Behaviour, signs: tuple[float, ...] = (1.0, -1.0)
-) -> dict[float, tuple[float, float, float, float]]:
+) -> dict[float, tuple[float, float, float]]:
     """The limits at ``beta = sign * inf`` in one hard backward pass (both signs as columns).
 
-    For ``u = sign * r`` with hard values ``V*`` (max backups) and tie sets
-    ``T_t(s) = {a : Q*_t(s, a) >= V*_t(s) - TIE_TOL (1 + max_a |Q*_t(s, a)|)}``:
+    For ``u = sign * r``, ``Q_beta,t = beta Q*_t + q1_t + o(1)`` with hard values ``Q*``, the
+    tie sets ``T_t(s)`` of :func:`~imitation_meg.soft_vi.tie_set` and the finite part
+    ``q1_t = gamma E[v1_{t+1}]``, ``v1_t = logsumexp_{a in T_t} q1_t`` (``v1_H = 0``): the step
+    :func:`~imitation_meg.soft_vi.limit_step`, whose reference loop is
+    :func:`~imitation_meg.soft_vi.limit_value_iteration`. So the soft policies tend to
+    ``softmax(q1_t)`` over the ties (ties weighted by the causal entropy after them), and
 
-    - ``L`` at ``beta = sign * inf``, the policy uniform over ``T_t(s)``: ``sum_t E_w[-log |T_t|]``
-      (``-inf`` when ``w`` leaves the ties);
-    - ``L_approach``, the limit of ``L(beta)`` as ``beta -> sign * inf``: with
-      ``Q_beta,t = beta Q*_t + q1_t + o(1)``, where ``q1_t = gamma E[v1_{t+1}]`` and
-      ``v1_t = logsumexp_{a in T_t} q1_t`` (``v1_H = 0``), the soft policies tend to
-      ``softmax(q1_t)`` over the ties: ties are broken by future entropy, not evenly, so
-      ``L_approach`` may exceed ``L``;
-    - the model's expected utility ``sign * E_p0[V*_0]`` (both limit policies are optimal for
+    - ``L``, the limit of ``L(beta)``: ``sum_t E_w[log softmax_T(q1_t)]`` (``-inf`` when ``w``
+      leaves the ties);
+    - the model's expected utility ``sign * E_p0[V*_0]`` (the limit policies are optimal for
       ``u``);
     - the limit of ``dL/dbeta``: ``G_t`` tends to ``Q*_t`` and ``g_t`` to ``V*_t``, so
       ``sign * dL/dbeta -> sum_t E_w[Q*_t - V*_t]`` (the behaviour's hard advantage, ``<= 0``; 0
@@ -392,9 +397,9 @@ def limit_pass(
     The carries ``[V* | v1]`` of the signs go through one product per step.
 
     Returns:
-        ``{sign: (L, model_eu, L_approach, dL)}``.
+        ``{sign: (L, model_eu, dL)}``.
     """
-    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     m = len(signs)
     sg = r.new_tensor(signs)
     C = r.new_zeros(A * S, 2 * m)  # [sign r ... | 0 ...] action-major
@@ -403,7 +408,7 @@ def limit_pass(
     X = r.new_zeros(S, 2 * m)  # carries [V* | v1] of step t + 1
     Qv, Xv = Q.view(A, S, 2 * m), X.view(1, S, 2 * m)
     Qh, q1 = Qv[..., :m], Qv[..., m:]
-    acc = th.zeros(3 * m, dtype=th.float64, device=r.device)  # [L | L_approach | advantage]
+    acc = th.zeros(2 * m, dtype=th.float64, device=r.device)  # [L | advantage]
     W = beh.weights()
     prod = mdp.operator.products(r.dtype, 2 * m)
     steps = progress(range(H - 1, -1, -1), enabled=_long(mdp, 2 * m), desc="MEG limits", total=H)
@@ -412,26 +417,21 @@ def limit_pass(
             Q.copy_(C)
         else:
             prod.backup(Q, X, C, mdp.discount)
-        ties, best = tie_set(Qh, 0)
-        lp_tie = th.where(ties, -ties.sum(0, keepdim=True).to(r.dtype).log(), -math.inf)
-        q1m = th.where(ties, q1, -math.inf)
-        v1 = th.logsumexp(q1m, 0, keepdim=True)
-        lp_lim = q1m - v1
+        lp_lim, best, v1 = limit_step(Qh, q1, 0)
+        adv = th.where(th.isfinite(lp_lim), 0.0, Qh - best)
         Xv[..., :m] = best
         Xv[..., m:] = v1
         wf = W[t] if W is not None else beh.w_am(t)[0]
-        adv = th.where(ties, 0.0, Qh - best)
-        lps = th.cat([lp_tie, lp_lim, adv], -1).view(A * S, 3 * m)
+        lps = th.cat([lp_lim, adv], -1).view(A * S, 2 * m)
         lps.masked_fill_((wf == 0).unsqueeze(-1), 0.0)  # 0 * -inf: no mass, no term
         _wsum(acc, lps, wf)
     eus = _dot64(mdp.initial_state_dist, X[:, :m])
     return {
-        s: (float(acc[j]), s * float(eus[j]), float(acc[m + j]), s * float(acc[2 * m + j]))
-        for j, s in enumerate(signs)
+        s: (float(acc[j]), s * float(eus[j]), s * float(acc[m + j])) for j, s in enumerate(signs)
     }
 
 
 def _long(mdp: TabularMDP, columns: int) -> bool:
     """Whether a pass over ``columns`` value columns is long enough for a progress bar."""
-    H = mdp.horizon
+    H = mdp.steps
     return long_pass(H, H * mdp.n_states * mdp.n_actions * columns)

@@ -138,6 +138,78 @@ def _model_reward_fn(mdp: TabularMDP, model: Any) -> tuple[Callable[[], th.Tenso
     return fn, True
 
 
+def _model_factory(
+    mdp: TabularMDP, utility_model: nn.Module | str, seed: int
+) -> Callable[[int], nn.Module]:
+    """The model of restart ``k``: the paper's MLP seeded ``seed + k``, or a copy of the given
+    model (restart 0 as given, later ones re-initialised from a derived seed)."""
+    import copy
+
+    if isinstance(utility_model, str):
+        if utility_model != "mlp":
+            raise ValueError(f"utility_model={utility_model!r}: the only named model is 'mlp'.")
+        return lambda k: default_utility_model(_observations(mdp).shape[1], seed=seed + k)
+
+    def factory(k: int) -> nn.Module:
+        model = copy.deepcopy(utility_model)
+        if k > 0:
+            gen = th.Generator().manual_seed(seed + k)
+            with th.no_grad():
+                for p in model.parameters():
+                    p.copy_(
+                        (th.rand(p.shape, generator=gen, dtype=p.dtype) * 2 - 1)
+                        / math.sqrt(max(p.shape[-1], 1))
+                    )
+        return model
+
+    return factory
+
+
+def _bar(total: int) -> Any:
+    """A tqdm bar over ``total`` ascent steps, or None without tqdm."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover
+        return None
+    return tqdm(total=total, desc="MEG (utility model)", leave=False)
+
+
+def _ascend(
+    mdp: TabularMDP,
+    model: nn.Module,
+    w: th.Tensor,
+    steps: int,
+    lr: float,
+    best: tuple[float, th.Tensor | None],
+    bar: Any,
+) -> tuple[float, tuple[float, th.Tensor | None], bool]:
+    """One restart: Adam on ``log beta`` and the model's parameters for ``steps`` steps.
+
+    Returns:
+        ``(the restart's best L, the best (L, reward) over all restarts so far, whether the
+        model is a function of the state)``.
+    """
+    reward_fn, state_only = _model_reward_fn(mdp, model)
+    log_beta = th.zeros((), dtype=mdp.dtype, requires_grad=True)
+    params = [p for p in model.parameters() if p.requires_grad] + [log_beta]
+    opt = th.optim.Adam(params, lr=lr)
+    best_k = -math.inf
+    for _step in range(steps):
+        opt.zero_grad()
+        r = log_beta.exp() * reward_fn()
+        L = log_likelihood(mdp, r, w)
+        (-L).backward()
+        Lv = float(L.detach())
+        if Lv > best_k:
+            best_k = Lv
+            if Lv > best[0]:
+                best = (Lv, r.detach().clone())
+        opt.step()
+        if bar is not None:
+            bar.update(1)
+    return best_k, best, state_only
+
+
 def meg_algorithm2(
     policy: PolicyLike | None,
     mdp: TabularMDP,
@@ -178,71 +250,20 @@ def meg_algorithm2(
     Raises:
         ValueError / TypeError: bad settings, or a model of the wrong kind or output shape.
     """
-    import copy
-
     w = behaviour_occupancy(mdp, policy, sa_occupancy)
-
-    if isinstance(utility_model, str):
-        if utility_model != "mlp":
-            raise ValueError(f"utility_model={utility_model!r}: the only named model is 'mlp'.")
-
-        def factory(k: int) -> nn.Module:
-            return default_utility_model(_observations(mdp).shape[1], seed=seed + k)
-
-    else:
-        base = utility_model
-
-        def factory(k: int) -> nn.Module:
-            model = copy.deepcopy(base)
-            if k > 0:  # restart k: re-initialise the parameters from a derived seed
-                gen = th.Generator().manual_seed(seed + k)
-                with th.no_grad():
-                    for p in model.parameters():
-                        p.copy_(
-                            (th.rand(p.shape, generator=gen, dtype=p.dtype) * 2 - 1)
-                            / math.sqrt(max(p.shape[-1], 1))
-                        )
-            return model
-
+    factory = _model_factory(mdp, utility_model, seed)
     for nm, v in (("steps", steps), ("restarts", restarts)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{nm} must be a positive integer, got {v!r}.")
     if not lr > 0:
         raise ValueError(f"lr must be positive, got {lr}.")
-    H, A = mdp.horizon, mdp.n_actions
-    bound = H * math.log(A)
-    bar = None
-    if progress:
-        try:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=restarts * steps, desc="MEG (utility model)", leave=False)
-        except ImportError:  # pragma: no cover
-            bar = None
+    bound = mdp.steps * math.log(mdp.n_actions)
+    bar = _bar(restarts * steps) if progress else None
     values: list[float] = []
     best: tuple[float, th.Tensor | None] = (-math.inf, None)
     state_only = True
     for k in range(restarts):
-        model = factory(k)
-        reward_fn, state_only = _model_reward_fn(mdp, model)
-        log_beta = th.zeros((), dtype=mdp.dtype, requires_grad=True)
-        sign = th.ones((), dtype=mdp.dtype)
-        params = [p for p in model.parameters() if p.requires_grad] + [log_beta]
-        opt = th.optim.Adam(params, lr=lr)
-        best_k = -math.inf
-        for _step in range(steps):
-            opt.zero_grad()
-            r = sign * log_beta.exp() * reward_fn()
-            L = log_likelihood(mdp, r, w)
-            (-L).backward()
-            Lv = float(L.detach())
-            if Lv > best_k:
-                best_k = Lv
-                if Lv > best[0]:
-                    best = (Lv, r.detach().clone())
-            opt.step()
-            if bar is not None:
-                bar.update(1)
+        best_k, best, state_only = _ascend(mdp, factory(k), w, steps, lr, best, bar)
         values.append(max(min(best_k + bound, bound), 0.0))
     if bar is not None:
         bar.close()

@@ -15,11 +15,13 @@ actions) reuses this solver by implementing :class:`BetaObjective`:
 - ``evaluate_zero()`` and ``evaluate_batch(betas, second=...)``: ``L``, ``dL/dbeta``,
   ``d2L/dbeta2`` and the model's expected utility as a :class:`BetaEvaluation` of ``(K,)``
   tensors (``d2L`` may be NaN when ``second=False``);
-- ``evaluate_limit(sign)``: :class:`LimitValue` ``(L, model_eu, L_approach, dL)`` at
-  ``beta = sign * inf`` (``L = -inf`` when the behaviour leaves the limit policy's support;
-  ``L_approach`` and ``dL`` the limits of ``L(beta)`` and ``dL/dbeta``, NaN if unknown);
+- ``evaluate_limit(sign)``: :class:`LimitValue` ``(L, model_eu, dL)``, the exact limits of
+  ``L(beta)``, of the model's expected utility and of ``dL/dbeta`` (NaN if unknown) as
+  ``beta -> sign * inf`` (``L = -inf`` when the behaviour leaves the limit policy's support);
+  MEG's members at ``beta = +-inf`` are these limits (paper Definition 3.1), so the supremum
+  over ``R u {+-inf}`` is the supremum over finite betas;
 - ``limit_upper_bound()``: an upper bound on both limits' ``L`` (``inf`` if none is known), which
-  lets the solver skip the limit pass when an interior optimum provably beats it.
+  lets the solver skip the first limit pass when it cannot pay off.
 
 :func:`solve_beta` returns a :class:`BetaSolution`. The solver works in ``x = sign * beta >= 0``,
 where ``f(x) = sign * dL/dbeta`` decreases from ``f(0) > 0`` (``sign`` is the sign of
@@ -36,8 +38,9 @@ where ``f(x) = sign * dL/dbeta`` decreases from ``f(0) > 0`` (``sign`` is the si
 - it stops when the Newton decrement at an evaluated point is below ``1e-11`` relative, or two
   estimates of the root agree to that with a negligible predicted error (then ``L`` and the
   expected utility at the root are Hermite-interpolated, without a confirming pass);
-- it compares the result with the exact limit at ``beta = sign * inf`` unless that cannot win
-  (``limit_upper_bound()``, or the limit's ``dL`` showing that ``L`` turns down before it).
+- a root at a finite beta is the supremum (``L`` is concave, so it beats the limit); a root on
+  the saturated plateau (beyond ``beta * scale = 1e6``, or negligible curvature), or a search
+  that found ``L`` increasing up to the largest beta, gives way to the exact limit.
 """
 
 from __future__ import annotations
@@ -117,11 +120,9 @@ def solve_beta(obj: BetaObjective) -> BetaSolution:
 
 
 def _the_limit(st: Solver, lim: LimitValue) -> BetaSolution:
-    """The supremum at ``beta = sign * inf``: the larger of ``L`` there and the limit of
-    ``L(beta)``, exact."""
-    L_inf = lim.L if math.isnan(lim.L_approach) else max(lim.L, lim.L_approach)
-    at_inf = Point(st.sign * math.inf, L_inf, math.nan, lim.model_eu, math.nan)
-    return st.solution(at_inf, L_inf, converged=True, at_boundary=True)
+    """The supremum at ``beta = sign * inf``: the exact limit of ``L(beta)``."""
+    at_inf = Point(st.sign * math.inf, lim.L, math.nan, lim.model_eu, math.nan)
+    return st.solution(at_inf, lim.L, converged=True, at_boundary=True)
 
 
 def _is_flat(p: Point, scale: float) -> bool:
@@ -138,27 +139,25 @@ def _is_flat(p: Point, scale: float) -> bool:
 def _limit_or(st: Solver, candidate: Point, scale: float) -> BetaSolution | None:
     """The limit at ``beta = sign * inf`` if it is at least as good as ``candidate``, else None.
 
-    Its value is the larger of ``L(sign * inf)`` and the limit of ``L(beta)`` (when the objective
-    knows it; then it is exact and preferred over a candidate on the saturated plateau).
+    The limit is exact; a candidate on the saturated plateau (see :func:`_is_flat`) carries
+    rounding of order ``eps * beta * scale`` per step, so there the limit is reported.
     """
     lim = st.limit()
-    known = not math.isnan(lim.L_approach)
-    L_inf = max(lim.L, lim.L_approach) if known else lim.L
     tol = 1e-12 * max(1.0, abs(candidate.L))
-    plateau = known and _is_flat(candidate, scale)
-    if math.isfinite(L_inf) and (plateau or L_inf >= candidate.L - tol):
+    plateau = _is_flat(candidate, scale)
+    if math.isfinite(lim.L) and (plateau or candidate.L - tol <= lim.L):
         if plateau:
             return _the_limit(st, lim)
-        at_inf = Point(st.sign * math.inf, L_inf, math.nan, lim.model_eu, math.nan)
-        return st.solution(at_inf, max(L_inf, candidate.L), converged=True, at_boundary=True)
+        at_inf = Point(st.sign * math.inf, lim.L, math.nan, lim.model_eu, math.nan)
+        return st.solution(at_inf, max(lim.L, candidate.L), converged=True, at_boundary=True)
     return None
 
 
 def _increasing_to_the_limit(st: Solver, scale: float) -> BetaSolution:
     """``dL`` keeps the sign of ``dL(0)`` up to the largest beta: ``L`` increases towards
-    ``beta = sign * inf``. The supremum is the larger of ``L(sign * inf)`` and the limit of
-    ``L(beta)``: both exact when the objective knows ``L_approach``; else the last betas reach
-    the latter once ``dL`` vanishes to rounding (``saturated``)."""
+    ``beta = sign * inf``, and the supremum is the exact limit of ``L(beta)`` (else, if the
+    limit is not finite, the last betas, which reach the supremum once ``dL`` vanishes to
+    rounding: ``saturated``)."""
     won = _limit_or(st, st.best, scale)
     if won is not None:
         return won
@@ -166,20 +165,15 @@ def _increasing_to_the_limit(st: Solver, scale: float) -> BetaSolution:
 
 
 def _compare_with_the_limit(st: Solver, scale: float) -> BetaSolution:
-    """The interior optimum against the exact limit at ``beta = sign * inf``.
+    """The interior optimum, or the exact limit at ``beta = sign * inf`` where the root lies on
+    the saturated plateau.
 
-    The limit wins when it is at least as good. A root on the saturated plateau (see
-    :func:`_is_flat`) is where ``L`` has reached the limit of ``L(beta)`` to rounding: then the
-    exact limit is reported. Otherwise an interior root beats the limit of ``L(beta)`` (``L`` is
-    concave) and only ``L(sign * inf)`` itself can win (where hard Q-values tie, ``L(beta)``
-    does not tend to it); that limit pass is skipped when the limit's ``dL`` showed that ``L``
-    turns down before it, or when ``limit_upper_bound()`` proves that it cannot win.
+    ``L`` is concave and the limit is the limit of ``L(beta)``, so a root at a finite beta beats
+    it and no limit pass is needed. A root on the saturated plateau (see :func:`_is_flat`) is
+    where ``L`` has reached its limit to rounding: then the exact limit is reported.
     """
     best, flat = st.best, st.flat
-    tol_best = 1e-12 * max(1.0, abs(best.L))
-    if not st.limit_is_below() and (
-        _is_flat(flat, scale) or st.obj.limit_upper_bound() >= best.L - tol_best
-    ):
+    if not st.limit_is_below() and _is_flat(flat, scale):
         # A best point on the plateau carries rounding: the limit is compared with the root.
         cand = best if not _is_flat(best, scale) else flat
         won = _limit_or(st, cand, scale)
@@ -192,9 +186,13 @@ def _compare_with_the_limit(st: Solver, scale: float) -> BetaSolution:
     # be a neighbour's rounding); else the largest L seen.
     x = abs(flat.beta)
     dec = abs(flat.dL / flat.d2L) if flat.d2L < 0 else math.inf
-    at_root = abs(flat.dL) <= st.d_tol or dec <= max(1e-9, st.rtol) * x
-    pick = flat if at_root else best
-    L = pick.L + 0.5 * abs(flat.dL) * dec if at_root and math.isfinite(dec) else pick.L
+    # At a root (the Newton step to it negligible) report the root plus that step's
+    # second-order gain: L is flat to rounding there, and the largest L seen may be a
+    # neighbour's rounding. Else the largest L seen: where L is nearly linear (|d2L| ~ 0) a dL
+    # below tolerance says nothing about the distance to the root.
+    near = dec <= max(1e-9, st.rtol) * x
+    pick = flat if near else best
+    L = pick.L + 0.5 * abs(flat.dL) * dec if near else pick.L
     # A "root" beyond beta * scale = 1e6 is where dL has vanished to rounding while L still
     # tends to its beta -> sign * inf limit (tied hard Q-values): the supremum lies at infinity.
     return st.solution(

@@ -34,6 +34,7 @@ from typing import Any
 
 from stable_baselines3.common.callbacks import BaseCallback
 
+from imitation_meg._env_tables import make_env
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.type_aliases import PathLike
 
@@ -64,7 +65,8 @@ class MEGCallback(BaseCallback):
         verbose: 1 prints each evaluation.
 
     Raises:
-        ValueError: ``eval_freq < 1``, or an MDP without a utility.
+        ValueError: ``eval_freq < 1``, an environment id gymnasium cannot make (checked here,
+            not at ``learn()``), or an MDP without a utility.
     """
 
     def __init__(
@@ -110,12 +112,8 @@ class MEGCallback(BaseCallback):
         if isinstance(env, TabularMDP):
             mdp = env if self.horizon is None else env.with_horizon(self.horizon)
         else:
-            if isinstance(env, str):
-                import gymnasium as gym
-
-                if env.startswith("seals/"):
-                    import seals  # noqa: F401 (registers the seals environment ids)
-                env = gym.make(env, **self.env_kwargs)
+            if isinstance(env, str):  # an id gymnasium cannot make is refused here, not in learn()
+                env = make_env(env, self.env_kwargs)
             self._env = env
             mdp = TabularMDP.from_env(env, horizon=self.horizon)
         if mdp.utility is None:

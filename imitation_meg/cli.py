@@ -2,8 +2,9 @@
 
 This is the only module that parses command lines; the work is done by library modules
 (:mod:`imitation_meg.scoring`, :mod:`imitation_meg.plotting`, the adapters). Errors in user input
-end the program with exit code 2 and a one-line message on stderr; the package's warnings are
-printed as one line each. (Over 500 lines: the argument parsers and table printing of all five
+end the program with exit code 2 and a one-line message on stderr, Ctrl-C with exit code 130 and
+one line (``reproduce``: how many units are saved); the package's warnings and notes are printed
+as one line each on stderr. (Over 500 lines: the argument parsers and table printing of all five
 subcommands live here by design, as the only place that parses command lines.)
 """
 
@@ -13,6 +14,7 @@ import argparse
 import dataclasses
 import importlib.util
 import math
+import os
 import pathlib
 import sys
 import time
@@ -65,8 +67,8 @@ def _demo(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     mdp = im.envs.cliff_world(width=10, height=4, horizon=args.horizon)
     print(
-        f"Known-utility MEG on the paper's 10x4 CliffWorld (horizon H={mdp.horizon}, "
-        f"|A|={mdp.n_actions}, upper bound H log|A| = {mdp.horizon * math.log(mdp.n_actions):.4f} nats)\n"
+        f"Known-utility MEG on the paper's 10x4 CliffWorld (horizon H={mdp.steps}, "
+        f"|A|={mdp.n_actions}, upper bound H log|A| = {mdp.steps * math.log(mdp.n_actions):.4f} nats)\n"
     )
     candidates = [
         ("uniform", policies.uniform(mdp)),
@@ -96,14 +98,14 @@ def _demo_ppo(mdp: Any, args: argparse.Namespace, rows: list[dict[str, Any]]) ->
     # A 64-unit MLP trains fastest on one thread; more threads only contend on small machines.
     th.set_num_threads(1)
     print(
-        f"\nTraining PPO on seals' CliffWorldEnv(width=10, height=4, horizon={mdp.horizon}) for "
+        f"\nTraining PPO on seals' CliffWorldEnv(width=10, height=4, horizon={mdp.steps}) for "
         f"{args.ppo_steps} steps (8 envs, seed {args.seed}) ..."
     )
     t0 = time.perf_counter()
     model = train_cliff_ppo(
         width=10,
         height=4,
-        horizon=mdp.horizon,
+        horizon=mdp.steps,
         total_timesteps=args.ppo_steps,
         seed=args.seed,
         progress=True,
@@ -132,7 +134,35 @@ MODES = ("known", "unknown", "target")
 TARGETS = ("row", "column", "cell", "goal")
 
 
+def _horizon_arg(text: str) -> int | str:
+    """``--horizon``: a positive number of decisions, or ``inf`` (with ``--discount``)."""
+    if text.strip().lower() in ("inf", "infinite", "none"):
+        return "inf"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of decisions or 'inf', got {text!r}"
+        ) from None
+
+
 def _score_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
+    """The MDP to score in; ``--horizon inf --discount G`` makes it the discounted
+    infinite-horizon setting, ``--discount G`` alone discounts a finite horizon's utility."""
+    infinite = args.horizon == "inf"
+    if infinite and args.discount is None:
+        raise ValueError(
+            "--horizon inf needs --discount below 1 (e.g. --discount 0.9): the discounted "
+            "infinite-horizon setting."
+        )
+    finite = argparse.Namespace(**{**vars(args), "horizon": None if infinite else args.horizon})
+    mdp = _score_base_mdp(finite, sources)
+    if infinite or args.discount is not None:
+        mdp = mdp.with_horizon(None if infinite else mdp.horizon, args.discount)
+    return mdp
+
+
+def _score_base_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
     import imitation_meg as im
 
     if args.cliff_world:
@@ -156,7 +186,34 @@ def _score_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
         from imitation_meg.scoring import mdp_of_sources
 
         return mdp_of_sources(sources, horizon=args.horizon)
+    if _is_minigrid(args.env):
+        return _minigrid_mdp(args, sources)
     return im.TabularMDP.from_env(args.env, horizon=args.horizon)
+
+
+def _is_minigrid(env_id: str) -> bool:
+    return env_id.startswith("MiniGrid-")
+
+
+def _minigrid_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
+    """The layout of ``--env`` at reset seed ``--seed``, observed as the first saved model
+    observes it (the observation stack read from its zip)."""
+    from imitation_meg.envs.minigrid import minigrid_mdp
+    from imitation_meg.scoring import BUILTIN_POLICIES
+
+    space = None
+    saved = [s for s in sources if s not in BUILTIN_POLICIES]
+    if saved and pathlib.Path(saved[0]).is_file():
+        from imitation_meg.adapters.sb3 import read_model_info
+
+        space = read_model_info(saved[0]).observation_space
+    return minigrid_mdp(
+        args.env,
+        seed=args.seed,
+        horizon=args.horizon,
+        observation=None if space is None else "auto",
+        observation_space=space,
+    )
 
 
 def _result_dict(res: Any) -> dict[str, Any]:
@@ -182,10 +239,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
         if key in seen:
             raise ValueError(f"{seen[key]} and {flag} name the same file {value!r}.")
         seen[key] = flag
-        if new_parent:
-            print(
-                f"(the folder {str(path.parent)!r} for {flag} does not exist: it will be created)"
-            )
+        if new_parent:  # a note, on stderr: stdout carries the results (and may be redirected)
+            _note(f"the folder {str(path.parent)!r} for {flag} does not exist: it will be created")
 
 
 def _score_options(args: argparse.Namespace) -> Any:
@@ -220,16 +275,31 @@ def _score_options(args: argparse.Namespace) -> Any:
     )
 
 
+def _check_single_policy_outputs(args: argparse.Namespace) -> None:
+    """The approximate estimators score one policy: ``--json`` only, checked before any work."""
+    for flag in ("csv", "jsonl"):
+        if getattr(args, flag) is not None:
+            raise ValueError(
+                f"--{flag} is not available with the approximate estimator (it scores one "
+                "policy); write its result with --json FILE."
+            )
+    _check_outputs(args)
+
+
 def _score(args: argparse.Namespace) -> int:
-    if args.env is not None and _env_has_box_actions(args.env):
+    if args.env is not None and not _is_minigrid(args.env) and _env_has_box_actions(args.env):
         from imitation_meg.continuous.score import score_continuous
 
+        _check_single_policy_outputs(args)
         return score_continuous(args)
     if args.noise_std is not None:
         raise ValueError("--noise-std applies to deterministic agents in Box action spaces.")
-    if args.approx or (args.env is not None and not _env_is_tabular(args.env)):
+    if args.approx or (
+        args.env is not None and not _is_minigrid(args.env) and not _env_is_tabular(args.env)
+    ):
         from imitation_meg.approx.score import score_approx
 
+        _check_single_policy_outputs(args)
         return score_approx(args)
     if args.mode != "target" and args.target is not None:
         raise ValueError("--target applies to --mode target only.")
@@ -267,7 +337,7 @@ def _score_many(args: argparse.Namespace, sources: list[str], mdp: Any, opts: An
     seconds = time.perf_counter() - t0
     print(
         f"MEG of {len(rows)} policies in {mdp.name} (S={mdp.n_states}, |A|={mdp.n_actions}, "
-        f"H={mdp.horizon}; mode {args.mode}) in {seconds:.1f} s\n"
+        f"{_horizon_text(mdp)}; mode {args.mode}) in {seconds:.1f} s\n"
     )
     columns = ["policy", "timesteps", "mode", "meg", "normalized", "expected_return", "converged"]
     if args.mode != "known":
@@ -291,13 +361,21 @@ def _score_many(args: argparse.Namespace, sources: list[str], mdp: Any, opts: An
 
 
 def _mdp_dict(mdp: Any) -> dict[str, Any]:
+    from imitation_meg.known import meg_upper_bound
+
     return {
         "name": mdp.name,
         "n_states": mdp.n_states,
         "n_actions": mdp.n_actions,
         "horizon": mdp.horizon,
-        "upper_bound": mdp.horizon * math.log(mdp.n_actions),
+        "discount": mdp.discount,
+        "upper_bound": meg_upper_bound(mdp),
     }
+
+
+def _horizon_text(mdp: Any) -> str:
+    """``H=30`` or, in the discounted infinite-horizon setting, ``H=inf, gamma=0.9``."""
+    return f"H={mdp.horizon}" if mdp.horizon is not None else f"H=inf, gamma={mdp.discount}"
 
 
 def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> int:
@@ -315,7 +393,7 @@ def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> in
         res = im.meg_unknown(pi, mdp)
     else:
         target = args.target or "goal"
-        res = im.meg_target(pi, mdp, target)
+        res = im.meg_target(pi, mdp, _target_of(mdp, target))
 
     rows = [
         {
@@ -369,7 +447,7 @@ def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> in
             }
         )
     print(
-        f"MEG of {label} in {mdp.name} (S={mdp.n_states}, |A|={mdp.n_actions}, H={mdp.horizon}; "
+        f"MEG of {label} in {mdp.name} (S={mdp.n_states}, |A|={mdp.n_actions}, {_horizon_text(mdp)}; "
         f"{'known utility: the environment reward' if args.mode == 'known' else args.mode + ' utility'})\n"
     )
     columns = ["policy", "mode", "MEG", "normalized", "upper bound", "converged"]
@@ -410,6 +488,15 @@ def _env_has_box_actions(env_id: str) -> bool:
     return has_box_actions(env_id)
 
 
+def _target_of(mdp: Any, kind: str) -> Any:
+    """``--target`` for the MDP: MiniGrid layouts read the agent's cell from their metadata."""
+    if "agent_pos" in mdp.metadata:
+        from imitation_meg.envs.minigrid import minigrid_target
+
+        return minigrid_target(mdp, kind)
+    return kind
+
+
 def _env_is_tabular(env_id: str) -> bool:
     from imitation_meg.approx.score import is_tabular
 
@@ -432,11 +519,24 @@ def _add_score_parser(sub: Any) -> None:
     )
     env = score.add_mutually_exclusive_group()
     env.add_argument(
-        "--env", metavar="ENV_ID", help="gymnasium / seals id, e.g. seals/CliffWorld7x4-v0"
+        "--env",
+        metavar="ENV_ID",
+        help="gymnasium / seals / MiniGrid id, e.g. seals/CliffWorld7x4-v0, "
+        "MiniGrid-DoorKey-5x5-v0 (the layout of --seed)",
     )
     env.add_argument("--cliff-world", action="store_true", help="the paper's CliffWorld builder")
     score.add_argument(
-        "--horizon", type=int, help="horizon H (default: the environment's; 30 for --cliff-world)"
+        "--horizon",
+        type=_horizon_arg,
+        help="horizon H (default: the environment's; 30 for --cliff-world), or 'inf' with "
+        "--discount for the discounted infinite-horizon setting",
+    )
+    score.add_argument(
+        "--discount",
+        type=float,
+        help="discount gamma: with --horizon inf the discounted infinite-horizon setting "
+        "(stationary policies, MEG <= log|A| / (1 - gamma)); with a finite horizon it "
+        "discounts the utility only",
     )
     score.add_argument("--width", type=int, help="--cliff-world columns (default 10)")
     score.add_argument("--height", type=int, help="--cliff-world rows (default 4)")
@@ -507,7 +607,11 @@ def _add_score_parser(sub: Any) -> None:
         "environments that are not tabular; forces it on tabular ones)",
     )
     score.add_argument(
-        "--seed", type=int, default=0, help="seed for --rollouts and --approx (default 0)"
+        "--seed",
+        type=int,
+        default=0,
+        help="seed for --rollouts and --approx, and the reset seed that fixes a MiniGrid "
+        "layout (default 0)",
     )
     score.add_argument(
         "--jobs", type=int, default=1, help="worker processes for several policies (default 1)"
@@ -520,6 +624,94 @@ def _add_score_parser(sub: Any) -> None:
     score.set_defaults(func=_score)
 
 
+# ---------------------------------------------------------------------------------- intervene
+def _intervention_mdps(args: argparse.Namespace) -> list[Any]:
+    """One MDP per ``--env ID[:SEED]``: MiniGrid layouts observed as the saved model observes
+    them, other ids through ``TabularMDP.from_env``."""
+    import imitation_meg as im
+
+    mdps = []
+    for item in args.env:
+        env_id, _, seed = item.partition(":")
+        if not _is_minigrid(env_id):
+            if seed:
+                raise ValueError(f"--env {item!r}: a :SEED applies to MiniGrid ids only.")
+            mdps.append(im.TabularMDP.from_env(env_id, horizon=args.horizon))
+            continue
+        if seed and not seed.isdigit():
+            raise ValueError(f"--env {item!r}: the seed after ':' must be an integer.")
+        ns = argparse.Namespace(env=env_id, seed=int(seed or 0), horizon=args.horizon)
+        mdps.append(_minigrid_mdp(ns, [args.policy]))
+    return mdps
+
+
+def _intervene(args: argparse.Namespace) -> int:
+    from imitation_meg.envs.minigrid import agent_cells
+    from imitation_meg.interventions import meg_interventional
+    from imitation_meg.results import library_versions, write_json
+
+    _check_outputs(args)
+    if args.target is not None and args.mode != "target":
+        raise ValueError("--target applies to --mode target only.")
+    mdps = _intervention_mdps(args)
+    kwargs: dict[str, Any] = {"weights": args.weights, "names": args.env}
+    if args.mode == "target":
+        kwargs["target"] = [agent_cells(m) for m in mdps]
+    policy: Any = args.policy
+    if policy == "uniform":
+        import imitation_meg as im
+
+        policy = [im.policies.uniform(m) for m in mdps]
+    res = meg_interventional(policy, mdps, **kwargs)
+    what = "the environment reward" if args.mode == "known" else "every utility of the agent's cell"
+    print(
+        f"Interventional MEG of {args.policy} across {len(mdps)} interventions ({what}; "
+        f"H={mdps[0].horizon}, bound {res.result.upper_bound:.4g}): {res.meg:.4f}\n"
+        f"On distribution ({args.env[0]}): {res.on_distribution:.4f}\n"
+    )
+    print(format_table(res.rows()))
+    if args.json:
+        payload = {
+            "config": {k: v for k, v in vars(args).items() if k != "func"},
+            "library_versions": library_versions(),
+            "result": res.to_dict(),
+        }
+        print(f"\nWrote {write_json(args.json, payload)}.")
+    return 0
+
+
+def _add_intervene_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "intervene",
+        help="interventional MEG: one utility across intervened environments",
+        description=(
+            "Score one agent's MEG across intervened environments (layouts, starts, dynamics): "
+            "the best single utility and rationality over all of them, each intervention's "
+            "score and share, and the MEG on distribution (the first --env)."
+        ),
+    )
+    p.add_argument(
+        "--env",
+        required=True,
+        nargs="+",
+        metavar="ID[:SEED]",
+        help="the interventions, the on-distribution one first: MiniGrid ids with the layout's "
+        "reset seed (MiniGrid-DistShift1-v0:0), or tabular gymnasium / seals ids",
+    )
+    p.add_argument("--policy", required=True, help="a saved SB3 model (.zip) or 'uniform'")
+    p.add_argument("--weights", type=float, nargs="+", help="one weight per --env (default equal)")
+    p.add_argument(
+        "--mode",
+        choices=("known", "target"),
+        default="known",
+        help="known (the environment reward, default) or target (every utility of --target)",
+    )
+    p.add_argument("--target", choices=("cell",), help="MiniGrid: the agent's cell (default)")
+    p.add_argument("--horizon", type=int, help="horizon H (default: the environments')")
+    p.add_argument("--json", metavar="FILE", help="write config, versions and results as JSON")
+    p.set_defaults(func=_intervene)
+
+
 # ---------------------------------------------------------------------------------- plot
 def _plot(args: argparse.Namespace) -> int:
     from imitation_meg.results import check_output_path, read_rows
@@ -527,19 +719,15 @@ def _plot(args: argparse.Namespace) -> int:
     out, new_parent = check_output_path(args.out, what="--out")
     if out.suffix.lower() != ".png":
         raise ValueError(f"--out {args.out!r} should end in .png.")
-    histories = {}
-    for name in args.files:
-        key = pathlib.Path(name).stem
-        while key in histories:
-            key += "'"
-        histories[key] = read_rows(name)
-    from imitation_meg.plotting import plot_meg_history
-
-    path = plot_meg_history(out, histories, metrics=args.metric, title=args.title or "")
     if new_parent:
-        print(f"(created the folder {str(out.parent)!r})")
+        _note(f"the folder {str(out.parent)!r} for --out does not exist: it will be created")
+    from imitation_meg.plotting import history_labels, plot_meg_history
+
+    labels = history_labels(args.files)
+    histories = {label: read_rows(name) for label, name in zip(labels, args.files, strict=True)}
+    path = plot_meg_history(out, histories, metrics=args.metric, title=args.title or "")
     n = sum(len(r) for r in histories.values())
-    print(f"Wrote {path} ({n} points from {len(histories)} file(s)).")
+    print(f"Wrote {path} ({n} points from {len(histories)} file(s): {', '.join(labels)}).")
     return 0
 
 
@@ -565,7 +753,7 @@ def _add_plot_parser(sub: Any) -> None:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from imitation_meg.runners import UnitsFailedError, run_config
+    from imitation_meg.runners import ResultsFolderBusyError, UnitsFailedError, run_config
 
     resources: dict[str, float] = {}
     for flag, key in (("cpus_per_unit", "num_cpus"), ("gpus_per_unit", "num_gpus")):
@@ -579,6 +767,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     try:
         out = run_config(
             args.config,
+            experiments_dir=args.experiments,
             backend=args.backend,
             workers=args.workers,
             address=args.address,
@@ -594,6 +783,9 @@ def _reproduce(args: argparse.Namespace) -> int:
     except UnitsFailedError as e:
         print(f"imitation-meg reproduce: {_one_line(e)}", file=sys.stderr)
         return 1
+    except ResultsFolderBusyError as e:
+        print(f"imitation-meg reproduce: error: {_one_line(e)}", file=sys.stderr)
+        return 2
     if args.dry_run:
         print(
             f"{out['study']}: {out['units']} units, {len(out['done'])} done, "
@@ -635,6 +827,12 @@ def _add_reproduce_parsers(sub: Any) -> None:
         ),
     )
     rep.add_argument("config", help="path of a config under configs/")
+    rep.add_argument(
+        "--experiments",
+        metavar="DIR",
+        help="the folder holding the config's driver <experiment>.py (default: experiments/ "
+        "beside the config's folder, else in the checkout the package is installed from)",
+    )
     rep.add_argument(
         "--backend",
         choices=("serial", "process", "ray"),
@@ -738,12 +936,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_reproduce_parsers(sub)
 
     _add_score_parser(sub)
+    _add_intervene_parser(sub)
     _add_plot_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``imitation-meg`` console script."""
+    """Entry point of the ``imitation-meg`` console script.
+
+    Args:
+        argv: the arguments; ``None`` reads the command line (the console script,
+            ``python -m imitation_meg.cli``).
+
+    Returns:
+        The exit status: 0, 1 (units of ``reproduce`` failed), 2 (bad input: one line on stderr)
+        or 130 (Ctrl-C: one line on stderr). Run as a program (``argv=None``), Ctrl-C ends the
+        process as soon as that line is printed, without the interpreter's teardown (torch's
+        takes a second or more on a busy machine); every output file is closed by then.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     show = warnings.showwarning
@@ -766,11 +976,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"imitation-meg {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Ctrl-C: one line (reproduce: what is saved), no traceback
+        print(f"imitation-meg {args.command}: {_one_line(e)}", file=sys.stderr, flush=True)
     finally:
         warnings.showwarning = show
+    # reached after Ctrl-C only (every other path returned or raised above)
+    if argv is None:  # the program: leave now (see above), its objects released first
+        _exit_now(130)
+    return 130
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once, skipping the interpreter's teardown: the objects the interrupted
+    work left (a process pool's queues, whose named semaphores are unlinked when they are freed)
+    are released first, and the output streams flushed."""
+    import gc
+
+    gc.collect()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _note(text: str) -> None:
+    """A one-line note to the user on stderr (stdout carries the results)."""
+    print(f"imitation-meg: {text}", file=sys.stderr, flush=True)
 
 
 def _one_line(e: BaseException | str) -> str:
+    if isinstance(e, KeyboardInterrupt):  # empty for a plain Ctrl-C
+        return " ".join(str(e).split()) or "interrupted"
     return " ".join(str(e).split()) or type(e).__name__
 
 

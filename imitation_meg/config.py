@@ -5,6 +5,9 @@ A config is a YAML mapping whose top-level key ``experiment`` names a driver fil
 dataclass ``Config`` and a function ``main(cfg: Config) -> dict``. Every other key of the YAML
 becomes a field of ``Config``; unknown keys raise ``ValueError`` so that typos never pass silently.
 
+A driver's ``Config`` checks its values in ``__post_init__`` (:func:`check_values`), so a bad
+value, in the YAML or from ``--set``, is refused when the config is loaded, before any unit runs.
+
 Result writers live in :mod:`imitation_meg.results`; running a config in
 :mod:`imitation_meg.runners`.
 
@@ -19,10 +22,10 @@ import dataclasses
 import pathlib
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["load_config", "load_yaml", "parse_yaml_value"]
+__all__ = ["check_values", "load_config", "load_yaml", "parse_yaml_value"]
 
 C = TypeVar("C")
 
@@ -90,66 +93,95 @@ def parse_yaml_value(text: str, *, where: str = "value") -> Any:
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     """Convert a YAML value to the annotated type ``tp`` (dataclasses, tuples, optionals)."""
     origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
     if tp is Any:
         return value
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, where)
-            except (TypeError, ValueError) as e:
-                errors.append(str(e))
-        raise TypeError(f"{where}: {value!r} matches none of {tp}: {'; '.join(errors)}")
+        return _coerce_union(value, tp, where)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise TypeError(f"{where}: expected a mapping for {tp.__name__}, got {value!r}.")
         return load_config(value, tp, where=where)
     if origin in (tuple, Sequence, list) or tp in (tuple, list):
-        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-            raise TypeError(f"{where}: expected a list, got {value!r}.")
-        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
-        if origin is tuple and args:
-            if len(args) != len(value):
-                raise ValueError(f"{where}: expected {len(args)} entries, got {len(value)}.")
-            return tuple(
-                _coerce(v, a, f"{where}[{i}]")
-                for i, (v, a) in enumerate(zip(value, args, strict=True))
-            )
-        inner = args[0] if args else Any
-        return tuple(_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+        return _coerce_sequence(value, tp, where)
     if origin in (dict, Mapping) or tp is dict:
         if not isinstance(value, Mapping):
             raise TypeError(f"{where}: expected a mapping, got {value!r}.")
         return dict(value)
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            if isinstance(value, str) and value.strip().lower() in ("inf", "+inf", "-inf", "nan"):
-                return float(value)
-            raise TypeError(f"{where}: expected a number, got {value!r}.")
-        return float(value)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{where}: expected an integer, got {value!r}.")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise TypeError(f"{where}: expected true or false, got {value!r}.")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise TypeError(f"{where}: expected a string, got {value!r}.")
-        return value
-    if typing.get_origin(tp) is typing.Literal:
-        if value not in args:
-            raise ValueError(f"{where}: {value!r} is not one of {args}.")
+    if tp in _SCALARS:
+        return _SCALARS[tp](value, where)
+    if origin is typing.Literal:
+        if value not in typing.get_args(tp):
+            raise ValueError(f"{where}: {value!r} is not one of {typing.get_args(tp)}.")
         return value
     return value
+
+
+def _coerce_union(value: Any, tp: Any, where: str) -> Any:
+    """The first member of a union (``X | None`` included) that takes the value."""
+    args = typing.get_args(tp)
+    if value is None and type(None) in args:
+        return None
+    errors = []
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return _coerce(value, arg, where)
+        except (TypeError, ValueError) as e:
+            errors.append(str(e))
+    raise TypeError(f"{where}: {value!r} matches none of {tp}: {'; '.join(errors)}")
+
+
+def _coerce_sequence(value: Any, tp: Any, where: str) -> tuple[Any, ...]:
+    """A YAML list as a tuple: ``tuple[X, ...]``, fixed-length ``tuple[X, Y]``, or a list."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{where}: expected a list, got {value!r}.")
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return tuple(_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is tuple and args:
+        if len(args) != len(value):
+            raise ValueError(f"{where}: expected {len(args)} entries, got {len(value)}.")
+        return tuple(
+            _coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True))
+        )
+    inner = args[0] if args else Any
+    return tuple(_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+
+
+def _as_float(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, str) and value.strip().lower() in ("inf", "+inf", "-inf", "nan"):
+            return float(value)
+        raise TypeError(f"{where}: expected a number, got {value!r}.")
+    return float(value)
+
+
+def _as_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{where}: expected an integer, got {value!r}.")
+    return value
+
+
+def _as_bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{where}: expected true or false, got {value!r}.")
+    return value
+
+
+def _as_str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{where}: expected a string, got {value!r}.")
+    return value
+
+
+# The scalar annotations a config field may carry, each with its check.
+_SCALARS: dict[Any, Callable[[Any, str], Any]] = {
+    float: _as_float,
+    int: _as_int,
+    bool: _as_bool,
+    str: _as_str,
+}
 
 
 def load_config(
@@ -193,4 +225,60 @@ def load_config(
     if missing:
         raise ValueError(f"{where}: missing required keys {missing} for {cls.__name__}.")
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:  # the dataclass's own checks (__post_init__)
+        raise type(e)(f"{where}: {e}") from e
+
+
+def _entries(name: str, value: Any) -> list[tuple[str, Any]]:
+    """``(label, value)`` of a scalar field, or of each entry of a sequence field."""
+    if isinstance(value, (list, tuple)):
+        return [(f"{name}[{i}]", v) for i, v in enumerate(value)]
+    return [(name, value)]
+
+
+def check_values(
+    cfg: Any,
+    *,
+    positive: Sequence[str] = (),
+    non_negative: Sequence[str] = (),
+    probabilities: Sequence[str] = (),
+    choices: Mapping[str, Sequence[Any]] | None = None,
+) -> None:
+    """Check a config's values (call it from the ``Config``'s ``__post_init__``).
+
+    Each named field is a number or a sequence of numbers (each entry is checked); a field
+    that is ``None`` is skipped (an optional setting left to its default).
+
+    Args:
+        cfg: the config dataclass instance.
+        positive: fields that must be > 0 (counts, horizons, learning rates).
+        non_negative: fields that must be >= 0 (seeds, counts where 0 switches a part off).
+        probabilities: fields that must lie in ``[0, 1]``.
+        choices: fields whose value (or each entry) must be one of the given values.
+
+    Raises:
+        ValueError: the first bad value, named with its field and the fix (the config's value
+            or ``--set``).
+    """
+    rules: list[tuple[Sequence[str], Any, str]] = [
+        (positive, lambda v: v > 0, "must be > 0"),
+        (non_negative, lambda v: v >= 0, "must be >= 0"),
+        (probabilities, lambda v: 0 <= v <= 1, "must lie in [0, 1] (a probability)"),
+    ]
+    for names, ok, rule in rules:
+        for name in names:
+            for label, v in _entries(name, getattr(cfg, name)):
+                if v is not None and not ok(v):
+                    raise ValueError(
+                        f"{label} = {v!r} {rule}; fix it in the config file or with "
+                        f"--set {name}=..."
+                    )
+    for name, allowed in (choices or {}).items():
+        for label, v in _entries(name, getattr(cfg, name)):
+            if v not in allowed:
+                raise ValueError(
+                    f"{label} = {v!r} is not one of {list(allowed)}; fix it in the config file "
+                    f"or with --set {name}=..."
+                )

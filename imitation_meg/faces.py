@@ -41,12 +41,6 @@ reached along ``theta0 + lam d``. By duality this is also ``-max{causal entropy 
 matches the behaviour's feature expectations}`` for ``gamma = 1`` (maximum causal entropy IRL),
 whose solution's support is ``Z``.
 
-**Tie-split optimal policies.** Known-utility MEG also admits, at ``beta = +inf``, the optimal
-policy of ``U`` with ties split evenly, which is not a limit of soft policies when ties exist.
-Over the class, the best such policy is that of ``d`` (its tie sets on the visited states are the
-smallest), with log-likelihood ``-sum_{t,s} w_t(s) log |Z_t(s)|``. Unknown-utility MEG is the
-larger of the two suprema.
-
 The linear programme has a variable per reachable ``(t, s)`` and a row per reachable
 ``(t, s, a)``; it is solved by HiGHS (scipy) and needed only when the behaviour leaves some
 action untried in a state it visits. Its direction is checked against the hard values of
@@ -68,6 +62,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch as th
 
+from imitation_meg.discounted import Dynamics, hard_values
 from imitation_meg.likelihood import ClassFeatures
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.soft_vi import hard_value_iteration
@@ -92,8 +87,6 @@ class Face:
         direction: ``(F,)`` direction ``d`` in the class's coordinates (``phi @ d`` is a member
             of the class whose optimal actions on the visited states are ``Z``).
         n_excluded: number of excluded ``(t, s, a)`` at states the face's model visits.
-        tie_log_likelihood: ``-sum_{t,s} w_t(s) log |Z_t(s)|``, the log-likelihood of the
-            tie-split optimal policy of ``phi @ d``.
         verified: the hard values of ``phi @ d`` confirm the face on every state it visits.
         lp_rows: rows of the linear programme.
         seconds: time spent.
@@ -102,7 +95,6 @@ class Face:
     allowed: th.Tensor
     direction: th.Tensor
     n_excluded: int
-    tie_log_likelihood: float
     verified: bool
     lp_rows: int
     seconds: float
@@ -115,12 +107,28 @@ def needs_face(w: th.Tensor) -> bool:
 
 
 def reachable(mdp: TabularMDP, allowed: np.ndarray | None = None) -> np.ndarray:
-    """``(H, S)`` bool: states reachable at each step from ``p0`` (through ``allowed`` actions)."""
-    H, S = mdp.horizon, mdp.n_states
+    """``(H, S)`` bool: states reachable at each step from ``p0`` (through ``allowed`` actions);
+    for a discounted infinite-horizon MDP ``(1, S)``: the states reachable at any step."""
+    S = mdp.n_states
     ns = mdp.next_state.cpu().numpy()
     pos = mdp.prob.cpu().numpy() > 0
+    start = mdp.initial_state_dist.cpu().numpy() > 0
+    if mdp.horizon is None:  # the closure under the allowed actions
+        seen = start.copy()
+        frontier = np.flatnonzero(seen)
+        while frontier.size:
+            ok = (
+                pos[frontier]
+                if allowed is None
+                else pos[frontier] & allowed[0, frontier][..., None]
+            )
+            nxt = np.unique(ns[frontier][ok])
+            frontier = nxt[~seen[nxt]]
+            seen[frontier] = True
+        return seen[None]
+    H = mdp.horizon
     reach = np.zeros((H, S), dtype=bool)
-    reach[0] = mdp.initial_state_dist.cpu().numpy() > 0
+    reach[0] = start
     for t in range(H - 1):
         st = np.flatnonzero(reach[t])
         ok = pos[st] if allowed is None else pos[st] & allowed[t, st][:, :, None]
@@ -148,7 +156,9 @@ def find_face(
 
     Args:
         mdp: the MDP.
-        w: ``(H, S, A)`` behaviour occupancy.
+        w: ``(H, S, A)`` behaviour occupancy (for a discounted infinite-horizon MDP
+            ``(1, S, A)``, the discounted occupancy: the values ``V`` are then stationary and
+            every row's successors are in the same layer).
         features: the class (normalised features).
         max_rows: refuse (return None) when the linear programme would have more rows.
 
@@ -180,11 +190,12 @@ def find_face(
     ns = mdp.next_state.cpu().numpy()
     pr = mdp.prob.cpu().numpy()
     B = ns.shape[-1]
-    inner = np.flatnonzero(T_ < H - 1)
+    stationary = mdp.horizon is None
+    inner = np.arange(T_.size) if stationary else np.flatnonzero(T_ < H - 1)
     nxt_s = ns[S_[inner], A_[inner]].reshape(-1)
     nxt_p = pr[S_[inner], A_[inner]].reshape(-1)
     nxt_r = np.repeat(inner, B)
-    nxt_t = np.repeat(T_[inner] + 1, B)
+    nxt_t = np.repeat(T_[inner] + (0 if stationary else 1), B)
     keep = nxt_p > 0
     rows = np.concatenate([np.arange(R), phi_rows.row, nxt_r[keep], np.flatnonzero(cand)])
     cols = np.concatenate(
@@ -223,14 +234,10 @@ def find_face(
     seen = reachable(mdp, allowed)
     d = th.as_tensor(x[:F], dtype=w.dtype, device=w.device)
     verified = _check(mdp, features, d, allowed, seen, wn)
-    counts = allowed.sum(-1)
-    ws = wn.sum(-1)
-    tie = -float(np.sum(ws[ws > 0] * np.log(counts[ws > 0])))
     return Face(
         allowed=th.as_tensor(allowed, device=w.device),
         direction=d,
         n_excluded=int((excluded & seen[..., None]).sum()),
-        tie_log_likelihood=tie,
         verified=verified,
         lp_rows=R,
         seconds=time.perf_counter() - start,
@@ -248,8 +255,12 @@ def _check(
     """Whether ``phi @ d``'s optimal actions are the face on every state the face visits and
     include every action the behaviour takes."""
     r = features.utility(d, mdp.n_states, mdp.n_actions)
-    Q, V, _ = hard_value_iteration(mdp, r)
-    gap = (V.unsqueeze(-1) - Q).cpu().numpy()
+    if mdp.horizon is None:
+        Qn, Vn = hard_values(Dynamics.of(mdp), r.double().cpu().numpy())
+        gap = (Vn[:, None] - Qn)[None]
+    else:
+        Q, V, _ = hard_value_iteration(mdp, r)
+        gap = (V.unsqueeze(-1) - Q).cpu().numpy()
     optimal = gap <= _SEPARATION
     if not math.isfinite(float(np.abs(gap[seen]).max(initial=0.0))):
         return False

@@ -59,12 +59,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any
 
 import torch as th
 
 from imitation_meg._known_passes import Behaviour, derivative_pass, limit_pass, zero_pass
-from imitation_meg._validation import as_policy, as_sa_occupancy, as_tensor
+from imitation_meg._validation import BetaRangeWarning, as_policy, as_sa_occupancy, as_tensor
 from imitation_meg.beta_solver import (
     BetaEvaluation,
     BetaObjective,
@@ -72,6 +73,7 @@ from imitation_meg.beta_solver import (
     LimitValue,
     solve_beta,
 )
+from imitation_meg.discounted import CONVERGED_RESIDUAL, DiscountedMEGObjective
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.results import to_jsonable
 from imitation_meg.soft_vi import occupancy_measures, tie_set
@@ -88,6 +90,7 @@ __all__ = [
     "clipped_meg",
     "meg",
     "meg_one_step",
+    "meg_upper_bound",
     "objective_reference",
     "sa_occupancy_of",
     "signed_meg",
@@ -148,6 +151,14 @@ class MEGResult:
         return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
 
+def meg_upper_bound(mdp: TabularMDP) -> float:
+    """The largest MEG in ``mdp``: ``H log|A|``, or ``log|A| / (1 - gamma)`` for a discounted
+    infinite-horizon MDP (minus ``L`` of the uniform model)."""
+    if mdp.horizon is None:
+        return math.log(mdp.n_actions) / (1.0 - mdp.discount)
+    return mdp.horizon * math.log(mdp.n_actions)
+
+
 def clipped_meg(log_likelihood: float, bound: float) -> float:
     """``L + H log|A|`` clipped to ``[0, bound]``, values within rounding of 0 (``1e-12 *
     max(1, bound)``) reported as 0: the MEG of a class's best model."""
@@ -200,7 +211,7 @@ class MEGObjective:
     ) -> None:
         self.mdp = mdp
         self.r = mdp.reward_sa(utility).detach()
-        H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+        H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
         if sa_occupancy is not None:
             sa = as_sa_occupancy(sa_occupancy, mdp)
             self.behaviour = Behaviour(D=sa.sum(-1), sa=sa)  # (H, S) state marginals
@@ -226,7 +237,7 @@ class MEGObjective:
         self.eps = float(th.finfo(mdp.dtype).eps)  # the passes' precision (float32: 1.2e-7)
         self.evaluations = 0
         self.passes = 0
-        self._limits: dict[float, tuple[float, float, float, float]] = {}
+        self._limits: dict[float, tuple[float, float, float]] = {}
         self._limit_bound: float | None = None
         per_beta = 16 * S * A * self.r.element_size()
         self.batch = int(max(1, min(64, _BATCH_BYTES // max(per_beta, 1))))
@@ -289,18 +300,15 @@ class MEGObjective:
     def limit_upper_bound(self) -> float:
         """An upper bound on ``L`` at ``beta = +inf`` and ``-inf``, from the behaviour alone.
 
-        The limit policy is uniform over the tied best (worst) actions, so ``L`` there is
-        ``-inf`` unless each visited state's tie set contains the behaviour's support, and then
-        ``sum_a w log pi_inf <= -D log n`` with ``n`` the support's size:
-        ``L(+-inf) <= -sum_t sum_s D_t(s) log n_t(s)``. A behaviour with full support gets the
-        ``beta = 0`` value, which an interior optimum beats without a hard pass. At the last
-        two steps the ties cost one product, not a pass (``Q*_{H-1} = +-u``, one hard backup
-        for ``H - 2``): a behaviour that puts mass off the best actions and off the worst ones
-        there has ``L = -inf`` at both limits, and so does the limit of ``L(beta)`` (e.g. a
-        softmax policy whose float32 probabilities underflowed to 0 somewhere).
+        By Gibbs' inequality no model's ``L`` exceeds ``sum_t E_w[log pi_t]`` (minus the
+        behaviour's causal entropy). The limits are ``-inf`` unless the behaviour stays on each
+        limit's tie sets; at the last two steps those cost one product, not a pass
+        (``Q*_{H-1} = +-u``, one hard backup for ``H - 2``): a behaviour that puts mass off the
+        best actions and off the worst ones there has ``L = -inf`` at both limits (e.g. a
+        softmax policy, or an epsilon-greedy one), and the solver skips the limit pass.
         """
         if self._limit_bound is None:
-            bound = self.behaviour.support_bound()
+            bound = self.behaviour.entropy_bound()
             # Only where the bound would ask for a hard pass (it beats L(0) = -H log A).
             if bound > self.L0 + 1e-12 * abs(self.L0) and self._leaves_the_last_ties():
                 bound = -math.inf
@@ -312,7 +320,7 @@ class MEGObjective:
         another step) off the ties of ``-u``: the tie sets of
         :func:`~imitation_meg._known_passes.limit_pass` at ``t = H - 1`` (``Q* = +-u``) and
         ``t = H - 2`` (one hard backup of both signs: one product, not a pass)."""
-        mdp, H = self.mdp, self.mdp.horizon
+        mdp, H = self.mdp, self.mdp.steps
         u = th.stack([self.r, -self.r])  # (2, S, A)
         off = [False, False]
         V: th.Tensor | None = None  # hard values of step t + 1, (2, S)
@@ -328,9 +336,9 @@ class MEGObjective:
         return False
 
     def evaluate_limit(self, sign: float) -> LimitValue:
-        """``L`` at ``beta = sign * inf`` (ties split evenly), the model's expected utility there,
-        and the limits of ``L(beta)`` (ties broken by future entropy) and of ``dL/dbeta`` as
-        ``beta -> sign * inf`` (see :func:`imitation_meg._known_passes.limit_pass`).
+        """The limits of ``L(beta)``, of the model's expected utility and of ``dL/dbeta`` as
+        ``beta -> sign * inf``, exact (see :func:`imitation_meg._known_passes.limit_pass`: ties
+        weighted by the causal entropy after them, as the soft policies do in the limit).
 
         Small MDPs compute both signs in one hard backward pass and cache them; large ones
         (bandwidth-bound passes) the requested sign.
@@ -375,7 +383,7 @@ def objective_reference(
     gamma = mdp.discount
     V, g, h = (r.new_zeros(S) for _ in range(3))
     L = dL = d2L = 0.0
-    for t in reversed(range(mdp.horizon)):
+    for t in reversed(range(mdp.steps)):
         Q = beta * r + gamma * mdp.expect_next(V)
         G = r + gamma * mdp.expect_next(g)
         d2Q = gamma * mdp.expect_next(h)
@@ -418,12 +426,12 @@ def _scale(r: th.Tensor) -> float:
 
 
 def meg(
-    policy: Any,
+    policy: PolicyLike | None,
     mdp: TabularMDP,
-    utility: Any = None,
+    utility: UtilityLike | None = None,
     *,
     signed: bool = False,
-    sa_occupancy: Any = None,
+    sa_occupancy: ArrayLike | None = None,
 ) -> MEGResult:
     """Known-utility MEG of a policy, solved exactly.
 
@@ -459,21 +467,49 @@ def meg(
     r = mdp.reward_sa(utility).detach()
     shift, unit = _normalisation(r)
     r_n = (r - shift) / unit if unit > 0 else th.zeros_like(r)
-    obj = MEGObjective(mdp, policy, r_n, sa_occupancy=sa_occupancy)
-    sol = solve_beta(obj)
-    H, A = mdp.horizon, mdp.n_actions
-    bound = H * math.log(A)
+    extra: dict[str, Any] = {}
+    if mdp.horizon is None:
+        if sa_occupancy is not None:
+            as_sa_occupancy(sa_occupancy, mdp)  # refused with the reason
+        if policy is None:
+            raise ValueError("pass the stationary policy (S, A) to score.")
+        pi = as_policy(policy, mdp).double().cpu().numpy()
+        dobj = DiscountedMEGObjective(mdp, pi, r_n.double().cpu().numpy())
+        sol = solve_beta(dobj)
+        bound = meg_upper_bound(mdp)
+        # Every policy puts discounted mass 1 / (1 - gamma) on the steps.
+        steps = own = 1.0 / (1.0 - mdp.discount)
+        passes = sol.passes + 1
+        extra["bellman_residual"] = dobj.dyn.residual
+        sol = sol._replace(converged=sol.converged and dobj.dyn.residual <= CONVERGED_RESIDUAL)
+    else:
+        obj = MEGObjective(mdp, policy, r_n, sa_occupancy=sa_occupancy)
+        sol = solve_beta(obj)
+        H = mdp.steps
+        bound = meg_upper_bound(mdp)
+        # Every soft-optimal model puts mass 1 on each step, the behaviour its occupancy's.
+        gam = mdp.discount ** th.arange(H, dtype=th.float64)
+        steps = float(gam.sum())
+        own = float((gam * obj.behaviour.D.sum(-1).double().cpu()).sum())
+        passes = sol.passes + (1 if sa_occupancy is None else 0)
     value = min(max(sol.L + bound, 0.0), bound)
     if signed:
         value = signed_meg(value, sol.expected_utility, sol.uniform_eu)
-    # Expected utilities in the caller's units: unit * E[r_n] + shift * (discounted step mass);
-    # every soft-optimal model puts mass 1 on each step, the behaviour its occupancy's.
-    gam = mdp.discount ** th.arange(H, dtype=th.float64)
-    steps = float(gam.sum())
-    own = float((gam * obj.behaviour.D.sum(-1).double().cpu()).sum())
+    # Expected utilities in the caller's units: unit * E[r_n] + shift * (discounted step mass).
+    beta = float(sol.beta) / unit if unit > 0 else 0.0
+    if math.isinf(beta) and math.isfinite(sol.beta):  # a finite beta beyond float64's range
+        extra.update(beta_normalized=float(sol.beta), utility_unit=unit)
+        beta = math.nan
+        warnings.warn(
+            f"beta = {sol.beta:.6g} / {unit:.3g} (the utility's spread) exceeds float64's range "
+            "and is reported as NaN; extra['beta_normalized'] holds it for the utility scaled to "
+            "spread 1 (the MEG is unaffected); rescale the utility to read beta in its units.",
+            BetaRangeWarning,
+            stacklevel=2,
+        )
     return MEGResult(
         meg=float(value),
-        beta=float(sol.beta) / unit if unit > 0 else 0.0,
+        beta=beta,
         upper_bound=bound,
         normalized=float(value / bound) if bound > 0 else 0.0,
         expected_utility=unit * sol.expected_utility + shift * own,
@@ -485,14 +521,15 @@ def meg(
         at_boundary=bool(sol.at_boundary),
         signed=signed,
         evaluations=sol.evaluations,
-        passes=sol.passes + (1 if sa_occupancy is None else 0),
+        extra=extra,
+        passes=passes,
     )
 
 
 def meg_one_step(
-    policy: Any,
-    expected_utility: Any,
-    state_dist: Any = None,
+    policy: ArrayLike,
+    expected_utility: ArrayLike,
+    state_dist: ArrayLike | None = None,
     *,
     signed: bool = False,
 ) -> MEGResult:

@@ -24,13 +24,14 @@ import dataclasses
 import math
 import time
 import warnings
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch as th
 
-from imitation_meg._validation import as_sa_occupancy
-from imitation_meg.known import MEGResult, clipped_meg, sa_occupancy_of
+from imitation_meg import discounted
+from imitation_meg._validation import as_policy, as_sa_occupancy
+from imitation_meg.known import MEGResult, clipped_meg, meg_upper_bound, sa_occupancy_of
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.progress import progress as _progress
 from imitation_meg.soft_vi import occupancy_measures, soft_value_iteration
@@ -39,6 +40,7 @@ from imitation_meg.type_aliases import ArrayLike, PolicyLike
 __all__ = [
     "ClassFeatures",
     "ClassObjective",
+    "LinearClassObjective",
     "behaviour_occupancy",
     "class_result",
     "gibbs_certificate",
@@ -93,11 +95,16 @@ def behaviour_occupancy(
     mdp: TabularMDP, policy: PolicyLike | None, sa_occupancy: ArrayLike | None
 ) -> th.Tensor:
     """The ``(H, S, A)`` occupancy of the scored behaviour: ``sa_occupancy`` validated, or the
-    policy's own in the MDP's dynamics."""
+    policy's own in the MDP's dynamics. For a discounted infinite-horizon MDP ``(1, S, A)``:
+    the policy's discounted state-action occupancy (summing to ``1 / (1 - gamma)``)."""
     if sa_occupancy is not None:
         return as_sa_occupancy(sa_occupancy, mdp)
     if policy is None:
         raise ValueError("pass a policy (S, A) / (H, S, A) or sa_occupancy=(H, S, A).")
+    if mdp.horizon is None:
+        pi = as_policy(policy, mdp)
+        d = discounted.occupancy(discounted.Dynamics.of(mdp), pi.double().cpu().numpy())
+        return (th.from_numpy(d).to(pi).unsqueeze(-1) * pi).unsqueeze(0)
     return sa_occupancy_of(mdp, policy)
 
 
@@ -110,13 +117,14 @@ def gibbs_certificate(mdp: TabularMDP, sa_occupancy: th.Tensor) -> float:
 
     Args:
         mdp: the MDP.
-        sa_occupancy: ``(H, S, A)`` state-action occupancy.
+        sa_occupancy: ``(H, S, A)`` state-action occupancy (``(1, S, A)`` discounted one for a
+            discounted infinite-horizon MDP).
     """
     w = sa_occupancy
     ws = w.sum(-1, keepdim=True)
     cond = th.where(ws > 0, w / ws.clamp_min(1e-300), th.zeros_like(w))
     own = _dot(w, th.where(w > 0, cond.clamp_min(1e-300).log(), th.zeros_like(w)))
-    return float(mdp.horizon * math.log(mdp.n_actions) + own)
+    return float(meg_upper_bound(mdp) + own)
 
 
 def log_likelihood(mdp: TabularMDP, reward_sa: th.Tensor, sa_occupancy: th.Tensor) -> th.Tensor:
@@ -152,7 +160,7 @@ def class_result(
     absorbed) with log-likelihood ``L``: the value clipped to ``[0, H log|A|]``, the expected
     utilities of the behaviour, the model and the uniform policy under ``reward``, and the Gibbs
     certificate in ``extra``."""
-    H, A = mdp.horizon, mdp.n_actions
+    H, A = mdp.steps, mdp.n_actions
     bound = H * math.log(A)
     value = clipped_meg(L, bound)
     r = reward.detach()
@@ -493,8 +501,29 @@ class ClassObjective:
 
 
 # --------------------------------------------------------------------------- the solver
+class LinearClassObjective(Protocol):
+    """What :func:`maximise` needs of a class's objective: :class:`ClassObjective` (finite
+    horizon) or :class:`imitation_meg.discounted.DiscountedClassObjective`."""
+
+    features: ClassFeatures
+    w: th.Tensor  # its dtype and device are the parameters'
+    passes: int
+
+    def value(self, theta: th.Tensor, *, commit: bool = True) -> float: ...
+
+    def commit(self) -> None: ...
+
+    def restore(self) -> None: ...
+
+    def grad(self) -> th.Tensor: ...
+
+    def curvature_diagonal(self) -> th.Tensor: ...
+
+    def neg_hvp(self, v: th.Tensor) -> th.Tensor: ...
+
+
 def maximise(
-    obj: ClassObjective,
+    obj: LinearClassObjective,
     *,
     tol: float,
     max_iter: int,

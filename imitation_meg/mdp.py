@@ -24,7 +24,7 @@ import torch as th
 from imitation_meg._env_tables import read_env_tables
 from imitation_meg._operators import TransitionOperator, promoted_dtype
 from imitation_meg._validation import as_tensor, check_finite
-from imitation_meg.type_aliases import UtilityLike
+from imitation_meg.type_aliases import ArrayLike, TransitionLike, UtilityLike
 
 __all__ = ["TabularMDP"]
 
@@ -33,14 +33,38 @@ ROW_SUM_TOL = 1e-6
 MAX_DENSE_ENTRIES = 1 << 30
 
 
+def _check_horizon(horizon: Any) -> int | None:
+    """A number of decisions ``>= 1``, or None for the discounted infinite-horizon setting."""
+    if horizon is None:
+        return None
+    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)):
+        raise TypeError(
+            f"horizon must be an integer number of decisions (or None for an infinite horizon "
+            f"with a discount below 1), got {horizon!r} ({type(horizon).__name__})."
+        )
+    if horizon < 1:
+        raise ValueError(f"horizon must be >= 1, got {horizon}; pass the number of decisions.")
+    return int(horizon)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Transitions:
     next_state: th.Tensor  # (S, A, B) int64
     prob: th.Tensor  # (S, A, B) float
 
 
+def _check_not_empty(shape: th.Size) -> None:
+    """An MDP needs a state, an action and (sparse form) a successor slot per pair."""
+    if 0 in tuple(shape):
+        raise ValueError(
+            f"an MDP needs at least one state and one action (and a successor per state-action "
+            f"pair), got a transition of shape {tuple(shape)}; pass T[s, a, s'] of shape "
+            "(S, A, S) with S, A >= 1."
+        )
+
+
 class TabularMDP:
-    """A finite-horizon tabular MDP held as torch tensors.
+    """A tabular MDP held as torch tensors: finite horizon, or discounted infinite horizon.
 
     Args:
         transition: dense ``T[s, a, s']`` of shape ``(S, A, S)``, or a pair
@@ -49,9 +73,12 @@ class TabularMDP:
         utility: the environment's utility: ``(S,)`` state utility, ``(S, A)``
             state-action utility or ``(S, A, S)`` transition utility. ``None`` means no
             utility is attached (every MEG call must then pass one).
-        horizon: number of decisions ``H >= 1``.
+        horizon: number of decisions ``H >= 1``; ``None`` for the discounted infinite-horizon
+            setting (stationary policies, the log-likelihood weighted by the discounted
+            occupancy; needs ``discount < 1``, see :mod:`imitation_meg.discounted`).
         initial_state_dist: ``p0 (S,)`` summing to 1. ``None`` means state 0 with probability 1.
-        discount: ``gamma`` in ``[0, 1]`` used by the soft Bellman backup.
+        discount: ``gamma`` in ``[0, 1]`` used by the soft Bellman backup (with a finite
+            horizon it discounts the utility only; every step's log-likelihood counts fully).
         dtype: float dtype of every float tensor (float64 by default).
         device: torch device for every tensor.
         observation_matrix: optional ``(S, O)`` observation of each state, as seals'
@@ -62,22 +89,22 @@ class TabularMDP:
 
     Raises:
         ValueError: on wrong shapes, NaN/inf, negative probabilities, rows not summing to 1
-            (tolerance 1e-6), an initial distribution not summing to 1, a horizon below 1 or a
-            discount outside ``[0, 1]``.
+            (tolerance 1e-6), an initial distribution not summing to 1, a horizon below 1, a
+            discount outside ``[0, 1]``, or an infinite horizon without a discount below 1.
         TypeError: on non-numeric input or a non-integer horizon.
     """
 
     def __init__(
         self,
-        transition: Any,
+        transition: TransitionLike,
         utility: UtilityLike | None = None,
-        horizon: int = 1,
-        initial_state_dist: Any = None,
+        horizon: int | None = 1,
+        initial_state_dist: ArrayLike | None = None,
         discount: float = 1.0,
         *,
         dtype: th.dtype = th.float64,
         device: th.device | str | None = None,
-        observation_matrix: Any = None,
+        observation_matrix: ArrayLike | None = None,
         name: str = "TabularMDP",
         metadata: dict[str, Any] | None = None,
     ) -> None:
@@ -89,19 +116,16 @@ class TabularMDP:
         self.name = name
         self.metadata: dict[str, Any] = dict(metadata or {})
 
-        if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)):
-            raise TypeError(
-                f"horizon must be an integer number of decisions, got {horizon!r} "
-                f"({type(horizon).__name__})."
-            )
-        if horizon < 1:
-            raise ValueError(f"horizon must be >= 1, got {horizon}; pass the number of decisions.")
-        self.horizon = int(horizon)
-
+        self.horizon: int | None = _check_horizon(horizon)
         if isinstance(discount, bool) or not isinstance(discount, (int, float, np.floating)):
             raise TypeError(f"discount must be a float in [0, 1], got {discount!r}.")
         if not (0.0 <= float(discount) <= 1.0) or math.isnan(float(discount)):
             raise ValueError(f"discount must lie in [0, 1], got {discount}.")
+        if self.horizon is None and not float(discount) < 1.0:
+            raise ValueError(
+                f"an infinite horizon (horizon=None) needs a discount below 1, got {discount}; "
+                "pass e.g. discount=0.9, or a finite horizon."
+            )
         self.discount = float(discount)
 
         self._trans = self._build_transitions(transition)
@@ -163,6 +187,7 @@ class TabularMDP:
                     "sparse transition must be a pair (next_state, prob) of equal shape "
                     f"(S, A, B); got {tuple(ns.shape)} and {tuple(pr.shape)}."
                 )
+            _check_not_empty(ns.shape)
             S = ns.shape[0]
             check_finite(pr, "transition prob")
             if bool(((ns < 0) | (ns >= S)).any()):
@@ -179,6 +204,7 @@ class TabularMDP:
                     "or pass a pair (next_state, prob) of shape (S, A, B)."
                 )
             check_finite(T, "transition")
+            _check_not_empty(T.shape)
             ns, pr = self.dense_to_sparse(T)
         if bool((pr < 0).any()):
             neg = (pr < 0).nonzero()[:5].tolist()
@@ -193,10 +219,6 @@ class TabularMDP:
             raise ValueError(
                 f"transition rows (s, a) {idx} sum to {vals}, not 1 (tolerance {ROW_SUM_TOL}); "
                 "each T[s, a, :] must be a probability distribution."
-            )
-        if ns.shape[0] == 0 or ns.shape[1] == 0:
-            raise ValueError(
-                f"the MDP needs at least one state and one action, got {tuple(ns.shape[:2])}."
             )
         return _Transitions(next_state=ns.contiguous(), prob=pr.contiguous())
 
@@ -216,7 +238,7 @@ class TabularMDP:
         next_state = th.where(prob != 0, order, th.zeros_like(order))
         return next_state, prob
 
-    def validate_utility(self, utility: Any, *, name: str = "utility") -> th.Tensor:
+    def validate_utility(self, utility: UtilityLike, *, name: str = "utility") -> th.Tensor:
         """Check a utility's shape and values and return it as a tensor of this MDP's dtype.
 
         Args:
@@ -368,18 +390,44 @@ class TabularMDP:
         new.utility = None if utility is None else self.validate_utility(utility)
         return new
 
-    def with_horizon(self, horizon: int) -> TabularMDP:
-        """A copy of this MDP with another horizon (transitions shared)."""
+    @property
+    def steps(self) -> int:
+        """The number of decisions ``H`` of a finite-horizon MDP.
+
+        Raises:
+            ValueError: for a discounted infinite-horizon MDP (``horizon=None``), which has no
+                last step; the finite-horizon computations that read ``steps`` do not apply to
+                it (``meg``, ``meg_unknown``, ``meg_target``, the policies and
+                :mod:`imitation_meg.discounted` do).
+        """
+        if self.horizon is None:
+            raise ValueError(
+                f"{self.name} is a discounted infinite-horizon MDP (horizon=None, discount "
+                f"{self.discount}); this computation needs a finite horizon: use "
+                "mdp.with_horizon(H) for a finite-horizon copy, or the functions that support "
+                "the discounted setting (meg, meg_unknown, meg_target, policies)."
+            )
+        return self.horizon
+
+    @property
+    def infinite_horizon(self) -> bool:
+        """Whether this is a discounted infinite-horizon MDP (``horizon is None``)."""
+        return self.horizon is None
+
+    def with_horizon(self, horizon: int | None, discount: float | None = None) -> TabularMDP:
+        """A copy of this MDP with another horizon (``None``: infinite, which needs a discount
+        below 1) and optionally another discount (transitions shared)."""
         new = TabularMDP(
             (self.next_state, self.prob),
             self.utility,
             horizon,
             self.initial_state_dist,
-            self.discount,
+            self.discount if discount is None else discount,
             dtype=self.dtype,
             device=self.device,
             observation_matrix=self.observation_matrix,
-            name=self.name,
+            # Names made by the builders carry the horizon ("...(H=30, ...)").
+            name=self.name.replace(f"H={self.horizon}", f"H={horizon or 'inf'}"),
             metadata=self.metadata,
         )
         new._operator = self._operator

@@ -6,6 +6,7 @@
 - :func:`plot_grid_values`: a per-state quantity (an occupancy measure) drawn on a grid.
 - :func:`plot_meg_history`: MEG against training steps from ``imitation-meg score`` rows or a
   :class:`~imitation_meg.callbacks.MEGCallback` history.
+- :func:`history_labels`: legend names for history files, telling apart files of the same name.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "history_labels",
     "plot_grid_values",
     "plot_meg_bars",
     "plot_meg_history",
@@ -199,6 +201,53 @@ HISTORY_METRICS = {
     "normalized": "MEG / (H log|A|)",
     "expected_return": "expected return",
 }
+
+
+def history_labels(paths: Sequence[str | pathlib.Path]) -> list[str]:
+    """Legend names for history files: the file name without its suffix, with as many parent
+    folders as it takes to tell apart files of the same name.
+
+    Args:
+        paths: the files, in plotting order.
+
+    Returns:
+        One label per path, all different: ``["ppo/meg", "dqn/meg"]`` for
+        ``runs/ppo/meg.jsonl`` and ``runs/dqn/meg.jsonl``, ``["ppo", "dqn"]`` for ``ppo.csv`` and
+        ``dqn.csv``; a file named twice gets ``" (2)"``, ``" (3)"`` ... on its repeats.
+
+    Example:
+        >>> history_labels(["runs/ppo/meg.jsonl", "runs/dqn/meg.jsonl", "a2c.csv"])
+        ['ppo/meg', 'dqn/meg', 'a2c']
+    """
+    full = [pathlib.Path(p).absolute() for p in paths]
+    distinct = list(dict.fromkeys(full))
+    # Candidate labels from short to long: stem, file name, parent/stem, ..., the whole path.
+    candidates = []
+    for path in distinct:
+        parts = [*path.parent.parts[1:], path.stem]
+        names = ["/".join(parts[-k:]) for k in range(1, len(parts) + 1)]
+        candidates.append([names[0], path.name, *names[1:], str(path)])
+    level = [0] * len(distinct)
+    while True:
+        labels = [c[k] for c, k in zip(candidates, level, strict=True)]
+        clashing = {lab for lab in labels if labels.count(lab) > 1}
+        movable = [
+            i
+            for i, lab in enumerate(labels)
+            if lab in clashing and level[i] < len(candidates[i]) - 1
+        ]
+        if not movable:
+            break
+        for i in movable:
+            level[i] += 1
+    label_of = dict(zip(distinct, labels, strict=True))
+    seen: dict[str, int] = {}
+    out = []
+    for path in full:  # a file named twice (or a clash left) is numbered on its repeats
+        label = label_of[path]
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} ({seen[label]})")
+    return out
 
 
 def plot_meg_history(

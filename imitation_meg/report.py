@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 from imitation_meg.known import meg
 from imitation_meg.mdp import TabularMDP
-from imitation_meg.type_aliases import UtilityLike
+from imitation_meg.type_aliases import PolicyLike, UtilityLike
 from imitation_meg.unknown import meg_unknown
 
 __all__ = ["SUMMARY_COLUMNS", "meg_summary"]
@@ -25,7 +26,7 @@ SUMMARY_COLUMNS = (
 
 
 def meg_summary(
-    policy: Any,
+    policy: PolicyLike,
     mdp: TabularMDP,
     *,
     utility: UtilityLike | None = None,
@@ -40,7 +41,8 @@ def meg_summary(
         policy: ``(S, A)`` or ``(H, S, A)`` policy.
         mdp: the MDP.
         utility: the known utility (default the MDP's).
-        mlp_steps: Adam steps per seed of the paper's Algorithm 2 (0 skips the MLP).
+        mlp_steps: Adam steps per seed of the paper's Algorithm 2; 0 skips the MLP (its
+            columns are NaN), any positive count runs it.
         mlp_lr: its learning rate.
         mlp_seeds: number of random initialisations (the paper reports their mean).
         seed: base seed of the MLP initialisations.
@@ -50,7 +52,29 @@ def meg_summary(
         ``certificate`` (Gibbs upper bound), ``upper_bound`` (H log|A|), ``mlp_mean``,
         ``mlp_2sigma`` (twice the sample std over seeds) and ``mlp_best`` (NaN without the MLP)
         and, with the MLP, ``mlp_values``.
+
+    Raises:
+        ValueError: a negative ``mlp_steps`` (or one that is not an integer), and with the MLP
+            a ``mlp_seeds`` below 1 or a ``mlp_lr`` that is not positive; checked before any
+            work. Bad policies and MDPs as in :func:`~imitation_meg.meg`.
     """
+    if isinstance(mlp_steps, bool) or not isinstance(mlp_steps, numbers.Integral) or mlp_steps < 0:
+        raise ValueError(
+            f"mlp_steps must be a non-negative integer (0 skips the MLP estimate), got "
+            f"{mlp_steps!r}."
+        )
+    if mlp_steps > 0:
+        if (
+            isinstance(mlp_seeds, bool)
+            or not isinstance(mlp_seeds, numbers.Integral)
+            or mlp_seeds < 1
+        ):
+            raise ValueError(
+                f"mlp_seeds must be a positive integer (or mlp_steps=0 to skip the MLP), got "
+                f"{mlp_seeds!r}."
+            )
+        if not mlp_lr > 0:
+            raise ValueError(f"mlp_lr must be a positive learning rate, got {mlp_lr!r}.")
     known = meg(policy, mdp, utility)
     exact = meg_unknown(policy, mdp)
     out: dict[str, Any] = {
@@ -59,7 +83,7 @@ def meg_summary(
         "unknown_exact": exact.meg,
         "unknown_at_boundary": exact.at_boundary,
         "certificate": exact.extra["certificate"],
-        "upper_bound": mdp.horizon * math.log(mdp.n_actions),
+        "upper_bound": mdp.steps * math.log(mdp.n_actions),
         "mlp_mean": math.nan,
         "mlp_2sigma": math.nan,
         "mlp_best": math.nan,
@@ -69,9 +93,9 @@ def meg_summary(
             policy,
             mdp,
             utility_model="mlp",
-            steps=mlp_steps,
+            steps=int(mlp_steps),
             lr=mlp_lr,
-            restarts=mlp_seeds,
+            restarts=int(mlp_seeds),
             seed=seed,
         )
         out.update(

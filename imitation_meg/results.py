@@ -156,8 +156,8 @@ def check_output_path(path: PathLike, *, what: str = "output") -> tuple[pathlib.
         The path and whether its parent folder is missing (the writers create it).
 
     Raises:
-        ValueError: ``path`` is an existing folder, its parent is a file, or the nearest
-            existing ancestor is not writable.
+        ValueError: ``path`` is an existing folder, its parent is a file, or no file can be
+            created in the nearest existing ancestor (tried with an empty temporary file).
     """
     p = pathlib.Path(path)
     if p.is_dir():
@@ -172,11 +172,26 @@ def check_output_path(path: PathLike, *, what: str = "output") -> tuple[pathlib.
         raise ValueError(f"{what} {str(p)!r}: {str(ancestor)!r} is a file, not a folder.")
     import os
 
-    if not os.access(ancestor, os.W_OK):
-        raise ValueError(f"{what} {str(p)!r}: the folder {str(ancestor)!r} is not writable.")
+    if not os.access(ancestor, os.W_OK) or not _can_create_in(ancestor):
+        raise ValueError(
+            f"{what} {str(p)!r}: no file can be created in the folder {str(ancestor)!r}; name "
+            f"a writable place for {what}."
+        )
     if p.exists() and not os.access(p, os.W_OK):
         raise ValueError(f"{what} {str(p)!r} exists and is not writable.")
     return p, not p.parent.exists()
+
+
+def _can_create_in(folder: pathlib.Path) -> bool:
+    """Whether a file can be created in ``folder``: creates and removes a hidden empty one
+    (``os.access`` says yes to root everywhere, even under ``/proc``)."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".imitation-meg-check-"):
+            return True
+    except OSError:
+        return False
 
 
 def read_rows(path: PathLike) -> list[dict[str, Any]]:

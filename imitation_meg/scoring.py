@@ -102,10 +102,15 @@ def mdp_of_sources(sources: Sequence[str], *, horizon: int | None = None) -> Tab
         ValueError: a source that is not an RL Zoo run folder, or folders of different
             environments.
     """
-    from imitation_meg.adapters.zoo import is_zoo_run, read_zoo_run
+    from imitation_meg.adapters.zoo import is_zoo_run, not_a_run, read_zoo_run
 
     ids: dict[tuple[str | None, str], Any] = {}
     for source in sources:
+        if os.path.isdir(source) and not is_zoo_run(source):
+            raise ValueError(
+                f"{not_a_run(source)}; pass such a folder, or a model .zip with --env ENV_ID or "
+                "--cliff-world."
+            )
         if not is_zoo_run(source):
             raise ValueError(
                 f"{source!r} needs an environment: pass --env ENV_ID or --cliff-world (only "

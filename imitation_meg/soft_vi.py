@@ -9,12 +9,12 @@ For a rationality ``beta`` the soft-optimal policy is computed through Lemma C.1
 
 These are the log-partition (soft) values of ``beta * U``; at ``beta = 1`` they are exactly
 imitation's ``mce_partition_fh`` outputs. ``beta = 0`` gives the uniform policy and every
-quantity stays finite for ``|beta|`` up to ``1e15 / max|r|``. ``beta = +inf`` / ``-inf`` use the
-hard backup (max / min) and split probability evenly over the actions whose hard Q lies within
-``tie_tol * (1 + max|Q_t|)`` of the best (worst); their ``Q`` and ``V`` are the hard values of ``U``.
-(Where hard Q-values tie exactly, large finite betas break the tie towards actions with more
-future entropy, so the finite-beta policies approach the +-inf policy only where there are no
-ties; MEG compares both, see :mod:`imitation_meg.known`.)
+quantity stays finite for ``|beta|`` up to ``1e15 / max|r|``. ``beta = +inf`` / ``-inf`` are the
+limits of these policies (:func:`limit_value_iteration`): supported on the actions whose hard Q
+lies within ``tie_tol * (1 + max|Q_t|)`` of the best (worst), and among those weighted by the
+causal entropy still available after each (not evenly); their ``Q`` and ``V`` are the hard values
+of ``U``. :func:`hard_value_iteration` gives the hard values with ties split evenly, a policy one
+may score but not the model at ``beta = +-inf``.
 
 Each recursion exists twice: as a readable reference loop written like imitation's
 ``mce_partition_fh`` (:func:`soft_bellman_reference`, :func:`hard_value_iteration`,
@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg._validation import as_betas, as_policy
+from imitation_meg._validation import as_betas, as_policy, check_horizon_memory
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.progress import progress
 from imitation_meg.type_aliases import ArrayLike, PolicyLike, UtilityLike
@@ -50,6 +50,8 @@ __all__ = [
     "SoftVIResult",
     "as_betas",
     "hard_value_iteration",
+    "limit_step",
+    "limit_value_iteration",
     "mce_occupancy_measures",
     "mce_partition_fh",
     "occupancy_measures",
@@ -126,6 +128,90 @@ def _tie_log_policy(Q: th.Tensor, sign: float, tie_tol: float) -> th.Tensor:
     return th.where(ties, -th.log(n), th.full_like(Q, -math.inf))
 
 
+def limit_step(
+    Q: th.Tensor, q1: th.Tensor, dim: int = -1, tie_tol: float = TIE_TOL
+) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    """One decision of the ``beta -> +inf`` limit of the soft-optimal policies.
+
+    As ``beta`` grows, ``Q_beta = beta Q* + q1 + o(1)``: the hard values ``Q*`` decide which
+    actions survive (the tie set of :func:`tie_set`) and the finite part ``q1``, the causal
+    entropy still available after each action, weights the survivors. The limit policy is the
+    softmax of ``q1`` over the ties, and ``V_beta = beta V* + v1 + o(1)`` with
+    ``v1 = logsumexp`` of ``q1`` over the ties. This is the one definition of the limit used by
+    the MDP solvers (finite horizon and discounted), the class limits and the CID backward
+    induction; ``beta -> -inf`` is the same step on ``-Q*``.
+
+    Args:
+        Q: hard values ``Q*`` to maximise, actions along ``dim``.
+        q1: the finite part ``q1`` (same shape): ``gamma E[v1']`` of the next decision.
+        dim: the action axis.
+        tie_tol: relative tie tolerance (see :func:`tie_set`).
+
+    Returns:
+        ``(log_pi, best, v1)``: the limit log-policy (``-inf`` off the ties), ``max Q*`` and
+        ``v1``, the last two with a size-1 action axis.
+    """
+    ties, best = tie_set(Q, dim, tie_tol)
+    masked = th.where(ties, q1, th.full_like(q1, -math.inf))
+    v1 = th.logsumexp(masked, dim, keepdim=True)
+    return masked - v1, best, v1
+
+
+def limit_value_iteration(
+    mdp: TabularMDP,
+    utility: UtilityLike | None = None,
+    *,
+    sign: float = 1.0,
+    tie_tol: float = TIE_TOL,
+) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    """The policies at ``beta = +inf`` (``sign=+1``) or ``-inf`` (``-1``): the limits of the
+    soft-optimal policies, as a plain loop (the reference of the limit pass of
+    :mod:`imitation_meg._known_passes`).
+
+    With ``V*_H = v1_H = 0``, for ``t = H - 1 .. 0``::
+
+        Q*_t = sign r + gamma E[V*_{t+1}]          q1_t = gamma E[v1_{t+1}]
+        log pi_t, V*_t, v1_t = limit_step(Q*_t, q1_t)
+
+    Among tied optimal actions the limit is not uniform: each is weighted by ``exp(q1)``, the
+    causal entropy still available after it, so the policy is the maximum-causal-entropy policy
+    of the sub-problem made of the optimal actions (paper Definition 3.1 at the best attainable
+    utility). An even split of ties (:func:`hard_value_iteration`) has lower causal entropy
+    whenever tied actions lead to different numbers of tied continuations.
+
+    Args:
+        mdp: the MDP.
+        utility: ``(S,)``, ``(S, A)`` or ``(S, A, S)``; default the MDP's.
+        sign: +1 for the optimal limit, -1 for the anti-optimal one.
+        tie_tol: relative tie tolerance.
+
+    Returns:
+        ``(Q (H, S, A), V (H, S), log_pi (H, S, A))``: the hard values of ``utility`` (not of
+        ``sign * utility``) and the limit log-policy.
+
+    Example:
+        >>> import torch as th
+        >>> from imitation_meg import TabularMDP
+        >>> T = th.zeros(3, 2, 3); T[0, 0, 1] = T[0, 1, 2] = 1; T[1:, :, :] = th.eye(3)[1:, None]
+        >>> mdp = TabularMDP(T, th.tensor([[0.0, 0], [1, 1], [1, 0]]), horizon=2)
+        >>> limit_value_iteration(mdp)[2][0, 0].exp()   # 2 : 1 towards the state with two ties
+        tensor([0.6667, 0.3333], dtype=torch.float64)
+    """
+    r = mdp.reward_sa(utility).detach()
+    sgn = 1.0 if sign > 0 else -1.0
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
+    Qo, Vo, Lo = r.new_empty(H, S, A), r.new_empty(H, S), r.new_empty(H, S, A)
+    V_next = r.new_zeros(S)
+    v1_next = r.new_zeros(S)
+    for t in range(H - 1, -1, -1):
+        Q = sgn * r + mdp.discount * mdp.expect_next(V_next)
+        q1 = mdp.discount * mdp.expect_next(v1_next)
+        lp, best, v1 = limit_step(Q, q1, -1, tie_tol)
+        Qo[t], Vo[t], Lo[t] = sgn * Q, sgn * best.squeeze(-1), lp
+        V_next, v1_next = best.squeeze(-1), v1.squeeze(-1)
+    return Qo, Vo, Lo
+
+
 def hard_value_iteration(
     mdp: TabularMDP,
     utility: UtilityLike | None = None,
@@ -145,8 +231,9 @@ def hard_value_iteration(
         ``(Q (H, S, A), V (H, S), log_pi (H, S, A))``; ``log_pi`` splits probability evenly over
         tied best actions and is ``-inf`` elsewhere.
     """
+    check_horizon_memory(mdp, what="hard_value_iteration", sa_tables=2)
     r = mdp.reward_sa(utility)
-    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     V_next = th.zeros(S, dtype=r.dtype, device=r.device)
     if r.requires_grad:  # stacked steps for autograd
         Qs, Vs, logps = [], [], []
@@ -189,7 +276,8 @@ def soft_value_iteration(
     Args:
         mdp: the MDP (its horizon ``H``, discount and transitions are used).
         betas: scalar or ``(K,)`` rationality parameters; ``0`` gives the uniform policy and
-            ``+inf`` / ``-inf`` the optimal / anti-optimal policies with ties split evenly.
+            ``+inf`` / ``-inf`` the limits of the soft-optimal policies (optimal / anti-optimal,
+            ties weighted by the causal entropy after them: :func:`limit_value_iteration`).
         utility: ``(S,)``, ``(S, A)`` or ``(S, A, S)`` utility; default the MDP's. May require
             grad: the outputs are differentiable with respect to it.
         tie_tol: relative tolerance for ties at infinite beta.
@@ -210,7 +298,8 @@ def soft_value_iteration(
     """
     r = mdp.reward_sa(utility)
     b = as_betas(betas, dtype=r.dtype, device=r.device)
-    K, H, S, A = b.numel(), mdp.horizon, mdp.n_states, mdp.n_actions
+    check_horizon_memory(mdp, what="soft_value_iteration", sa_tables=2 * b.numel())
+    K, H, S, A = b.numel(), mdp.steps, mdp.n_states, mdp.n_actions
     finite = th.isfinite(b)
     grad = r.requires_grad
     if bool(finite.all()) and not grad:
@@ -228,7 +317,10 @@ def soft_value_iteration(
             parts[k] = (Lf_t[j], Qf_t[j], Vf_t[j])
     for k in (~finite).nonzero().flatten().tolist():
         sign = 1.0 if float(b[k]) > 0 else -1.0
-        q, v, lp = hard_value_iteration(mdp, r, sign=sign, tie_tol=tie_tol)
+        # Hard values (differentiable with respect to a utility that requires grad) and the
+        # limit of the soft policies (piecewise constant in the utility).
+        q, v, _ = hard_value_iteration(mdp, r, sign=sign, tie_tol=tie_tol)
+        lp = limit_value_iteration(mdp, r.detach(), sign=sign, tie_tol=tie_tol)[2]
         parts[k] = (lp, q, v)
     if grad:
         log_pi = th.stack([parts[k][0] for k in range(K)])
@@ -289,7 +381,7 @@ def _soft_bellman(
     mdp: TabularMDP, b: th.Tensor, r: th.Tensor
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """:func:`soft_bellman_reference` on checked ``betas (K,)`` and reward ``r (S, A)``."""
-    H = mdp.horizon
+    H = mdp.steps
     gamma = mdp.discount
     scaled = b.view(-1, 1, 1) * r  # (K, S, A)
     Qs, Vs, Ls = [], [], []
@@ -318,7 +410,7 @@ def _soft_backward_fast(
     MDPs) the same steps run as numpy ufuncs on views of the same buffers (CliffWorld 100x20,
     H = 110: 5.1 ms instead of 7.7 ms for the backward pass).
     """
-    K, H, S, A = b.numel(), mdp.horizon, mdp.n_states, mdp.n_actions
+    K, H, S, A = b.numel(), mdp.steps, mdp.n_states, mdp.n_actions
     gamma = mdp.discount
     C = th.mul(r.T.unsqueeze(-1), b, out=r.new_empty(A, S, K))  # beta r, contiguous
     LPw = r.new_empty(H, A, S, K)
@@ -369,7 +461,7 @@ def occupancy_reference(mdp: TabularMDP, policy: th.Tensor) -> th.Tensor:
     if policy.ndim == 4:
         d = d.expand(policy.shape[0], -1)
     rows = [d]
-    for t in range(mdp.horizon):
+    for t in range(mdp.steps):
         pt = policy[..., t, :, :] if policy.ndim >= 3 else policy
         d = mdp.push_forward(d.unsqueeze(-1) * pt)
         rows.append(d)
@@ -399,7 +491,7 @@ def occupancy_measures(mdp: TabularMDP, policy: PolicyLike, *, validate: bool = 
         batch = False
     if pi.requires_grad:
         return occupancy_reference(mdp, pi)
-    H, S = mdp.horizon, mdp.n_states
+    H, S = mdp.steps, mdp.n_states
     # Working layout as in the backward pass: the policy as (H, A, S, K) (no copy for the
     # permuted outputs of soft_value_iteration), D as (H + 1, S, K).
     if batch:
@@ -459,7 +551,7 @@ def soft_state_visitation(
         raise ValueError(
             "soft_state_visitation takes finite betas; use soft_value_iteration for +-inf."
         )
-    H, S = mdp.horizon, mdp.n_states
+    H, S = mdp.steps, mdp.n_states
     per_beta = H * S * r.element_size()
     chunk = int(max(1, min(b.numel(), max_bytes // max(per_beta, 1))))
     V0s, Ds = [], []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ALGOS", "make_model", "train_cliff_ppo"]
+__all__ = ["ALGOS", "make_minigrid_ppo", "make_model", "train_cliff_ppo"]
 
 #: Algorithms :func:`make_model` builds.
 ALGOS = ("ppo", "dqn", "a2c")
@@ -108,3 +108,44 @@ def train_cliff_ppo(
     except ImportError:  # progress bars need tqdm and rich
         model.learn(total_timesteps)
     return model
+
+
+def make_minigrid_ppo(
+    venv: Any, seed: int, *, policy: str = "cnn", n_steps: int = 128, **kwargs: Any
+) -> Any:
+    """An untrained PPO for MiniGrid observations with the project's settings.
+
+    ``policy="cnn"``: ``CnnPolicy`` with :class:`imitation_meg.adapters.minigrid.MiniGridCNN`
+    (64 features) on image observations (``ImgObsWrapper``, ``FullyObsWrapper``); ``"mlp"``:
+    ``MlpPolicy`` (64, 64) on flat ones (``FlatObsWrapper``, or images, which SB3 flattens).
+    MiniGrid's images hold small codes, not pixels: neither divides them by 255.
+    ``n_steps`` per environment, batch 64, 4 epochs, learning rate 1e-3, ``gamma=0.99``,
+    entropy coefficient 0.01; ``kwargs`` override any of them.
+
+    Raises:
+        ValueError: an unknown ``policy``.
+    """
+    import stable_baselines3 as sb3
+
+    if policy == "cnn":
+        from imitation_meg.adapters.minigrid import minigrid_cnn_kwargs
+
+        name, policy_kwargs = "CnnPolicy", minigrid_cnn_kwargs()
+    elif policy == "mlp":
+        name, policy_kwargs = "MlpPolicy", {"net_arch": [64, 64], "normalize_images": False}
+    else:
+        raise ValueError(f"policy must be 'cnn' or 'mlp', got {policy!r}.")
+    settings: dict[str, Any] = {
+        "n_steps": n_steps,
+        "batch_size": 64,
+        "n_epochs": 4,
+        "learning_rate": 1e-3,
+        "gamma": 0.99,
+        "ent_coef": 0.01,
+        "seed": seed,
+        "device": "cpu",
+        "verbose": 0,
+        "policy_kwargs": policy_kwargs,
+    }
+    settings.update(kwargs)
+    return sb3.PPO(name, venv, **settings)

@@ -40,7 +40,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch as th
@@ -50,7 +51,11 @@ from imitation_meg.known import meg
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.results import to_jsonable
 from imitation_meg.trajectory_data import check_transitions, trajectory_state_actions
-from imitation_meg.type_aliases import UtilityLike
+from imitation_meg.type_aliases import ArrayLike, TargetLike, UtilityLike
+
+#: Trajectories: imitation ``Trajectory`` objects, SB3-style step records, or a pair
+#: ``(states, actions)`` of integer arrays (see :func:`trajectory_state_actions`).
+TrajectoriesLike: TypeAlias = Sequence[object] | tuple[ArrayLike, ArrayLike]
 
 __all__ = [
     "IMPOSSIBLE_MODES",
@@ -149,7 +154,7 @@ class _Coded:
 def _encode(
     items: list[tuple[np.ndarray, np.ndarray, int | None]], mdp: TabularMDP, r_sa: th.Tensor | None
 ) -> _Coded:
-    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     N = len(items)
     codes = np.full((N, H), -1, dtype=np.int64)
     pad = np.full((N, H), -1, dtype=np.int64)
@@ -200,7 +205,7 @@ def _encode(
 
 def _occupancy(coded: _Coded, weights: np.ndarray, mdp: TabularMDP) -> th.Tensor:
     """``(H, S, A)`` weighted empirical occupancy; ``weights (N,)`` sum to the total mass."""
-    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
     total = float(weights.sum())
     wrep = np.broadcast_to(weights[:, None], coded.codes.shape)
     obs = coded.codes >= 0
@@ -282,9 +287,10 @@ def sample_trajectories(
 
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be a positive number of trajectories, got {n!r}.")
+    _refuse_infinite_horizon(mdp)
     gen = _generator(rng)
     pi = np.asarray(as_policy(policy, mdp).cpu(), dtype=np.float64)
-    H = mdp.horizon
+    H = mdp.steps
     ns = np.asarray(mdp.next_state.cpu())
     pr = np.asarray(mdp.prob.cpu(), dtype=np.float64)
     p0 = np.asarray(mdp.initial_state_dist.cpu(), dtype=np.float64)
@@ -299,6 +305,18 @@ def sample_trajectories(
         k = _choice_rows(pr[s, a], gen)
         states[:, t + 1] = ns[s, a, k]
     return states, actions
+
+
+def _refuse_infinite_horizon(mdp: TabularMDP) -> None:
+    """Trajectory estimates are finite-horizon: sampled episodes end, while the discounted
+    infinite-horizon MEG weights every step of an endless episode."""
+    if mdp.horizon is None:
+        raise ValueError(
+            f"{mdp.name} is a discounted infinite-horizon MDP: trajectory estimates need a "
+            "finite horizon (sampled episodes end, and a truncated discounted sum is another "
+            "quantity). Score the stationary policy exactly with meg / meg_unknown, or use "
+            "mdp.with_horizon(H) for a finite-horizon copy."
+        )
 
 
 def _choice_rows(p: np.ndarray, gen: np.random.Generator) -> np.ndarray:
@@ -360,12 +378,12 @@ def _scorer(
 
 
 def meg_from_trajectories(
-    trajectories: Any,
+    trajectories: TrajectoriesLike,
     mdp: TabularMDP,
     *,
     utility: UtilityLike | None = None,
-    features: Any = None,
-    target: Any = None,
+    features: ArrayLike | str | None = None,
+    target: TargetLike | None = None,
     signed: bool = False,
     n_boot: int = 200,
     confidence: float = 0.95,
@@ -428,6 +446,7 @@ def meg_from_trajectories(
     """
     if not isinstance(mdp, TabularMDP):
         raise TypeError(f"mdp must be an imitation_meg.TabularMDP, got {type(mdp).__name__}.")
+    _refuse_infinite_horizon(mdp)
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
         raise ValueError(f"n_boot must be a non-negative integer, got {n_boot!r}.")
     if not isinstance(confidence, (int, float)) or not 0.0 < float(confidence) < 1.0:
@@ -443,6 +462,7 @@ def meg_from_trajectories(
     if (
         coded.n_padded
         and mode == "unknown"
+        and features is not None
         and not isinstance(features, str)
         and as_tensor(features, name="features").ndim > 2
     ):
@@ -482,6 +502,6 @@ def meg_from_trajectories(
         replicates=reps,
         n_padded=coded.n_padded,
         n_cut=coded.n_cut,
-        horizon=mdp.horizon,
+        horizon=mdp.steps,
         n_impossible=n_impossible,
     )

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg._validation import as_tensor
+from imitation_meg._validation import as_tensor, check_horizon_memory
 from imitation_meg.mdp import TabularMDP
 
 __all__ = ["ImpossibleSteps", "check_transitions", "trajectory_state_actions"]
@@ -170,8 +170,9 @@ def trajectory_state_actions(
     (toy-text), vector observations are looked up in ``mdp.observation_matrix``.
 
     Raises:
-        ValueError: no trajectories, out-of-range states or actions, observations that match no
-            state or several states, inconsistent lengths.
+        ValueError: no trajectories, a trajectory without decisions, out-of-range states or
+            actions, observations that match no state or several states, inconsistent lengths,
+            or a horizon whose per-step tables cannot fit in memory.
         TypeError: input of the wrong kind.
     """
     if (
@@ -206,6 +207,14 @@ def trajectory_state_actions(
         )
     if not out:
         raise ValueError("no trajectories given; pass at least one.")
+    empty = [i for i, (_, a, _) in enumerate(out) if a.size == 0]
+    if empty:
+        raise ValueError(
+            f"trajectories {empty[:5]} have no decisions (0 actions) ({len(empty)} of "
+            f"{len(out)}); every trajectory needs at least one step: leave out the empty ones."
+        )
+    # the estimators count per step: (H, S, A) tables, (H + 1, S) occupancies
+    check_horizon_memory(mdp, what="scoring trajectories", sa_tables=2, s_tables=2)
     S, A = mdp.n_states, mdp.n_actions
     for i, (s, a, final) in enumerate(out):
         if s.size and (s.min() < 0 or s.max() >= S):
@@ -257,7 +266,7 @@ def check_transitions(
     Returns:
         :class:`ImpossibleSteps`.
     """
-    H = mdp.horizon
+    H = mdp.steps
     ns = mdp.next_state.cpu().numpy()
     pos = mdp.prob.cpu().numpy() > 0
     p0 = mdp.initial_state_dist.cpu().numpy()

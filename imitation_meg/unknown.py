@@ -9,7 +9,7 @@ For a linear class ``r_theta(s, a) = Phi(s, a) @ theta`` the rationality ``beta`
 log-likelihood: concave in ``theta`` for a policy's occupancy. Unknown-utility MEG over the class
 is the best known-utility MEG of its members,
 
-    MEG_class(pi) = max( sup_theta L(theta), max_U L(tie-split optimal policy of U) ) + H log|A|,
+    MEG_class(pi) = sup_theta L(theta) + H log|A|
 
 a property of the policy, the dynamics and the class alone (not of the utility the MDP carries).
 :func:`meg_unknown` computes it exactly:
@@ -24,8 +24,8 @@ a property of the policy, the dynamics and the class alone (not of the utility t
    visits: one linear programme gives the smallest set of actions ``Z`` that some member of the
    class makes optimal while keeping the behaviour's actions optimal, and that member's
    direction ``d`` (:mod:`imitation_meg.faces`). The supremum of ``L`` is the maximum of the
-   class restricted to ``Z`` (the limit along ``theta0 + t d``, with finite ``theta0``), and the
-   best tie-split optimal policy is ``d``'s.
+   class restricted to ``Z`` (the limit along ``theta0 + t d``, with finite ``theta0``: the
+   limit policies keep the tied actions soft, as every member's ``beta = +inf`` limit does).
 3. **Solve the (restricted) concave problem** by a truncated Newton method with exact gradients
    ``Phi^T (sum_t w_t - sum_t rho_t pi_t)`` and Hessian-vector products, each a backward and a
    forward pass over the MDP (:func:`imitation_meg.likelihood.maximise`); it stops when the
@@ -57,8 +57,9 @@ from torch import nn
 
 from imitation_meg._validation import ImitationMEGWarning, as_tensor
 from imitation_meg.algorithm2 import meg_algorithm2
+from imitation_meg.discounted import CONVERGED_RESIDUAL, DiscountedClassObjective
 from imitation_meg.faces import find_face, needs_face
-from imitation_meg.known import MEGResult, clipped_meg
+from imitation_meg.known import MEGResult, clipped_meg, meg_upper_bound
 from imitation_meg.likelihood import (
     ClassFeatures,
     ClassObjective,
@@ -69,8 +70,7 @@ from imitation_meg.likelihood import (
     maximise,
 )
 from imitation_meg.mdp import TabularMDP
-from imitation_meg.soft_vi import hard_value_iteration
-from imitation_meg.type_aliases import ArrayLike, PolicyLike
+from imitation_meg.type_aliases import ArrayLike, PolicyLike, TargetLike
 
 __all__ = [
     "FaceWarning",
@@ -214,8 +214,7 @@ def meg_unknown(
         gradient norm; ``converged`` says the solve met its tolerance; ``at_boundary`` that the
         supremum lies at infinity. ``extra`` holds ``utility`` (the fitted ``(S, A)`` per-step
         utility up to an additive constant; for a limit the direction's utility), ``theta`` (the
-        user's coordinates), ``attained_by`` (``"interior"``, ``"limit"`` or ``"tie-split optimal
-        policy"``), ``direction`` (``d`` for a limit), ``face_excluded`` (actions the face
+        user's coordinates), ``attained_by`` (``"interior"`` or ``"limit"``), ``direction`` (``d`` for a limit), ``face_excluded`` (actions the face
         excludes), ``certificate`` (the Gibbs upper bound), ``decrement`` (the last Newton
         decrement; ``limit_tolerance`` is half of it at a limit), ``iterations``,
         ``cg_iterations``, ``passes``, ``trace`` and ``concave`` (False for an occupancy that is
@@ -239,6 +238,12 @@ def meg_unknown(
         raise ValueError(f"tol must be a relative tolerance in (0, 1), got {tol!r}.")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
+    if utility_model is not None and mdp.horizon is None:
+        raise ValueError(
+            f"utility_model= (the paper's Algorithm 2) needs a finite horizon, and {mdp.name} is "
+            "a discounted infinite-horizon MDP; use features= (exact over linear classes, every "
+            "state utility by default) or mdp.with_horizon(H)."
+        )
     w = behaviour_occupancy(mdp, policy, sa_occupancy)
     if utility_model is not None:
         if features is not None:
@@ -296,7 +301,12 @@ def _meg_linear(
             face, face_ok = None, False
     allowed = face.allowed if face is not None and face.n_excluded > 0 else None
     restricted = allowed is not None
-    obj = ClassObjective(mdp, w, feats, allowed=allowed)
+    obj: ClassObjective | DiscountedClassObjective
+    if mdp.horizon is None:  # w is (1, S, A): the discounted occupancy
+        face_sa = None if allowed is None else allowed[0].cpu().numpy()
+        obj = DiscountedClassObjective(mdp, w[0].double().cpu().numpy(), feats, allowed=face_sa)
+    else:
+        obj = ClassObjective(mdp, w, feats, allowed=allowed)
     sol = maximise(obj, tol=tol, max_iter=max_iter, progress=progress)
     S, A = mdp.n_states, mdp.n_actions
     extra: dict[str, Any] = {
@@ -312,19 +322,9 @@ def _meg_linear(
     }
     L_soft = sol["L"]
     converged = bool(sol["converged"]) and face_ok
-    if face is not None and face.tie_log_likelihood > L_soft:
-        # The tie-split optimal policy of the face's direction beats every soft model.
-        r = feats.reward(face.direction, S, A)
-        log_pi = hard_value_iteration(mdp, r.T.contiguous())[2]
-        model = log_pi.exp().permute(0, 2, 1).contiguous()
-        extra.update(
-            attained_by="tie-split optimal policy",
-            direction=coords.to_user(face.direction).cpu(),
-            theta=coords.to_user(face.direction).cpu(),
-        )
-        return _result(
-            mdp, obj, w, r, model, face.tie_log_likelihood, math.inf, math.nan, True, True, extra
-        )
+    if isinstance(obj, DiscountedClassObjective):
+        extra["bellman_residual"] = obj.dyn.residual
+        converged = converged and obj.dyn.residual <= CONVERGED_RESIDUAL
     if restricted:
         assert face is not None
         r = feats.reward(face.direction, S, A)
@@ -349,7 +349,7 @@ def _meg_linear(
 
 def _result(
     mdp: TabularMDP,
-    obj: ClassObjective,
+    obj: ClassObjective | DiscountedClassObjective,
     w: th.Tensor,
     r: th.Tensor,
     model: th.Tensor,
@@ -362,10 +362,12 @@ def _result(
 ) -> MEGResult:
     """The result of a class's best model: ``r (A, S)`` the reported utility, ``model (H, A, S)``
     the model's policy."""
-    H, A = mdp.horizon, mdp.n_actions
-    bound = H * math.log(A)
+    bound = meg_upper_bound(mdp)
     value = clipped_meg(L, bound)
-    gam = mdp.discount ** th.arange(H, dtype=w.dtype, device=w.device)
+    H = w.shape[0]  # 1 for a discounted MDP, whose occupancy carries the discounting
+    gam = (1.0 if mdp.horizon is None else mdp.discount) ** th.arange(
+        H, dtype=w.dtype, device=w.device
+    )
     r_sa = r.T
     eu = _dot(gam.view(H, 1, 1) * w, r_sa.expand(H, *r_sa.shape))
     return MEGResult(
@@ -479,7 +481,7 @@ def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
 def meg_target(
     policy: PolicyLike | None,
     mdp: TabularMDP,
-    target: Any,
+    target: TargetLike,
     *,
     sa_occupancy: ArrayLike | None = None,
     tol: float = 1e-10,

@@ -59,7 +59,13 @@ def test_benchmark_fast_config_end_to_end(tmp_path):
         expected.append(
             ("unknown-utility MEG, every state utility", "random sparse S=3e+02", 1, "float64")
         )
+    expected.append(("discounted MEG", "random sparse S=150", 1, "float64"))
     assert kinds == expected
+    discounted = rows[-1]  # last in the config's order; the rows before it keep their indices
+    assert discounted["converged"] and discounted["unknown_converged"]
+    assert discounted["bellman_residual"] < 1e-9
+    # the known utility is one of the candidates of unknown-utility MEG
+    assert 0 <= discounted["meg"] <= discounted["meg_unknown"] + 1e-9
     for r in rows:
         assert r["ours_s"] > 0 and r["peak_rss_mib"] > 0
         if r["incumbent_s"] is not None and not r["task"].startswith("unknown"):
@@ -79,11 +85,15 @@ def test_benchmark_fast_config_end_to_end(tmp_path):
             assert r["err_vs_incumbent"] < 1e-11 and r["speedup"] > 0
     if hasattr(imitation_meg, "meg_unknown"):
         # The same MDP as the known row (a loop variable once leaked the long row's horizon here).
+        unknown_cliff, unk = rows[-3], rows[-2]
         assert (
-            (rows[-2]["S"], rows[-2]["H"]) == (meg_row["S"], meg_row["H"]) == (40, cfg.meg_grid[2])
+            (unknown_cliff["S"], unknown_cliff["H"])
+            == (meg_row["S"], meg_row["H"])
+            == (40, cfg.meg_grid[2])
         )
-        assert rows[-2]["meg"] >= meg_row["meg"] - 1e-8  # unknown-utility MEG >= known-utility MEG
-        unk = rows[-1]  # exact (all state utilities) >= Algorithm 2's lower bound, same process
+        # unknown-utility MEG >= known-utility MEG
+        assert unknown_cliff["meg"] >= meg_row["meg"] - 1e-8
+        # exact (all state utilities) >= Algorithm 2's lower bound, same process
         known_random = next(  # the same policy on the same MDP, known utility
             r
             for r in rows

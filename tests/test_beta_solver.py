@@ -140,7 +140,7 @@ class Kink:
         return self.evaluate_batch(th.zeros(1, dtype=th.float64))
 
     def evaluate_limit(self, sign):
-        return LimitValue(-math.inf, math.nan, -math.inf, -(self.a + self.b) * sign)
+        return LimitValue(-math.inf, math.nan, -(self.a + self.b) * sign)
 
     def limit_upper_bound(self):
         return -math.inf

@@ -125,3 +125,30 @@ def test_dqn_uses_its_exploration_rate_and_errors(tmp_path):
         MEGCallback(CLIFF, eval_freq=0)
     with pytest.raises(ValueError, match="is not tabular"):
         MEGCallback("CartPole-v1")
+
+
+def test_an_environment_id_gymnasium_cannot_make_is_refused_when_the_callback_is_built():
+    from imitation_meg.callbacks import MEGCallback
+
+    with pytest.raises(ValueError, match=r"could not make environment 'NoSuchEnv-v0': .* id"):
+        MEGCallback("NoSuchEnv-v0")
+    with pytest.raises(ValueError, match="could not make environment 'seals/NoSuch-v0'"):
+        MEGCallback("seals/NoSuch-v0", eval_freq=10)
+
+
+def test_a_dqn_learns_only_after_learning_starts():
+    """Before ``learning_starts`` a DQN takes no gradient step, so its MEG at a fixed epsilon is
+    exactly constant; after it, the policy moves (docs/sb3.md: a 20 000-step DQN with SB3
+    2.2.1's default of 50 000 never trains)."""
+    import seals  # noqa: F401 (registers the seals environment ids)
+    import stable_baselines3 as sb3
+
+    from imitation_meg.callbacks import MEGCallback
+
+    model = sb3.DQN("MlpPolicy", CLIFF, learning_starts=1_000, seed=0, device="cpu")
+    cb = MEGCallback(CLIFF, eval_freq=500, epsilon=0.05, eval_at_start=True)
+    model.learn(2_000, callback=cb)
+    megs = {r["timesteps"]: r["meg"] for r in cb.records}
+    assert sorted(megs) == [0, 500, 1_000, 1_500, 2_000]
+    assert megs[0] == megs[500] == megs[1_000]  # no gradient step yet: the same policy
+    assert megs[2_000] != megs[0]

@@ -97,6 +97,7 @@ def test_score_saved_ppo_end_to_end_in_a_subprocess(saved_models, tmp_path):
         "n_states": 28,
         "n_actions": 4,
         "horizon": 9,
+        "discount": 1.0,
         "upper_bound": pytest.approx(9 * math.log(4)),
     }
     assert "PPO ppo.zip" in proc.stdout and f"{exact.meg:.4f}" in proc.stdout
@@ -287,7 +288,7 @@ def test_missing_output_folder_is_announced_and_created(saved_models, tmp_path, 
     d, ppo, _ = saved_models
     out = tmp_path / "new" / "deeper" / "r.json"
     assert main(["score", "--env", CLIFF, "--policy", str(d / "ppo.zip"), "--json", str(out)]) == 0
-    assert "does not exist: it will be created" in capsys.readouterr().out
+    assert "does not exist: it will be created" in capsys.readouterr().err
     payload = json.loads(out.read_text())
     assert payload["algo"] == "ppo" and payload["timesteps"] == ppo.num_timesteps
 
@@ -296,3 +297,64 @@ def test_demo_with_a_small_ppo(capsys):
     assert main(["demo", "--horizon", "10", "--ppo-steps", "512"]) == 0
     out = capsys.readouterr().out
     assert "PPO (512 steps)" in out and "Done in" in out
+
+
+def test_score_in_the_discounted_infinite_horizon_setting(tmp_path, capsys):
+    out = tmp_path / "d.json"
+    argv = ["score", "--cliff-world", "--width", "4", "--height", "2", "--horizon", "inf"]
+    argv += ["--discount", "0.9", "--policy", "epsilon-greedy", "--epsilon", "0.3"]
+    assert main([*argv, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "H=inf, gamma=0.9" in printed
+    payload = json.loads(out.read_text())
+    mdp = im.envs.cliff_world(width=4, height=2).with_horizon(None, 0.9)
+    expected = im.meg(im.policies.epsilon_greedy(mdp, 0.3), mdp)
+    assert payload["meg"] == pytest.approx(expected.meg, abs=1e-9)
+    assert payload["mdp"]["upper_bound"] == pytest.approx(math.log(4) / 0.1, rel=1e-12)
+    # An infinite horizon without a discount below 1: exit 2 with one line naming the fix.
+    assert main(["score", "--cliff-world", "--horizon", "inf", "--policy", "uniform"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--discount" in err[0]
+    bad = ["score", "--cliff-world", "--horizon", "inf", "--discount", "1", "--policy", "uniform"]
+    assert main(bad) == 2
+
+
+def test_an_output_path_no_file_can_be_created_in_fails_before_any_work(capsys):
+    """``--json /proc/nope.json`` used to print the whole table, then ``[Errno 2]``: root may
+    "access" /proc, but no file can be created there."""
+    argv = ["score", "--cliff-world", "--policy", "uniform", "--json", "/proc/nope.json"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no table: nothing was computed
+    err = captured.err.strip()
+    assert "\n" not in err and err.startswith("imitation-meg score: error: --json '/proc/nope")
+    assert "no file can be created in the folder '/proc'" in err
+    # the approximate path (an environment that is not tabular) checks its output first too
+    assert main(["score", "--env", "CartPole-v1", "--policy", "uniform", *argv[-2:]]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "--json '/proc/nope.json'" in captured.err
+    approx_csv = ["score", "--env", "CartPole-v1", "--policy", "uniform", "--csv", "m.csv"]
+    assert main(approx_csv) == 2  # it used to be ignored without a word
+    assert "--csv is not available with the approximate estimator" in capsys.readouterr().err
+
+
+def test_a_new_output_folder_is_announced_on_stderr_before_the_results(tmp_path, capsys):
+    """stdout carries the table (and may be redirected to a file); the note goes to stderr."""
+    out = tmp_path / "newdir" / "sub" / "x.csv"
+    argv = ["score", "--cliff-world", "--horizon", "5", "--policy", "uniform", "--csv", str(out)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    note = f"imitation-meg: the folder '{out.parent}' for --csv does not exist: it will be created"
+    assert note in captured.err.splitlines() and "will be created" not in captured.out
+    assert out.is_file() and "uniform" in out.read_text()
+
+
+def test_a_folder_that_is_no_rl_zoo_run_says_what_one_holds(tmp_path, capsys):
+    folder = tmp_path / "some" / "folder"
+    folder.mkdir(parents=True)
+    (folder / "model.pt").write_bytes(b"")
+    assert main(["score", "--policy", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"'{folder}' is not an RL Zoo run folder" in err
+    assert "no subfolder with config.yml or args.yml" in err and "<EnvName>.zip" in err
+    assert "--env ENV_ID or --cliff-world" in err

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from imitation_meg.config import load_config
+from imitation_meg.config import check_values, load_config
 from imitation_meg.results import write_csv, write_json
 from imitation_meg.runners import run_config
 
@@ -83,3 +83,39 @@ def test_fixed_length_tuples():
         load_config({"shape": [3, 4]}, Fixed)
     with pytest.raises(TypeError, match="expected an integer"):
         load_config({"shape": ["a", 4, "x"]}, Fixed)
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    horizon: int = 10
+    epsilons: tuple[float, ...] = (0.1,)
+    steps: int | None = None
+    mode: str = "a"
+
+    def __post_init__(self) -> None:
+        check_values(
+            self,
+            positive=("horizon", "steps"),
+            probabilities=("epsilons",),
+            choices={"mode": ("a", "b")},
+        )
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ({"horizon": 0}, r"c\.yaml: horizon = 0 must be > 0; fix it .* --set horizon=\.\.\."),
+        ({"epsilons": [0.5, -0.1]}, r"epsilons\[1\] = -0\.1 must lie in \[0, 1\]"),
+        ({"epsilons": [float("nan")]}, r"epsilons\[0\] = nan must lie in \[0, 1\]"),
+        ({"steps": -3}, r"steps = -3 must be > 0"),
+        ({"mode": "c"}, r"mode = 'c' is not one of \['a', 'b'\]"),
+    ],
+)
+def test_check_values_refuses_bad_values_when_the_config_loads(data, match):
+    with pytest.raises(ValueError, match=match):
+        load_config(data, Checked, where="c.yaml")
+
+
+def test_check_values_accepts_good_values_and_skips_none():
+    cfg = load_config({"horizon": 3, "epsilons": [0.0, 1.0], "steps": None}, Checked)
+    assert cfg == Checked(horizon=3, epsilons=(0.0, 1.0), steps=None)

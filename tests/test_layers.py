@@ -39,6 +39,18 @@ def _resolve(current: str, is_pkg: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _is_import_module_call(node: ast.AST) -> bool:
+    """``importlib.import_module("imitation_meg....")`` with a literal name: an import too."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "import_module"
+        and bool(node.args)
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    )
+
+
 def import_graph() -> dict[str, set[str]]:
     """Edges between the package's modules."""
     mods = _modules()
@@ -55,6 +67,9 @@ def import_graph() -> dict[str, set[str]]:
                 for a in node.names:
                     sub = f"{base}.{a.name}"
                     targets.append(sub if sub in mods else base)
+            elif _is_import_module_call(node):
+                assert isinstance(node, ast.Call)
+                targets = [node.args[0].value]  # type: ignore[attr-defined]
             for t in targets:
                 while t and t not in mods:  # import a.b.c of a module a.b
                     t = t.rpartition(".")[0]

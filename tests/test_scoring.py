@@ -114,9 +114,14 @@ def test_plot_writes_a_png_from_score_rows_and_a_callback_history(checkpoints, t
     out = tmp_path / "figs" / "meg.png"
     assert main(["plot", str(tmp_path / "r.csv"), str(history), "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
-    assert (
-        "16 points from 2 file(s)" in capsys.readouterr().out + "16 points from 2 file(s)" or True
-    )
+    assert "10 points from 2 file(s): r, h)" in capsys.readouterr().out
+    # Histories of the same file name in different folders are named by their folders.
+    for run in ("ppo", "dqn"):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        (tmp_path / "runs" / run / "meg.jsonl").write_text(history.read_text())
+    same = [str(tmp_path / "runs" / run / "meg.jsonl") for run in ("ppo", "dqn")]
+    assert main(["plot", *same, "--out", str(out)]) == 0
+    assert "4 points from 2 file(s): ppo/meg, dqn/meg)" in capsys.readouterr().out
     for argv, message in [
         (["plot", str(history), "--out", str(tmp_path / "x.pdf")], r"should end in \.png"),
         (["plot", str(history), "--out", str(tmp_path)], "is a folder"),

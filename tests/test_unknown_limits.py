@@ -1,4 +1,4 @@
-"""Unknown-utility MEG at every scale and at every limit: faces at infinity, tie-split policies.
+"""Unknown-utility MEG at every scale and at every limit: faces at infinity, ties kept soft.
 
 Expected values are derived by hand in the comments, or are the behaviour's Gibbs bound where
 the theory says the class attains it, or come from the independent 1-D known-utility solver
@@ -33,8 +33,8 @@ def _two_step():
 
     Per-step reward r: r(1, a0) = 1, r(1, a1) = 0, r(2, .) = 1, r(0, .) = 0. Both first actions
     are optimal (value 1), but state 2 has two optimal actions and state 1 one: as beta grows the
-    soft policy at state 0 tends to (1/3, 2/3) (soft values log(e^b + 1) vs b + log 2), while the
-    tie-split optimal policy plays (1/2, 1/2).
+    soft policy at state 0 tends to (1/3, 2/3) (soft values log(e^b + 1) vs b + log 2), while an
+    even split of the ties plays (1/2, 1/2).
     """
     T = np.zeros((3, 2, 3))
     T[0, 0, 1] = T[0, 1, 2] = 1.0
@@ -51,19 +51,21 @@ def _two_step_policy(p0):
     return pi
 
 
-def test_tie_split_optimal_policy_of_a_member_by_hand():
-    # Behaviour = the tie-split optimal policy of r: L = log(1/2) + (1/2) log(1/2) = -1.5 log 2,
-    # which is its own (Gibbs) log-likelihood, so MEG = 2 log 2 - 1.5 log 2 = 0.5 log 2. The soft
-    # family of span{r} only tends to L = (1/2) log(1/3) + (1/2) log(2/3) - (1/2) log 2 = -log 3.
+def test_even_split_scores_the_limit_not_its_own_likelihood_by_hand():
+    # Behaviour = the optimal policy of r with ties split evenly, (1/2, 1/2) at state 0. It is
+    # not a member of the soft family of span{r}, whose supremum is its limit (the soft policies
+    # tend to (1/3, 2/3)): L -> (1/2) log(1/3) + (1/2) log(2/3) + (1/2) log(1/2) = -log 3, so MEG
+    # = 2 log 2 - log 3 = log(4/3), not the even split's own 0.5 log 2.
     mdp, r = _two_step()
     pi = _two_step_policy(0.5)
     res = im.meg_unknown(pi, mdp, features=r[:, :, None])
-    assert res.meg == pytest.approx(0.5 * math.log(2), rel=1e-12)
-    assert res.extra["attained_by"] == "tie-split optimal policy"
+    assert res.meg == pytest.approx(math.log(4 / 3), rel=1e-10)
+    assert res.extra["attained_by"] == "limit"
     assert res.converged and res.at_boundary and res.beta == math.inf
     # A one-dimensional class is the known utility (all betas, both signs).
-    assert res.meg == pytest.approx(im.meg(pi, mdp).meg, rel=1e-12)
-    # Every state-action utility: the soft limit reproduces the behaviour too (Gibbs bound).
+    assert res.meg == pytest.approx(im.meg(pi, mdp).meg, rel=1e-10)
+    # Every state-action utility: a finite shift inside the face balances the first move, and
+    # the class reproduces the behaviour in the limit (Gibbs bound 0.5 log 2).
     full = im.meg_unknown(pi, mdp, features=np.eye(6).reshape(3, 2, 6))
     assert full.meg == pytest.approx(0.5 * math.log(2), rel=1e-12) and full.converged
 
@@ -71,8 +73,7 @@ def test_tie_split_optimal_policy_of_a_member_by_hand():
 def test_soft_limit_with_ties_kept_soft_by_hand():
     # Behaviour (1/3, 2/3) at state 0 is the beta -> inf limit of the soft policies of r: L tends
     # to -log 3 (uniform over the three optimal paths), its own log-likelihood; no finite beta
-    # attains it. MEG = 2 log 2 - log 3 = log(4/3). The tie-split policy scores only
-    # (1/3 + 2/3 + 2/3) log(1/2) = -(5/3) log 2 < -log 3.
+    # attains it. MEG = 2 log 2 - log 3 = log(4/3).
     mdp, r = _two_step()
     pi = _two_step_policy(1 / 3)
     res = im.meg_unknown(pi, mdp, features=r[:, :, None])
@@ -114,43 +115,46 @@ def test_face_of_the_fork():
     assert face is not None and face.verified and face.n_excluded == 1
     assert face.allowed[0, 0].tolist() == [True, True, False]
     assert bool(face.allowed[1].all())
-    # Tie-split over {a0, a1} at t = 0 and uniform at t = 1: L = log(1/2) + log(1/3).
-    assert face.tie_log_likelihood == pytest.approx(-math.log(2) - math.log(3), rel=1e-12)
     assert not needs_face(sa_occupancy_of(mdp, policies.uniform(mdp)))
 
 
 # ----------------------------------------------------------------------------- regressions
 def test_cliffworld_goal_region_2_optimal_policy_whatever_the_mdp_utility():
-    # The optimal policy for goal region 2 with ties split evenly is the tie-split optimal policy
-    # of a state utility, so every-state-utility MEG is its Gibbs bound, 30.04193 (H = 30),
-    # whichever goal region's utility the MDP carries (the old solver gave 30.01796 for 1, 3, 4).
-    pi = policies.optimal(cliff_world(horizon=30, goal_region=2))
+    # The maximum-entropy optimal policy for goal region 2 is the beta = +inf limit of a state
+    # utility's soft policies, so every-state-utility MEG is its Gibbs bound whichever goal
+    # region's utility the MDP carries. The even split of the same ties is another optimal
+    # policy: the class scores it between its known-utility MEG and its Gibbs bound.
+    mdp2 = cliff_world(horizon=30, goal_region=2)
+    limit = policies.optimal(mdp2, tie_break="max_entropy")
+    even = policies.optimal(mdp2)
     values = []
     for k in (1, 2, 3, 4):
         mdp = cliff_world(horizon=30, goal_region=k)
-        res = im.meg_unknown(pi, mdp)
-        assert res.converged and res.extra["attained_by"] == "tie-split optimal policy"
-        assert res.meg >= im.meg(pi, mdp).meg - 1e-12
+        res = im.meg_unknown(limit, mdp)
+        assert res.converged and res.extra["attained_by"] == "limit"
+        assert res.meg >= im.meg(limit, mdp).meg - 1e-12
         values.append(res.meg)
-    gibbs = gibbs_certificate(mdp, sa_occupancy_of(mdp, pi))
-    assert values == [values[0]] * 4
-    assert values[0] == pytest.approx(gibbs, rel=1e-13)
-    assert values[0] == pytest.approx(30.04193032061, abs=1e-10)
+    gibbs = gibbs_certificate(mdp2, sa_occupancy_of(mdp2, limit))
+    assert max(values) - min(values) <= 1e-9 * gibbs
+    assert values[0] == pytest.approx(gibbs, rel=1e-10)
+    assert values[0] == pytest.approx(im.meg(limit, mdp2).meg, rel=1e-10)
+    res_even = im.meg_unknown(even, mdp2)
+    assert im.meg(even, mdp2).meg - 1e-9 <= res_even.meg
+    assert res_even.meg <= gibbs_certificate(mdp2, sa_occupancy_of(mdp2, even)) + 1e-9
 
 
-def test_random_mdp_tie_split_optimal_policy():
-    # A random MDP, a state utility with ties (values in {0, 1, 2}), its tie-split optimal
-    # policy: unknown-utility MEG is the Gibbs bound 1.8831348 (the old solver: 1.8482613, 1.85%
-    # short), with or without the utility attached to the MDP.
+def test_random_mdp_maximum_entropy_optimal_policy():
+    # A random MDP, a state utility with ties (values in {0, 1, 2}), its maximum-entropy optimal
+    # policy (the beta = +inf limit): unknown-utility MEG is the Gibbs bound, with or without the
+    # utility attached to the MDP, and so is the known-utility MEG of that utility.
     mdp = random_mdp(6, 4, 4, branching=2, seed=4, utility="none")
     U = np.random.default_rng(4).integers(0, 3, 6).astype(float)
-    pi = policies.optimal(mdp.with_utility(U))
+    pi = policies.optimal(mdp.with_utility(U), tie_break="max_entropy")
     gibbs = gibbs_certificate(mdp, sa_occupancy_of(mdp, pi))
-    assert gibbs == pytest.approx(1.8831347542652623, rel=1e-12)
     for m in (mdp, mdp.with_utility(U)):
         res = im.meg_unknown(pi, m)
         assert res.meg == pytest.approx(gibbs, rel=1e-12) and res.converged
-    assert im.meg(pi, mdp.with_utility(U)).meg <= res.meg + 1e-12
+    assert im.meg(pi, mdp.with_utility(U)).meg == pytest.approx(gibbs, rel=1e-12)
 
 
 @pytest.mark.parametrize("c", [1.0, 1e-8, 1e-9, 1e-11, 1e-12, 1e12, 1e50, 1e100, 1e200, 1e-200])
@@ -215,7 +219,8 @@ def _behaviour(rng, mdp, phi, style: str):
     member = _member(rng, phi)
     if np.ptp(member) == 0:
         member = phi[..., 0]
-    pi = policies.optimal(mdp, member).numpy()  # tie-split optimal policy of a member
+    # A member's maximum-entropy optimal policy: its beta = +inf limit.
+    pi = policies.optimal(mdp, member, tie_break="max_entropy").numpy()
     if style == "optimal":
         return pi
     return 0.8 * pi + 0.2 * rng.dirichlet(np.ones(A), size=(S,))  # full support
@@ -258,7 +263,7 @@ def test_unknown_dominates_every_member_and_stays_below_gibbs(seed, kind, style)
             continue
         known = im.meg(pi, mdp, U)
         assert known.meg <= res.meg + 1e-9 * max(1.0, res.meg)
-    if style == "optimal" and np.ptp(phi) > 0:  # a member's tie-split optimal policy: Gibbs
+    if style == "optimal" and np.ptp(phi) > 0:  # a member's limit policy: Gibbs
         assert res.meg == pytest.approx(gibbs, rel=1e-9, abs=1e-12)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,12 @@ from imitation_meg.adapters.observations import (
     resolve_mdp,
 )
 from imitation_meg.mdp import TabularMDP
+from imitation_meg.type_aliases import (
+    ArrayLike,
+    EnvLike,
+    PolicySource,
+    VecNormalizeLike,
+)
 
 __all__ = ["policy_table", "resolve_source"]
 
@@ -70,16 +77,16 @@ def resolve_source(
 
 
 def policy_table(
-    model_or_policy: Any,
-    mdp_or_env: Any = None,
+    model_or_policy: PolicySource,
+    mdp_or_env: TabularMDP | EnvLike | None = None,
     *,
     epsilon: float | None = None,
     algo: str | type | None = None,
-    env: Any = None,
+    env: EnvLike | None = None,
     horizon: int | None = None,
-    observations: Any = None,
-    vec_normalize: Any = None,
-    action_masks: Any = None,
+    observations: ArrayLike | None = None,
+    vec_normalize: VecNormalizeLike = None,
+    action_masks: ArrayLike | Callable[[int], ArrayLike] | bool | None = None,
     load_kwargs: dict[str, Any] | None = None,
     batch_size: int = DEFAULT_BATCH,
     device: str = "cpu",
@@ -158,28 +165,13 @@ def policy_table(
 
     obj = model_or_policy
     if isinstance(obj, (str, os.PathLike)) and _is_file_source(obj):
-        path, mdp_or_env, zoo_stats, zoo_algo = resolve_source(obj, mdp_or_env, horizon=horizon)
         if load_kwargs:
             raise ValueError("load_kwargs= applies to imitation load_policy names, not models.")
-        if zoo_algo is not None and algo is None:
-            algo = zoo_algo
-        if vec_normalize is None and zoo_stats is not None:
-            vec_normalize = zoo_stats
-        else:
-            vec_normalize = sb3.vec_normalize_for_file(path, vec_normalize)
-        obj = sb3.load_model(path, algo, device=device)
+        obj, mdp_or_env, vec_normalize = _load_file(
+            obj, mdp_or_env, algo, horizon, vec_normalize, device
+        )
     else:
-        if isinstance(vec_normalize, str) and vec_normalize == "auto":
-            raise ValueError(
-                "vec_normalize='auto' looks for statistics beside a saved model; pass a .zip "
-                "path, or the VecNormalize (or its file) for a live model."
-            )
-        if algo is not None and isinstance(obj, (str, os.PathLike)):
-            raise FileNotFoundError(
-                f"no SB3 model file at {os.fspath(obj)!r}; pass the .zip written by model.save()."
-            )
-        if algo is not None:
-            raise ValueError("algo= only applies to a .zip path; the model is already loaded.")
+        _check_live_source(obj, algo, vec_normalize)
     if mdp_or_env is None:
         raise ValueError(
             "policy_table needs mdp_or_env= (a TabularMDP, a gymnasium env or id); only RL Zoo "
@@ -187,19 +179,83 @@ def policy_table(
         )
     mdp, source_env = resolve_mdp(mdp_or_env, horizon=horizon)
     env = env if env is not None else source_env
-
     if isinstance(obj, (str, os.PathLike)):
         obj = _load_imitation_name(os.fspath(obj), env=env, mdp=mdp, load_kwargs=load_kwargs)
-
-    if isinstance(obj, (th.Tensor, np.ndarray)):
-        no_epsilon(epsilon, "an explicit policy array")
-        return as_policy(obj, mdp)
-
     if sb3.is_sb3_algorithm(obj):
         if vec_normalize is None:
             vec_normalize = sb3.vec_normalize_of(obj)
-        obj = obj.policy
+        obj = getattr(obj, "policy")  # noqa: B009 (an SB3 algorithm, whatever its static type)
+    # imitation's policies first: they are SB3 policies too, with tables of their own.
+    if _is_imitation_policy(obj) or not sb3.is_sb3_policy(obj):
+        return _other_table(obj, mdp, epsilon, observations, batch_size)
+    if action_masks is None and contrib.is_maskable(obj) and env is not None:
+        action_masks = _masks_from_env(env, mdp)
+    return sb3.sb3_policy_table(
+        obj,
+        mdp,
+        epsilon=epsilon,
+        observations=observations,
+        vec_normalize=sb3.resolve_vec_normalize(vec_normalize),
+        action_masks=action_masks,
+        batch_size=batch_size,
+    )
 
+
+def _is_imitation_policy(obj: object) -> bool:
+    return is_loaded_instance(
+        obj, "imitation.algorithms.mce_irl", "TabularPolicy"
+    ) or is_loaded_instance(obj, "imitation.policies.base", "NonTrainablePolicy")
+
+
+def _load_file(
+    path_or_folder: str | os.PathLike[str],
+    mdp_or_env: TabularMDP | EnvLike | None,
+    algo: str | type | None,
+    horizon: int | None,
+    vec_normalize: VecNormalizeLike,
+    device: str,
+) -> tuple[Any, TabularMDP | EnvLike | None, VecNormalizeLike]:
+    """A saved model (``.zip`` or RL Zoo run folder) loaded, with the environment and the
+    ``VecNormalize`` statistics it records or that lie beside it."""
+    path, mdp_or_env, zoo_stats, zoo_algo = resolve_source(
+        path_or_folder, mdp_or_env, horizon=horizon
+    )
+    if zoo_algo is not None and algo is None:
+        algo = zoo_algo
+    if vec_normalize is None and zoo_stats is not None:
+        vec_normalize = zoo_stats
+    else:
+        vec_normalize = sb3.vec_normalize_for_file(path, vec_normalize)
+    return sb3.load_model(path, algo, device=device), mdp_or_env, vec_normalize
+
+
+def _check_live_source(obj: PolicySource, algo: str | type | None, vec_normalize: object) -> None:
+    """Options that only apply to saved models, refused for a live object or a name."""
+    if isinstance(vec_normalize, str) and vec_normalize == "auto":
+        raise ValueError(
+            "vec_normalize='auto' looks for statistics beside a saved model; pass a .zip "
+            "path, or the VecNormalize (or its file) for a live model."
+        )
+    if algo is not None and isinstance(obj, (str, os.PathLike)):
+        raise FileNotFoundError(
+            f"no SB3 model file at {os.fspath(obj)!r}; pass the .zip written by model.save()."
+        )
+    if algo is not None:
+        raise ValueError("algo= only applies to a .zip path; the model is already loaded.")
+
+
+def _other_table(
+    obj: object,
+    mdp: TabularMDP,
+    epsilon: float | None,
+    observations: ArrayLike | None,
+    batch_size: int,
+) -> th.Tensor:
+    """The table of an object that is no SB3 policy: an array, imitation's TabularPolicy or
+    NonTrainablePolicy, or a callable on observations."""
+    if isinstance(obj, (th.Tensor, np.ndarray)):
+        no_epsilon(epsilon, "an explicit policy array")
+        return as_policy(obj, mdp)
     if is_loaded_instance(obj, "imitation.algorithms.mce_irl", "TabularPolicy"):
         from imitation_meg.adapters.imitation import tabular_policy_table
 
@@ -210,18 +266,6 @@ def policy_table(
 
         no_epsilon(epsilon, type(obj).__name__)
         return nontrainable_policy_table(obj, mdp)
-    if sb3.is_sb3_policy(obj):
-        if action_masks is None and contrib.is_maskable(obj) and env is not None:
-            action_masks = _masks_from_env(env, mdp)
-        return sb3.sb3_policy_table(
-            obj,
-            mdp,
-            epsilon=epsilon,
-            observations=observations,
-            vec_normalize=sb3.resolve_vec_normalize(vec_normalize),
-            action_masks=action_masks,
-            batch_size=batch_size,
-        )
     if callable(obj):
         no_epsilon(epsilon, "a callable policy")
         return callable_table(obj, mdp, observations=observations, batch_size=batch_size)

@@ -51,14 +51,14 @@ def tabular_policy_table(policy: Any, mdp: TabularMDP) -> th.Tensor:
             f"{what} has pi of shape {pi.shape} over {n_obs} states; {mdp.name} needs "
             f"(H, {mdp.n_states}, {mdp.n_actions})."
         )
-    if pi.shape[0] < mdp.horizon:
+    if pi.shape[0] < mdp.steps:
         raise ValueError(
-            f"{what} covers {pi.shape[0]} steps but {mdp.name} has horizon {mdp.horizon}; "
+            f"{what} covers {pi.shape[0]} steps but {mdp.name} has horizon {mdp.steps}; "
             f"score it with mdp.with_horizon({pi.shape[0]})."
         )
     from imitation_meg._validation import as_policy
 
-    return as_policy(pi[: mdp.horizon], mdp, name="TabularPolicy.pi")
+    return as_policy(pi[: mdp.steps], mdp, name="TabularPolicy.pi")
 
 
 def nontrainable_policy_table(policy: Any, mdp: TabularMDP) -> th.Tensor:

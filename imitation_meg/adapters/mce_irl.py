@@ -145,7 +145,7 @@ def score_mce_irl(
             mdp = TabularMDP(
                 (mdp.next_state, mdp.prob),
                 mdp.utility,
-                mdp.horizon,
+                mdp.steps,
                 mdp.initial_state_dist,
                 mce_irl.discount,
                 observation_matrix=mdp.observation_matrix,
@@ -164,7 +164,7 @@ def score_mce_irl(
     with th.no_grad():
         learned = reward_net_sa(net, mdp).detach()
     known = meg(None, mdp, learned, sa_occupancy=w)
-    fit = float(log_likelihood(mdp, learned, w)) + mdp.horizon * math.log(mdp.n_actions)
+    fit = float(log_likelihood(mdp, learned, w)) + mdp.steps * math.log(mdp.n_actions)
     phi = linear_features(net, mdp)
     if phi is not None:
         unknown = meg_unknown(None, mdp, features=phi, sa_occupancy=w)

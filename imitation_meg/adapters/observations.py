@@ -141,6 +141,7 @@ def state_observations(
                     "observations=(S, ...) explicitly."
                 )
             obs = np.asarray(mdp.observation_matrix.cpu())
+        obs = _channel_first(obs, space)
         if tuple(obs.shape[1:]) != tuple(space.shape):
             raise ValueError(
                 f"the policy observes {space} (shape {tuple(space.shape)}) but {mdp.name} gives "
@@ -155,6 +156,16 @@ def state_observations(
         f"the policy observes a {type(space).__name__} space ({space}); policy_table supports "
         "Discrete (state index) and Box (observation vector) observation spaces."
     )
+
+
+def _channel_first(obs: np.ndarray, space: Any) -> np.ndarray:
+    """Channel-last images ``(S, H, W, C)`` as ``(S, C, H, W)`` when the policy observes the
+    channel-first space (SB3's ``VecTransposeImage`` transposes images before a CNN policy,
+    e.g. MiniGrid's); anything else unchanged."""
+    shape = tuple(space.shape or ())
+    if obs.ndim == 4 and len(shape) == 3 and tuple(obs.shape[1:]) == (*shape[1:], shape[0]):
+        return np.ascontiguousarray(obs.transpose(0, 3, 1, 2))
+    return obs
 
 
 def _warn_aliasing(obs: np.ndarray, mdp: TabularMDP) -> None:

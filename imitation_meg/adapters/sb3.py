@@ -7,9 +7,8 @@ ARS) as epsilon-greedy over their action values; the sb3-contrib specifics live 
 :mod:`imitation_meg.adapters.saved_models`, ``VecNormalize`` statistics in
 :mod:`imitation_meg.adapters.vec_normalize`; their public names are re-exported here.
 
-The dispatcher for every kind of policy is :func:`imitation_meg.adapters.policy_table`
-(``imitation_meg.adapters.sb3.policy_table`` remains as an alias). stable_baselines3 is imported
-only inside these functions.
+The dispatcher for every kind of policy is :func:`imitation_meg.adapters.policy_table`;
+stable_baselines3 is imported only inside these functions.
 """
 
 from __future__ import annotations
@@ -201,14 +200,3 @@ def sb3_policy_table(
         policy.set_training_mode(was_training)
     pi = th.cat(rows).cpu()
     return (pi / pi.sum(-1, keepdim=True)).to(device=mdp.device, dtype=mdp.dtype)
-
-
-def __getattr__(name: str) -> Any:
-    # ``imitation_meg.adapters.sb3.policy_table`` was the dispatcher's home before the adapters
-    # were split by what they adapt; it now lives in imitation_meg.adapters.dispatch and is
-    # resolved here on first use (a run-time alias, so the import layers stay acyclic).
-    if name == "policy_table":
-        import importlib
-
-        return importlib.import_module("imitation_meg.adapters.dispatch").policy_table
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -135,6 +135,29 @@ def _params_dir(folder: pathlib.Path) -> pathlib.Path | None:
     return subdirs[0] if len(subdirs) == 1 else None
 
 
+#: What an RL Zoo run folder holds, for messages about folders that are not one.
+RUN_FOLDER = (
+    "an RL Zoo run folder (logs/<algo>/<EnvName>_<n>, as python -m rl_zoo3.train writes it) "
+    "holds the model <EnvName>.zip and one subfolder <EnvName>/ with config.yml or args.yml, "
+    "which record the environment and hyperparameters"
+)
+
+
+def not_a_run(path: PathLike) -> str:
+    """Why the folder ``path`` is not an RL Zoo run folder, and what one holds (for messages)."""
+    folder = pathlib.Path(path)
+    subdirs = [d.name for d in sorted(folder.iterdir()) if d.is_dir()] if folder.is_dir() else []
+    params = [
+        d for d in subdirs if any((folder / d / f).is_file() for f in ("config.yml", "args.yml"))
+    ]
+    if len(params) > 1:
+        found = f"it has {len(params)} subfolders with config.yml / args.yml ({params[:3]})"
+    else:
+        zips = sorted(p.name for p in folder.glob("*.zip"))[:3]
+        found = f"it has no subfolder with config.yml or args.yml (zips: {zips or 'none'})"
+    return f"{str(folder)!r} is not an RL Zoo run folder: {found}; {RUN_FOLDER}"
+
+
 def is_zoo_run(path: PathLike) -> bool:
     """Whether ``path`` is an RL Zoo run folder (one subfolder with ``config.yml`` / ``args.yml``)."""
     p = pathlib.Path(path)
@@ -197,10 +220,7 @@ def read_zoo_run(path: PathLike, *, model: str | int = "final") -> ZooRun:
         raise FileNotFoundError(f"no RL Zoo run folder at {str(folder)!r}.")
     params = _params_dir(folder)
     if params is None:
-        raise ValueError(
-            f"{str(folder)!r} is not an RL Zoo run folder (expected one subfolder <EnvName>/ "
-            "with config.yml or args.yml, as rl_zoo3.train writes under logs/<algo>/)."
-        )
+        raise ValueError(f"{not_a_run(folder)}.")
     config = _read_yaml(params / "config.yml") if (params / "config.yml").is_file() else {}
     args = _read_yaml(params / "args.yml") if (params / "args.yml").is_file() else {}
     name = params.name

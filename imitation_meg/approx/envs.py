@@ -63,7 +63,7 @@ class TabularGymEnv(gym.Env):
             )
         self.mdp = mdp
         self.obs_matrix = obs
-        self.horizon = mdp.horizon
+        self.horizon = mdp.steps
         self._next = mdp.next_state.cpu().numpy()
         self._prob = mdp.prob.cpu().numpy().astype(np.float64)
         self._r = mdp.reward_sa().cpu().numpy().astype(np.float64)

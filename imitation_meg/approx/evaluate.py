@@ -99,8 +99,8 @@ class ApproxMEGResult:
             refits moved the estimate from the first fit's.
         allowance: ``max_i |meg - stages[i]|`` over the earlier stages, before clipping (0 when
             not refined), added to the interval's half-width: a fit still moving is not
-            converged, and the largest move from any earlier stage measures it where the first
-            and last stages happen to agree while the ones between moved (docs/approx.md).
+            converged, and the largest move from any earlier stage measures it even where the
+            first and last stages agree while the ones between moved.
         stages: the estimate (mean of the fits' maxima, before clipping) after the first fit
             and after each refit; ``stages[-1]`` is the estimate.
         stage_intervals: ``(meg, low, high)`` after the first fit and after each refit: what
@@ -290,9 +290,8 @@ def _interval(
     t_q = float(stdtrit(K - 1, level)) if K > 1 else 0.0
     # Error every fit shares is not in the spread of the fits. The refits' moves of the
     # estimate measure how far from converged the fits still were: the largest move from any
-    # earlier stage is added as an allowance (on the validation problems the shared error was of
-    # that size and either sign, and the first and last stages sometimes agreed while the ones
-    # between had moved; docs/approx.md).
+    # earlier stage is added as an allowance (the first and last stages may agree while the ones
+    # between moved).
     shift = mean - earlier[0] if earlier else 0.0
     allowance = max((abs(mean - m) for m in earlier), default=0.0)
     half = math.hypot(z * (se_boot if math.isfinite(se_boot) else 0.0), t_q * se_models)

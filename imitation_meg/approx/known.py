@@ -69,6 +69,7 @@ from imitation_meg.approx.soft_q import (
     fit_soft_q_ensemble,
     new_model,
 )
+from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
 
 __all__ = [
     "ApproxMEGResult",
@@ -140,13 +141,29 @@ def collect_data(
 #: (``configs/approx_validation.yaml``, docs/approx.md): Adam's learning rate of the first fit
 #: (the refits, which start from its weights, use ``REFIT_LR`` times it), the share of each
 #: soft Q-iteration's last Adam steps whose weights are averaged, and indicator inputs of the
-#: last decisions. Before 2026-11-26 they were ``1e-3``, ``0`` and ``0``.
+#: last decisions.
 LR = 3e-3
 REFIT_LR = 0.3
 AVERAGE = 0.5
 LAST_STEPS = 3
-#: Evaluation episodes of the scored policy (before 2026-11-26: 200).
+#: Evaluation episodes of the scored policy.
 N_EVAL_EPISODES = 1000
+#: The ranges :func:`meg_approx` accepts for the estimator settings a study's config carries
+#: (fields named as its keywords; ``None`` means the default), by
+#: :func:`imitation_meg.config.check_values` rule.
+SETTING_RANGES: dict[str, tuple[str, ...]] = {
+    "positive": (
+        "n_data_steps",
+        "n_eval_episodes",
+        "n_models",
+        "hidden",
+        "iterations",
+        "steps_per_iteration",
+        "lr",
+    ),
+    "non_negative": ("last_steps", "refine", "n_boot"),
+    "probabilities": ("average",),
+}
 
 
 # ------------------------------------------------------------------------------ fitting
@@ -265,10 +282,8 @@ def _fit_ensemble(
 
 
 # ------------------------------------------------------------------------------ entry point
-#: Adam steps per fitting stage by default (split over the iterations, at least 20 each). The
-#: fits' shared bias shrinks with it: on ``random_features`` (H = 10, epsilon 0.1) +4.6% / +4.9%
-#: of ``H log|A|`` at 4 000 steps, +2.0% / +2.7% at 12 000, +0.5% at 36 000; with three refits
-#: +1.6% to +2.6% at 24 000 and +0.5% to +1.4% at 48 000 (seeds 0-2; docs/approx.md).
+#: Adam steps per fitting stage by default (split over the iterations, at least 20 each). Fewer
+#: leave the fits short of their targets, a bias the fits share (docs/approx.md).
 STEP_BUDGET = 48_000
 
 
@@ -362,8 +377,8 @@ def _check_data(n_data_steps: Any, memory_gib: Any) -> None:
 
 
 def meg_approx(
-    policy: Any,
-    env: Any,
+    policy: PolicySource,
+    env: EnvLike | Callable[[], GymEnv],
     *,
     horizon: int | None = None,
     algo: str | None = None,
@@ -399,17 +414,14 @@ def meg_approx(
             between the scored policy, the scored policy mixed half-and-half with uniform
             actions, and the uniform policy (plus a third as many steps of the model's
             soft-optimal policy per refit). The fits' cost hardly depends on it (a fixed number
-            of Adam steps); their noise does: on slippery FrozenLake (a sparse, stochastic
-            goal) 20 000 steps left the estimate 5-13% of the bound low, 180 000 within 1%
-            (docs/approx.md). Default 180 000, lowered with a warning when the stored
+            of Adam steps); their noise does: on a sparse, stochastic goal too few steps bias
+            the estimate low. Default 180 000, lowered with a warning when the stored
             transitions would take more than ``data_memory_gib`` (wide observations, e.g.
             images); an explicit value is used as given.
-        n_eval_episodes: fresh episodes of the scored policy on which ``L(beta)`` is averaged.
-            Default 1000: with 200, on ``random_features`` at epsilon 0.1 the episodes alone
-            put the exact objective's maximum +0.37% of the bound high on the validation's ten
-            seeds (SD 0.28%), +0.03% (SD 0.12%) with 1000 (docs/approx.md). Rollouts are cheap
-            next to the fits on short horizons; on long ones pass fewer (``imitation-meg
-            score`` uses 60 for ``H >= 200``).
+        n_eval_episodes: fresh episodes of the scored policy on which ``L(beta)`` is averaged
+            (fewer make the maximum over beta noisier). Rollouts are cheap next to the fits on
+            short horizons; on long ones pass fewer (``imitation-meg score`` uses 60 for
+            ``H >= 200``).
         n_models: soft Q-networks fitted on independent data with different seeds (at least 2
             for their spread to enter the interval; with 1 the interval covers the evaluation
             episodes only).
@@ -419,17 +431,13 @@ def meg_approx(
             lookahead.
         steps_per_iteration: Adam steps per iteration; default
             ``max(20, STEP_BUDGET // iterations)`` (48 000 steps per stage: fewer leave the fits
-            short of their targets, a bias that the interval does not cover; docs/approx.md).
+            short of their targets, a bias that the interval does not cover).
         refine: refit each model with the rationality prior focused on the optimum and with
             episodes of its soft-optimal policy there, then re-evaluate, ``refine`` times
             (``True`` is 1, ``False`` 0; the estimate after each stage is in ``stages``, the
             largest move from an earlier stage enters the interval, and ``stage_intervals``
             holds what every smaller ``refine`` reports, so one run shows whether more refits
-            changed the answer).
-            Default 3: on CliffWorld's PPO agent (10 seeds, 24 000 steps per stage) the error
-            was +1.9% of the bound on average with two refits (+0.4% to +5.2%) and +0.9% (-0.6%
-            to +2.5%) with three (docs/approx.md). Each refit costs about as much CPU as the
-            first fit (a validation unit with the defaults: about 240 s on one core).
+            changed the answer). Each refit costs about as much CPU as the first fit.
         n_boot: bootstrap replicates over evaluation episodes.
         confidence: the interval's nominal coverage.
         seed: the seed of everything random (same seed, same result).
@@ -440,20 +448,17 @@ def meg_approx(
             ``n_data_steps x n_models x (1 + refine / 3) x 8 x obs_dim`` bytes).
         average: the share of each soft Q-iteration's last Adam steps whose weights are
             averaged into the iteration's result (Polyak-Ruppert averaging; ``0``: the last
-            step's weights). Default ``0.5``: it halved the scatter of the validation's
-            FrozenLake PPO row (decided by near-tied actions at large beta; ten seeds: error SD
-            4.6% -> 2.5% of the bound).
+            step's weights). It damps the optimisation noise that decides near-tied actions at
+            large beta.
         lr: Adam's learning rate of the first fit (cosine-decayed to a tenth over each stage);
-            the refits use ``0.3 lr``. Default ``3e-3`` (``1e-3`` before 2026-11-26): with
-            averaging at ``1e-3``, ``random_features`` at epsilon 0.1 kept the bias its fits
-            share; ``3e-3`` cut it to +0.74% of the bound on average.
+            the refits use ``0.3 lr``.
         last_steps: give the networks an indicator input for each of the last ``last_steps``
             decisions (``0``: none, the smooth time features only). The soft-optimal values
             change most from one of the last decisions to the next; smooth features let a
             fit blur that change, which on ``random_features`` at epsilon 0.1 showed as a bias
-            at the second-to-last decision. Default 3. These four defaults together are the
-            validated setting (``configs/approx_validation.yaml``; docs/approx.md); each
-            alone was not enough.
+            at the second-to-last decision. ``average``, ``lr``, ``last_steps`` and
+            ``n_eval_episodes`` at their defaults are the setting validated against exact answers
+            (``configs/approx_validation.yaml``, docs/approx.md).
 
     Returns:
         :class:`ApproxMEGResult`.

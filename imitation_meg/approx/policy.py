@@ -8,7 +8,7 @@ Accepted policies: an SB3 algorithm (PPO, A2C, DQN, ...) or its ``.policy``; the
 ``.zip`` (loaded with :func:`imitation_meg.adapters.sb3.load_model`); a callable mapping a batch
 of observations to probabilities. DQN has no action distribution: it is scored as the
 epsilon-greedy policy over its Q-values with an explicit ``epsilon`` (as
-:func:`imitation_meg.adapters.sb3.policy_table` does). stable-baselines3 is imported only when an
+:func:`imitation_meg.adapters.policy_table` does). stable-baselines3 is imported only when an
 SB3 object has to be handled.
 """
 
@@ -22,7 +22,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg._validation import is_loaded_instance
-from imitation_meg.type_aliases import PathLike
+from imitation_meg.type_aliases import PathLike, PolicySource, VecNormalizeLike
 
 __all__ = ["PolicyFn", "as_policy_fn"]
 
@@ -104,12 +104,12 @@ def _load_zip(path: PathLike, algo: str | None) -> Any:
 
 
 def as_policy_fn(
-    policy: Any,
+    policy: PolicySource,
     *,
     n_actions: int,
     algo: str | None = None,
     epsilon: float | None = None,
-    vec_normalize: Any = None,
+    vec_normalize: VecNormalizeLike = None,
 ) -> PolicyFn:
     """Wrap a policy as a :class:`PolicyFn`.
 
@@ -144,11 +144,12 @@ def as_policy_fn(
     elif algo is not None:
         raise ValueError("algo= only applies to a .zip path; the model is already loaded.")
     if is_loaded_instance(obj, "stable_baselines3.common.base_class", "BaseAlgorithm"):
-        if vec_normalize is None and obj.get_env() is not None:
+        model: Any = obj  # an SB3 algorithm (checked above)
+        if vec_normalize is None and model.get_env() is not None:
             from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
-            vec_normalize = unwrap_vec_normalize(obj.get_env())
-        obj = obj.policy
+            vec_normalize = unwrap_vec_normalize(model.get_env())
+        obj = model.policy
     if is_loaded_instance(obj, "stable_baselines3.common.policies", "BasePolicy"):
         return _sb3_policy_fn(obj, n_actions, epsilon, vec_normalize)
     if callable(obj):

@@ -20,6 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from imitation_meg.approx.policy import PolicyFn
+from imitation_meg.type_aliases import EnvLike, GymEnv
+
 __all__ = ["EnvSource", "Rollouts", "collect"]
 
 #: A behaviour: (raw observation batch, flat observations (n, d), decision times (n,)) -> (n, A).
@@ -35,14 +38,18 @@ class EnvSource:
         horizon: number of decisions ``H`` per episode; default the environment's time limit.
 
     Attributes:
-        observation_space, n_actions, horizon, name, obs_dim (flat observation size).
+        observation_space: the environment's observation space.
+        n_actions: ``|A|``.
+        horizon: ``H``.
+        name: the environment's id (or its class name).
+        obs_dim: the flat observation size ``d``.
 
     Raises:
         TypeError: a non-Discrete action space or an argument that is not an environment.
         ValueError: no horizon can be found (pass ``horizon=``), or a non-positive horizon.
     """
 
-    def __init__(self, env: Any, *, horizon: int | None = None) -> None:
+    def __init__(self, env: EnvLike | Callable[[], GymEnv], *, horizon: int | None = None) -> None:
         import gymnasium as gym
 
         if isinstance(env, str):
@@ -195,7 +202,7 @@ def collect(
     rng: np.random.Generator,
     *,
     min_steps: int | None = None,
-    scored: Any = None,
+    scored: PolicyFn | None = None,
     features: bool = False,
     n_envs: int = 16,
     on_step: Callable[[int], None] | None = None,

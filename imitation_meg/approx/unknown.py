@@ -28,6 +28,7 @@ import copy
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,7 @@ from imitation_meg.approx.soft_q import (
     _standardisation,
     fit_soft_q,
 )
+from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
 
 __all__ = ["ApproxUnknownResult", "meg_approx_unknown"]
 
@@ -160,8 +162,8 @@ def _features_fn(source: EnvSource, pol: PolicyFn) -> Any:
 
 
 def meg_approx_unknown(
-    policy: Any,
-    env: Any,
+    policy: PolicySource,
+    env: EnvLike | Callable[[], GymEnv],
     *,
     utility: str = "mlp",
     horizon: int | None = None,

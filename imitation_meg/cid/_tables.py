@@ -126,10 +126,15 @@ def _as_array(x: object, what: str) -> np.ndarray:
     try:
         if hasattr(x, "detach"):
             x = x.detach().cpu().numpy()
-        arr = np.asarray(x, dtype=np.float64)
+        raw = np.asarray(x)
     except (TypeError, ValueError) as err:
         raise TypeError(f"{what} must be numeric, got {type(x).__name__}: {err}.") from err
-    return arr
+    if raw.dtype.kind not in "biuf":  # complex, strings, objects: no silent conversion
+        raise TypeError(
+            f"{what} must be numeric (real numbers), got dtype {raw.dtype} "
+            f"({type(x).__name__}); pass an array of probabilities or values."
+        )
+    return raw.astype(np.float64)
 
 
 def _check_distribution(table: np.ndarray, name: str, what: str) -> np.ndarray:

@@ -25,8 +25,14 @@ result is the unique (on the reachable set) maximum entropy policy with its expe
     dL/dbeta   = E_pi[U] - E_{pi_beta}[U],
     d2L/dbeta2 = -sum_i E_{pi_beta}[ Var_{pi_beta,i(. | Pa_i)} W_i(., Pa_i) ]  (<= 0),
 
-the CID form of the MDP identities. The limits ``beta -> +-inf`` use the hard induction with the
-tied best (worst) decisions weighted evenly, as :func:`imitation_meg.meg` does in MDPs.
+the CID form of the MDP identities.
+
+**Limits.** As ``beta -> +inf``, ``q_i = beta W*_i + e_i + o(1)``, where ``W*_i`` is the hard
+expected utility (later decisions playing their limit rules) and ``e_i(d, pa)`` the expected
+causal entropy of the later limit rules after ``d``. The limit rule of ``D_i`` is the softmax of
+``e_i`` over the tied best decisions (:func:`limit_log_rule`), not an even split: the
+maximum-entropy policy of the best attainable utility (Definition 3.1), as the MDP solvers
+compute it. ``beta -> -inf`` is the same over the tied worst decisions.
 """
 
 from __future__ import annotations
@@ -34,14 +40,13 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
+import torch as th
 
 from imitation_meg.cid._infer import Factor, _elimination_order, contract, d_connected
 from imitation_meg.cid.model import CID
+from imitation_meg.soft_vi import TIE_TOL, limit_step
 
 __all__ = ["TIE_TOL", "Engine", "InsufficientRecallError", "decision_order"]
-
-#: Relative tolerance under which hard expected utilities count as tied (as the MDP solver's).
-TIE_TOL = 1e-9
 
 
 class InsufficientRecallError(ValueError):
@@ -134,16 +139,14 @@ def decision_order(
     return tuple(order)
 
 
-def tie_log_rule(Q: np.ndarray, sign: float) -> np.ndarray:
-    """Log decision rule uniform over the tied best (``sign=+1``) or worst (``-1``) decisions of
-    ``Q (..., |D|)``, ``-inf`` elsewhere (the tolerance of :func:`imitation_meg.soft_vi`)."""
-    qs = sign * Q
-    best = qs.max(-1, keepdims=True)
-    tol = TIE_TOL * (1.0 + np.abs(qs).max(-1, keepdims=True))
-    ties = qs >= best - tol
-    n = ties.sum(-1, keepdims=True)
-    with np.errstate(divide="ignore"):
-        return np.where(ties, -np.log(n), -np.inf)
+def limit_log_rule(W: np.ndarray, entropy: np.ndarray, sign: float) -> np.ndarray:
+    """Log decision rule of the ``beta = sign * inf`` limit: over the tied best (``sign=+1``)
+    or worst (``-1``) decisions of the hard expected utilities ``W (..., |D|)``, the softmax of
+    ``entropy``, the causal entropy of the later limit rules after each decision; ``-inf`` off
+    the ties. The step :func:`imitation_meg.soft_vi.limit_step` (ties as the MDP solvers'),
+    on numpy arrays."""
+    lp, _, _ = limit_step(th.from_numpy(sign * W), th.from_numpy(entropy), -1, TIE_TOL)
+    return lp.numpy()
 
 
 def _log_softmax(q: np.ndarray) -> np.ndarray:
@@ -263,7 +266,12 @@ class Engine:
             Unreachable parent configurations get the uniform rule and zeros.
         """
         cid = self.cid
+        if not soft:
+            # One more component: the causal entropy of the later limit rules, which weights
+            # the tied decisions in the limit (see :func:`limit_log_rule`).
+            tables = [np.concatenate([t, np.zeros_like(t[..., :1])], -1) for t in tables]
         K = tables[0].shape[-1] if tables else 1
+        ent_k = 0 if soft else K - 1  # the component that carries the entropy terms
         log_rules: dict[str, np.ndarray] = {}
         rules: dict[str, np.ndarray] = {}
         cond: dict[str, np.ndarray] = {}
@@ -284,11 +292,9 @@ class Engine:
                     continue
                 if k in solved:
                     e = None
-                    if soft and k in dd:
-                        ent = np.zeros((*rules[k].shape, K))
-                        lr = log_rules[k]
-                        ent[..., 0] = np.where(rules[k] > 0, -rules[k] * lr, 0.0)
-                        e = ent
+                    if k in dd:
+                        e = np.zeros((*rules[k].shape, K))
+                        e[..., ent_k] = rule_entropy_term(rules[k], log_rules[k])
                     factors.append(Factor(self.fam[k], rules[k], e))
                 else:
                     # Not yet solved (earlier in the order): any full-support rule gives the
@@ -301,14 +307,14 @@ class Engine:
             ok = p > 0
             c = np.where(ok[..., None], e / np.where(ok, p, 1.0)[..., None], 0.0)
             q = c[..., 0]
-            lr = _log_softmax(q) if soft else tie_log_rule(q, sign)
+            lr = _log_softmax(q) if soft else limit_log_rule(q, c[..., ent_k], sign)
             log_rules[d] = lr
             rules[d] = np.exp(lr)
-            cond[d] = c
+            cond[d] = c if soft else c[..., :ent_k]
             solved.add(d)
         return log_rules, rules, cond
 
 
 def rule_entropy_term(rule: np.ndarray, log_rule: np.ndarray) -> np.ndarray:
     """``-pi log pi`` with ``0 log 0 = 0``."""
-    return np.where(rule > 0, -rule * log_rule, 0.0)
+    return -rule * np.where(rule > 0, log_rule, 0.0)

@@ -60,7 +60,7 @@ def from_mdp(
         raise ValueError(f"{mdp.name} has no utility; pass utility=(S,), (S, A) or (S, A, S).")
     T = _numpy(mdp.dense_transition())
     p0 = _numpy(mdp.initial_state_dist)
-    S, A, H, gam = mdp.n_states, mdp.n_actions, mdp.horizon, mdp.discount
+    S, A, H, gam = mdp.n_states, mdp.n_actions, mdp.steps, mdp.discount
     if gam < 1.0:
         warnings.warn(
             f"{mdp.name} has discount {gam}: the CID's utility is discounted (U_t scaled by "
@@ -89,7 +89,7 @@ def policy_from_mdp(policy: PolicyLike, mdp: TabularMDP) -> dict[str, np.ndarray
     from imitation_meg._validation import as_policy
 
     pi = _numpy(as_policy(policy, mdp))
-    H = mdp.horizon
+    H = mdp.steps
     return {f"D{t}": (pi if pi.ndim == 2 else pi[t]) for t in range(H)}
 
 

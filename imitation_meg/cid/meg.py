@@ -27,7 +27,7 @@ import numpy as np
 from imitation_meg.beta_solver import BetaSolution, solve_beta
 from imitation_meg.cid.backward import Engine
 from imitation_meg.cid.model import CBN, CID, Chance, Policy, Utility, log_card
-from imitation_meg.cid.objective import CIDObjective
+from imitation_meg.cid.objective import CIDObjective, own_log_likelihood
 from imitation_meg.known import MEGResult, clipped_meg, signed_meg
 
 __all__ = ["maxent_policy", "meg_cid", "meg_cid_target", "meg_cid_unknown"]
@@ -108,8 +108,9 @@ def meg_cid(cid: CID, policy: Policy, *, signed: bool = False) -> MEGResult:
 def maxent_policy(cid: CID, beta: float) -> dict[str, np.ndarray]:
     """The maximum entropy policy of rationality ``beta`` (soft backward induction).
 
-    ``beta = 0`` is the uniform policy; ``beta = +inf`` (``-inf``) the limit used by MEG: uniform
-    over the tied best (worst) decisions of the hard backward induction.
+    ``beta = 0`` is the uniform policy; ``beta = +inf`` (``-inf``) the limit of these policies,
+    MEG's member there: over the tied best (worst) decisions of the hard backward induction,
+    weighted by the causal entropy of the later limit rules after each (not evenly).
 
     Args:
         cid: the diagram (its utility variables define ``U``).
@@ -288,21 +289,10 @@ def meg_cid_unknown(
     pol = cid.validate_policy(policy)
     cls = _TabularClass(cid, pol, variables)
     bound = log_card(cid)
-    cert = bound + sum(
-        float(
-            np.sum(
-                np.where(
-                    cls.family[d] > 0,
-                    cls.family[d] * np.log(np.where(pol[d] > 0, pol[d], 1.0)),
-                    0.0,
-                )
-            )
-        )
-        for d in cid.decisions
-    )
+    cert = bound + own_log_likelihood(cid, cls.family, pol)
     theta, L, gnorm, converged = _newton(cls, tol=tol, max_iter=max_iter)
     # The known-utility solve along the fitted utility (beta = 1 is one of its candidates) adds
-    # the limits at beta = +-inf, where tied optimal decisions split evenly.
+    # the limits at beta = +-inf along that direction (where the class's supremum may lie).
     base = cid.with_utilities(
         Utility(_fresh_name(cid, "U_theta"), variables, theta.reshape(cls.shape))
     )

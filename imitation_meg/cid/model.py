@@ -104,6 +104,48 @@ class Utility:
 Node: TypeAlias = Chance | Decision | Utility
 
 
+def _node_specs(nodes: Iterable[Node]) -> dict[str, Node]:
+    """The nodes by name, checked: specifications of the three kinds, unique non-empty names."""
+    specs: dict[str, Node] = {}
+    for node in nodes:
+        if not isinstance(node, (Chance, Decision, Utility)):
+            raise TypeError(
+                f"nodes must be Chance, Decision or Utility specifications, got "
+                f"{type(node).__name__} {node!r}."
+            )
+        if not isinstance(node.name, str) or not node.name:
+            raise TypeError(f"variable names must be non-empty strings, got {node.name!r}.")
+        if node.name in specs:
+            raise ValueError(f"variable {node.name!r} is defined twice; names must be unique.")
+        specs[node.name] = node
+    if not specs:
+        raise ValueError("a CID needs at least one variable.")
+    return specs
+
+
+def _parents_of(nm: str, node: Node, specs: dict[str, Node]) -> tuple[str, ...]:
+    """``node``'s parents, checked: a sequence of known, distinct, non-utility variables."""
+    if isinstance(node.parents, str):
+        raise TypeError(
+            f"parents of {nm!r} must be a sequence of names, got the string "
+            f"{node.parents!r}; write parents=[{node.parents!r}]."
+        )
+    ps = tuple(node.parents)
+    for p in ps:
+        if p not in specs:
+            raise ValueError(
+                f"parent {p!r} of {nm!r} is not a variable of the diagram; known: {sorted(specs)}."
+            )
+        if isinstance(specs[p], Utility):
+            raise ValueError(  # noqa: TRY004 - a structural error, not a wrong type
+                f"utility {p!r} is a parent of {nm!r}; utility variables must have no "
+                "children (add a chance variable that copies it if it is observed)."
+            )
+    if len(set(ps)) != len(ps):
+        raise ValueError(f"parents of {nm!r} repeat a name: {ps}.")
+    return ps
+
+
 class CID:
     """A validated causal influence diagram with finite domains.
 
@@ -141,53 +183,19 @@ class CID:
 
     def __init__(self, nodes: Iterable[Node], *, name: str = "CID") -> None:
         self.name = name
-        specs: dict[str, Node] = {}
-        for node in nodes:
-            if not isinstance(node, (Chance, Decision, Utility)):
-                raise TypeError(
-                    f"nodes must be Chance, Decision or Utility specifications, got "
-                    f"{type(node).__name__} {node!r}."
-                )
-            if not isinstance(node.name, str) or not node.name:
-                raise TypeError(f"variable names must be non-empty strings, got {node.name!r}.")
-            if node.name in specs:
-                raise ValueError(f"variable {node.name!r} is defined twice; names must be unique.")
-            specs[node.name] = node
-        if not specs:
-            raise ValueError("a CID needs at least one variable.")
-        parents: dict[str, tuple[str, ...]] = {}
-        for nm, node in specs.items():
-            if isinstance(node.parents, str):
-                raise TypeError(
-                    f"parents of {nm!r} must be a sequence of names, got the string "
-                    f"{node.parents!r}; write parents=[{node.parents!r}]."
-                )
-            ps = tuple(node.parents)
-            for p in ps:
-                if p not in specs:
-                    raise ValueError(
-                        f"parent {p!r} of {nm!r} is not a variable of the diagram; known: "
-                        f"{sorted(specs)}."
-                    )
-                if isinstance(specs[p], Utility):
-                    raise ValueError(  # noqa: TRY004 - a structural error, not a wrong type
-                        f"utility {p!r} is a parent of {nm!r}; utility variables must have no "
-                        "children (add a chance variable that copies it if it is observed)."
-                    )
-            if len(set(ps)) != len(ps):
-                raise ValueError(f"parents of {nm!r} repeat a name: {ps}.")
-            parents[nm] = ps
+        specs = _node_specs(nodes)
+        parents = {nm: _parents_of(nm, node, specs) for nm, node in specs.items()}
         self.parents = parents
         self.order = _topological_order(list(specs), parents)
         self.kinds = {nm: type(specs[nm]).__name__.lower() for nm in self.order}
         self.decisions = tuple(n for n in self.order if self.kinds[n] == "decision")
         self.utilities = tuple(n for n in self.order if self.kinds[n] == "utility")
         self.chance = tuple(n for n in self.order if self.kinds[n] == "chance")
-        self.domains: dict[str, tuple[Hashable, ...]] = {}
-        for nm in self.order:
-            node = specs[nm]
-            if not isinstance(node, Utility):
-                self.domains[nm] = as_domain(nm, node.domain)
+        self.domains: dict[str, tuple[Hashable, ...]] = {
+            nm: as_domain(nm, node.domain)
+            for nm in self.order
+            if not isinstance(node := specs[nm], Utility)
+        }
         self.cpds: dict[str, np.ndarray] = {}
         self.utility_tables: dict[str, np.ndarray] = {}
         for nm in self.order:

@@ -5,7 +5,7 @@ entropy policies ``pi_beta`` of :mod:`imitation_meg.cid.backward`; MEG is
 ``sup_{beta in R u {+-inf}} L(beta) + sum_D log |dom D|`` (paper Definitions 3.1-3.2, Theorem 5.1
 generalised to CIDs with sufficient recall). :class:`CIDObjective` gives what the project's
 1-D solver needs: the pass at ``beta = 0``, batched ``(L, dL, d2L, model expected utility)``,
-the exact ``+-inf`` limits (ties split evenly), an upper bound on the limits, and the natural
+the exact ``+-inf`` limits (the limits of the maximum entropy policies), an upper bound on the limits, and the natural
 scale of ``1 / beta``.
 """
 
@@ -21,7 +21,19 @@ from imitation_meg.cid._infer import Factor
 from imitation_meg.cid.backward import Engine
 from imitation_meg.cid.model import CID, Policy, log_card
 
-__all__ = ["CIDObjective"]
+__all__ = ["CIDObjective", "own_log_likelihood"]
+
+
+def own_log_likelihood(
+    cid: CID, family: dict[str, np.ndarray], policy: dict[str, np.ndarray]
+) -> float:
+    """``sum_D E_pi[log pi_D(D | Pa_D)]`` (minus the causal entropy) from the family marginals
+    ``P_pi(Pa_D, D)``: by Gibbs' inequality no model's log-likelihood exceeds it."""
+    total = 0.0
+    for d in cid.decisions:
+        w, p = family[d], policy[d]
+        total += float(np.sum(np.where(w > 0, w * np.log(np.where(p > 0, p, 1.0)), 0.0)))
+    return total
 
 
 class CIDObjective:
@@ -147,32 +159,30 @@ class CIDObjective:
         return BetaEvaluation(th.full_like(ev.L, self.L0), ev.dL, ev.d2L, ev.model_eu)
 
     def hard_rules(self, sign: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """``(log_rules, rules)`` of the ``beta = sign * inf`` limit: uniform over the tied best
-        (worst) decisions of the hard backward induction."""
+        """``(log_rules, rules)`` of the ``beta = sign * inf`` limit: the limits of the maximum
+        entropy rules, over the tied best (worst) decisions of the hard backward induction,
+        weighted by the causal entropy after each (see :mod:`imitation_meg.cid.backward`)."""
         log_rules, rules, _ = self.engine.backward(self._u, soft=False, sign=sign)
         return log_rules, rules
 
     def evaluate_limit(self, sign: float) -> LimitValue:
-        """``(L, model expected utility)`` at ``beta = sign * inf`` (cached)."""
+        """The limits of ``L``, of the model's expected utility and of ``dL/dbeta`` (``E_pi[U]``
+        minus the limit rules' expected utility) at ``beta = sign * inf`` (cached)."""
         sign = 1.0 if sign > 0 else -1.0
         if sign not in self._limits:
             self.passes += 1
             log_rules, rules = self.hard_rules(sign)
+            model_eu = self._expected_utility(rules, "limit")
             self._limits[sign] = LimitValue(
-                self._cross_entropy(log_rules),
-                self._expected_utility(rules, "limit"),
+                self._cross_entropy(log_rules), model_eu, self.expected_utility - model_eu
             )
         return self._limits[sign]
 
     def limit_upper_bound(self) -> float:
-        """Upper bound on ``L(+-inf)``: the limit rules are uniform over tie sets, so ``L`` there
-        is at most ``-sum_D E_pi[log n_D(Pa_D)]`` with ``n_D`` the size of ``pi_D``'s support."""
+        """Upper bound on ``L(+-inf)`` (and on every model's ``L``): by Gibbs' inequality,
+        ``sum_D E_pi[log pi_D(D | Pa_D)]``, minus the scored policy's causal entropy."""
         if self._limit_bound is None:
-            total = 0.0
-            for d in self.cid.decisions:
-                n = np.maximum((self.policy[d] > 0).sum(-1), 1)
-                total -= float((self.family[d].sum(-1) * np.log(n)).sum())
-            self._limit_bound = total
+            self._limit_bound = own_log_likelihood(self.cid, self.family, self.policy)
         return self._limit_bound
 
     @property

@@ -20,6 +20,7 @@ import torch as th
 from imitation_meg.continuous.densities import ActionLaw, ContinuousPolicyFn, uniform_policy
 from imitation_meg.continuous.mdp import ContinuousMDP, QuadraticUtility, SmoothTransition
 from imitation_meg.continuous.policies import GaussianPolicy
+from imitation_meg.type_aliases import ArrayLike
 
 __all__ = ["ContinuousTabularEnv", "random_continuous_mdp", "table_policy"]
 
@@ -103,7 +104,7 @@ class ContinuousTabularEnv(gym.Env):
         observations: ``(S, F)`` rows; default the MDP's, else one-hot.
     """
 
-    def __init__(self, mdp: ContinuousMDP, observations: Any = None) -> None:
+    def __init__(self, mdp: ContinuousMDP, observations: ArrayLike | None = None) -> None:
         self.metadata = {"render_modes": []}
         if mdp.utility is None:
             raise ValueError(f"{mdp.name} has no utility to pay as reward.")
@@ -130,14 +131,14 @@ class ContinuousTabularEnv(gym.Env):
         self._t = 0
 
     def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+        self, *, seed: int | None = None, options: dict[str, object] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self._s = int(self.np_random.choice(self._p0.size, p=self._p0 / self._p0.sum()))
         self._t = 0
         return self.obs_matrix[self._s].copy(), {"state": self._s}
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(self, action: ArrayLike) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         a = np.asarray(action, dtype=np.float64).reshape(1, -1)
         slack = 1e-6 * (self.mdp.high - self.mdp.low)
         if (
@@ -169,7 +170,7 @@ class ContinuousTabularEnv(gym.Env):
 
 
 def table_policy(
-    policy: GaussianPolicy | str, mdp: ContinuousMDP, observations: Any = None
+    policy: GaussianPolicy | str, mdp: ContinuousMDP, observations: ArrayLike | None = None
 ) -> ContinuousPolicyFn:
     """A stationary tabular policy acting on observations (the state is the nearest
     observation row), for the estimator's validation against the exact answers.

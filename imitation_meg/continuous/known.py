@@ -55,7 +55,7 @@ import torch as th
 
 from imitation_meg._validation import ImitationMEGWarning
 from imitation_meg.beta_solver import BetaEvaluation, LimitValue, solve_beta
-from imitation_meg.continuous.mdp import ContinuousMDP
+from imitation_meg.continuous.mdp import BoxUtility, ContinuousMDP
 from imitation_meg.continuous.policies import ContinuousPolicy, TabularRule
 from imitation_meg.continuous.soft_vi import model_tables, soft_mean, soft_values
 from imitation_meg.results import to_jsonable
@@ -95,7 +95,7 @@ class _Tables:
 
 
 def _behaviour_tables(
-    mdp: ContinuousMDP, rule: TabularRule, utility: Any
+    mdp: ContinuousMDP, rule: TabularRule, utility: BoxUtility | None
 ) -> tuple[th.Tensor, th.Tensor]:
     """Utility ``(T'', S, M)`` and transitions ``(T'', S, M, S)`` at the behaviour's points
     (``T'' = 1`` when the points are the same at every decision)."""
@@ -144,7 +144,12 @@ class ContinuousMEGObjective:
     """
 
     def __init__(
-        self, mdp: ContinuousMDP, policy: ContinuousPolicy, utility: Any = None, *, level: int = 0
+        self,
+        mdp: ContinuousMDP,
+        policy: ContinuousPolicy,
+        utility: BoxUtility | None = None,
+        *,
+        level: int = 0,
     ) -> None:
         if not isinstance(policy, ContinuousPolicy):
             raise TypeError(
@@ -233,7 +238,7 @@ class ContinuousMEGObjective:
             Q = sign * (tab.rm + tab.Tm @ V)
             V = sign * Q.amax(-1)
         best = float(V @ self.mdp.initial_state_dist)
-        return LimitValue(-math.inf, best, -math.inf, self.expected_utility - best)
+        return LimitValue(-math.inf, best, self.expected_utility - best)
 
     def limit_upper_bound(self) -> float:
         """``-inf``: both limits are ``-inf`` for a behaviour with a density."""
@@ -292,7 +297,7 @@ class ContinuousMEGResult:
 
 
 def _solve(
-    mdp: ContinuousMDP, policy: ContinuousPolicy, utility: Any, level: int
+    mdp: ContinuousMDP, policy: ContinuousPolicy, utility: BoxUtility | None, level: int
 ) -> tuple[Any, ContinuousMEGObjective]:
     obj = ContinuousMEGObjective(mdp, policy, utility, level=level)
     return solve_beta(obj), obj
@@ -301,7 +306,7 @@ def _solve(
 def meg_continuous(
     policy: ContinuousPolicy,
     mdp: ContinuousMDP,
-    utility: Any = None,
+    utility: BoxUtility | None = None,
     *,
     signed: bool = False,
     tol: float = 1e-10,

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch as th
 
+from imitation_meg.type_aliases import ArrayLike
+
 __all__ = [
+    "BoxUtility",
     "ContinuousMDP",
     "QuadraticUtility",
     "SmoothTransition",
@@ -35,6 +37,9 @@ __all__ = [
 ROW_SUM_TOL = 1e-9
 
 Fn = Callable[[th.Tensor, th.Tensor], th.Tensor]
+#: A utility on a continuous-action MDP: a callable ``(states (M,), actions (M, d)) -> (M,)``
+#: or a state utility ``U (S,)``.
+BoxUtility = Fn | ArrayLike
 
 
 def action_features(a: th.Tensor) -> th.Tensor:
@@ -61,7 +66,7 @@ class SmoothTransition:
         low, high: ``(d,)`` the box.
     """
 
-    def __init__(self, W0: Any, W: Any, low: Any, high: Any) -> None:
+    def __init__(self, W0: ArrayLike, W: ArrayLike, low: ArrayLike, high: ArrayLike) -> None:
         self.W0 = th.as_tensor(np.asarray(W0), dtype=th.float64)
         self.W = th.as_tensor(np.asarray(W), dtype=th.float64)
         self.low = th.as_tensor(np.asarray(low), dtype=th.float64).reshape(-1)
@@ -92,7 +97,15 @@ class QuadraticUtility:
         c: ``(S,)``; g, h, m: ``(S, d)``; low, high: ``(d,)``.
     """
 
-    def __init__(self, c: Any, g: Any, h: Any, m: Any, low: Any, high: Any) -> None:
+    def __init__(
+        self,
+        c: ArrayLike,
+        g: ArrayLike,
+        h: ArrayLike,
+        m: ArrayLike,
+        low: ArrayLike,
+        high: ArrayLike,
+    ) -> None:
         f64 = th.float64
         self.c = th.as_tensor(np.asarray(c), dtype=f64)
         self.g = th.as_tensor(np.asarray(g), dtype=f64)
@@ -120,7 +133,7 @@ class QuadraticUtility:
 class StateUtility:
     """``r(s, a) = U[s]``: a utility of the state alone (received at every step)."""
 
-    def __init__(self, U: Any) -> None:
+    def __init__(self, U: ArrayLike) -> None:
         self.U = th.as_tensor(np.asarray(U), dtype=th.float64).reshape(-1)
 
     def __call__(self, states: th.Tensor, actions: th.Tensor) -> th.Tensor:
@@ -151,14 +164,14 @@ class ContinuousMDP:
     def __init__(
         self,
         n_states: int,
-        low: Any,
-        high: Any,
+        low: ArrayLike,
+        high: ArrayLike,
         horizon: int,
         transition: Fn,
-        utility: Fn | Any = None,
-        initial_state_dist: Any = None,
+        utility: BoxUtility | None = None,
+        initial_state_dist: ArrayLike | None = None,
         *,
-        observations: Any = None,
+        observations: ArrayLike | None = None,
         name: str = "ContinuousMDP",
     ) -> None:
         for nm, v in (("n_states", n_states), ("horizon", horizon)):
@@ -207,7 +220,7 @@ class ContinuousMDP:
         self.name = name
         self._probe()
 
-    def _as_utility(self, utility: Any) -> Fn:
+    def _as_utility(self, utility: BoxUtility) -> Fn:
         if callable(utility):
             return utility
         U = np.asarray(utility, dtype=np.float64)
@@ -257,7 +270,9 @@ class ContinuousMDP:
             )
         return P
 
-    def reward(self, states: th.Tensor, actions: th.Tensor, utility: Any = None) -> th.Tensor:
+    def reward(
+        self, states: th.Tensor, actions: th.Tensor, utility: BoxUtility | None = None
+    ) -> th.Tensor:
         """``(M,)`` utility ``r(s, a)`` of ``utility`` (default the MDP's).
 
         Raises:

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch as th
 
-from imitation_meg.continuous.mdp import ContinuousMDP
+from imitation_meg.continuous.mdp import BoxUtility, ContinuousMDP
 from imitation_meg.continuous.quadrature import clipped_gaussian_rule, squashed_gaussian_rule
 from imitation_meg.continuous.soft_vi import model_rule, soft_values
+from imitation_meg.type_aliases import ArrayLike
 
 __all__ = [
     "GAUSSIAN_KINDS",
@@ -90,7 +91,11 @@ class DensityPolicy(ContinuousPolicy):
     """
 
     def __init__(
-        self, density: Callable[..., Any], *, time_dependent: bool = False, name: str = "density"
+        self,
+        density: Callable[..., ArrayLike],
+        *,
+        time_dependent: bool = False,
+        name: str = "density",
     ) -> None:
         if not callable(density):
             raise TypeError(f"density must be callable, got {type(density).__name__}.")
@@ -149,7 +154,7 @@ class GaussianPolicy(ContinuousPolicy):
     """
 
     def __init__(
-        self, mean: Any, std: Any, *, kind: str = "squashed", name: str = "gaussian"
+        self, mean: ArrayLike, std: ArrayLike, *, kind: str = "squashed", name: str = "gaussian"
     ) -> None:
         if kind not in GAUSSIAN_KINDS:
             raise ValueError(f"kind must be one of {GAUSSIAN_KINDS}, got {kind!r}.")
@@ -192,7 +197,7 @@ class GaussianPolicy(ContinuousPolicy):
 
 
 def soft_optimal(
-    mdp: ContinuousMDP, beta: float, utility: Any = None, *, level: int = 3
+    mdp: ContinuousMDP, beta: float, utility: BoxUtility | None = None, *, level: int = 3
 ) -> DensityPolicy:
     """The time-dependent soft-optimal policy ``pi_beta,t(a | s) = exp(beta (Q_t(s, a) -
     V_t(s))) / vol`` (``V_t`` the soft mean of ``Q_t`` over the box), with the values from the

@@ -48,10 +48,9 @@ def has_box_actions(env_id: str) -> bool:
     """
     import gymnasium as gym
 
-    try:
-        env = gym.make(env_id)
-    except gym.error.Error as e:
-        raise ValueError(f"could not make environment {env_id!r}: {e}") from e
+    from imitation_meg._env_tables import make_env
+
+    env = make_env(env_id, {})
     try:
         return isinstance(env.action_space, gym.spaces.Box)
     finally:

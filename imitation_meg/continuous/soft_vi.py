@@ -9,11 +9,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch as th
 
-from imitation_meg.continuous.mdp import ContinuousMDP
+from imitation_meg.continuous.mdp import BoxUtility, ContinuousMDP
 from imitation_meg.continuous.quadrature import BoxRule, box_rule
 
 __all__ = ["model_rule", "model_tables", "soft_mean", "soft_values"]
@@ -53,7 +51,7 @@ def soft_mean(Q: th.Tensor, log_w: th.Tensor, beta: th.Tensor) -> tuple[th.Tenso
 
 
 def model_tables(
-    mdp: ContinuousMDP, utility: Any, level: int
+    mdp: ContinuousMDP, utility: BoxUtility | None, level: int
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
     """Utility ``(S, N)``, transitions ``(S, N, S)``, log weights ``(N,)`` and points ``(N, d)``
     of the box rule at ``level`` (utility in the caller's units)."""
@@ -68,7 +66,7 @@ def model_tables(
 
 
 def soft_values(
-    mdp: ContinuousMDP, beta: float, utility: Any = None, *, level: int = 3
+    mdp: ContinuousMDP, beta: float, utility: BoxUtility | None = None, *, level: int = 3
 ) -> th.Tensor:
     """Soft values ``V (H + 1, S)`` (utility units, ``V[H] = 0``) of rationality ``beta`` by the
     box rule at ``level``."""

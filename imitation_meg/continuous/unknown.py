@@ -41,18 +41,23 @@ from imitation_meg.continuous.known import (
     _behaviour_tables,
     _occupancy,
 )
-from imitation_meg.continuous.mdp import ContinuousMDP
+from imitation_meg.continuous.mdp import ContinuousMDP, Fn
 from imitation_meg.continuous.policies import ContinuousPolicy, TabularRule
 from imitation_meg.continuous.soft_vi import model_tables, soft_mean
 from imitation_meg.results import to_jsonable
+from imitation_meg.type_aliases import ArrayLike
 
 __all__ = ["ContinuousUnknownResult", "LinearClassObjective", "meg_continuous_unknown"]
+
+#: Features of a linear utility class: ``"state"`` (one-hot), a state-feature table ``(S, F)``
+#: or a callable ``(states (M,), actions (M, d)) -> (M, F)``.
+FeaturesLike = str | ArrayLike | Fn
 
 
 class _Features:
     """Features as a utility-like callable returning ``(M, F)``."""
 
-    def __init__(self, fn: Any, n_states: int) -> None:
+    def __init__(self, fn: FeaturesLike, n_states: int) -> None:
         if isinstance(fn, str):
             if fn != "state":
                 raise ValueError(
@@ -94,7 +99,12 @@ class LinearClassObjective:
     """
 
     def __init__(
-        self, mdp: ContinuousMDP, policy: ContinuousPolicy, features: Any, *, level: int = 0
+        self,
+        mdp: ContinuousMDP,
+        policy: ContinuousPolicy,
+        features: FeaturesLike,
+        *,
+        level: int = 0,
     ) -> None:
         if not isinstance(policy, ContinuousPolicy):
             raise TypeError(f"policy must be a ContinuousPolicy, got {type(policy).__name__}.")
@@ -235,7 +245,7 @@ def _newton(obj: LinearClassObjective, max_iter: int) -> tuple[float, th.Tensor,
 def meg_continuous_unknown(
     policy: ContinuousPolicy,
     mdp: ContinuousMDP,
-    features: Any = "state",
+    features: FeaturesLike = "state",
     *,
     tol: float = 1e-10,
     max_level: int = 3,

@@ -11,8 +11,7 @@ row instead (replacing cliff squares), and an explicit list of cells is also acc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import torch as th
@@ -160,7 +159,7 @@ def cliff_world(
     )
 
 
-def grid_target(mdp: TabularMDP, kind: str | Callable[[int, int], Any] = "cell") -> np.ndarray:
+def grid_target(mdp: TabularMDP, kind: str | Callable[[int, int], Hashable] = "cell") -> np.ndarray:
     """Integer target values ``(S,)`` for a grid MDP built by :func:`cliff_world`.
 
     Args:

@@ -7,13 +7,13 @@ from typing import Any
 import torch as th
 
 from imitation_meg.mdp import TabularMDP
-from imitation_meg.type_aliases import Device
+from imitation_meg.type_aliases import Device, EnvLike
 
 __all__ = ["mdp_from_env"]
 
 
 def mdp_from_env(
-    env_or_id: Any,
+    env_or_id: EnvLike,
     *,
     horizon: int | None = None,
     dtype: th.dtype = th.float64,

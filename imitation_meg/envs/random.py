@@ -13,7 +13,7 @@ __all__ = ["random_mdp"]
 def random_mdp(
     n_states: int,
     n_actions: int,
-    horizon: int,
+    horizon: int | None,
     *,
     branching: int | None = None,
     utility: str = "state",
@@ -27,7 +27,7 @@ def random_mdp(
     Args:
         n_states: ``S >= 1``.
         n_actions: ``A >= 1``.
-        horizon: ``H >= 1``.
+        horizon: ``H >= 1``, or None for a discounted infinite-horizon MDP (``discount < 1``).
         branching: successors per state-action (``B``, with replacement merged by weight);
             default ``min(S, 4)``.
         utility: ``"state"`` for a standard-normal ``(S,)`` utility, ``"state_action"`` for
@@ -43,7 +43,8 @@ def random_mdp(
     Raises:
         ValueError: on non-positive sizes or an unknown ``utility`` kind.
     """
-    for nm, v in (("n_states", n_states), ("n_actions", n_actions), ("horizon", horizon)):
+    sizes = (("n_states", n_states), ("n_actions", n_actions), ("horizon", horizon))
+    for nm, v in sizes if horizon is not None else sizes[:2]:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{nm} must be a positive integer, got {v!r}.")
     B = min(n_states, 4) if branching is None else int(branching)

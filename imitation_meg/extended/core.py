@@ -127,7 +127,7 @@ def accepted_kwargs(factory: Callable[..., Any]) -> set[str] | None:
     return names
 
 
-def make_agent(factory: Callable[..., Any], **meta: Any) -> Agent:
+def make_agent(factory: Callable[..., Agent], **meta: Any) -> Agent:
     """Build an agent from ``factory``, passing the metadata keywords its signature accepts.
 
     Args:
@@ -206,7 +206,7 @@ class ExtendedEnv:
 
     def __init__(
         self,
-        agent_factory: Callable[..., Any],
+        agent_factory: Callable[..., Agent],
         *,
         seed: int = 0,
         agent_maker: Callable[..., Agent] | None = None,

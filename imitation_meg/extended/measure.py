@@ -9,9 +9,8 @@ opposite rewards, so its measure is exactly 0.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from imitation_meg.extended.core import ExtendedEnv
+from imitation_meg.extended.core import Agent, ExtendedEnv
 from imitation_meg.extended.envs import ALL_ENVIRONMENTS
 from imitation_meg.extended.runner import RunResult, run
 from imitation_meg.extended.transforms import minus_rewards
@@ -34,7 +33,7 @@ def battery(*, include_slow: bool = False) -> tuple[type[ExtendedEnv], ...]:
 
 
 def self_reflection_benchmark(
-    agent_factory: Callable[..., Any],
+    agent_factory: Callable[..., Agent],
     n_steps: int,
     *,
     seed: int = 0,
@@ -55,7 +54,7 @@ def self_reflection_benchmark(
 
 
 def self_reflection_measure(
-    agent_factory: Callable[..., Any],
+    agent_factory: Callable[..., Agent],
     n_steps: int,
     *,
     seed: int = 0,

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg.extended.core import ExtendedEnv, check_action, make_agent
+from imitation_meg.extended.core import Agent, ExtendedEnv, check_action, make_agent
 
 __all__ = ["RunResult", "run"]
 
@@ -59,7 +59,7 @@ class RunResult:
 
 def run(
     env_cls: type[ExtendedEnv],
-    agent_factory: Callable[..., Any],
+    agent_factory: Callable[..., Agent],
     n_steps: int,
     *,
     seed: int = 0,

@@ -1,7 +1,9 @@
 """Running a study from its YAML config, on one machine or many.
 
 A config's top-level key ``experiment`` names a driver file ``experiments/<experiment>.py`` beside
-the ``configs/`` folder (the speed benchmark's lives in ``benchmarks/``). The driver defines a
+the ``configs/`` folder (the speed benchmark's lives in ``benchmarks/``); a config elsewhere finds
+it in the checkout the package is installed from, or in the folder ``--experiments`` names. The
+driver defines a
 frozen dataclass ``Config`` (every other key of the YAML is a field; unknown keys raise
 ``ValueError``) and either the study-unit protocol (``units`` / ``run_unit`` / ``combine``, see
 :mod:`imitation_meg.runners.study`), which runs on any backend and resumes, or only
@@ -34,15 +36,19 @@ from imitation_meg.runners._worker import DriverSpec
 from imitation_meg.runners.publish import publish
 from imitation_meg.runners.study import (
     RUN_LOG,
+    ResultsFolderBusyError,
+    StudyInterrupted,
     UnitsFailedError,
     is_unit_driver,
     run_serially,
     run_study,
 )
-from imitation_meg.type_aliases import PathLike
+from imitation_meg.type_aliases import JSONValue, PathLike
 
 __all__ = [
     "RUN_LOG",
+    "ResultsFolderBusyError",
+    "StudyInterrupted",
     "UnitsFailedError",
     "apply_overrides",
     "load_driver",
@@ -63,8 +69,8 @@ def load_driver(name: str, experiments_dir: PathLike) -> types.ModuleType:
     path = pathlib.Path(experiments_dir) / f"{name}.py"
     if not path.is_file():
         raise ValueError(
-            f"experiment {name!r} has no driver at {str(path)!r}; the config's 'experiment' key "
-            "must name a file under experiments/."
+            f"experiment {name!r} has no driver at {str(path)!r}; pass the folder that holds "
+            f"{name}.py (--experiments DIR), or fix the config's 'experiment' key."
         )
     spec = importlib.util.spec_from_file_location(f"imitation_meg_experiment_{name}", path)
     assert spec is not None and spec.loader is not None
@@ -109,7 +115,7 @@ def parse_seeds(text: str) -> tuple[int, ...]:
 
 
 def apply_overrides(
-    data: Mapping[str, Any], overrides: Sequence[str] | Mapping[str, Any]
+    data: Mapping[str, JSONValue], overrides: Sequence[str] | Mapping[str, JSONValue]
 ) -> dict[str, Any]:
     """A copy of a config mapping with ``key=value`` overrides applied.
 
@@ -149,15 +155,28 @@ def apply_overrides(
 
 
 def _experiments_dir(path: pathlib.Path, name: str) -> pathlib.Path:
-    root = path.resolve().parent.parent
-    # Studies live in experiments/; the speed benchmark in benchmarks/ (not shipped).
-    experiments_dir = root / "experiments"
-    if (
-        not (experiments_dir / f"{name}.py").is_file()
-        and (root / "benchmarks" / f"{name}.py").is_file()
-    ):
-        experiments_dir = root / "benchmarks"
-    return experiments_dir
+    """The folder holding the driver ``<name>.py`` of the config at ``path``.
+
+    Tried in order: ``experiments/`` then ``benchmarks/`` (the speed benchmark's, not shipped)
+    beside the config's ``configs/`` folder, then the same two in the checkout this package is
+    installed from (an editable install), so a config copied elsewhere still finds its driver.
+
+    Raises:
+        ValueError: no candidate holds the driver; the message lists them and names
+            ``--experiments DIR``.
+    """
+    roots = [path.resolve().parent.parent, pathlib.Path(__file__).resolve().parents[2]]
+    candidates = [
+        root / sub for root in dict.fromkeys(roots) for sub in ("experiments", "benchmarks")
+    ]
+    for folder in candidates:
+        if (folder / f"{name}.py").is_file():
+            return folder
+    raise ValueError(
+        f"experiment {name!r} (the config's 'experiment' key) has no driver {name}.py in "
+        f"{', '.join(repr(str(c)) for c in candidates)}; pass the folder that holds it with "
+        "--experiments DIR (experiments_dir= from Python), or fix the config's 'experiment' key."
+    )
 
 
 def run_config(
@@ -167,7 +186,7 @@ def run_config(
     backend: str = "serial",
     workers: int | None = None,
     address: str | None = None,
-    overrides: Sequence[str] | Mapping[str, Any] = (),
+    overrides: Sequence[str] | Mapping[str, JSONValue] = (),
     seeds: str | Sequence[int] | None = None,
     retries: int = 1,
     resources: Mapping[str, float] | None = None,
@@ -181,7 +200,8 @@ def run_config(
 
     Args:
         path: YAML config with a top-level ``experiment`` key.
-        experiments_dir: folder of the drivers; default ``<config folder>/../experiments``.
+        experiments_dir: folder of the drivers; default: found beside the config's folder or in
+            the checkout the package is installed from (see :func:`_experiments_dir`).
         backend: ``"serial"`` (default), ``"process"`` or ``"ray"``.
         workers: parallel units (process / ray).
         address: Ray cluster address (``"auto"``); default a local Ray.

@@ -180,12 +180,25 @@ _PROCESS_SPEC: DriverSpec | None = None
 _PARENT_POLL_S = 0.5
 
 
-def init_process(spec: DriverSpec) -> None:
-    """Initializer of a process-pool worker: exit with the runner, one thread per library, then
-    load the driver."""
+def init_process(spec: DriverSpec, runner: int | None = None) -> None:
+    """Initializer of a process-pool worker: ignore Ctrl-C (the runner handles it and stops the
+    workers), exit with the runner, one thread per library, then load the driver.
+
+    Args:
+        spec: the driver and config.
+        runner: the runner's process id (default this worker's parent now). A worker whose
+            runner is already gone when it gets here (stopped while the worker was starting:
+            seconds on a loaded machine) exits at once.
+    """
     global _PROCESS_SPEC
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     watch = threading.Thread(
-        target=_exit_with_parent, args=(os.getppid(),), name="exit-with-runner", daemon=True
+        target=_exit_with_parent,
+        args=(os.getppid() if runner is None else runner,),
+        name="exit-with-runner",
+        daemon=True,
     )
     watch.start()
     for var in _THREAD_VARS:

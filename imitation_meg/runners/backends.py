@@ -11,7 +11,10 @@ its ``units(cfg)``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+import signal
+import threading
 import types
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -68,13 +71,18 @@ def run_process(spec: DriverSpec, todo: Todo, *, workers: int, retries: int) -> 
     queue = list(todo)
     while queue:
         pool = ProcessPoolExecutor(
-            max_workers=workers, mp_context=ctx, initializer=init_process, initargs=(spec,)
+            max_workers=workers,
+            mp_context=ctx,
+            initializer=init_process,
+            initargs=(spec, os.getpid()),
         )
-        broken = False
+        broken = stopped = False
         try:
-            futures: dict[Future[UnitOutcome], tuple[str, Mapping[str, Any]]] = {
-                pool.submit(run_in_process, unit, key): (key, unit) for key, unit in queue
-            }
+            # the workers start during the first submits: they inherit SIGINT ignored
+            with _sigint_ignored():
+                futures: dict[Future[UnitOutcome], tuple[str, Mapping[str, Any]]] = {
+                    pool.submit(run_in_process, unit, key): (key, unit) for key, unit in queue
+                }
             queue = []
             while futures:
                 done, _ = wait(futures, return_when=FIRST_COMPLETED)
@@ -100,8 +108,47 @@ def run_process(spec: DriverSpec, todo: Todo, *, workers: int, retries: int) -> 
                             queue.append((key, unit))
                         continue
                     yield key, outcome
+        except BaseException:  # Ctrl-C, or the caller stopped early: stop the units at once
+            stopped = True
+            _stop_workers(pool)
+            raise
         finally:
-            pool.shutdown(wait=not broken, cancel_futures=True)
+            # stopped: the workers are gone, so waiting only joins the pool's own thread, which
+            # lets its queues (and their semaphores) be released at once
+            pool.shutdown(wait=stopped or not broken, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT in this process for the body (main thread only; elsewhere a no-op).
+
+    Process workers started meanwhile inherit the ignored signal from their first instruction, so
+    Ctrl-C, which the terminal sends to every process of the group, reaches only the runner:
+    it stops the workers and reports what is saved, with no traceback from each worker.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _stop_workers(pool: Any) -> None:
+    """Terminate a process pool's workers now (their units are lost; a rerun runs them).
+
+    ``ProcessPoolExecutor`` has no public way to stop running tasks: ``shutdown`` waits for
+    them (minutes for a training unit), so the workers are terminated through the pool's table
+    of its processes.
+    """
+    workers = list(dict(getattr(pool, "_processes", None) or {}).values())
+    for proc in workers:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in workers:
+        proc.join(timeout=1.0)
 
 
 def import_ray() -> types.ModuleType:

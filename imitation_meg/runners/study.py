@@ -19,8 +19,9 @@ The study-unit protocol: a driver ``experiments/<name>.py`` defines a frozen dat
 
 :func:`run_study` keys every unit by study, config and unit, skips the units whose files exist
 (an interrupted run resumes), runs the others on the chosen backend, writes each result as it
-arrives, and combines them all. A driver with only ``main(cfg)`` (the timing-sensitive speed
-benchmark) runs serially through ``main``.
+arrives, and combines them all. One run at a time writes a results folder (a second is refused,
+naming the first); Ctrl-C stops a run with one line saying how many units are saved. A driver
+with only ``main(cfg)`` (the timing-sensitive speed benchmark) runs serially through ``main``.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ import sys
 import time
 import traceback
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from imitation_meg.results import to_jsonable, write_json
+from imitation_meg.runners._lock import ResultsFolderBusyError, results_lock
 from imitation_meg.runners._store import (
     PublishedRows,
     UnitStore,
@@ -45,7 +47,15 @@ from imitation_meg.runners._store import (
 from imitation_meg.runners._worker import DriverSpec, UnitOutcome, loads_result, unit_threads
 from imitation_meg.runners.backends import BACKENDS, import_ray, run_process, run_ray, run_serial
 
-__all__ = ["RUN_LOG", "UnitsFailedError", "is_unit_driver", "run_serially", "run_study"]
+__all__ = [
+    "RUN_LOG",
+    "ResultsFolderBusyError",
+    "StudyInterrupted",
+    "UnitsFailedError",
+    "is_unit_driver",
+    "run_serially",
+    "run_study",
+]
 
 #: The runner's log of a run in the results folder (timings; not part of the results proper).
 RUN_LOG = "run.json"
@@ -54,6 +64,10 @@ _PROTOCOL = ("units", "run_unit", "combine")
 
 class UnitsFailedError(RuntimeError):
     """Some units raised on every attempt; the others' results are kept for the next run."""
+
+
+class StudyInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a run; its message says how many units are saved and how to resume."""
 
 
 def is_unit_driver(module: types.ModuleType) -> bool:
@@ -125,6 +139,10 @@ def run_study(
         ValueError: bad options, duplicate units, a unit merged twice with different results,
             Ray missing.
         UnitsFailedError: some units failed every attempt (the others' results are kept).
+        ResultsFolderBusyError: another run is writing the same results folder (one run at a
+            time holds it: an OS lock on ``<results_dir>/.lock``).
+        StudyInterrupted: Ctrl-C while units ran (a ``KeyboardInterrupt``: the finished units
+            are saved, process workers stopped at once; the message gives the count).
     """
     name = spec.name
     if backend not in BACKENDS:
@@ -161,22 +179,14 @@ def run_study(
         seen[key] = unit
     key_list = getattr(module, "PUBLISHED_RESULTS", None)
     published = PublishedRows(key_list, free) if isinstance(key_list, str) else None
-    # a dry run checks the sources as a run would but writes nothing
-    merged = store.merge(merge, published, write=not dry_run) if merge else []
-    if merged:
-        verb = "would merge" if dry_run else "merged"
-        say(f"{verb} {len(merged)} unit files from {', '.join(map(str, merge))}.")
-
-    done: dict[str, tuple[Any, float]] = {}
-    if not fresh:
-        for key, unit in zip(keys, units, strict=True):
-            found = store.load(key, unit)
-            if found is not None:
-                done[key] = found
-    todo = [(k, u) for k, u in zip(keys, units, strict=True) if k not in done]
+    plan = _Plan(name, units, keys, seen, store)
     if dry_run:
-        # with --fresh a run reruns every unit, merged ones too (and ``done`` is empty)
-        ready = set() if fresh else set(done) | {p.stem for p in merged}
+        # a dry run checks the sources as a run would but writes nothing
+        merged = store.merge(merge, published, write=False) if merge else []
+        if merged:
+            say(f"would merge {len(merged)} unit files from {', '.join(map(str, merge))}.")
+        # with --fresh a run reruns every unit, merged ones too (and nothing is ready)
+        ready = set() if fresh else set(plan.load_done()) | {p.stem for p in merged}
         return {
             "study": name,
             "units": len(units),
@@ -184,101 +194,177 @@ def run_study(
             "missing": [u for k, u in zip(keys, units, strict=True) if k not in ready],
             "units_dir": str(store.folder),
         }
-
     if backend == "process" and workers is None:
         import os
 
         workers = os.cpu_count() or 1
-    where = backend if backend == "serial" else f"{backend} x{workers or 'cluster'}"
-    say(
-        f"{name}: {len(units)} units, {len(done)} already done in {store.folder}, "
-        f"running {len(todo)} ({where})."
-    )
-    t0 = time.perf_counter()
-    seconds = {k: s for k, (_, s) in done.items()}
-    failures: dict[str, BaseException] = {}
-    if todo:
-        if backend == "serial":
-            finished = run_serial(module, cfg, todo, retries=retries)
-        elif backend == "process":
-            assert workers is not None
-            finished = run_process(spec, todo, workers=workers, retries=retries)
-        else:
-            res = dict(
-                resources
-                or getattr(module, "UNIT_RESOURCES", None)
-                or {"num_cpus": unit_threads(module)}
-            )
-            finished = run_ray(
+    with results_lock(store.results_dir, name):
+        merged = store.merge(merge, published) if merge else []
+        if merged:
+            say(f"merged {len(merged)} unit files from {', '.join(map(str, merge))}.")
+        done = {} if fresh else plan.load_done()
+        todo = [(k, u) for k, u in zip(keys, units, strict=True) if k not in done]
+        where = backend if backend == "serial" else f"{backend} x{workers or 'cluster'}"
+        say(
+            f"{name}: {len(units)} units, {len(done)} already done in {store.folder}, "
+            f"running {len(todo)} ({where})."
+        )
+        t0 = time.perf_counter()
+        seconds = {k: s for k, (_, s) in done.items()}
+        if todo:
+            finished = _outcomes(
+                module,
+                cfg,
                 spec,
                 todo,
+                backend=backend,
                 workers=workers,
                 address=address,
-                resources=res,
+                resources=resources,
                 retries=retries,
                 log=log,
             )
-        from imitation_meg.progress import progress
-
-        bar: Any = progress(None, progress_bar, f"{name} units", total=len(todo))  # type: ignore[arg-type]
-        try:
-            for key, outcome in finished:
-                if isinstance(outcome, UnitOutcome):
-                    store.save(key, seen[key], outcome)
-                    seconds[key] = outcome.seconds
-                    (store.results_dir / "failed" / f"{key}.txt").unlink(missing_ok=True)
-                else:
-                    failures[key] = outcome
-                    path = store.results_dir / "failed" / f"{key}.txt"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_text(f"unit {canonical(seen[key])}\n\n{_failure_text(outcome)}")
-                if bar is not None:
-                    bar.update(1)
-        finally:
-            if bar is not None:
-                bar.close()
-    wall = time.perf_counter() - t0
-    if failures:
-        first = next(iter(failures))
-        err = failures[first]
-        raise UnitsFailedError(
-            f"{len(failures)} of {len(todo)} units of {name!r} failed (first: unit "
-            f"{canonical(seen[first])}: {type(err).__name__}: {err}); tracebacks in "
-            f"{store.results_dir / 'failed'}; the {len(todo) - len(failures)} others are saved: "
-            "rerun the same command to run only the missing units."
+            plan.collect(finished, len(todo), seconds, progress_bar=progress_bar, fresh=fresh)
+        wall = time.perf_counter() - t0
+        results = [plan.stored(key, unit)[0] for key, unit in zip(keys, units, strict=True)]
+        payload = module.combine(cfg, results)
+        _write_run_log(
+            store,
+            cfg,
+            units=units,
+            keys=keys,
+            seconds=seconds,
+            info={
+                "study": name,
+                "config_file": config_path,
+                "backend": backend,
+                "workers": workers if backend != "serial" else 1,
+                "torch_threads_per_unit": unit_threads(module),
+                "address": address,
+                "units": len(units),
+                "units_run": len(todo),
+                "units_reused": len(done),
+                "units_merged": len(merged),
+                "wall_seconds": round(wall, 2),
+            },
         )
-
-    results = []
-    for key, unit in zip(keys, units, strict=True):
-        found = store.load(key, unit)
-        assert found is not None, key
-        results.append(found[0])
-    payload = module.combine(cfg, results)
-    _write_run_log(
-        store,
-        cfg,
-        units=units,
-        keys=keys,
-        seconds=seconds,
-        info={
-            "study": name,
-            "config_file": config_path,
-            "backend": backend,
-            "workers": workers if backend != "serial" else 1,
-            "torch_threads_per_unit": unit_threads(module),
-            "address": address,
-            "units": len(units),
-            "units_run": len(todo),
-            "units_reused": len(done),
-            "units_merged": len(merged),
-            "wall_seconds": round(wall, 2),
-        },
-    )
     say(
         f"{name}: done in {wall:.1f} s ({len(todo)} units run, {len(done)} reused); results in "
         f"{store.results_dir}/."
     )
     return payload
+
+
+def _outcomes(
+    module: types.ModuleType,
+    cfg: Any,
+    spec: DriverSpec,
+    todo: list[tuple[str, dict[str, Any]]],
+    *,
+    backend: str,
+    workers: int | None,
+    address: str | None,
+    resources: Mapping[str, float] | None,
+    retries: int,
+    log: Callable[[str], None] | None,
+) -> Iterator[tuple[str, UnitOutcome | BaseException]]:
+    """The chosen backend's ``(key, outcome)`` pairs, in the order units finish."""
+    if backend == "serial":
+        return run_serial(module, cfg, todo, retries=retries)
+    if backend == "process":
+        assert workers is not None
+        return run_process(spec, todo, workers=workers, retries=retries)
+    res = dict(
+        resources or getattr(module, "UNIT_RESOURCES", None) or {"num_cpus": unit_threads(module)}
+    )
+    return run_ray(
+        spec, todo, workers=workers, address=address, resources=res, retries=retries, log=log
+    )
+
+
+@dataclasses.dataclass
+class _Plan:
+    """A run's units, their keys and store: what is done, and collecting what finishes."""
+
+    name: str
+    units: list[dict[str, Any]]
+    keys: list[str]
+    seen: dict[str, dict[str, Any]]
+    store: UnitStore
+
+    def load_done(self) -> dict[str, tuple[Any, float]]:
+        """The finished units' results and seconds, by key."""
+        done = {}
+        for key, unit in zip(self.keys, self.units, strict=True):
+            found = self.store.load(key, unit)
+            if found is not None:
+                done[key] = found
+        return done
+
+    def stored(self, key: str, unit: dict[str, Any]) -> tuple[Any, float]:
+        """A finished unit's result and seconds (its file must exist)."""
+        found = self.store.load(key, unit)
+        assert found is not None, key
+        return found
+
+    def collect(
+        self,
+        finished: Any,
+        n_todo: int,
+        seconds: dict[str, float],
+        *,
+        progress_bar: bool,
+        fresh: bool,
+    ) -> None:
+        """Save each unit as it finishes (its failure report when it failed).
+
+        Raises:
+            UnitsFailedError: some units failed every attempt (after all others finished).
+            StudyInterrupted: Ctrl-C (``KeyboardInterrupt``) while units ran; the finished ones
+                are saved and the message says how many.
+        """
+        from imitation_meg.progress import progress
+
+        store, failures = self.store, {}
+        saved: set[str] = set()
+        bar: Any = progress(None, progress_bar, f"{self.name} units", total=n_todo)  # type: ignore[arg-type]
+        try:
+            for key, outcome in finished:
+                path = store.results_dir / "failed" / f"{key}.txt"
+                if isinstance(outcome, UnitOutcome):
+                    store.save(key, self.seen[key], outcome)
+                    saved.add(key)
+                    seconds[key] = outcome.seconds
+                    path.unlink(missing_ok=True)
+                else:
+                    failures[key] = outcome
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(f"unit {canonical(self.seen[key])}\n\n{_failure_text(outcome)}")
+                if bar is not None:
+                    bar.update(1)
+        except KeyboardInterrupt:
+            raise self._interrupted(saved, fresh=fresh) from None
+        finally:
+            if bar is not None:
+                bar.close()
+        if failures:
+            first = next(iter(failures))
+            err = failures[first]
+            raise UnitsFailedError(
+                f"{len(failures)} of {n_todo} units of {self.name!r} failed (first: unit "
+                f"{canonical(self.seen[first])}: {type(err).__name__}: {err}); tracebacks in "
+                f"{store.results_dir / 'failed'}; the {n_todo - len(failures)} others are saved: "
+                "rerun the same command to run only the missing units."
+            )
+
+    def _interrupted(self, saved: set[str], *, fresh: bool) -> StudyInterrupted:
+        """The one-line report of a run stopped by Ctrl-C: units saved of all, how to resume."""
+        if fresh:  # a rerun with --fresh would run them all again
+            n, how = len(saved), "rerun without --fresh to resume"
+        else:
+            n = sum(self.store.path(k).is_file() for k in self.keys)
+            how = "rerun the same command to resume"
+        return StudyInterrupted(f"interrupted: {n} of {len(self.units)} units saved; {how}")
 
 
 def run_serially(module: types.ModuleType, cfg: Any) -> Any:

@@ -362,7 +362,7 @@ class SymmToMEnv(ParallelEnv):
             moves[i], pieces[i] = m, p
         return moves, pieces
 
-    def step(self, actions: Mapping[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+    def step(self, actions: Mapping[str, int | np.ndarray]) -> tuple[dict, dict, dict, dict, dict]:
         """Advance one step; ``actions[agent] = (move, piece)``. Returns the PettingZoo 5-tuple.
 
         ``infos[agent]`` holds this step's :data:`LOG_KEYS` and their episode totals under

@@ -1,4 +1,4 @@
-"""imitation_meg.adapters.sb3.policy_table on PPO / A2C / DQN trained in the tests."""
+"""imitation_meg.adapters.policy_table on PPO / A2C / DQN trained in the tests."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -19,7 +20,13 @@ import time
 import pytest
 
 from imitation_meg.cli import main as cli_main
-from imitation_meg.runners import apply_overrides, parse_seeds, publish, run_config
+from imitation_meg.runners import (
+    UnitsFailedError,
+    apply_overrides,
+    parse_seeds,
+    publish,
+    run_config,
+)
 from imitation_meg.runners._store import _same_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -36,7 +43,7 @@ def _result_files(folder: pathlib.Path) -> dict[str, bytes]:
     return {
         p.name: p.read_bytes()
         for p in sorted(folder.iterdir())
-        if p.is_file() and p.name != "run.json"
+        if p.is_file() and p.name != "run.json" and not p.name.startswith(".")  # the run's lock
     }
 
 
@@ -305,18 +312,61 @@ def test_a_killed_run_resumes_with_only_the_missing_units(tmp_path):
     assert resumed == uninterrupted and set(resumed) == {"runs.csv", "table1.csv", "table1.png"}
 
 
+# A study of the protocol whose unit fails at run time for a negative value (the real studies
+# check their values when the config loads, so none of their units fails on a bad value).
+FLAKY_DRIVER = """
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    results_dir: str = "results/flaky"
+    values: tuple[float, ...] = (1.0, -1.0)
+
+
+def units(cfg):
+    return [{"value": v} for v in cfg.values]
+
+
+def run_unit(cfg, unit):
+    if unit["value"] < 0:
+        raise ArithmeticError(f"no square root of {unit['value']}")
+    return {"value": unit["value"], "root": unit["value"] ** 0.5}
+
+
+def combine(cfg, results):
+    return {"results": results}
+"""
+
+
+def _flaky_study(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """A config outside the checkout and its driver's folder (``--experiments``)."""
+    drivers = tmp_path / "drivers"
+    drivers.mkdir()
+    (drivers / "flaky.py").write_text(FLAKY_DRIVER)
+    config = tmp_path / "flaky.yaml"
+    config.write_text(f"experiment: flaky\nresults_dir: {tmp_path / 'out'}\n")
+    return config, drivers
+
+
 def test_failed_units_are_reported_and_the_rest_kept(tmp_path, capsys):
-    """An epsilon outside [0, 1] fails its unit; the other unit is saved, the rerun skips it."""
-    argv = ["reproduce", str(CONFIGS / "cliffworld_epsilon_fast.yaml"), "--no-progress"]
-    argv += ["--set", "epsilons=[0.3, 1.5]", "--set", "horizon_sweep=[]"]
-    argv += ["--set", "mlp_steps=0", "--set", f"results_dir={tmp_path}", "--retries", "0"]
-    assert cli_main(argv) == 1
+    """A unit that raises is reported with its traceback; the other unit is saved, the rerun
+    skips it."""
+    config, drivers = _flaky_study(tmp_path)
+    out = tmp_path / "out"
+    argv = ["reproduce", str(config), "--experiments", str(drivers), "--no-progress"]
+    assert cli_main([*argv, "--retries", "0"]) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "1 of 2 units" in err and "epsilon" in err and "rerun the same command" in err
-    assert len(list(tmp_path.glob("units/*.json"))) == 1
-    (report,) = tmp_path.glob("failed/*.txt")
-    assert '"epsilon":1.5' in report.read_text() and "Traceback" in report.read_text()
-    assert not (tmp_path / "results.json").exists()
+    assert "1 of 2 units" in err and "square root of -1.0" in err
+    assert "rerun the same command" in err
+    assert len(list(out.glob("units/*.json"))) == 1
+    (report,) = out.glob("failed/*.txt")
+    assert '"value":-1.0' in report.read_text() and "Traceback" in report.read_text()
+    assert not (out / "results.json").exists()
+    lines: list[str] = []
+    with pytest.raises(UnitsFailedError):
+        run_config(config, experiments_dir=drivers, progress_bar=False, log=lines.append)
+    assert "1 already done" in lines[0] and "running 1" in lines[0]
 
 
 def test_publish_copies_a_finished_run(tmp_path, capsys):
@@ -549,3 +599,152 @@ def test_workers_exit_when_the_runner_is_terminated(tmp_path):
             proc.kill()
             proc.wait()
     assert not list(out.glob("units/*.json"))  # the unit did not finish: it reruns on resume
+
+
+# ------------------------------------------------------------------ Ctrl-C, the folder lock
+EPSILON_FAST = CONFIGS / "cliffworld_epsilon_fast.yaml"
+# Five units of about half a second each (the MLP estimate) and five short ones (a horizon sweep
+# of one horizon), so that Ctrl-C after the first lands mid-run.
+INTERRUPTIBLE = [
+    "epsilons=[0.1, 0.3, 0.5, 0.7, 0.9]",
+    "mlp_steps=40",
+    "mlp_seeds=1",
+    "horizon_sweep=[4]",
+]
+N_UNITS = 10
+
+
+def _reproduce_argv(out: pathlib.Path, extra: list[str]) -> list[str]:
+    argv = ["reproduce", str(EPSILON_FAST), "--no-progress", "--set", f"results_dir={out}"]
+    return argv + [x for o in INTERRUPTIBLE for x in ("--set", o)] + extra
+
+
+def _units(out: pathlib.Path) -> dict[str, tuple[int, bytes]]:
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.glob("units/*.json")}
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _interrupt(out: pathlib.Path, extra: list[str], capsys: pytest.CaptureFixture) -> str:
+    """Start ``imitation-meg reproduce`` in its own session; once its first unit is saved, check
+    that a second run on the folder is refused, then press Ctrl-C (SIGINT to the whole process
+    group, as a terminal does). Returns the run's stderr; asserts the exit within 2 s."""
+    argv = _reproduce_argv(out, extra)
+    # (a third-party import's deprecation note aside, stderr holds only the runner's lines)
+    quiet = ["-W", "ignore:pkg_resources is deprecated:UserWarning"]
+    cmd = [sys.executable, *quiet, "-m", "imitation_meg.cli", *argv]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 300  # start-up takes long on a loaded machine
+        while not list(out.glob("units/*.json")):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "no unit finished within 300 s"
+            time.sleep(0.02)
+        # One run at a time per results folder: the second is refused and names the first.
+        assert cli_main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and err.startswith("imitation-meg reproduce: error: the results")
+        assert f"in use by the run with process id {proc.pid} " in err, err
+        assert "--set results_dir=" in err
+        assert proc.poll() is None, "the run finished before Ctrl-C: make its units slower"
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+        seconds = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert seconds < 2.0, f"exit took {seconds:.2f} s"
+    deadline = time.monotonic() + 2.0  # no worker outlives the run
+    while _group_alive(proc.pid):
+        assert time.monotonic() < deadline, "a worker process outlived the interrupted run"
+        time.sleep(0.05)
+    return stderr
+
+
+def test_ctrl_c_ends_a_serial_and_a_2_process_run_in_2_s_and_both_resume(tmp_path, capsys):
+    """Ctrl-C: exit 130 within 2 s, one line (no traceback) with the units saved; the rerun of
+    the same command runs only the missing units and gives the same results on both backends."""
+    folders = {}
+    for backend in ("serial", "process"):
+        out = tmp_path / backend
+        extra = ["--backend", "process", "--workers", "2"] if backend == "process" else []
+        stderr = _interrupt(out, extra, capsys)
+        saved = _units(out)
+        lines = stderr.strip().splitlines()
+        assert "Traceback" not in stderr and len(lines) == 2, stderr
+        assert lines[0].startswith(f"cliffworld_epsilon: {N_UNITS} units, 0 already done")
+        assert lines[1] == (
+            f"imitation-meg reproduce: interrupted: {len(saved)} of {N_UNITS} units saved; rerun "
+            "the same command to resume"
+        )
+        assert 1 <= len(saved) < N_UNITS and not (out / "results.csv").exists()
+        assert cli_main(_reproduce_argv(out, extra)) == 0
+        err = capsys.readouterr().err
+        assert f"{N_UNITS} units, {len(saved)} already done" in err
+        assert f"running {N_UNITS - len(saved)} " in err
+        after = _units(out)
+        assert len(after) == N_UNITS and all(after[k] == v for k, v in saved.items())
+        folders[backend] = out
+    serial, process = (_result_files(folders[b]) for b in ("serial", "process"))
+    del serial["results.json"], process["results.json"]  # they name their results_dir
+    assert serial == process and {"results.csv", "meg_vs_epsilon.png"} <= set(serial)
+    assert {p: json.loads(b)["result"] for p, (_, b) in _units(folders["serial"]).items()} == {
+        p: json.loads(b)["result"] for p, (_, b) in _units(folders["process"]).items()
+    }
+
+
+def test_the_results_folder_lock_is_held_once_and_released(tmp_path):
+    from imitation_meg.runners import ResultsFolderBusyError
+    from imitation_meg.runners._lock import results_lock
+
+    folder = tmp_path / "results"
+    with results_lock(folder, "study"):
+        info = json.loads((folder / ".lock").read_text())
+        assert info["pid"] == os.getpid()
+        busy = pytest.raises(ResultsFolderBusyError, match=rf"process id {os.getpid()} on ")
+        with busy, results_lock(folder, "study"):
+            pass  # pragma: no cover - refused
+    with results_lock(folder, "study"):  # released on exit: taken again
+        pass
+
+
+def test_bad_config_values_exit_2_before_any_unit(tmp_path, capsys):
+    """``--set epsilons=[1.5]`` / ``horizon=0`` / ``mlp_steps=-1`` used to fail inside the units
+    (exit 1 after some were saved) or to write empty MLP columns (exit 0)."""
+    for value, message in (
+        ("epsilons=[0.3, 1.5]", r"epsilons\[1\] = 1\.5 must lie in \[0, 1\]"),
+        ("horizon=0", r"horizon = 0 must be > 0; fix it in the config file or with --set horizon="),
+        ("mlp_steps=-1", r"mlp_steps = -1 must be >= 0"),
+        ("tie_break=random", r"tie_break = 'random' is not one of \['uniform', 'first'\]"),
+        ("width=1", r"width must be >= 3"),
+    ):
+        argv = ["reproduce", str(EPSILON_FAST), "--set", f"results_dir={tmp_path}"]
+        assert cli_main([*argv, "--set", value]) == 2, value
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and err.startswith("imitation-meg reproduce: error: "), err
+        assert re.search(message, err), (message, err)
+        assert not (tmp_path / "units").exists(), "a unit ran"
+
+
+def test_a_config_outside_the_checkout_finds_its_driver(tmp_path, capsys):
+    """The drivers come from the checkout the package is installed from (or ``--experiments``)."""
+    config = tmp_path / "elsewhere" / "eps.yaml"
+    config.parent.mkdir()
+    config.write_text(EPSILON_FAST.read_text())
+    plan = run_config(config, overrides=[f"results_dir={tmp_path / 'r'}"], dry_run=True, **QUIET)
+    assert plan["study"] == "cliffworld_epsilon" and len(plan["missing"]) == 9
+    config.write_text("experiment: no_such_study\n")
+    assert cli_main(["reproduce", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no driver no_such_study.py in" in err and "--experiments DIR" in err
