@@ -156,6 +156,9 @@ def test_command_line_scores_a_sac_zip_and_refuses_td3(sac_zip, tmp_path, capsys
         score_continuous(_args(policy=[str(sac_zip)], mode="unknown"))
     assert main(["score", "--env", "CartPole-v1", "--policy", "uniform", "--noise-std", "0.1"]) == 2
     assert "--noise-std applies to deterministic agents" in capsys.readouterr().err
+    csv = str(tmp_path / "rows.csv")
+    assert main(["score", "--env", "Pendulum-v1", "--policy", "uniform", "--csv", csv]) == 2
+    assert "--csv is not available with the approximate estimator" in capsys.readouterr().err
 
 
 def test_callback_and_batch_scoring_accept_box_agents(mdp, tmp_path):
