@@ -307,15 +307,9 @@ def _sb3_policy(
             f"noise_std= smooths a deterministic policy; {label} has its own action density. "
             "Drop noise_std= (or pass deterministic=True for SAC's deterministic mode)."
         )
-    if vec_normalize is not None and not getattr(vec_normalize, "norm_obs", True):
-        vec_normalize = None
+    from imitation_meg.approx.policy import obs_preparer
 
-    def prepare(obs: Any) -> th.Tensor:
-        o = np.asarray(obs)
-        if vec_normalize is not None:
-            o = np.asarray(vec_normalize.normalize_obs(o.astype(np.float32)), dtype=np.float32)
-        obs_t, _ = policy.obs_to_tensor(o)
-        return obs_t
+    prepare = obs_preparer(policy, vec_normalize)
 
     def normal_of(obs_t: th.Tensor) -> tuple[np.ndarray, np.ndarray]:
         if squashing_actor:

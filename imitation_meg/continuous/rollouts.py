@@ -10,14 +10,13 @@ float actions; with ``scored=`` it also stores the scored policy's action law at
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from imitation_meg.approx.rollouts import EnvSource, Rollouts, _time_limit
+from imitation_meg.approx.rollouts import EnvSource, Rollouts
 from imitation_meg.continuous.densities import ActionLaw, ContinuousPolicyFn
 
 __all__ = ["BoxEnvSource", "Laws", "collect_box"]
@@ -43,29 +42,9 @@ class BoxEnvSource(EnvSource):
         ValueError: an unbounded box, no horizon, or a bad id.
     """
 
-    def __init__(self, env: Any, *, horizon: int | None = None) -> None:
+    def _read_actions(self, probe: Any) -> None:
         import gymnasium as gym
 
-        if isinstance(env, str):
-            env_id = env
-            try:
-                gym.spec(env_id)
-            except gym.error.Error as e:
-                raise ValueError(f"could not make environment {env_id!r}: {e}") from e
-            self._factory: Callable[[], Any] = lambda: gym.make(env_id)
-            self.name = env_id
-        elif isinstance(env, gym.Env):
-            proto = env
-            self._factory = lambda: copy.deepcopy(proto)
-            self.name = proto.spec.id if proto.spec is not None else type(proto.unwrapped).__name__
-        elif callable(env):
-            self._factory = env
-            self.name = getattr(env, "__name__", "env")
-        else:
-            raise TypeError(
-                f"env must be a gymnasium id, a gymnasium.Env or a factory, got {type(env).__name__}."
-            )
-        probe = self._factory()
         space = probe.action_space
         if not isinstance(space, gym.spaces.Box):
             raise TypeError(
@@ -82,21 +61,6 @@ class BoxEnvSource(EnvSource):
         self.action_dim = int(self.low.size)
         self.action_shape = tuple(space.shape)
         self.n_actions = 0  # no finite action set
-        self.observation_space = probe.observation_space
-        self.env_limit = _time_limit(probe)
-        if horizon is None:
-            horizon = self.env_limit
-        if horizon is None:
-            raise ValueError(
-                f"{self.name} has no time limit (spec.max_episode_steps or a horizon attribute); "
-                "pass horizon=H, the number of decisions per episode to score."
-            )
-        if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
-            raise ValueError(f"horizon must be a positive integer, got {horizon!r}.")
-        self.horizon = int(horizon)
-        self.obs_dim = int(gym.spaces.flatdim(self.observation_space))
-        self._box = isinstance(self.observation_space, gym.spaces.Box)
-        probe.close()
 
 
 @dataclasses.dataclass

@@ -32,10 +32,10 @@ from torch import nn
 
 from imitation_meg.approx.rollouts import Rollouts
 from imitation_meg.approx.soft_q import (
-    _GRAD_CLIP,
     _MLP,
     BetaPrior,
-    _clip_each,
+    _adam_step,
+    _average_into,
     _Fit,
     _stacked_forward,
     _stacked_params,
@@ -308,17 +308,11 @@ def fit_box_soft_q(
             sl = picks[k]
             pred = _stacked_forward(params, z[:, sl])[..., 0]
             per_model = th.mean((pred - target[:, sl]) ** 2, dim=1)
-            opt.zero_grad()
-            per_model.sum().backward()
-            _clip_each(params, _GRAD_CLIP)
-            opt.step()
-            sched.step()
+            _adam_step(opt, sched, params, per_model)
             acc += per_model.detach()
             if k >= avg_from:
                 n_avg += 1
-                with th.no_grad():
-                    for mean, p in zip(avg, params, strict=True):
-                        mean.lerp_(p, 1.0 / n_avg)
+                _average_into(avg, params, n_avg)
         if n_avg == 0:
             avg = [p.detach().clone() for p in params]
         for j, k in enumerate(active):
