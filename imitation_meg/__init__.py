@@ -60,10 +60,13 @@ _APPROX = ("meg_approx", "meg_approx_unknown")
 
 
 def __getattr__(name: str) -> Any:
-    """``meg_approx`` / ``meg_approx_unknown`` and the ``approx`` subpackage, imported on use."""
-    if name in _APPROX or name == "approx":
+    """``meg_approx`` / ``meg_approx_unknown`` and the ``approx`` and ``continuous``
+    subpackages, imported on use."""
+    if name in _APPROX or name in ("approx", "continuous"):
         import importlib
 
+        if name == "continuous":
+            return importlib.import_module("imitation_meg.continuous")
         approx = importlib.import_module("imitation_meg.approx")
         return approx if name == "approx" else getattr(approx, name)
     raise AttributeError(f"module 'imitation_meg' has no attribute {name!r}")

@@ -56,6 +56,10 @@ class MEGCallback(BaseCallback):
             problem per evaluation instead of a 1-D one).
         epsilon: for DQN / QR-DQN (epsilon-greedy over their action values). Default: the
             model's current ``exploration_rate``, i.e. the policy it acts with at that moment.
+        noise_std: Box actions (a :class:`~imitation_meg.continuous.ContinuousMDP`, or an
+            environment built on one, whose MEG is exact): score TD3 / DDPG smoothed by this
+            Gaussian noise (see :mod:`imitation_meg.continuous.densities`). There
+            ``meg/normalized`` is MEG over the policy's certificate (no ``H log|A|``).
         history: a JSON-lines file to append one record per evaluation to.
         eval_at_start: also evaluate before the first step (timestep 0).
         verbose: 1 prints each evaluation.
@@ -74,6 +78,7 @@ class MEGCallback(BaseCallback):
         env_kwargs: dict[str, Any] | None = None,
         unknown: bool = False,
         epsilon: float | None = None,
+        noise_std: float | None = None,
         history: PathLike | None = None,
         eval_at_start: bool = False,
         verbose: int = 0,
@@ -86,9 +91,10 @@ class MEGCallback(BaseCallback):
         self.env_kwargs = dict(env_kwargs or {})
         self.unknown = bool(unknown)
         self.epsilon = epsilon
+        self.noise_std = noise_std
         self.history = None if history is None else pathlib.Path(history)
         self.eval_at_start = bool(eval_at_start)
-        self.mdp: TabularMDP | None = None
+        self.mdp: Any = None  # a TabularMDP, or a ContinuousMDP (Box actions)
         self._env: Any = None  # the gymnasium env the MDP came from (MaskablePPO's masks)
         #: One dict per evaluation (what is logged), in order.
         self.records: list[dict[str, Any]] = []
@@ -97,7 +103,12 @@ class MEGCallback(BaseCallback):
             self.mdp = self._build_mdp(env)
 
     # ------------------------------------------------------------------ set-up
-    def _build_mdp(self, env: Any) -> TabularMDP:
+    def _build_mdp(self, env: Any) -> Any:
+        from imitation_meg.continuous.score import as_mdp, is_continuous
+
+        if is_continuous(env):
+            mdp, self._env = as_mdp(env)  # the observations of its states
+            return mdp
         if isinstance(env, TabularMDP):
             mdp = env if self.horizon is None else env.with_horizon(self.horizon)
         else:
@@ -159,6 +170,13 @@ class MEGCallback(BaseCallback):
 
         assert self.mdp is not None, "MEGCallback is not initialised (call model.learn)."
         t0 = time.perf_counter()
+        if not isinstance(self.mdp, TabularMDP):  # Box actions: exact continuous MEG
+            from imitation_meg.continuous.score import exact_record
+
+            box = exact_record(
+                self.model, self.mdp, self._env, noise_std=self.noise_std, unknown=self.unknown
+            )
+            return self._log({"timesteps": int(self.num_timesteps), **box}, t0)
         with warnings.catch_warnings():
             if self.records:  # a RecurrentPPO's warning once, not at every evaluation
                 from imitation_meg.adapters.contrib import RecurrentPolicyWarning
@@ -182,6 +200,10 @@ class MEGCallback(BaseCallback):
             res = im.meg_unknown(pi, self.mdp)
             record["unknown"] = res.meg
             record["converged"] = record["converged"] and bool(res.converged)
+        return self._log(record, t0)
+
+    def _log(self, record: dict[str, Any], t0: float) -> dict[str, Any]:
+        """Record an evaluation to the logger (and the history), and return it."""
         seconds = time.perf_counter() - t0
         self.eval_seconds += seconds
         record["eval_seconds"] = seconds

@@ -275,19 +275,31 @@ def _score_options(args: argparse.Namespace) -> Any:
     )
 
 
+def _check_single_policy_outputs(args: argparse.Namespace) -> None:
+    """The approximate estimators score one policy: ``--json`` only, checked before any work."""
+    for flag in ("csv", "jsonl"):
+        if getattr(args, flag) is not None:
+            raise ValueError(
+                f"--{flag} is not available with the approximate estimator (it scores one "
+                "policy); write its result with --json FILE."
+            )
+    _check_outputs(args)
+
+
 def _score(args: argparse.Namespace) -> int:
+    if args.env is not None and not _is_minigrid(args.env) and _env_has_box_actions(args.env):
+        from imitation_meg.continuous.score import score_continuous
+
+        _check_single_policy_outputs(args)
+        return score_continuous(args)
+    if args.noise_std is not None:
+        raise ValueError("--noise-std applies to deterministic agents in Box action spaces.")
     if args.approx or (
         args.env is not None and not _is_minigrid(args.env) and not _env_is_tabular(args.env)
     ):
         from imitation_meg.approx.score import score_approx
 
-        for flag in ("csv", "jsonl"):
-            if getattr(args, flag) is not None:
-                raise ValueError(
-                    f"--{flag} is not available with the approximate estimator (it scores one "
-                    "policy); write its result with --json FILE."
-                )
-        _check_outputs(args)
+        _check_single_policy_outputs(args)
         return score_approx(args)
     if args.mode != "target" and args.target is not None:
         raise ValueError("--target applies to --mode target only.")
@@ -470,6 +482,12 @@ def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> in
     return 0
 
 
+def _env_has_box_actions(env_id: str) -> bool:
+    from imitation_meg.continuous.score import has_box_actions
+
+    return has_box_actions(env_id)
+
+
 def _target_of(mdp: Any, kind: str) -> Any:
     """``--target`` for the MDP: MiniGrid layouts read the agent's cell from their metadata."""
     if "agent_pos" in mdp.metadata:
@@ -544,6 +562,13 @@ def _add_score_parser(sub: Any) -> None:
     )
     score.add_argument(
         "--epsilon", type=float, help="epsilon for epsilon-greedy, DQN, QR-DQN and ARS policies"
+    )
+    score.add_argument(
+        "--noise-std",
+        type=float,
+        metavar="SIGMA",
+        help="Box actions: score a deterministic agent (TD3, DDPG) smoothed by N(0, SIGMA^2) in "
+        "the box scaled to [-1, 1], as SB3's NormalActionNoise(sigma=SIGMA)",
     )
     score.add_argument(
         "--vec-normalize",

@@ -58,6 +58,7 @@ class ScoreOptions:
             :func:`imitation_meg.adapters.policy_table`).
         action_masks: MaskablePPO masks ``(S, A)``.
         env: the environment (id) the MDP came from, for masks.
+        noise_std: Box actions: the smoothing of deterministic agents (TD3, DDPG).
     """
 
     mode: str = "known"
@@ -68,6 +69,7 @@ class ScoreOptions:
     vec_normalize: Any = None
     action_masks: Any = None
     env: Any = None
+    noise_std: float | None = None
 
 
 def _steps_key(path: str) -> tuple[Any, ...]:
@@ -209,6 +211,10 @@ def score_policy(source: str, mdp: TabularMDP, opts: ScoreOptions) -> dict[str, 
 
     if opts.mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {opts.mode!r}.")
+    if not isinstance(mdp, TabularMDP):  # a ContinuousMDP: Box actions, exact MEG
+        from imitation_meg.continuous.score import score_row
+
+        return score_row(source, mdp, opts)
     pi, about = policy_of(source, mdp, opts)
     known = im.meg(pi, mdp, signed=opts.signed)
     target = None
@@ -267,7 +273,9 @@ def score_policies(
 
     Args:
         sources: built-in policy names, ``.zip`` files and RL Zoo run folders.
-        mdp: the MDP (with a utility).
+        mdp: the MDP (with a utility); a :class:`~imitation_meg.continuous.ContinuousMDP`
+            scores agents acting in its action box exactly (known or unknown mode;
+            ``opts.noise_std`` for TD3 / DDPG).
         opts: :class:`ScoreOptions` (default known-utility MEG).
         jobs: worker processes (forked from a ``forkserver`` that imports torch and SB3 once;
             ``spawn`` where there is none), each scoring a contiguous share of the sources.

@@ -170,6 +170,23 @@ def _no_epsilon(epsilon: float | None, what: str) -> None:
         )
 
 
+def obs_preparer(policy: Any, vec_normalize: Any) -> Callable[[Any], th.Tensor]:
+    """``obs -> tensor`` for an SB3 policy: a batch of raw observations, normalised by
+    ``vec_normalize``'s statistics where it normalises observations, through the policy's own
+    ``obs_to_tensor``."""
+    if vec_normalize is not None and not getattr(vec_normalize, "norm_obs", True):
+        vec_normalize = None
+
+    def prepare(obs: Any) -> th.Tensor:
+        o = np.asarray(obs)
+        if vec_normalize is not None:
+            o = np.asarray(vec_normalize.normalize_obs(o.astype(np.float32)), dtype=np.float32)
+        obs_t, _ = policy.obs_to_tensor(o)
+        return obs_t
+
+    return prepare
+
+
 def _sb3_policy_fn(
     policy: Any, n_actions: int, epsilon: float | None, vec_normalize: Any
 ) -> PolicyFn:
@@ -195,15 +212,7 @@ def _sb3_policy_fn(
         )
     if not is_dqn:
         _no_epsilon(epsilon, f"the SB3 policy {type(policy).__name__}")
-    if vec_normalize is not None and not getattr(vec_normalize, "norm_obs", True):
-        vec_normalize = None
-
-    def prepare(obs: Any) -> th.Tensor:
-        o = np.asarray(obs)
-        if vec_normalize is not None:
-            o = np.asarray(vec_normalize.normalize_obs(o.astype(np.float32)), dtype=np.float32)
-        obs_t, _ = policy.obs_to_tensor(o)
-        return obs_t
+    prepare = obs_preparer(policy, vec_normalize)
 
     def probs(obs: Any) -> np.ndarray:
         policy.set_training_mode(False)

@@ -78,13 +78,8 @@ class EnvSource:
             raise TypeError(
                 f"the env factory returned {type(probe).__name__}, not a gymnasium.Env."
             )
-        if not isinstance(probe.action_space, gym.spaces.Discrete):
-            raise TypeError(
-                f"{self.name} has a {type(probe.action_space).__name__} action space "
-                f"({probe.action_space}); MEG needs Discrete actions."
-            )
+        self._read_actions(probe)
         self.observation_space = probe.observation_space
-        self.n_actions = int(probe.action_space.n)
         self.env_limit = _time_limit(probe)
         if horizon is None:
             horizon = self.env_limit
@@ -99,6 +94,17 @@ class EnvSource:
         self.obs_dim = int(gym.spaces.flatdim(self.observation_space))
         self._box = isinstance(self.observation_space, gym.spaces.Box)
         probe.close()
+
+    def _read_actions(self, probe: Any) -> None:
+        """Check the action space of a fresh copy and keep what the estimator needs of it."""
+        import gymnasium as gym
+
+        if not isinstance(probe.action_space, gym.spaces.Discrete):
+            raise TypeError(
+                f"{self.name} has a {type(probe.action_space).__name__} action space "
+                f"({probe.action_space}); MEG needs Discrete actions."
+            )
+        self.n_actions = int(probe.action_space.n)
 
     def make(self) -> Any:
         """A fresh copy of the environment."""

@@ -534,6 +534,23 @@ def _clip_each(params: list[th.Tensor], max_norm: float) -> None:
             p.grad.mul_(coef.reshape(-1, *([1] * (p.dim() - 1))))
 
 
+def _adam_step(opt: Any, sched: Any, params: list[th.Tensor], per_model: th.Tensor) -> None:
+    """One optimiser step on the stacked models' summed losses ``per_model (K,)``, each
+    model's gradient clipped on its own."""
+    opt.zero_grad()
+    per_model.sum().backward()
+    _clip_each(params, _GRAD_CLIP)
+    opt.step()
+    sched.step()
+
+
+def _average_into(avg: list[th.Tensor], params: list[th.Tensor], n_avg: int) -> None:
+    """Fold the current parameters into the running mean ``avg`` of ``n_avg`` iterates."""
+    with th.no_grad():
+        for mean, p in zip(avg, params, strict=True):
+            mean.lerp_(p, 1.0 / n_avg)
+
+
 def fit_soft_q_ensemble(
     models: list[SoftQModel],
     datas: list[Rollouts],
@@ -623,17 +640,11 @@ def fit_soft_q_ensemble(
                 pred = out.gather(2, a[:, rows].unsqueeze(2)).squeeze(2)
                 pred = base[:, rows] + weight[:, rows] * pred
                 per_model = th.mean((pred - target[:, rows]) ** 2, dim=1)
-                opt.zero_grad()
-                per_model.sum().backward()
-                _clip_each(params, _GRAD_CLIP)
-                opt.step()
-                sched.step()
+                _adam_step(opt, sched, params, per_model)
                 acc += per_model.detach()
                 if s0 + k >= avg_from:
                     n_avg += 1
-                    with th.no_grad():
-                        for mean, p in zip(avg, params, strict=True):
-                            mean.lerp_(p, 1.0 / n_avg)
+                    _average_into(avg, params, n_avg)
         if n_avg == 0:
             avg = [p.detach().clone() for p in params]
         for j, k in enumerate(active):

@@ -1,0 +1,239 @@
+"""How goal-directed do SB3 agents with continuous actions become as they learn?
+
+Trains SAC and PPO on Pendulum-v1 and MountainCarContinuous-v0 (hyperparameters after
+rl-baselines3-zoo's, without observation normalisation), saves checkpoints, and scores each
+with the continuous-action estimator (:func:`imitation_meg.continuous.approx.
+meg_approx_continuous`: known-utility MEG for the environment's reward against the uniform
+density on the action box, the episodic finite-horizon model), its interval and the policy's
+certificate ``E_pi[sum_t KL(pi || u)]``, beside the checkpoint's mean return. SAC is scored as
+its squashed Gaussian, PPO as its Gaussian clipped to the box (what the environment receives).
+
+Units: one per (environment, algorithm, seed): a unit trains its agent once and scores each of
+its checkpoints.
+
+Run: ``imitation-meg reproduce configs/continuous_training.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import pathlib
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from imitation_meg.continuous.approx import meg_approx_continuous
+from imitation_meg.results import write_results
+from imitation_meg.runners import run_serially
+
+UNIT_RESOURCES = {"num_cpus": 1}
+ENVS = ("Pendulum-v1", "MountainCarContinuous-v0")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Settings of the study (YAML keys of the same names)."""
+
+    results_dir: str = "results/continuous_training"
+    checkpoint_dir: str = "results/continuous_training/checkpoints"
+    envs: tuple[str, ...] = ENVS
+    timesteps: tuple[int, ...] = (20_000, 50_000)
+    horizons: tuple[int | None, ...] = (None, None)
+    algos: tuple[str, ...] = ("sac", "ppo")
+    ppo_timesteps_factor: int = 5
+    ppo_n_steps: int | None = None  # None: the zoo's rollout length (the fast config's: 64)
+    seeds: tuple[int, ...] = (0,)
+    n_checkpoints: int = 3
+    n_data_steps: int = 30_000
+    n_eval_episodes: int = 30
+    n_models: int = 3
+    hidden: tuple[int, ...] = (64, 64)
+    iterations: int | None = None
+    steps_per_iteration: int | None = None
+    refine: int = 1
+    n_boot: int = 300
+
+
+def units(cfg: Config) -> list[dict[str, Any]]:
+    """One unit per (environment, algorithm, seed)."""
+    if not (len(cfg.timesteps) == len(cfg.horizons) == len(cfg.envs)):
+        raise ValueError(
+            f"timesteps {cfg.timesteps} and horizons {cfg.horizons} must give one value per env "
+            f"{cfg.envs}."
+        )
+    out = []
+    for (e, n, h), a, s in itertools.product(
+        zip(cfg.envs, cfg.timesteps, cfg.horizons, strict=True), cfg.algos, cfg.seeds
+    ):
+        steps = int(n) * (cfg.ppo_timesteps_factor if a == "ppo" else 1)
+        out.append({"env": e, "timesteps": steps, "horizon": h, "algo": a, "seed": int(s)})
+    return out
+
+
+def make_agent(env_id: str, algo: str, seed: int, ppo_n_steps: int | None = None) -> Any:
+    """An SB3 agent with rl-baselines3-zoo's settings for ``env_id`` (CPU, no normalisation;
+    ``ppo_n_steps`` replaces PPO's rollout length)."""
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.env_util import make_vec_env
+
+    common: dict[str, Any] = {"seed": seed, "device": "cpu", "verbose": 0}
+    mcc = env_id == "MountainCarContinuous-v0"
+    if algo == "sac":
+        if mcc:
+            return sb3.SAC(
+                "MlpPolicy",
+                env_id,
+                learning_rate=3e-4,
+                buffer_size=50_000,
+                batch_size=512,
+                ent_coef=0.1,
+                train_freq=32,
+                gradient_steps=32,
+                gamma=0.9999,
+                tau=0.01,
+                learning_starts=0,
+                use_sde=True,
+                policy_kwargs={"log_std_init": -3.67, "net_arch": [64, 64]},
+                **common,
+            )
+        return sb3.SAC("MlpPolicy", env_id, learning_rate=1e-3, **common)
+    if algo == "ppo":
+        if mcc:
+            return sb3.PPO(
+                "MlpPolicy",
+                env_id,
+                batch_size=256,
+                n_steps=ppo_n_steps or 8,
+                gamma=0.9999,
+                learning_rate=7.77e-5,
+                ent_coef=0.00429,
+                clip_range=0.1,
+                n_epochs=10,
+                gae_lambda=0.9,
+                max_grad_norm=5,
+                vf_coef=0.19,
+                use_sde=True,
+                policy_kwargs={"log_std_init": -3.29, "ortho_init": False},
+                **common,
+            )
+        venv = make_vec_env(env_id, n_envs=4, seed=seed)
+        return sb3.PPO(
+            "MlpPolicy",
+            venv,
+            n_steps=ppo_n_steps or 1024,
+            batch_size=min(64, 4 * (ppo_n_steps or 1024)),
+            gae_lambda=0.95,
+            gamma=0.9,
+            n_epochs=10,
+            ent_coef=0.0,
+            learning_rate=1e-3,
+            clip_range=0.2,
+            use_sde=True,
+            sde_sample_freq=4,
+            **common,
+        )
+    raise ValueError(f"unknown algo {algo!r}; choose sac or ppo.")
+
+
+def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
+    """Train one agent, score each checkpoint (the first is the untrained agent)."""
+    th.set_num_threads(1)
+    env_id, algo, seed, total = unit["env"], unit["algo"], unit["seed"], unit["timesteps"]
+    model = make_agent(env_id, algo, seed, cfg.ppo_n_steps)
+    marks = np.linspace(0, total, cfg.n_checkpoints + 1).astype(int)
+    ckpt = pathlib.Path(cfg.checkpoint_dir)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    rows = []
+    done = 0
+    for target in marks:
+        if target > done:
+            model.learn(int(target - done), reset_num_timesteps=False)
+            done = int(model.num_timesteps)
+        path = ckpt / f"{env_id}_{algo}_seed{seed}_{done}.zip"
+        model.save(path)
+        t0 = time.process_time()
+        res = meg_approx_continuous(
+            model,
+            env_id,
+            horizon=unit["horizon"],
+            n_data_steps=cfg.n_data_steps,
+            n_eval_episodes=cfg.n_eval_episodes,
+            n_models=cfg.n_models,
+            hidden=cfg.hidden,
+            iterations=cfg.iterations,
+            steps_per_iteration=cfg.steps_per_iteration,
+            refine=cfg.refine,
+            n_boot=cfg.n_boot,
+            seed=seed,
+        )
+        rows.append(
+            {
+                **unit,
+                "horizon": res.horizon,
+                "steps": done,
+                "meg": res.meg,
+                "low": res.low,
+                "high": res.high,
+                "certificate": res.certificate,
+                "normalized": res.normalized,
+                "beta": res.beta,
+                "mean_return": res.expected_return,
+                "mean_length": res.mean_length,
+                "seed_std": res.seed_std,
+                "stages": list(res.stages),
+                "residual_rms": res.residual_rms,
+                "n_env_steps": res.n_env_steps,
+                "score_cpu_s": time.process_time() - t0,
+                "checkpoint": str(path),
+            }
+        )
+    return {"rows": rows}
+
+
+def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathlib.Path:
+    from imitation_meg.plotting import pyplot, save_figure
+
+    plt = pyplot()
+    fig, axes = plt.subplots(2, len(cfg.envs), figsize=(4.5 * len(cfg.envs), 6.5), squeeze=False)
+    colors = {"sac": "#2ca02c", "ppo": "#1f77b4"}
+    for j, env_id in enumerate(cfg.envs):
+        ax_m, ax_r = axes[0][j], axes[1][j]
+        for algo, seed in itertools.product(cfg.algos, cfg.seeds):
+            sel = [
+                r for r in rows if r["env"] == env_id and r["algo"] == algo and r["seed"] == seed
+            ]
+            if not sel:
+                continue
+            s = np.array([r["steps"] for r in sel])
+            m = np.array([r["meg"] for r in sel])
+            lab = algo.upper() if seed == cfg.seeds[0] else None
+            c = colors.get(algo)
+            ax_m.plot(s, m, "o-", color=c, label=lab, ms=3)
+            ax_m.fill_between(
+                s, [r["low"] for r in sel], [r["high"] for r in sel], color=c, alpha=0.2
+            )
+            ax_r.plot(s, [r["mean_return"] for r in sel], "o-", color=c, ms=3)
+        ax_m.set_title(f"{env_id} (H = {sel[0]['horizon'] if sel else '?'})", fontsize=9)
+        ax_m.set_ylabel("MEG (nats per episode)")
+        ax_r.set_ylabel("mean return")
+        ax_r.set_xlabel("training steps")
+        ax_m.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The table of every checkpoint and the figure."""
+    rows = [r for res in results for r in res["rows"]]
+    out = pathlib.Path(cfg.results_dir)
+    fig = _plot(out / "meg_vs_steps.png", cfg, rows)
+    return write_results(out, cfg, {"results": rows}, figures=[str(fig)])
+
+
+def main(cfg: Config) -> dict[str, Any]:
+    """Run every unit in this process and combine."""
+    return run_serially(sys.modules[__name__], cfg)

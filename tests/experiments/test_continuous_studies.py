@@ -1,0 +1,47 @@
+"""The continuous-action studies run end to end from their fast configs."""
+
+from __future__ import annotations
+
+import pathlib
+
+from imitation_meg.config import load_config, load_yaml
+from imitation_meg.runners import load_driver
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _cfg(name: str, tmp_path: pathlib.Path, **over):
+    module = load_driver(name, ROOT / "experiments")
+    data = load_yaml(ROOT / "configs" / f"{name}_fast.yaml")
+    over = {"results_dir": str(tmp_path), **over}
+    return module, load_config({**data, **over}, module.Config)
+
+
+def test_continuous_validation_fast(tmp_path):
+    module, cfg = _cfg("continuous_validation", tmp_path)
+    assert len(module.units(cfg)) == 2
+    res = module.main(cfg)
+    rows = {r["policy"]: r for r in res["results"]}
+    assert rows["uniform"]["exact"] == 0.0 and rows["uniform"]["approx"] == 0.0
+    assert rows["squashed"]["exact"] > 0.0
+    for r in rows.values():
+        assert r["low"] <= r["approx"] <= r["high"] <= r["certificate"]
+        assert r["covered"] == (r["low"] <= r["exact"] <= r["high"])
+    assert [s["n_seeds"] for s in res["summary"]] == [1, 1]
+    assert (tmp_path / "continuous_vs_exact.png").stat().st_size > 0
+
+
+def test_continuous_training_fast(tmp_path):
+    module, cfg = _cfg("continuous_training", tmp_path, checkpoint_dir=str(tmp_path / "ckpt"))
+    res = module.main(cfg)
+    rows = res["results"]
+    assert [(r["algo"], r["steps"]) for r in rows] == [
+        ("sac", 0),
+        ("sac", 200),
+        ("ppo", 0),
+        ("ppo", 256),
+    ]
+    for r in rows:
+        assert 0.0 <= r["low"] <= r["meg"] <= r["high"] and r["horizon"] == 10
+    assert all(r["certificate"] == float("inf") for r in rows if r["algo"] == "ppo")
+    assert (tmp_path / "meg_vs_steps.png").stat().st_size > 0
