@@ -93,23 +93,30 @@ class ContinuousApproxResult:
     Attributes:
         meg: the estimate (nats): the mean over fits of each fit's maximum over beta, clipped to
             ``[0, certificate]``.
-        low, high: its interval (bootstrap over episodes, spread of the fits, refit allowance;
-            see :class:`~imitation_meg.approx.ApproxMEGResult`).
+        low: the interval's lower end (bootstrap over episodes, spread of the fits, refit
+            allowance; see :class:`~imitation_meg.approx.ApproxMEGResult`).
+        high: the interval's upper end.
         confidence: the interval's nominal coverage.
         beta: the maximiser of the fits' mean curve (utility units).
         certificate: ``E_pi[sum_t KL(pi(. | s_t) || u)]`` (``inf`` for laws with point masses).
         normalized: ``meg / certificate`` (0 when the certificate is 0, NaN when it is
             infinite).
-        horizon, mean_length, expected_return: ``H``, ``E_pi[T]``, the mean evaluation return.
-        n_env_steps, n_eval_episodes: cost and evaluation size.
+        horizon: ``H``.
+        mean_length: ``E_pi[T]``.
+        expected_return: the mean evaluation return.
+        n_env_steps: environment steps taken in all.
+        n_eval_episodes: evaluation episodes.
         models: per fit ``meg``, ``beta``, ``residual_mean``, ``residual_rms`` (at the
             estimate's beta, on the evaluation transitions, utility units), ``loss``, ``q_scale``.
-        seed_std, model_se, bootstrap_se: spreads.
+        seed_std: standard deviation of the single fits' estimates.
+        model_se: standard error of the mean over fits (``seed_std / sqrt(n_models)``).
+        bootstrap_se: standard error over evaluation episodes.
         residual_rms: mean over fits of the RMS residual as a fraction of ``q_scale``.
         at_boundary: the optimum is at the largest ``|beta|`` scanned.
-        stages, stage_intervals, allowance, refine_shift: the estimate after each stage, each
-            stage's ``(meg, low, high)``, the largest move from an earlier stage (added to the
-            interval) and the move from the first stage.
+        stages: the estimate after each stage.
+        stage_intervals: each stage's ``(meg, low, high)``.
+        allowance: the largest move from an earlier stage (added to the interval).
+        refine_shift: the move from the first stage.
         policy: what was scored (with its smoothing, if any).
         grid: the action grid (``kind`` and points).
         wall_time_s: seconds taken.

@@ -70,8 +70,10 @@ class ActionLaw:
         kind: ``"squashed"`` (``mean``, ``std`` of the pre-squash Gaussian in the box scaled to
             ``[-1, 1]``), ``"clipped"`` (``mean``, ``std`` in the environment's units) or
             ``"uniform"`` (the uniform density on the box; ``mean``, ``std`` unused).
-        mean, std: ``(n, d)`` float64.
-        low, high: ``(d,)`` the environment's box.
+        mean: ``(n, d)`` float64.
+        std: ``(n, d)`` float64.
+        low: ``(d,)`` the environment's box.
+        high: ``(d,)`` the environment's box.
     """
 
     kind: str

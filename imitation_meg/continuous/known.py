@@ -137,10 +137,12 @@ class ContinuousMEGObjective:
         level: the quadrature refinement (panels doubled ``level`` times).
 
     Attributes:
-        unit, shift: the utility's normalisation ``r_n = (r - shift) / unit`` (``unit = 0``:
-            a constant utility).
+        unit: the scale of the utility's normalisation ``r_n = (r - shift) / unit``
+            (``unit = 0``: a constant utility).
+        shift: its offset.
         certificate: ``E_pi[sum_t KL(pi_t(. | s_t) || u)]``.
-        n_model_points, n_behaviour_points: the rules' sizes (per state).
+        n_model_points: the model's rule's size (per state).
+        n_behaviour_points: the behaviour's rule's size (per state).
     """
 
     def __init__(
@@ -258,8 +260,9 @@ class ContinuousMEGResult:
             point masses).
         normalized: ``meg / certificate`` in ``[0, 1]`` (0 when the certificate is 0, NaN when
             it is infinite).
-        expected_utility, model_expected_utility, uniform_expected_utility: ``E[sum_t r]`` of
-            the policy, the fitted model and the uniform policy.
+        expected_utility: ``E[sum_t r]`` of the policy.
+        model_expected_utility: the same of the fitted model.
+        uniform_expected_utility: the same of the uniform policy.
         grad: ``dL/dbeta`` at ``beta`` (utility units).
         converged: the 1-D solve met its tolerance and the quadrature its accuracy.
         at_boundary: the solver found the supremum at a limit (never for a density).

@@ -34,8 +34,10 @@ class BoxEnvSource(EnvSource):
         horizon: decisions per episode ``H``; default the environment's time limit.
 
     Attributes:
-        low, high: ``(d,)`` the action box; action_dim: ``d``; plus those of ``EnvSource``
-        (``observation_space``, ``horizon``, ``name``, ``obs_dim``, ``env_limit``).
+        low: ``(d,)`` the action box's lower bounds.
+        high: ``(d,)`` its upper bounds.
+        action_dim: ``d``. The other attributes are those of ``EnvSource``
+            (``observation_space``, ``horizon``, ``name``, ``obs_dim``, ``env_limit``).
 
     Raises:
         TypeError: not a ``Box`` action space, or not an environment.
@@ -69,8 +71,10 @@ class Laws:
 
     Attributes:
         kind: ``"squashed"``, ``"clipped"`` or ``"uniform"``.
-        mean, std: ``(N, d)`` (see :class:`~imitation_meg.continuous.densities.ActionLaw`).
-        low, high: ``(d,)`` the box.
+        mean: ``(N, d)`` (see :class:`~imitation_meg.continuous.densities.ActionLaw`).
+        std: ``(N, d)``.
+        low: ``(d,)`` the box.
+        high: ``(d,)`` the box.
     """
 
     kind: str

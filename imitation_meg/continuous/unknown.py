@@ -190,7 +190,8 @@ class ContinuousUnknownResult:
         meg: ``sup_theta L(theta)`` (nats, ``>= 0``).
         theta: ``(F,)`` the maximiser in the caller's feature units (0 for dropped constant
             features; defined up to the flat directions of ``L``).
-        certificate, normalized: as for :class:`~imitation_meg.continuous.ContinuousMEGResult`.
+        certificate: as for :class:`~imitation_meg.continuous.ContinuousMEGResult`.
+        normalized: as for :class:`~imitation_meg.continuous.ContinuousMEGResult`.
         grad_norm: the gradient's norm at ``theta`` (rescaled units).
         converged: Newton's decrement fell below tolerance and the quadrature met ``tol``.
         iterations: Newton steps at the last level.
