@@ -748,11 +748,6 @@ ROWS: dict[str, Callable[..., Any]] = {
 
 
 def _child(kind: str, kwargs: dict[str, Any]) -> None:
-    from imitation_meg import _fused
-
-    # Steady state: the compiled pass on small MDPs from the first call (a process otherwise
-    # starts them on the torch passes; the rows time calls after a warm-up call anyway).
-    _fused.SMALL_WARMUP_SECONDS = 0.0
     threads = int(kwargs.pop("threads", 0))
     if threads > 0:  # else torch's default, as in a user's process
         th.set_num_threads(threads)

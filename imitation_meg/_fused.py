@@ -16,14 +16,12 @@ On a small MDP the torch pass costs the overhead of its calls (about a dozen per
 microseconds each), not its arithmetic: there one compiled call (:func:`_horizon`) runs the
 whole pass, every step and every beta, on one thread (same step loop, :func:`_rows`): on
 CliffWorld 10x4 (H = 30) a whole MEG call takes about half the time of the torch passes'
-(docs/benchmark.md). But the first compiled pass in a process costs about half a second of CPU
-once (importing numba and loading the cached machine code), the time of a few dozen small torch
-passes. So small MDPs start on the torch passes, and a process switches to the compiled pass
-once its small torch passes have cost :data:`SMALL_WARMUP_SECONDS` (the rent-or-buy rule: at most
-twice the better choice's time in hindsight). A one-off command scoring one small policy never
-imports numba; a callback scoring every few thousand steps, or a sweep, switches within its
-first seconds. Large MDPs use the compiled passes from the first call (their passes cost more
-than the loading).
+(docs/benchmark.md). The first compiled pass in a process costs about half a second of CPU once
+(importing numba and loading the cached machine code), the time of a hundred small torch
+passes; a process that scores once is better off without it. :data:`COMPILED_SMALL` (the
+environment variable ``IMITATION_MEG_COMPILED_SMALL=0`` turns it off, and the one-off
+``imitation-meg score`` command does so for itself and its workers) chooses; the choice is
+fixed for a process, so its results do not depend on what ran before.
 
 Determinism: states are split into ``N_CHUNKS`` fixed chunks whatever the number of threads;
 each chunk accumulates its terms in float64 in state order and the chunks' sums are added in
@@ -36,11 +34,9 @@ loop (a few seconds; numba caches it on disk for later processes).
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import math
-import time
-from collections.abc import Iterator
+import os
 from typing import Any
 
 import numpy as np
@@ -56,16 +52,15 @@ _HAS_NUMBA = importlib.util.find_spec("numba") is not None
 numba: Any = None
 
 __all__ = [
+    "COMPILED_SMALL",
     "DIRECT_ENTRY",
     "FUSED_MIN_SA",
     "N_CHUNKS",
     "SMALL_MAX_WORK",
-    "SMALL_WARMUP_SECONDS",
     "available",
     "call_specialised",
     "derivative_pass",
     "small",
-    "torch_pass",
     "usable",
 ]
 
@@ -84,11 +79,8 @@ DIRECT_ENTRY = True
 # MDP, H = 50; CliffWorld 100x20) one beta still gains 1.4-1.5x but eight batched betas cost the
 # same or 5% more, and torch's passes use every core: the limit stays below that.
 SMALL_MAX_WORK = 1 << 20
-#: Seconds of small-MDP torch passes after which a process loads the compiled whole pass
-#: (about the one-time cost of loading it: 0.37 s on a quiet 2-core host, 0.55 s of CPU on a
-#: busy one).
-SMALL_WARMUP_SECONDS = 0.5
-_small_torch_seconds = 0.0  # spent so far in this process
+#: Whether small MDPs (:func:`small`) run the compiled whole pass (else the torch passes).
+COMPILED_SMALL = os.environ.get("IMITATION_MEG_COMPILED_SMALL", "1") != "0"
 # Fixed chunks of states (the unit of parallel work and of the accumulation order).
 N_CHUNKS = 256
 # States per block: the block's successors are gathered before its softmaxes are taken.
@@ -102,28 +94,12 @@ def available() -> bool:
 
 def usable(mdp: TabularMDP, r: th.Tensor) -> bool:
     """Whether a compiled pass runs for this MDP: numba installed, CPU, and either sparse and
-    large enough (:data:`FUSED_MIN_SA`) or small (:func:`small`) once the process has loaded
-    the small form or spent :data:`SMALL_WARMUP_SECONDS` in small torch passes."""
+    large enough (:data:`FUSED_MIN_SA`) or small (:func:`small`, with :data:`COMPILED_SMALL`)."""
     if not (_HAS_NUMBA and r.device.type == "cpu" and r.dtype in (th.float32, th.float64)):
         return False
     if small(mdp):
-        return _compiled_small is not None or _small_torch_seconds >= SMALL_WARMUP_SECONDS
+        return COMPILED_SMALL
     return mdp.n_states * mdp.n_actions > FUSED_MIN_SA and not mdp.operator.has_dense(r.dtype)
-
-
-@contextlib.contextmanager
-def torch_pass(mdp: TabularMDP) -> Iterator[None]:
-    """Wrap a torch pass that ran where :func:`usable` said no: a small MDP's time counts
-    towards :data:`SMALL_WARMUP_SECONDS`."""
-    global _small_torch_seconds
-    if not (_HAS_NUMBA and small(mdp)):
-        yield
-        return
-    start = time.process_time()
-    try:
-        yield
-    finally:
-        _small_torch_seconds += time.process_time() - start
 
 
 def small(mdp: TabularMDP) -> bool:

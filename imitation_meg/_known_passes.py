@@ -250,8 +250,7 @@ def derivative_pass(
     """
     if _fused.usable(mdp, r):  # numba on CPU: large sparse MDPs (a loop per step) or small ones
         return _fused.derivative_pass(mdp, r, beh, betas, second=second)
-    with _fused.torch_pass(mdp):
-        return _torch_derivative_pass(mdp, r, beh, betas, second)
+    return _torch_derivative_pass(mdp, r, beh, betas, second)
 
 
 def _torch_derivative_pass(
@@ -330,8 +329,7 @@ def zero_pass(
     """
     if _fused.usable(mdp, r):  # the fused derivative pass at beta = 0 costs about the same
         return _fused.derivative_pass(mdp, r, beh, r.new_zeros(1), second=True)
-    with _fused.torch_pass(mdp):
-        return _torch_zero_pass(mdp, r, beh)
+    return _torch_zero_pass(mdp, r, beh)
 
 
 def _torch_zero_pass(

@@ -286,7 +286,17 @@ def _check_single_policy_outputs(args: argparse.Namespace) -> None:
     _check_outputs(args)
 
 
+def _one_off_passes() -> None:
+    """A command that scores once: small MDPs on the torch passes (loading numba's compiled
+    pass costs more than it saves), here and in the workers it starts."""
+    from imitation_meg import _fused
+
+    os.environ["IMITATION_MEG_COMPILED_SMALL"] = "0"
+    _fused.COMPILED_SMALL = False
+
+
 def _score(args: argparse.Namespace) -> int:
+    _one_off_passes()
     if args.env is not None and not _is_minigrid(args.env) and _env_has_box_actions(args.env):
         from imitation_meg.continuous.score import score_continuous
 

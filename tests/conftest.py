@@ -11,12 +11,6 @@ from hypothesis import settings
 
 th.set_num_threads(1)
 
-# The compiled whole pass on small MDPs from the first call (a process otherwise starts them on
-# the torch passes and switches after ``SMALL_WARMUP_SECONDS``): every test takes one path,
-# whatever ran before it. ``tests/test_fused.py`` tests the switch in a fresh process.
-from imitation_meg import _fused  # noqa: E402
-
-_fused.SMALL_WARMUP_SECONDS = 0.0
 
 # Property tests draw the same examples on every run by default, so a landing never depends on
 # the luck of the draw; ``HYPOTHESIS_PROFILE=explore make test`` draws fresh, and more, examples

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -143,33 +144,26 @@ def test_fused_pass_runs_only_where_it_pays(monkeypatch):
     assert im.meg(policies.epsilon_greedy(small, 0.3), small).converged  # the torch passes
 
 
-def test_small_mdps_start_on_torch_and_switch_once_it_pays():
-    """A fresh process: the first small MEG call runs the torch passes without importing numba;
-    once small torch passes have cost ``SMALL_WARMUP_SECONDS`` of CPU the compiled pass takes
-    over, with the same MEG."""
+def test_compiled_small_off_never_imports_numba_and_gives_the_same_meg():
+    """``IMITATION_MEG_COMPILED_SMALL=0`` (what a one-off ``imitation-meg score`` sets): small
+    MDPs run the torch passes and numba is never imported; by default the compiled pass runs.
+    Both give the same MEG."""
     code = """
-import json, sys, time
+import json, sys
 import imitation_meg as im
 from imitation_meg import _fused, policies
 mdp = im.envs.cliff_world(width=10, height=4)
-pi = policies.epsilon_greedy(mdp, 0.1)
-first = im.meg(pi, mdp).meg
-out = {"after_one": "numba" in sys.modules, "spent": _fused._small_torch_seconds,
-       "warmup": _fused.SMALL_WARMUP_SECONDS}
-calls = 1
-while _fused._compiled_small is None and calls < 2000:
-    im.meg(pi, mdp)
-    calls += 1
-out.update(calls=calls, spent_at_switch=_fused._small_torch_seconds, first=first,
-           compiled=im.meg(pi, mdp).meg, numba="numba" in sys.modules)
-print(json.dumps(out))
+res = im.meg(policies.epsilon_greedy(mdp, 0.1), mdp)
+print(json.dumps({"meg": res.meg, "numba": "numba" in sys.modules,
+                  "compiled": _fused.COMPILED_SMALL}))
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600
-    )
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["warmup"] > 0  # the library's default (this suite sets it to 0)
-    assert not out["after_one"] and 0 < out["spent"] < out["warmup"]
-    assert out["numba"] and out["calls"] > 1
-    assert out["spent_at_switch"] >= out["warmup"]
-    assert out["compiled"] == pytest.approx(out["first"], rel=1e-10)
+    runs = {}
+    for flag in ("0", "1"):
+        env = {**os.environ, "IMITATION_MEG_COMPILED_SMALL": flag}
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+        )
+        runs[flag] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert runs["0"]["compiled"] is False and runs["0"]["numba"] is False
+    assert runs["1"]["compiled"] is True and runs["1"]["numba"] is True
+    assert runs["0"]["meg"] == pytest.approx(runs["1"]["meg"], rel=1e-12)
