@@ -11,6 +11,7 @@ subcommands live here by design, as the only place that parses command lines.)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import math
@@ -19,7 +20,7 @@ import pathlib
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 __all__ = ["build_parser", "format_table", "main"]
@@ -286,17 +287,32 @@ def _check_single_policy_outputs(args: argparse.Namespace) -> None:
     _check_outputs(args)
 
 
-def _one_off_passes() -> None:
+@contextlib.contextmanager
+def _one_off_passes() -> Iterator[None]:
     """A command that scores once: small MDPs on the torch passes (loading numba's compiled
-    pass costs more than it saves), here and in the workers it starts."""
+    pass costs more than it saves), here and in the workers it starts; the caller's setting
+    is back afterwards (the command also runs inside other programs: ``main(argv)``)."""
     from imitation_meg import _fused
 
-    os.environ["IMITATION_MEG_COMPILED_SMALL"] = "0"
-    _fused.COMPILED_SMALL = False
+    key = "IMITATION_MEG_COMPILED_SMALL"
+    before, compiled = os.environ.get(key), _fused.COMPILED_SMALL
+    os.environ[key], _fused.COMPILED_SMALL = "0", False
+    try:
+        yield
+    finally:
+        _fused.COMPILED_SMALL = compiled
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
 
 
 def _score(args: argparse.Namespace) -> int:
-    _one_off_passes()
+    with _one_off_passes():
+        return _score_once(args)
+
+
+def _score_once(args: argparse.Namespace) -> int:
     if args.env is not None and not _is_minigrid(args.env) and _env_has_box_actions(args.env):
         from imitation_meg.continuous.score import score_continuous
 

@@ -167,3 +167,13 @@ print(json.dumps({"meg": res.meg, "numba": "numba" in sys.modules,
     assert runs["0"]["compiled"] is False and runs["0"]["numba"] is False
     assert runs["1"]["compiled"] is True and runs["1"]["numba"] is True
     assert runs["0"]["meg"] == pytest.approx(runs["1"]["meg"], rel=1e-12)
+
+
+def test_the_score_command_leaves_the_callers_setting(tmp_path):
+    """``imitation-meg score`` runs small MDPs on the torch passes while it runs (through
+    ``main(argv)`` too), and gives the caller's setting back."""
+    from imitation_meg.cli import main
+
+    before = (_fused.COMPILED_SMALL, os.environ.get("IMITATION_MEG_COMPILED_SMALL"))
+    assert main(["score", "--cliff-world", "--horizon", "6", "--policy", "uniform"]) == 0
+    assert (_fused.COMPILED_SMALL, os.environ.get("IMITATION_MEG_COMPILED_SMALL")) == before
