@@ -63,11 +63,6 @@ _LAM_MIN = 1e-6
 _CONSTANT_DIRECTION_MAX_F = 64
 # Smallest fraction of a Newton step that backtracking tries.
 _BACKTRACK_MIN = 2.0**-30
-# CG may stop once the residual's squared norm (in the diagonal preconditioner's metric) is at
-# most this fraction of the tolerance of L. Off (0): on badly conditioned classes the truncated
-# step's decrement understated the gap (a trained MCE-IRL's class stopped 3.3e-8 nats short of
-# its optimum with converged=True, tests/adapters/test_mce_irl.py).
-_CG_FLOOR = 0.0
 # The compiled passes precondition one-hot classes by the one-step curvature plus this much of
 # the visits (which bound the curvature of a state's reward from above).
 _VISITS_IN_CURVATURE = 1e-3
@@ -634,7 +629,6 @@ def maximise(
             max(50, min(4 * F, _CG_MAX)),
             keep_out,
             recycled if _RECYCLE_PAIRS > 0 else None,
-            math.sqrt(_CG_FLOOR * tol * max(1.0, abs(L))),
         )
         out["cg_iterations"] += n_cg
         gp = _dot(g, p)
@@ -737,7 +731,6 @@ def _pcg(
     max_iter: int,
     keep_out: Any = None,
     pre: _Recycled | None = None,
-    floor: float = 0.0,
 ) -> tuple[th.Tensor, th.Tensor, int]:
     """Preconditioned conjugate gradients for ``B p = g`` (``B p = matvec(p)``), to relative
     residual ``eta`` in the norm of the diagonal ``diag``; stops early on non-positive
@@ -761,7 +754,7 @@ def _pcg(
     z = precondition(r)
     p = z.clone()
     rz = _dot(r, z)
-    target = max(eta * math.sqrt(_dot(r, r / diag)), floor)
+    target = eta * math.sqrt(_dot(r, r / diag))
     n = 0
     for n in range(1, max_iter + 1):
         Bp = matvec(p)
