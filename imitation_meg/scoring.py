@@ -161,8 +161,8 @@ def policy_of(source: str, mdp: TabularMDP, opts: ScoreOptions) -> tuple[Any, di
                 f"to {source!r}."
             )
         return (policies.uniform(mdp) if source == "uniform" else policies.optimal(mdp)), {}
-    from imitation_meg.adapters import policy_table
-    from imitation_meg.adapters.dispatch import resolve_source
+    from imitation_meg.adapters import resolve_policy
+    from imitation_meg.adapters.dispatch import table_of
     from imitation_meg.adapters.sb3 import read_model_info
 
     p = pathlib.Path(source)
@@ -175,28 +175,19 @@ def policy_of(source: str, mdp: TabularMDP, opts: ScoreOptions) -> tuple[Any, di
             f"--policy {source!r} is neither a saved model (.zip or RL Zoo run folder) nor one "
             f"of {list(BUILTIN_POLICIES)}."
         )
-    path, _, zoo_stats, zoo_algo = resolve_source(source, mdp)
-    info = read_model_info(path)
-    pi = policy_table(
-        source,
-        mdp,
-        epsilon=opts.epsilon,
-        algo=opts.algo,
-        env=opts.env,
-        vec_normalize=opts.vec_normalize,
-        action_masks=opts.action_masks,
+    resolved = resolve_policy(
+        source, mdp, algo=opts.algo, env=opts.env, vec_normalize=opts.vec_normalize
     )
-    algo = opts.algo or info.algo or zoo_algo
-    stats = zoo_stats if opts.vec_normalize is None else opts.vec_normalize
-    if isinstance(stats, str) and stats == "auto":
-        from imitation_meg.adapters.sb3 import stats_beside
-
-        stats = stats_beside(path)
+    pi = table_of(resolved, mdp, env=opts.env, epsilon=opts.epsilon, action_masks=opts.action_masks)
+    assert resolved.model_path is not None  # a file source (checked above)
+    info = read_model_info(resolved.model_path)
+    algo = opts.algo or info.algo or resolved.algo
+    stats = resolved.statistics_path
     return pi, {
         "algo": algo.lower() if isinstance(algo, str) else algo,
         "timesteps": info.num_timesteps,
-        "model": str(path),
-        "vec_normalize": str(stats) if isinstance(stats, (str, os.PathLike)) else None,
+        "model": str(resolved.model_path),
+        "vec_normalize": None if stats is None else str(stats),
     }
 
 

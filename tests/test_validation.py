@@ -3,7 +3,8 @@ result, never a library's internal error or a silently wrong number.
 
 The property test feeds malformed arrays (complex, object, empty, 0-d, ragged) in each array
 argument of every function of ``imitation_meg.__all__`` that takes arrays or MDPs (and the
-policy builders of ``imitation_meg.policies``), and MDPs whose horizon no memory can hold. A
+policy builders of ``imitation_meg.policies``; the continuous-action MDP, policies and MEG of
+``imitation_meg.continuous``), and MDPs whose horizon no memory can hold. A
 clear error is one the package raises itself, naming the problem: its innermost frame lies in
 ``imitation_meg`` (a numpy / torch error escaping from inside is a defect, a wrapped one is
 fine). The named regressions of issue 38 follow.
@@ -27,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import imitation_meg as im
+from imitation_meg import continuous as cont
 from imitation_meg import policies
 from imitation_meg._validation import (
     MEMORY_CHECK_BYTES,
@@ -36,6 +38,7 @@ from imitation_meg._validation import (
     horizon_bytes,
 )
 from imitation_meg.cid import Chance, Decision, Utility, examples
+from imitation_meg.continuous import policies as cpolicies
 from imitation_meg.report import meg_summary
 
 PACKAGE = str(pathlib.Path(im.__file__).parent)
@@ -67,6 +70,26 @@ def _malformed(kind: str, shape: tuple[int, ...]) -> Any:
 
 
 KINDS = ("complex", "complex_tensor", "object", "empty", "zero_d", "ragged")
+
+
+def _box_transition(states: th.Tensor, actions: th.Tensor) -> th.Tensor:
+    """Three states; the action's sign picks the next state's odds (smooth in the action)."""
+    logits = th.stack([actions[:, 0], -actions[:, 0], th.zeros_like(actions[:, 0])], dim=-1)
+    return th.softmax(logits, dim=-1)
+
+
+def _box_mdp(**kwargs: Any) -> Any:
+    args: dict[str, Any] = {"low": [-1.0], "high": [1.0], "utility": [0.0, 1.0, 0.5]}
+    args.update(kwargs)
+    low, high = args.pop("low"), args.pop("high")
+    return cont.ContinuousMDP(3, low, high, 2, _box_transition, **args)
+
+
+BOX_MDP = _box_mdp()
+
+
+def _box_meg(policy: Any, **kwargs: Any) -> Any:
+    return cont.meg_continuous(policy, BOX_MDP, **kwargs)
 
 
 def _mouse_policy(table: Any) -> dict[str, Any]:
@@ -137,6 +160,25 @@ ENTRY_POINTS: dict[str, tuple[Callable[[Any], Any], tuple[int, ...]]] = {
     "policies.soft_optimal(beta)": (lambda x: policies.soft_optimal(MDP, x), ()),
     "meg_approx(policy)": (lambda x: im.meg_approx(x, "CartPole-v1"), (4, 2)),
     "meg_approx(env)": (lambda x: im.meg_approx("uniform", x), (4,)),
+    # Box actions (imitation_meg.continuous): the MDP's arrays, the policies' tables, utilities.
+    "ContinuousMDP(low)": (lambda x: _box_mdp(low=x), (1,)),
+    "ContinuousMDP(high)": (lambda x: _box_mdp(high=x), (1,)),
+    "ContinuousMDP(initial_state_dist)": (lambda x: _box_mdp(initial_state_dist=x), (3,)),
+    "ContinuousMDP(observations)": (lambda x: _box_mdp(observations=x), (3, 2)),
+    "ContinuousMDP(utility)": (lambda x: _box_mdp(utility=x), (3,)),
+    "GaussianPolicy(mean)": (
+        lambda x: _box_meg(cpolicies.GaussianPolicy(x, np.ones((3, 1)))),
+        (3, 1),
+    ),
+    "GaussianPolicy(std)": (
+        lambda x: _box_meg(cpolicies.GaussianPolicy(np.zeros((3, 1)), x)),
+        (3, 1),
+    ),
+    "meg_continuous(utility)": (lambda x: _box_meg(cpolicies.uniform(BOX_MDP), utility=x), (3,)),
+    "meg_continuous_unknown(features)": (
+        lambda x: cont.meg_continuous_unknown(cpolicies.uniform(BOX_MDP), BOX_MDP, features=x),
+        (3, 2),
+    ),
 }
 
 
@@ -168,12 +210,17 @@ CORRECT_AS: dict[tuple[str, str], Any] = {
     ("policies.soft_optimal(beta)", "zero_d"): lambda: policies.soft_optimal(MDP, 0.5),
     # a target is any labelling of the states; six equal labels are a constant target
     ("meg_target(target)", "object"): lambda: im.meg_target(PI, MDP, np.zeros(S)),
+    # a scalar bound of a one-dimensional box is that box
+    ("ContinuousMDP(low)", "zero_d"): lambda: _box_mdp(low=[0.5]),
+    ("ContinuousMDP(high)", "zero_d"): lambda: _box_mdp(low=[-1.0], high=[0.5]),
 }
 
 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, th.Tensor):
         return bool(th.equal(a, b))
+    if isinstance(a, cont.ContinuousMDP):
+        return bool(np.array_equal(a.low, b.low) and np.array_equal(a.high, b.high))
     if isinstance(a, im.MEGResult):
         return a.meg == b.meg and a.converged == b.converged
     return bool(th.equal(a.log_pi, b.log_pi) and th.equal(a.V, b.V))

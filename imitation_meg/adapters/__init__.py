@@ -1,10 +1,12 @@
 """Adapters that translate foreign objects into policies, utilities and MDPs.
 
-:func:`policy_table` is the one entry point for policies of every kind. The submodules import
+:func:`resolve_policy` is the one front door for policies of every kind, and
+:func:`policy_table` their ``(S, A)`` table. The submodules import
 stable-baselines3, sb3-contrib and imitation only when they handle one of their objects, so
 ``import imitation_meg.adapters`` stays light:
 
-- :mod:`imitation_meg.adapters.dispatch`: :func:`policy_table`, recognising what it is given.
+- :mod:`imitation_meg.adapters.dispatch`: :func:`resolve_policy`, recognising what it is given,
+  and :func:`policy_table`.
 - :mod:`imitation_meg.adapters.observations`: what a policy observes in each state; callables.
 - :mod:`imitation_meg.adapters.sb3`: policy tables of SB3 policies.
 - :mod:`imitation_meg.adapters.saved_models`: saved models, the algorithm read from the zip.
@@ -15,6 +17,6 @@ stable-baselines3, sb3-contrib and imitation only when they handle one of their 
 - :mod:`imitation_meg.adapters.mce_irl`: imitation ``RewardNet`` utilities and ``MCEIRL`` scores.
 """
 
-from imitation_meg.adapters.dispatch import policy_table
+from imitation_meg.adapters.dispatch import ResolvedPolicy, policy_table, resolve_policy
 
-__all__ = ["policy_table"]
+__all__ = ["ResolvedPolicy", "policy_table", "resolve_policy"]

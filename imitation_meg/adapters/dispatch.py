@@ -1,6 +1,12 @@
-"""One entry point for every kind of policy: :func:`policy_table`.
+"""One front door for every kind of policy: :func:`resolve_policy`, and its table :func:`policy_table`.
 
-It recognises what it is given and hands it to the adapter of that kind:
+:func:`resolve_policy` turns whatever a user has (a live model, a saved ``.zip``, an RL Zoo run
+folder, an imitation name, a callable, an array) into the policy object to read, with the
+statistics, environment and algorithm that came with it. Every path that scores a policy goes
+through it: :func:`policy_table` (tabular MEG, the CLI, :mod:`imitation_meg.scoring`, the
+callback), :func:`imitation_meg.approx.as_policy_fn` (MEG beyond tabular) and
+:func:`imitation_meg.continuous.as_continuous_policy` (``Box`` actions). It recognises what it
+is given and hands it to the adapter of that kind:
 
 - SB3 and sb3-contrib models and policies (:mod:`imitation_meg.adapters.sb3`,
   :mod:`imitation_meg.adapters.contrib`), live or saved as ``.zip`` (the algorithm read from the
@@ -17,7 +23,7 @@ from __future__ import annotations
 import os
 import pathlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch as th
@@ -38,16 +44,21 @@ from imitation_meg.type_aliases import (
     VecNormalizeLike,
 )
 
-__all__ = ["policy_table", "resolve_source"]
+__all__ = ["ResolvedPolicy", "policy_table", "resolve_policy", "resolve_source"]
 
 
 def resolve_source(
-    source: str | os.PathLike[str], mdp_or_env: Any = None, *, horizon: int | None = None
+    source: str | os.PathLike[str],
+    mdp_or_env: Any = None,
+    *,
+    horizon: int | None = None,
+    need_env: bool = True,
 ) -> tuple[pathlib.Path, Any, Any, str | None]:
     """For a path: the model file, the MDP (or env) to score in, the statistics, and RL Zoo's
     algorithm name.
 
-    An RL Zoo run folder gives its final model, its environment (when ``mdp_or_env`` is None)
+    ``need_env=False`` accepts a model file without an environment (the caller brings its own,
+    as the estimators beyond tabular do). An RL Zoo run folder gives its final model, its environment (when ``mdp_or_env`` is None)
     and its ``vecnormalize.pkl``; a folder with ``model.zip`` gives that file.
 
     Raises:
@@ -68,12 +79,128 @@ def resolve_source(
                 f"{str(p)!r} is a folder but neither an RL Zoo run folder (<EnvName>/config.yml) "
                 "nor one holding model.zip; pass the model's .zip."
             )
-    if mdp_or_env is None:
+    if mdp_or_env is None and need_env:
         raise ValueError(
             f"scoring {str(p)!r} needs the environment: pass mdp_or_env= (CLI: --env or "
             "--cliff-world); only RL Zoo run folders record theirs."
         )
     return p, mdp_or_env, None, None
+
+
+class ResolvedPolicy(NamedTuple):
+    """A policy source read by :func:`resolve_policy`.
+
+    Attributes:
+        policy: the object to read probabilities from: an SB3 / sb3-contrib ``BasePolicy`` (an
+            algorithm's ``.policy``, imitation's BC / GAIL / ``load_policy`` policies among
+            them), imitation's ``TabularPolicy`` or ``NonTrainablePolicy``, a callable, or an
+            array, as given.
+        vec_normalize: the ``VecNormalize`` whose observation statistics the policy expects,
+            or None.
+        mdp_or_env: where to score it: as given, or the environment an RL Zoo run records.
+        algo: the algorithm's class name (``"PPO"``) when the source was an algorithm, live or
+            saved; else the name given or RL Zoo's folder's; None for a policy object.
+        model_path: the model file for a saved model, else None.
+        statistics_path: the statistics file used, when they were read from one.
+    """
+
+    policy: Any
+    vec_normalize: Any
+    mdp_or_env: Any
+    algo: str | None
+    model_path: pathlib.Path | None
+    statistics_path: pathlib.Path | None
+
+
+def resolve_policy(
+    model_or_policy: PolicySource,
+    mdp_or_env: TabularMDP | EnvLike | None = None,
+    *,
+    algo: str | type | None = None,
+    env: EnvLike | None = None,
+    horizon: int | None = None,
+    vec_normalize: VecNormalizeLike = None,
+    load_kwargs: dict[str, Any] | None = None,
+    device: str = "cpu",
+) -> ResolvedPolicy:
+    """Read a policy source: load what is saved, unwrap algorithms, find the statistics.
+
+    This is the one place that recognises sources; :func:`policy_table` and the estimators
+    beyond tabular read probabilities from what it returns.
+
+    Args:
+        model_or_policy: see :func:`policy_table`.
+        mdp_or_env: the MDP or environment to score in, if known (an RL Zoo run folder brings
+            its own when this is None).
+        algo: for ``.zip`` paths: the algorithm's name or class (default read from the zip).
+        env: the environment (or id) for imitation ``load_policy`` names, when ``mdp_or_env``
+            is a ready MDP.
+        horizon: horizon of an RL Zoo run's environment.
+        vec_normalize: see :func:`policy_table`.
+        load_kwargs: keyword arguments for imitation's ``load_policy``.
+        device: torch device for loading.
+
+    Returns:
+        A :class:`ResolvedPolicy`.
+
+    Raises:
+        ValueError: options that apply only to saved models given with a live one, an
+            ``algo`` that contradicts the zip, an unknown name, a name without an environment.
+        FileNotFoundError: a missing model or statistics file.
+        TypeError: statistics that are not a ``VecNormalize``.
+
+    Warns:
+        UnusedStatisticsWarning: a saved model resolved without the statistics beside it.
+    """
+    obj = model_or_policy
+    model_path = stats_path = None
+    if isinstance(obj, (str, os.PathLike)) and _is_file_source(obj):
+        if load_kwargs:
+            raise ValueError("load_kwargs= applies to imitation load_policy names, not models.")
+        model_path, mdp_or_env, zoo_stats, zoo_algo = resolve_source(
+            obj, mdp_or_env, horizon=horizon, need_env=False
+        )
+        algo = algo if algo is not None else zoo_algo
+        if vec_normalize is None and zoo_stats is not None:
+            vec_normalize = zoo_stats
+        else:
+            vec_normalize = sb3.vec_normalize_for_file(model_path, vec_normalize)
+        stats_path = _statistics_file(vec_normalize)
+        obj = sb3.load_model(model_path, algo, device=device)
+    else:
+        _check_live_source(obj, algo, vec_normalize)
+        stats_path = _statistics_file(vec_normalize)
+    if isinstance(obj, (str, os.PathLike)):
+        name_env = env if env is not None else _env_of(mdp_or_env)
+        obj = _load_imitation_name(
+            os.fspath(obj), env=name_env, where=mdp_or_env, load_kwargs=load_kwargs
+        )
+    if sb3.is_sb3_algorithm(obj):
+        if vec_normalize is None:
+            vec_normalize = sb3.vec_normalize_of(obj)
+        algo = type(obj).__name__
+        obj = getattr(obj, "policy")  # noqa: B009 (an SB3 algorithm, whatever its static type)
+    return ResolvedPolicy(
+        policy=obj,
+        vec_normalize=sb3.resolve_vec_normalize(vec_normalize),
+        mdp_or_env=mdp_or_env,
+        algo=algo if isinstance(algo, str) or algo is None else algo.__name__,
+        model_path=model_path,
+        statistics_path=stats_path,
+    )
+
+
+def _statistics_file(vec_normalize: object) -> pathlib.Path | None:
+    if isinstance(vec_normalize, (str, os.PathLike)) and os.fspath(vec_normalize) != "auto":
+        return pathlib.Path(vec_normalize)
+    return None
+
+
+def _env_of(mdp_or_env: object) -> Any:
+    """The environment (or id) ``mdp_or_env`` names, or None for a ready MDP."""
+    if mdp_or_env is None or isinstance(mdp_or_env, TabularMDP):
+        return None
+    return mdp_or_env
 
 
 def policy_table(
@@ -155,36 +282,50 @@ def policy_table(
         >>> tuple(pi.shape)
         (8, 4)
     """
-    if epsilon is not None:
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.floating)):
-            raise TypeError(f"epsilon must be a float in [0, 1], got {epsilon!r}.")
-        if not 0.0 <= float(epsilon) <= 1.0:
-            raise ValueError(f"epsilon must lie in [0, 1], got {epsilon}.")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-
-    obj = model_or_policy
-    if isinstance(obj, (str, os.PathLike)) and _is_file_source(obj):
-        if load_kwargs:
-            raise ValueError("load_kwargs= applies to imitation load_policy names, not models.")
-        obj, mdp_or_env, vec_normalize = _load_file(
-            obj, mdp_or_env, algo, horizon, vec_normalize, device
-        )
-    else:
-        _check_live_source(obj, algo, vec_normalize)
-    if mdp_or_env is None:
+    _check_table_options(epsilon, batch_size)
+    resolved = resolve_policy(
+        model_or_policy,
+        mdp_or_env,
+        algo=algo,
+        env=env,
+        horizon=horizon,
+        vec_normalize=vec_normalize,
+        load_kwargs=load_kwargs,
+        device=device,
+    )
+    if resolved.mdp_or_env is None:
+        what = "policy_table" if resolved.model_path is None else repr(str(resolved.model_path))
         raise ValueError(
-            "policy_table needs mdp_or_env= (a TabularMDP, a gymnasium env or id); only RL Zoo "
-            "run folders record their environment."
+            f"scoring {what} needs the environment: pass mdp_or_env= (a TabularMDP, a gymnasium "
+            "env or id; CLI: --env or --cliff-world); only RL Zoo run folders record theirs."
         )
-    mdp, source_env = resolve_mdp(mdp_or_env, horizon=horizon)
+    mdp, source_env = resolve_mdp(resolved.mdp_or_env, horizon=horizon)
     env = env if env is not None else source_env
-    if isinstance(obj, (str, os.PathLike)):
-        obj = _load_imitation_name(os.fspath(obj), env=env, mdp=mdp, load_kwargs=load_kwargs)
-    if sb3.is_sb3_algorithm(obj):
-        if vec_normalize is None:
-            vec_normalize = sb3.vec_normalize_of(obj)
-        obj = getattr(obj, "policy")  # noqa: B009 (an SB3 algorithm, whatever its static type)
+    return table_of(
+        resolved,
+        mdp,
+        env=env,
+        epsilon=epsilon,
+        observations=observations,
+        action_masks=action_masks,
+        batch_size=batch_size,
+    )
+
+
+def table_of(
+    resolved: ResolvedPolicy,
+    mdp: TabularMDP,
+    *,
+    env: EnvLike | None = None,
+    epsilon: float | None = None,
+    observations: ArrayLike | None = None,
+    action_masks: ArrayLike | Callable[[int], ArrayLike] | bool | None = None,
+    batch_size: int = DEFAULT_BATCH,
+) -> th.Tensor:
+    """The ``(S, A)`` table of a policy :func:`resolve_policy` read (see :func:`policy_table`
+    for the arguments)."""
+    _check_table_options(epsilon, batch_size)
+    obj = resolved.policy
     # imitation's policies first: they are SB3 policies too, with tables of their own.
     if _is_imitation_policy(obj) or not sb3.is_sb3_policy(obj):
         return _other_table(obj, mdp, epsilon, observations, batch_size)
@@ -195,38 +336,26 @@ def policy_table(
         mdp,
         epsilon=epsilon,
         observations=observations,
-        vec_normalize=sb3.resolve_vec_normalize(vec_normalize),
+        vec_normalize=resolved.vec_normalize,
         action_masks=action_masks,
         batch_size=batch_size,
     )
+
+
+def _check_table_options(epsilon: object, batch_size: object) -> None:
+    if epsilon is not None:
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.floating)):
+            raise TypeError(f"epsilon must be a float in [0, 1], got {epsilon!r}.")
+        if not 0.0 <= float(epsilon) <= 1.0:
+            raise ValueError(f"epsilon must lie in [0, 1], got {epsilon}.")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
 
 
 def _is_imitation_policy(obj: object) -> bool:
     return is_loaded_instance(
         obj, "imitation.algorithms.mce_irl", "TabularPolicy"
     ) or is_loaded_instance(obj, "imitation.policies.base", "NonTrainablePolicy")
-
-
-def _load_file(
-    path_or_folder: str | os.PathLike[str],
-    mdp_or_env: TabularMDP | EnvLike | None,
-    algo: str | type | None,
-    horizon: int | None,
-    vec_normalize: VecNormalizeLike,
-    device: str,
-) -> tuple[Any, TabularMDP | EnvLike | None, VecNormalizeLike]:
-    """A saved model (``.zip`` or RL Zoo run folder) loaded, with the environment and the
-    ``VecNormalize`` statistics it records or that lie beside it."""
-    path, mdp_or_env, zoo_stats, zoo_algo = resolve_source(
-        path_or_folder, mdp_or_env, horizon=horizon
-    )
-    if zoo_algo is not None and algo is None:
-        algo = zoo_algo
-    if vec_normalize is None and zoo_stats is not None:
-        vec_normalize = zoo_stats
-    else:
-        vec_normalize = sb3.vec_normalize_for_file(path, vec_normalize)
-    return sb3.load_model(path, algo, device=device), mdp_or_env, vec_normalize
 
 
 def _check_live_source(obj: PolicySource, algo: str | type | None, vec_normalize: object) -> None:
@@ -293,7 +422,7 @@ def _masks_from_env(env: Any, mdp: TabularMDP) -> Any:
 
 
 def _load_imitation_name(
-    text: str, *, env: Any, mdp: TabularMDP, load_kwargs: dict[str, Any] | None
+    text: str, *, env: Any, where: object, load_kwargs: dict[str, Any] | None
 ) -> Any:
     from imitation_meg.adapters.imitation import load_policy, policy_names
 
@@ -306,6 +435,6 @@ def _load_imitation_name(
     if env is None:
         raise ValueError(
             f"loading imitation policy {text!r} needs the environment: pass env=<gym id or env> "
-            f"(the MDP {mdp.name} alone does not give the spaces)."
+            f"(the MDP {getattr(where, 'name', where)} alone does not give the spaces)."
         )
     return load_policy(text, env, **(load_kwargs or {}))

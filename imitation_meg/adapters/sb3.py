@@ -13,6 +13,8 @@ stable_baselines3 is imported only inside these functions.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -47,6 +49,7 @@ from imitation_meg.mdp import TabularMDP
 __all__ = [
     "SB3_ALGOS",
     "ObservationAliasingWarning",
+    "SB3ActionProbs",
     "SavedModelInfo",
     "UnusedStatisticsWarning",
     "algorithm_class",
@@ -55,6 +58,7 @@ __all__ = [
     "is_sb3_algorithm",
     "is_sb3_policy",
     "load_model",
+    "obs_preparer",
     "read_model_info",
     "resolve_mdp",
     "resolve_vec_normalize",
@@ -99,6 +103,151 @@ def epsilon_greedy_rows(values: th.Tensor, epsilon: float) -> th.Tensor:
     return (1.0 - epsilon) * greedy + epsilon / v.shape[-1]
 
 
+def obs_preparer(policy: Any, vec_normalize: Any) -> Callable[[Any], th.Tensor]:
+    """``obs -> tensor`` for an SB3 policy: a batch of raw observations, normalised by
+    ``vec_normalize``'s statistics where it normalises observations, through the policy's own
+    ``obs_to_tensor``."""
+    if vec_normalize is not None and not getattr(vec_normalize, "norm_obs", True):
+        vec_normalize = None
+
+    def prepare(obs: Any) -> th.Tensor:
+        o = np.asarray(obs)
+        if vec_normalize is not None:
+            o = np.asarray(vec_normalize.normalize_obs(o.astype(np.float32)), dtype=np.float32)
+        obs_t, _ = policy.obs_to_tensor(o)
+        return obs_t
+
+    return prepare
+
+
+class SB3ActionProbs:
+    """Action probabilities of an SB3 / sb3-contrib policy on batches of raw observations.
+
+    The one reader of SB3 policies: :func:`sb3_policy_table` applies it to every state's
+    observation, :func:`imitation_meg.approx.as_policy_fn` to observations met in rollouts.
+    Actor-critic policies (PPO, A2C, TRPO, MaskablePPO, RecurrentPPO at its fresh recurrent
+    state) give their distribution's probabilities; argmax policies (DQN, QR-DQN, ARS) give
+    ``(1 - epsilon) * greedy + epsilon * uniform`` over their action values.
+
+    Args:
+        policy: the model's ``.policy``.
+        epsilon: for argmax policies: required for DQN / QR-DQN (whose exploration rate is a
+            training schedule, not part of the learned policy), default 0 for ARS (which is
+            deterministic); refused for a policy with its own distribution.
+        vec_normalize: a ``VecNormalize`` with the training statistics, or None.
+
+    Attributes:
+        n_actions: ``|A|``.
+        name: a label for tables (the policy's class, with its epsilon).
+
+    Raises:
+        TypeError: non-Discrete actions, or a policy with neither a distribution nor action
+            values.
+        ValueError: DQN / QR-DQN without ``epsilon``, ``epsilon`` for a policy with its own
+            distribution.
+
+    Warns:
+        RecurrentPolicyWarning: RecurrentPPO (scored at its fresh recurrent state).
+    """
+
+    def __init__(self, policy: Any, *, epsilon: float | None = None, vec_normalize: Any = None):
+        import gymnasium as gym
+
+        from imitation_meg.adapters import contrib
+
+        what = f"the SB3 policy {type(policy).__name__}"
+        if not isinstance(policy.action_space, gym.spaces.Discrete):
+            raise TypeError(
+                f"{what} has a {type(policy.action_space).__name__} action space "
+                f"({policy.action_space}); MEG of these policies needs Discrete actions (Box "
+                "actions: imitation_meg.continuous)."
+            )
+        kind = _argmax_kind(policy)
+        if kind in ("dqn", "qrdqn") and epsilon is None:
+            name = "a DQN" if kind == "dqn" else "a QR-DQN"
+            raise ValueError(
+                f"{name} has no action distribution, only action values: pass epsilon= (e.g. "
+                "epsilon=model.exploration_final_eps, or 0.0 for the greedy policy; CLI: "
+                "--epsilon) to score its epsilon-greedy policy."
+            )
+        if kind is None:
+            if not hasattr(policy, "get_distribution"):
+                raise TypeError(
+                    f"{what} exposes neither get_distribution (actor-critic) nor action values "
+                    "(q_net, quantile_net, ARS); wrap it in a callable obs -> probs."
+                )
+            no_epsilon(epsilon, what)
+        self.recurrent = contrib.is_recurrent(policy)
+        if self.recurrent:
+            contrib.warn_recurrent(policy)
+        self.maskable = contrib.is_maskable(policy)
+        self.policy = policy
+        self.kind = kind
+        self.epsilon = float(epsilon or 0.0)
+        self._prepare = obs_preparer(policy, vec_normalize)
+        self.n_actions = int(policy.action_space.n)
+        self.what = what
+        self.name = type(policy).__name__ + (f" (epsilon {self.epsilon:g})" if kind else "")
+
+    def __call__(self, obs: Any, masks: np.ndarray | None = None) -> th.Tensor:
+        """``(n, A)`` float64 probabilities for a batch of ``n`` raw observations (``masks``:
+        MaskablePPO's ``(n, A)`` booleans)."""
+        from imitation_meg.adapters import contrib
+
+        with self._eval():
+            obs_t = self._prepare(obs)
+            if self.kind is not None:
+                values = contrib.action_values(self.policy, obs_t, self.kind)
+                return epsilon_greedy_rows(values, self.epsilon).cpu()
+            if self.recurrent:
+                dist = contrib.fresh_state_distribution(self.policy, obs_t)
+            elif self.maskable:
+                dist = self.policy.get_distribution(obs_t, action_masks=masks)
+            else:
+                dist = self.policy.get_distribution(obs_t)
+            probs = getattr(dist.distribution, "probs", None)
+            if probs is None:
+                raise TypeError(
+                    f"{self.what} has a {type(dist.distribution).__name__} distribution without "
+                    ".probs; MEG needs a Categorical (Discrete action) distribution."
+                )
+            p = probs.detach().to(th.float64).cpu()
+        return p / p.sum(-1, keepdim=True)
+
+    def features(self, obs: Any) -> th.Tensor:
+        """The policy's last hidden layer ``(n, F)`` (float32) for a batch of raw observations.
+
+        Raises:
+            ValueError: a policy without an MLP actor or Q-network (ARS, QR-DQN, RecurrentPPO).
+        """
+        with self._eval():
+            obs_t = self._prepare(obs)
+            if self.kind == "dqn":
+                net = self.policy.q_net
+                h = net.extract_features(obs_t, net.features_extractor)
+                for layer in list(net.q_net)[:-1]:  # all but the output layer
+                    h = layer(h)
+            elif self.kind is None and not self.recurrent and hasattr(self.policy, "mlp_extractor"):
+                h = self.policy.extract_features(obs_t, self.policy.pi_features_extractor)
+                h = self.policy.mlp_extractor.forward_actor(h)
+            else:
+                raise ValueError(
+                    f"{self.what} exposes no hidden layer this library reads; agent features "
+                    "need PPO / A2C / DQN with an MLP."
+                )
+        return h.to(th.float32).cpu()
+
+    @contextlib.contextmanager
+    def _eval(self) -> Iterator[None]:
+        was_training = self.policy.training
+        self.policy.set_training_mode(False)
+        try:
+            with th.no_grad():
+                yield
+        finally:
+            self.policy.set_training_mode(was_training)
+
+
 def sb3_policy_table(
     policy: Any,
     mdp: TabularMDP,
@@ -114,9 +263,7 @@ def sb3_policy_table(
     Args:
         policy: the model's ``.policy``.
         mdp: the MDP.
-        epsilon: for argmax policies: required for DQN / QR-DQN (whose exploration rate is a
-            training schedule, not part of the learned policy), default 0 for ARS (which is
-            deterministic).
+        epsilon: for argmax policies (see :class:`SB3ActionProbs`).
         observations: explicit ``(S, ...)`` observations.
         vec_normalize: a ``VecNormalize`` with the training statistics, or None.
         action_masks: MaskablePPO only: ``(S, A)`` booleans or a callable ``s -> (A,)``
@@ -127,8 +274,9 @@ def sb3_policy_table(
     Raises:
         TypeError: non-Discrete actions, or a policy with neither a distribution nor action
             values.
-        ValueError: DQN / QR-DQN without ``epsilon``, ``epsilon`` for a policy with its own
-            distribution, masks for a policy that takes none.
+        ValueError: actions that do not match the MDP, DQN / QR-DQN without ``epsilon``,
+            ``epsilon`` for a policy with its own distribution, masks for a policy that takes
+            none.
 
     Warns:
         RecurrentPolicyWarning: RecurrentPPO (scored at its fresh recurrent state).
@@ -137,66 +285,21 @@ def sb3_policy_table(
 
     what = f"the SB3 policy {type(policy).__name__}"
     check_actions(policy.action_space, mdp, what)
-    kind = _argmax_kind(policy)
-    if kind in ("dqn", "qrdqn") and epsilon is None:
-        name = "a DQN" if kind == "dqn" else "a QR-DQN"
-        raise ValueError(
-            f"{name} has no action distribution, only action values: pass epsilon= (e.g. "
-            "epsilon=model.exploration_final_eps, or 0.0 for the greedy policy; CLI: --epsilon) "
-            "to score its epsilon-greedy policy."
-        )
-    if kind is None:
-        if not hasattr(policy, "get_distribution"):
-            raise TypeError(
-                f"{what} exposes neither get_distribution (actor-critic) nor action values "
-                "(q_net, quantile_net, ARS); wrap it in a callable obs -> probs."
-            )
-        no_epsilon(epsilon, what)
-    maskable = contrib.is_maskable(policy)
-    if action_masks is not None and action_masks is not False and not maskable:
+    reader = SB3ActionProbs(policy, epsilon=epsilon, vec_normalize=vec_normalize)
+    if action_masks is not None and action_masks is not False and not reader.maskable:
         raise ValueError(
             f"action_masks= applies to MaskablePPO policies; {what} takes no masks. Drop it."
         )
-    if maskable and action_masks is not None and action_masks is not False:
+    if reader.maskable and action_masks is not None and action_masks is not False:
         action_masks = contrib.as_masks(action_masks, mdp)
-    elif maskable:
-        if action_masks is None:
+    else:
+        if reader.maskable and action_masks is None:
             contrib.warn_no_masks(what)
         action_masks = None
-    recurrent = contrib.is_recurrent(policy)
-    if recurrent:
-        contrib.warn_recurrent(policy)
-
     obs = state_observations(mdp, policy.observation_space, observations=observations)
-    if vec_normalize is not None:
-        obs = np.asarray(vec_normalize.normalize_obs(obs.astype(np.float32)), dtype=np.float32)
-
-    was_training = policy.training
-    policy.set_training_mode(False)
     rows = []
-    try:
-        with th.no_grad():
-            for i in range(0, obs.shape[0], batch_size):
-                obs_t, _ = policy.obs_to_tensor(obs[i : i + batch_size])
-                if kind is not None:
-                    values = contrib.action_values(policy, obs_t, kind)
-                    rows.append(epsilon_greedy_rows(values, float(epsilon or 0.0)))
-                    continue
-                if recurrent:
-                    dist = contrib.fresh_state_distribution(policy, obs_t)
-                elif maskable:
-                    masks = None if action_masks is None else action_masks[i : i + batch_size]
-                    dist = policy.get_distribution(obs_t, action_masks=masks)
-                else:
-                    dist = policy.get_distribution(obs_t)
-                probs = getattr(dist.distribution, "probs", None)
-                if probs is None:
-                    raise TypeError(
-                        f"{what} has a {type(dist.distribution).__name__} distribution without "
-                        ".probs; policy_table needs a Categorical (Discrete action) distribution."
-                    )
-                rows.append(probs.detach().to(th.float64))
-    finally:
-        policy.set_training_mode(was_training)
-    pi = th.cat(rows).cpu()
+    for i in range(0, obs.shape[0], batch_size):
+        masks = None if action_masks is None else action_masks[i : i + batch_size]
+        rows.append(reader(obs[i : i + batch_size], masks))
+    pi = th.cat(rows)
     return (pi / pi.sum(-1, keepdim=True)).to(device=mdp.device, dtype=mdp.dtype)

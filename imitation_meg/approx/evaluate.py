@@ -66,9 +66,12 @@ class ApproxMEGResult:
             ``[0, certificate]``.
         confidence: its nominal coverage.
         beta: the maximiser of the models' mean curve, in utility units (0: the uniform model).
-        upper_bound: ``E_pi[T] log|A|`` over the evaluation episodes (``H log|A|`` when no
-            episode ends early).
-        normalized: ``meg / upper_bound``.
+        upper_bound: ``H log|A|``, as on exact results (:class:`imitation_meg.MEGResult`).
+        normalized: ``meg / upper_bound``, as on exact results.
+        length_bound: ``E_pi[T] log|A|`` over the evaluation episodes: the bound for the
+            episodes the policy actually has (equal to ``upper_bound`` when no episode ends
+            early).
+        length_normalized: ``meg / length_bound`` (0 when ``length_bound`` is 0).
         certificate: ``E_pi[sum_t (log|A| - H(pi(.|s_t)))]``, an upper bound on MEG over any
             model family (Gibbs' inequality).
         horizon: ``H``.
@@ -119,6 +122,8 @@ class ApproxMEGResult:
     beta: float
     upper_bound: float
     normalized: float
+    length_bound: float
+    length_normalized: float
     certificate: float
     horizon: int
     mean_length: float
@@ -373,7 +378,8 @@ def summarise(
                 "q_scale": m.q_scale,
             }
         )
-    bound = float(ev.lengths.mean() * math.log(A))
+    bound = float(horizon * math.log(A))
+    length_bound = float(ev.lengths.mean() * math.log(A))
     edge = k_best in (0, len(betas) - 1)
     rel = [i["residual_rms"] / i["q_scale"] for i in infos]
     if max(rel) > _RESIDUAL_WARN:
@@ -393,6 +399,8 @@ def summarise(
         beta=beta,
         upper_bound=bound,
         normalized=float(last.estimate / bound) if bound > 0 else 0.0,
+        length_bound=length_bound,
+        length_normalized=float(last.estimate / length_bound) if length_bound > 0 else 0.0,
         certificate=cert,
         horizon=int(horizon),
         mean_length=float(ev.lengths.mean()),

@@ -505,7 +505,7 @@ def meg_approx(
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an integer, got {seed!r}.")
     source = EnvSource(env, horizon=horizon)
-    pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon)
+    pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)
     H = source.horizon
     n_data_steps = _data_steps(
         source,

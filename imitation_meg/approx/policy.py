@@ -4,25 +4,23 @@
 of raw environment observations to action probabilities ``(n, A)``, optionally with the agent's
 own hidden features (for the unknown-utility bound over utilities of the agent's hidden state).
 
-Accepted policies: an SB3 algorithm (PPO, A2C, DQN, ...) or its ``.policy``; the path of an SB3
-``.zip`` (loaded with :func:`imitation_meg.adapters.sb3.load_model`); a callable mapping a batch
-of observations to probabilities. DQN has no action distribution: it is scored as the
-epsilon-greedy policy over its Q-values with an explicit ``epsilon`` (as
-:func:`imitation_meg.adapters.policy_table` does). stable-baselines3 is imported only when an
-SB3 object has to be handled.
+Sources are read by :func:`imitation_meg.adapters.resolve_policy`, the front door of every
+scoring path, so the approximate estimators accept what :func:`imitation_meg.adapters.policy_table`
+accepts, less what only has a meaning in a table (arrays, imitation's ``TabularPolicy``). Argmax
+policies (DQN, QR-DQN, ARS) are scored as epsilon-greedy over their action values with an
+explicit ``epsilon``. stable-baselines3 is imported only when an SB3 object has to be handled.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch as th
 
 from imitation_meg._validation import is_loaded_instance
-from imitation_meg.type_aliases import PathLike, PolicySource, VecNormalizeLike
+from imitation_meg.adapters.observations import no_epsilon
+from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource, VecNormalizeLike
 
 __all__ = ["PolicyFn", "as_policy_fn"]
 
@@ -95,14 +93,6 @@ class PolicyFn:
         return np.asarray(self._features_fn(obs), dtype=np.float32)
 
 
-def _load_zip(path: PathLike, algo: str | None) -> Any:
-    """The one place that loads an SB3 ``.zip``: the algorithm is read from the zip unless
-    ``algo`` names it (a contradiction is an error)."""
-    from imitation_meg.adapters.saved_models import load_model
-
-    return load_model(path, algo)
-
-
 def as_policy_fn(
     policy: PolicySource,
     *,
@@ -110,138 +100,87 @@ def as_policy_fn(
     algo: str | None = None,
     epsilon: float | None = None,
     vec_normalize: VecNormalizeLike = None,
+    env: EnvLike | Callable[[], GymEnv] | None = None,
 ) -> PolicyFn:
     """Wrap a policy as a :class:`PolicyFn`.
 
+    The source is read by :func:`imitation_meg.adapters.resolve_policy`, the front door the
+    tabular path uses too, and an SB3 policy by
+    :class:`imitation_meg.adapters.sb3.SB3ActionProbs`: every algorithm
+    :func:`~imitation_meg.adapters.policy_table` accepts is accepted here.
+
     Args:
-        policy: an SB3 algorithm or policy, the path of an SB3 ``.zip`` (with ``algo``), a
-            :class:`PolicyFn`, or a callable mapping a batch of raw observations to ``(n, A)``
-            probabilities.
+        policy: an SB3 / sb3-contrib algorithm or policy, the path of an SB3 ``.zip`` (its
+            algorithm read from the zip unless ``algo`` names it) or of an RL Zoo run folder,
+            an imitation ``load_policy`` name (with ``env``), a :class:`PolicyFn`, or a
+            callable mapping a batch of raw observations to ``(n, A)`` probabilities.
         n_actions: the environment's ``|A|``.
-        algo: ``"ppo"``, ``"a2c"`` or ``"dqn"`` for a ``.zip`` path.
-        epsilon: DQN only (required there): score ``(1 - epsilon) * greedy + epsilon * uniform``.
-        vec_normalize: a ``VecNormalize`` whose observation statistics the model was trained
-            with (default: the model's own env's, when it is one).
+        algo: the algorithm of a ``.zip``.
+        epsilon: argmax policies (DQN, QR-DQN required; ARS default 0): score
+            ``(1 - epsilon) * greedy + epsilon * uniform``.
+        vec_normalize: the ``VecNormalize`` statistics the model was trained with (an object,
+            a path, ``"auto"`` or False; default: a live model's own, none for a file, with a
+            warning when statistics lie beside it).
+        env: the environment (an id, an env, or a factory, which is not called here), for
+            imitation ``load_policy`` names.
 
     Raises:
-        TypeError: an object that is not a policy, or a non-Discrete action space.
+        TypeError: an object that is not a policy, a non-Discrete action space.
         ValueError: mismatched action counts, DQN without ``epsilon`` (or ``epsilon`` for a
-            policy with its own distribution), a ``.zip`` without ``algo``.
+            policy with its own distribution), options for saved models given with a live one.
         FileNotFoundError: a missing model file.
     """
     if epsilon is not None and (
         isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 <= epsilon <= 1
     ):
         raise ValueError(f"epsilon must be a float in [0, 1], got {epsilon!r}.")
-    obj = policy
-    if isinstance(obj, PolicyFn):
-        _no_epsilon(epsilon, "a PolicyFn")
-        if obj.n_actions != n_actions:
-            raise ValueError(f"policy has {obj.n_actions} actions, the environment {n_actions}.")
-        return obj
-    if isinstance(obj, (str, os.PathLike)):
-        obj = _load_zip(obj, algo)
-    elif algo is not None:
-        raise ValueError("algo= only applies to a .zip path; the model is already loaded.")
-    if is_loaded_instance(obj, "stable_baselines3.common.base_class", "BaseAlgorithm"):
-        model: Any = obj  # an SB3 algorithm (checked above)
-        if vec_normalize is None and model.get_env() is not None:
-            from stable_baselines3.common.vec_env import unwrap_vec_normalize
+    if isinstance(policy, PolicyFn):
+        no_epsilon(epsilon, "a PolicyFn")
+        if policy.n_actions != n_actions:
+            raise ValueError(f"policy has {policy.n_actions} actions, the environment {n_actions}.")
+        return policy
+    from imitation_meg.adapters import resolve_policy
+    from imitation_meg.adapters.sb3 import SB3ActionProbs, is_sb3_policy
 
-            vec_normalize = unwrap_vec_normalize(model.get_env())
-        obj = model.policy
-    if is_loaded_instance(obj, "stable_baselines3.common.policies", "BasePolicy"):
-        return _sb3_policy_fn(obj, n_actions, epsilon, vec_normalize)
+    where = None if callable(env) else env
+    resolved = resolve_policy(policy, where, algo=algo, vec_normalize=vec_normalize)
+    obj = resolved.policy
+    if is_loaded_instance(obj, "imitation.algorithms.mce_irl", "TabularPolicy"):
+        raise TypeError(
+            "imitation's TabularPolicy is a table over state indices; score it exactly with "
+            "imitation_meg.meg(policy_table(policy, mdp), mdp), not from observations."
+        )
+    if is_sb3_policy(obj):
+        reader = SB3ActionProbs(obj, epsilon=epsilon, vec_normalize=resolved.vec_normalize)
+        if reader.n_actions != n_actions:
+            raise ValueError(
+                f"the SB3 policy chooses among {reader.n_actions} actions but the environment "
+                f"has {n_actions}; score it in the environment it was trained on."
+            )
+        if reader.maskable:
+            from imitation_meg.adapters.contrib import warn_no_masks
+
+            warn_no_masks(reader.what)
+        return PolicyFn(
+            lambda obs: reader(obs).numpy(),
+            n_actions,
+            name=reader.name,
+            features_fn=_features_of(reader),
+        )
     if callable(obj):
-        _no_epsilon(epsilon, "a callable policy")
+        no_epsilon(epsilon, "a callable policy")
         name = getattr(obj, "__name__", type(obj).__name__)
         return PolicyFn(obj, n_actions, name=str(name))
     raise TypeError(
         f"cannot read a policy from {type(obj).__name__}; pass an SB3 model or policy, a .zip "
-        "path with algo=, or a callable obs_batch -> (n, A) probabilities."
+        "path, or a callable obs_batch -> (n, A) probabilities."
     )
 
 
-def _no_epsilon(epsilon: float | None, what: str) -> None:
-    if epsilon is not None:
-        raise ValueError(
-            f"epsilon= applies only to DQN (epsilon-greedy over Q-values); {what} already defines "
-            "its action probabilities. Drop epsilon=."
-        )
-
-
-def obs_preparer(policy: Any, vec_normalize: Any) -> Callable[[Any], th.Tensor]:
-    """``obs -> tensor`` for an SB3 policy: a batch of raw observations, normalised by
-    ``vec_normalize``'s statistics where it normalises observations, through the policy's own
-    ``obs_to_tensor``."""
-    if vec_normalize is not None and not getattr(vec_normalize, "norm_obs", True):
-        vec_normalize = None
-
-    def prepare(obs: Any) -> th.Tensor:
-        o = np.asarray(obs)
-        if vec_normalize is not None:
-            o = np.asarray(vec_normalize.normalize_obs(o.astype(np.float32)), dtype=np.float32)
-        obs_t, _ = policy.obs_to_tensor(o)
-        return obs_t
-
-    return prepare
-
-
-def _sb3_policy_fn(
-    policy: Any, n_actions: int, epsilon: float | None, vec_normalize: Any
-) -> PolicyFn:
-    import gymnasium as gym
-
-    space = policy.action_space
-    if not isinstance(space, gym.spaces.Discrete):
-        raise TypeError(
-            f"the SB3 policy has a {type(space).__name__} action space ({space}); MEG needs "
-            "Discrete actions."
-        )
-    if int(space.n) != n_actions:
-        raise ValueError(
-            f"the SB3 policy chooses among {int(space.n)} actions but the environment has "
-            f"{n_actions}; score it in the environment it was trained on."
-        )
-    is_dqn = hasattr(policy, "q_net") and not hasattr(policy, "get_distribution")
-    if is_dqn and epsilon is None:
-        raise ValueError(
-            "a DQN has no action distribution, only Q-values: pass epsilon= (e.g. "
-            "model.exploration_final_eps, or 0.0 for the greedy policy) to score its "
-            "epsilon-greedy policy."
-        )
-    if not is_dqn:
-        _no_epsilon(epsilon, f"the SB3 policy {type(policy).__name__}")
-    prepare = obs_preparer(policy, vec_normalize)
-
-    def probs(obs: Any) -> np.ndarray:
-        policy.set_training_mode(False)
-        with th.no_grad():
-            obs_t = prepare(obs)
-            if is_dqn:
-                q = policy.q_net(obs_t).to(th.float64)
-                greedy = (q == q.amax(-1, keepdim=True)).to(th.float64)
-                greedy = greedy / greedy.sum(-1, keepdim=True)
-                eps = float(epsilon)  # type: ignore[arg-type]
-                p = (1.0 - eps) * greedy + eps / q.shape[-1]
-            else:
-                p = policy.get_distribution(obs_t).distribution.probs.to(th.float64)
-        return p.cpu().numpy()
-
-    def features(obs: Any) -> np.ndarray:
-        policy.set_training_mode(False)
-        with th.no_grad():
-            obs_t = prepare(obs)
-            if is_dqn:
-                net = policy.q_net
-                h = net.extract_features(obs_t, net.features_extractor)
-                layers = list(net.q_net)[:-1]  # all but the output layer
-                for layer in layers:
-                    h = layer(h)
-            else:
-                h = policy.extract_features(obs_t, policy.pi_features_extractor)
-                h = policy.mlp_extractor.forward_actor(h)
-        return h.to(th.float32).cpu().numpy()
-
-    name = type(policy).__name__ + (f" (epsilon {epsilon:g})" if is_dqn else "")
-    return PolicyFn(probs, n_actions, name=name, features_fn=features)
+def _features_of(reader: Any) -> Callable[[Any], np.ndarray] | None:
+    """The reader's hidden features, when it has a layer to read (PPO / A2C / DQN MLPs)."""
+    policy = reader.policy
+    readable = (reader.kind == "dqn") or (
+        reader.kind is None and not reader.recurrent and hasattr(policy, "mlp_extractor")
+    )
+    return (lambda obs: reader.features(obs).numpy()) if readable else None

@@ -139,9 +139,10 @@ def score_approx(args: argparse.Namespace) -> int:
     lines = [
         f"MEG estimate        {res.meg:.4f} nats   {pct} interval [{res.low:.4f}, {res.high:.4f}]",
         (
-            f"bound E[T] log|A|   {res.upper_bound:.4f}   (normalized {res.normalized:.4f}; "
-            f"E[T] = {res.mean_length:.1f} of H = {res.horizon})"
+            f"bound E[T] log|A|   {res.length_bound:.4f}   (normalized "
+            f"{res.length_normalized:.4f}; E[T] = {res.mean_length:.1f} of H = {res.horizon})"
         ),
+        f"bound H log|A|      {res.upper_bound:.4f}   (normalized {res.normalized:.4f})",
         f"Gibbs certificate   {res.certificate:.4f}   (no model family can exceed it)",
         f"beta*               {res.beta:.4g}   (utility units)",
         f"mean return         {res.expected_return:.4f}",

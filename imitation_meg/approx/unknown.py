@@ -236,7 +236,7 @@ def meg_approx_unknown(
     _check_int("episodes_per_step", episodes_per_step, 1)
     _check_int("n_models", n_models, 1)
     source = EnvSource(env, horizon=horizon)
-    pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon)
+    pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)
     if utility == "agent" and not pol.has_features:
         raise ValueError(
             f"utility='agent' needs the agent's hidden layer; {pol.name} exposes none (pass an "

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -261,22 +260,12 @@ def as_continuous_policy(
                 "noise_std= / deterministic= apply to SB3 models, not to a ContinuousPolicyFn."
             )
         return policy
-    obj = policy
-    if isinstance(obj, (str, os.PathLike)):
-        from imitation_meg.adapters.saved_models import load_model
+    from imitation_meg.adapters import resolve_policy
 
-        obj = load_model(obj, algo)
-    elif algo is not None:
-        raise ValueError("algo= only applies to a .zip path; the model is already loaded.")
-    if is_loaded_instance(obj, "stable_baselines3.common.base_class", "BaseAlgorithm"):
-        if vec_normalize is None and obj.get_env() is not None:
-            from stable_baselines3.common.vec_env import unwrap_vec_normalize
-
-            vec_normalize = unwrap_vec_normalize(obj.get_env())
-        label = type(obj).__name__
-        obj = obj.policy
-    else:
-        label = type(obj).__name__
+    resolved = resolve_policy(policy, algo=algo, vec_normalize=vec_normalize)
+    obj = resolved.policy
+    label = resolved.algo.upper() if resolved.algo else type(obj).__name__
+    vec_normalize = resolved.vec_normalize
     if not is_loaded_instance(obj, "stable_baselines3.common.policies", "BasePolicy"):
         raise TypeError(
             f"cannot read action densities from {type(obj).__name__}; pass an SB3 model or "
@@ -309,7 +298,7 @@ def _sb3_policy(
             f"noise_std= smooths a deterministic policy; {label} has its own action density. "
             "Drop noise_std= (or pass deterministic=True for SAC's deterministic mode)."
         )
-    from imitation_meg.approx.policy import obs_preparer
+    from imitation_meg.adapters.sb3 import obs_preparer
 
     prepare = obs_preparer(policy, vec_normalize)
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import torch as th
 
+from imitation_meg._validation import as_tensor
 from imitation_meg.type_aliases import ArrayLike
 
 __all__ = [
@@ -40,6 +41,12 @@ Fn = Callable[[th.Tensor, th.Tensor], th.Tensor]
 #: A utility on a continuous-action MDP: a callable ``(states (M,), actions (M, d)) -> (M,)``
 #: or a state utility ``U (S,)``.
 BoxUtility = Fn | ArrayLike
+
+
+def numeric(x: ArrayLike, name: str) -> np.ndarray:
+    """``x`` as a float64 array; complex, object, string and ragged values are a ``TypeError``
+    naming ``name`` (never cast)."""
+    return as_tensor(x, name=name, dtype=th.float64).cpu().numpy()
 
 
 def action_features(a: th.Tensor) -> th.Tensor:
@@ -179,8 +186,8 @@ class ContinuousMDP:
                 raise ValueError(f"{nm} must be a positive integer, got {v!r}.")
         self.n_states = int(n_states)
         self.horizon = int(horizon)
-        lo = np.asarray(low, dtype=np.float64).reshape(-1)
-        hi = np.asarray(high, dtype=np.float64).reshape(-1)
+        lo = numeric(low, "low").reshape(-1)
+        hi = numeric(high, "high").reshape(-1)
         if lo.shape != hi.shape or lo.size == 0:
             raise ValueError(f"low and high must be (d,) of one shape, got {lo.shape}, {hi.shape}.")
         if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(hi > lo)):
@@ -203,14 +210,18 @@ class ContinuousMDP:
             p0 = th.zeros(S, dtype=th.float64)
             p0[0] = 1.0
         else:
-            p0 = th.as_tensor(np.asarray(initial_state_dist, dtype=np.float64))
+            p0 = th.as_tensor(numeric(initial_state_dist, "initial_state_dist"))
             if p0.shape != (S,) or bool((p0 < 0).any()) or abs(float(p0.sum()) - 1.0) > 1e-9:
                 raise ValueError(
                     f"initial_state_dist must be (S,) = ({S},) non-negative summing to 1, got "
                     f"shape {tuple(p0.shape)} summing to {float(p0.sum()):.6g}."
                 )
         self.initial_state_dist = p0
-        self.observations = None if observations is None else np.asarray(observations, np.float32)
+        self.observations = (
+            None
+            if observations is None
+            else numeric(observations, "observations").astype(np.float32)
+        )
         if self.observations is not None and (
             self.observations.ndim != 2 or self.observations.shape[0] != S
         ):
@@ -223,7 +234,7 @@ class ContinuousMDP:
     def _as_utility(self, utility: BoxUtility) -> Fn:
         if callable(utility):
             return utility
-        U = np.asarray(utility, dtype=np.float64)
+        U = numeric(utility, "utility")
         if U.shape != (self.n_states,) or not np.all(np.isfinite(U)):
             raise ValueError(
                 f"a utility must be a callable (states, actions) -> (M,) or a finite state "

@@ -19,10 +19,9 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
-import numpy as np
 import torch as th
 
-from imitation_meg.continuous.mdp import BoxUtility, ContinuousMDP
+from imitation_meg.continuous.mdp import BoxUtility, ContinuousMDP, numeric
 from imitation_meg.continuous.quadrature import clipped_gaussian_rule, squashed_gaussian_rule
 from imitation_meg.continuous.soft_vi import model_rule, soft_values
 from imitation_meg.type_aliases import ArrayLike
@@ -158,8 +157,8 @@ class GaussianPolicy(ContinuousPolicy):
     ) -> None:
         if kind not in GAUSSIAN_KINDS:
             raise ValueError(f"kind must be one of {GAUSSIAN_KINDS}, got {kind!r}.")
-        self.mean = th.as_tensor(np.asarray(mean, dtype=np.float64))
-        self.std = th.as_tensor(np.asarray(std, dtype=np.float64))
+        self.mean = th.as_tensor(numeric(mean, "mean"))
+        self.std = th.as_tensor(numeric(std, "std"))
         if self.mean.shape != self.std.shape or self.mean.ndim not in (2, 3):
             raise ValueError(
                 f"mean and std must both be (S, d) or (H, S, d), got {tuple(self.mean.shape)} and "

@@ -41,7 +41,7 @@ from imitation_meg.continuous.known import (
     _behaviour_tables,
     _occupancy,
 )
-from imitation_meg.continuous.mdp import ContinuousMDP, Fn
+from imitation_meg.continuous.mdp import ContinuousMDP, Fn, numeric
 from imitation_meg.continuous.policies import ContinuousPolicy, TabularRule
 from imitation_meg.continuous.soft_vi import model_tables, soft_mean
 from imitation_meg.results import to_jsonable
@@ -67,7 +67,7 @@ class _Features:
         if callable(fn):
             self.fn = fn
         else:
-            table = th.as_tensor(np.asarray(fn, dtype=np.float64))
+            table = th.as_tensor(numeric(fn, "features"))
             if table.ndim != 2 or table.shape[0] != n_states:
                 raise ValueError(
                     f"state features must be (S, F) with S = {n_states}, got {tuple(table.shape)}."

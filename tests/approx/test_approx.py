@@ -175,7 +175,7 @@ def test_policy_fn_checks_callables():
         wrong.features(np.zeros((3, 4)))
     with pytest.raises(TypeError, match="cannot read a policy"):
         as_policy_fn(42, n_actions=2)
-    with pytest.raises(ValueError, match="epsilon= applies only to DQN"):
+    with pytest.raises(ValueError, match="epsilon= applies only to argmax policies"):
         as_policy_fn(lambda obs: obs, n_actions=2, epsilon=0.1)
 
 
@@ -236,7 +236,20 @@ def test_uniform_policy_scores_exactly_zero():
     assert res.meg == 0.0 and res.beta == 0.0
     assert res.first_stage == 0.0 and res.refine_shift == 0.0  # no refit at beta = 0
     assert res.certificate == pytest.approx(0.0, abs=1e-12)
-    assert res.upper_bound == pytest.approx(res.mean_length * math.log(2))
+    assert res.length_bound == pytest.approx(res.mean_length * math.log(2))
+    assert res.upper_bound == pytest.approx(12 * math.log(2)) and res.normalized == 0.0
+
+
+def test_bounds_mean_what_they_mean_on_exact_results():
+    """upper_bound is H log|A| on both kinds of result; E[T] log|A| has its own name."""
+    case = validation_case("cliffworld_xy", horizon=9)
+    table = stationary_epsilon_greedy(case.mdp, 0.3)
+    exact = im.meg(table, case.mdp)
+    res = meg_approx(TablePolicy(table, case.observations), case.make, seed=0, **FAST)
+    assert res.upper_bound == pytest.approx(exact.upper_bound, rel=1e-12)
+    assert res.normalized == pytest.approx(res.meg / exact.upper_bound, rel=1e-12)
+    assert res.length_bound <= res.upper_bound + 1e-12
+    assert res.length_normalized == pytest.approx(res.meg / res.length_bound, rel=1e-12)
 
 
 def test_bad_settings_are_refused():
