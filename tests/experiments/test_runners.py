@@ -603,11 +603,12 @@ def test_workers_exit_when_the_runner_is_terminated(tmp_path):
 
 # ------------------------------------------------------------------ Ctrl-C, the folder lock
 EPSILON_FAST = CONFIGS / "cliffworld_epsilon_fast.yaml"
-# Five units of about half a second each (the MLP estimate) and five short ones (a horizon sweep
-# of one horizon), so that Ctrl-C after the first lands mid-run.
+# Five units of one to two seconds each (the MLP estimate) and five short ones (a horizon sweep
+# of one horizon), so that Ctrl-C after the first lands mid-run (with 40 MLP steps, half a second
+# a unit, a serial run once finished between the lock check and the Ctrl-C).
 INTERRUPTIBLE = [
     "epsilons=[0.1, 0.3, 0.5, 0.7, 0.9]",
-    "mlp_steps=40",
+    "mlp_steps=120",
     "mlp_seeds=1",
     "horizon_sweep=[4]",
 ]
