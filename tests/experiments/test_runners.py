@@ -603,12 +603,11 @@ def test_workers_exit_when_the_runner_is_terminated(tmp_path):
 
 # ------------------------------------------------------------------ Ctrl-C, the folder lock
 EPSILON_FAST = CONFIGS / "cliffworld_epsilon_fast.yaml"
-# Five units of one to two seconds each (the MLP estimate) and five short ones (a horizon sweep
-# of one horizon), so that Ctrl-C after the first lands mid-run (with 40 MLP steps, half a second
-# a unit, a serial run once finished between the lock check and the Ctrl-C).
+# Five units of about half a second each (the MLP estimate) and five short ones (a horizon sweep
+# of one horizon), so that Ctrl-C after the first lands mid-run.
 INTERRUPTIBLE = [
     "epsilons=[0.1, 0.3, 0.5, 0.7, 0.9]",
-    "mlp_steps=120",
+    "mlp_steps=40",
     "mlp_seeds=1",
     "horizon_sweep=[4]",
 ]
@@ -640,9 +639,20 @@ def _interrupt(out: pathlib.Path, extra: list[str], capsys: pytest.CaptureFixtur
     # (a third-party import's deprecation note aside, stderr holds only the runner's lines)
     quiet = ["-W", "ignore:pkg_resources is deprecated:UserWarning"]
     cmd = [sys.executable, *quiet, "-m", "imitation_meg.cli", *argv]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    # As from a terminal: a suite started in the background by a shell without job control has
+    # SIGINT ignored, which a child inherits (a handled signal is reset by exec, an ignored one
+    # is not), and the run would then never see the Ctrl-C.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         deadline = time.monotonic() + 300  # start-up takes long on a loaded machine
         while not list(out.glob("units/*.json")):
