@@ -265,7 +265,7 @@ class SoftQModel:
         return copy.deepcopy(self)
 
 
-def _standardisation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def standardisation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mean = x.mean(0)
     std = x.std(0)
     std = np.where(std > 1e-6, std, 1.0)
@@ -316,7 +316,7 @@ def new_model(
             r = reward_fn(th.as_tensor(data.x)).double().numpy().reshape(-1)
         data = dataclasses.replace(data, r=r)
     scale = returns_scale(data)
-    mean, std = _standardisation(np.concatenate([data.x, data.x_next]))
+    mean, std = standardisation(np.concatenate([data.x, data.x_next]))
     model = SoftQModel(
         data.x.shape[1],
         n_actions,
@@ -329,10 +329,17 @@ def new_model(
         reward_fn=reward_fn,
         last_steps=last_steps,
     )
+    model.null = is_null_problem(data, horizon, scale)
+    return model
+
+
+def is_null_problem(data: Rollouts, horizon: int, scale: float) -> bool:
+    """Whether every soft-optimal model is uniform on this data: no return at all, or the same
+    reward at every step with no episode ending before ``horizon`` (the Q-values then do not
+    depend on the action)."""
     early_end = bool(np.any(data.done & (data.t < horizon - 1)))
     constant = data.r.size > 0 and float(np.ptp(data.r)) == 0.0
-    model.null = not scale > 0 or (constant and not early_end)
-    return model
+    return not scale > 0 or (constant and not early_end)
 
 
 def fit_soft_q(

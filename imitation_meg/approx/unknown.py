@@ -54,8 +54,8 @@ from imitation_meg.approx.soft_q import (
     BetaPrior,
     SoftQModel,
     _check_int,
-    _standardisation,
     fit_soft_q,
+    standardisation,
 )
 from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
 
@@ -287,7 +287,7 @@ def meg_approx_unknown(
     feats = _features_fn(source, pol) if utility == "agent" else None
     inputs_of = (feats) if feats is not None else (lambda x: x)
     z_data = inputs_of(th.as_tensor(np.concatenate([data.x, data.x_next])))
-    mean, std = _standardisation(z_data.numpy())
+    mean, std = standardisation(z_data.numpy())
     del z_data
     u_seed = int(s_ascent.generate_state(1)[0])
     u_net = _Utility(mean, std, utility_hidden if utility == "mlp" else 0, u_seed)
@@ -301,7 +301,7 @@ def meg_approx_unknown(
 
     # the ascent: soft Q at beta = 1 for the current utility, refitted (warm) after every step
     q_scale = float(H)
-    obs_mean, obs_std = _standardisation(np.concatenate([data.x, data.x_next]))
+    obs_mean, obs_std = standardisation(np.concatenate([data.x, data.x_next]))
     model = SoftQModel(
         data.x.shape[1],
         A,

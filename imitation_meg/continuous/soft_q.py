@@ -41,7 +41,9 @@ from imitation_meg.approx.soft_q import (
     _stacked_params,
     _write_back,
     beta_features,
+    is_null_problem,
     returns_scale,
+    standardisation,
     time_features,
 )
 from imitation_meg.continuous.quadrature import box_rule
@@ -199,24 +201,20 @@ def new_box_model(
     reward that could prefer one action to another: all 0, or one constant with no episode
     ending early)."""
     scale = returns_scale(data)
-    xs = np.concatenate([data.x, data.x_next])
-    mean, std = xs.mean(0), xs.std(0)
-    std = np.where(std > 1e-6, std, 1.0)
+    mean, std = standardisation(np.concatenate([data.x, data.x_next]))
     model = BoxSoftQModel(
         data.x.shape[1],
         low,
         high,
         horizon,
         q_scale=scale if scale > 0 else 1.0,
-        obs_mean=mean.astype(np.float32),
-        obs_std=std.astype(np.float32),
+        obs_mean=mean,
+        obs_std=std,
         hidden=hidden,
         seed=seed,
         last_steps=last_steps,
     )
-    early_end = bool(np.any(data.done & (data.t < horizon - 1)))
-    constant = data.r.size > 0 and float(np.ptp(data.r)) == 0.0
-    model.null = not scale > 0 or (constant and not early_end)
+    model.null = is_null_problem(data, horizon, scale)
     return model
 
 
