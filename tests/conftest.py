@@ -111,7 +111,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     _TEST_CPU[item.nodeid] = _cpu_seconds() - t0
 
 
-def _budget_report(config: pytest.Config) -> tuple[float, float, str] | None:
+def _budget_report(config: pytest.Config) -> tuple[float, str] | None:
     if not _is_full_default_run(config) or not _TEST_CPU:
         return None
     total = sum(_TEST_CPU.values())
@@ -126,14 +126,14 @@ def _budget_report(config: pytest.Config) -> tuple[float, float, str] | None:
         "the most expensive tests (CPU s):",
         *(f"  {cpu:7.1f}  {nodeid}" for nodeid, cpu in top),
     ]
-    return units, total, "\n".join(lines)
+    return units, "\n".join(lines)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     report = _budget_report(session.config)
     if report is None:
         return
-    units, _, text = report
+    units, text = report
     session.config.stash[_BUDGET_TEXT] = text
     enforce = os.environ.get("IMITATION_MEG_SUITE_BUDGET", "1") != "0"
     if enforce and units > SUITE_BUDGET_UNITS and exitstatus == 0:

@@ -222,20 +222,28 @@ class SB3ActionProbs:
         """
         with self._eval():
             obs_t = self._prepare(obs)
+            if not self.has_features:
+                raise ValueError(
+                    f"{self.what} exposes no hidden layer this library reads; agent features "
+                    "need PPO / A2C / DQN with an MLP."
+                )
             if self.kind == "dqn":
                 net = self.policy.q_net
                 h = net.extract_features(obs_t, net.features_extractor)
                 for layer in list(net.q_net)[:-1]:  # all but the output layer
                     h = layer(h)
-            elif self.kind is None and not self.recurrent and hasattr(self.policy, "mlp_extractor"):
+            else:
                 h = self.policy.extract_features(obs_t, self.policy.pi_features_extractor)
                 h = self.policy.mlp_extractor.forward_actor(h)
-            else:
-                raise ValueError(
-                    f"{self.what} exposes no hidden layer this library reads; agent features "
-                    "need PPO / A2C / DQN with an MLP."
-                )
         return h.to(th.float32).cpu()
+
+    @property
+    def has_features(self) -> bool:
+        """Whether :meth:`features` can read a hidden layer (a DQN's Q-network, or the MLP
+        actor of a non-recurrent actor-critic)."""
+        if self.kind == "dqn":
+            return True
+        return self.kind is None and not self.recurrent and hasattr(self.policy, "mlp_extractor")
 
     @contextlib.contextmanager
     def _eval(self) -> Iterator[None]:

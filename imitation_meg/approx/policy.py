@@ -179,8 +179,4 @@ def as_policy_fn(
 
 def _features_of(reader: Any) -> Callable[[Any], np.ndarray] | None:
     """The reader's hidden features, when it has a layer to read (PPO / A2C / DQN MLPs)."""
-    policy = reader.policy
-    readable = (reader.kind == "dqn") or (
-        reader.kind is None and not reader.recurrent and hasattr(policy, "mlp_extractor")
-    )
-    return (lambda obs: reader.features(obs).numpy()) if readable else None
+    return (lambda obs: reader.features(obs).numpy()) if reader.has_features else None
