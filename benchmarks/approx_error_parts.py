@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.approx import known
+from imitation_meg.approx import core, known
 from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
 from imitation_meg.runners import load_driver, parse_seeds
@@ -71,7 +71,7 @@ def evaluation_part(case_name: str, policy: str, episodes: int, seeds: list[int]
     parts = []
     for seed in seeds:
         s_eval = np.random.SeedSequence(seed).spawn(3)[0]  # meg_approx's evaluation stream
-        behaviour = known._policy_behaviour(fn)
+        behaviour = core.policy_behaviour(fn)
         ev = collect(source, behaviour, episodes, np.random.default_rng(s_eval), scored=fn)
         best = max(exact_terms(case, ev, b).sum() / ev.n_episodes for b in grid)
         at_star = exact_terms(case, ev, exact.beta).sum() / ev.n_episodes
@@ -88,17 +88,17 @@ def fit_part(case_name: str, policy: str, seed: int, settings: dict[str, Any]) -
     """Run ``meg_approx`` and split its error; print and return the parts."""
     case, pol, exact = scored(case_name, policy)
     seen: dict[str, Any] = {}
-    summarise = known.summarise
+    summarise = core.summarise
 
     def keep(ev: Rollouts, ens: Any, betas: Any, mats: Any, **kw: Any) -> Any:
         seen.update(ev=ev, ens=ens, betas=betas, mats=mats)
         return summarise(ev, ens, betas, mats, **kw)
 
-    known.summarise = keep  # type: ignore[assignment]
+    core.summarise = keep  # type: ignore[assignment]
     try:
         res = known.meg_approx(pol, case.make, seed=seed, **settings)
     finally:
-        known.summarise = summarise  # type: ignore[assignment]
+        core.summarise = summarise  # type: ignore[assignment]
     ev, ens, bound = seen["ev"], seen["ens"], exact.upper_bound
     n, H = ev.n_episodes, case.mdp.horizon
     grid = exact.beta * np.exp(np.linspace(-1.5, 1.5, 121))

@@ -25,7 +25,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg.approx import meg_approx
-from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR, SETTING_RANGES
+from imitation_meg.approx.options import AVERAGE, LAST_STEPS, LR, SETTING_RANGES
 from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially

@@ -34,7 +34,7 @@ from imitation_meg.approx.envs import (
     stationary_epsilon_greedy,
     validation_case,
 )
-from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR, N_EVAL_EPISODES, SETTING_RANGES
+from imitation_meg.approx.options import AVERAGE, LAST_STEPS, LR, N_EVAL_EPISODES, SETTING_RANGES
 from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially

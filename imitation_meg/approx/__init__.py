@@ -13,6 +13,7 @@ an SB3 object has to be handled.
 
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
 from imitation_meg.approx.known import meg_approx
+from imitation_meg.approx.options import ApproxOptions
 from imitation_meg.approx.policy import PolicyFn, as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
 from imitation_meg.approx.soft_q import (
@@ -27,6 +28,7 @@ from imitation_meg.approx.unknown import ApproxUnknownResult, meg_approx_unknown
 __all__ = [
     "ApproxMEGResult",
     "ApproxMEGWarning",
+    "ApproxOptions",
     "ApproxUnknownResult",
     "BetaPrior",
     "EnvSource",

@@ -36,18 +36,17 @@ import torch as th
 from torch import nn
 
 from imitation_meg import _threads
-from imitation_meg.approx.evaluate import ApproxMEGResult, summarise
-from imitation_meg.approx.known import (
-    _Bar,
-    _check_data,
-    _data_steps,
-    _fit_ensemble,
-    _FitSettings,
-    _model_behaviour,
-    _policy_behaviour,
+from imitation_meg.approx.core import (
+    Run,
     collect_data,
-    default_schedule,
+    estimate,
+    evaluation_episodes,
+    model_behaviour,
+    model_data,
+    policy_behaviour,
 )
+from imitation_meg.approx.evaluate import ApproxMEGResult
+from imitation_meg.approx.options import ApproxOptions
 from imitation_meg.approx.policy import PolicyFn, as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
 from imitation_meg.approx.soft_q import (
@@ -62,13 +61,13 @@ from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
 __all__ = ["ApproxUnknownResult", "meg_approx_unknown"]
 
 UTILITY_CLASSES = ("mlp", "agent")
-#: Off-policy environment steps for the soft Q-fits by default (lowered for wide observations).
-UNKNOWN_DATA_STEPS = 20_000
-#: Adam steps per fitting stage of the soft Q-fits by default: the budget this bound was
-#: developed and tested with (``meg_approx`` doubled its own, STEP_BUDGET, after validation).
-UNKNOWN_STEP_BUDGET = 24_000
+#: Adam's learning rate of the utility's ascent by default.
+UTILITY_LR = 0.05
 #: Ascent steps whose sampled episodes are kept as extra fitting data.
 _KEEP_SAMPLED = 3
+#: Data sets the bound stores beside the final fits' (the ascent's off-policy data and the
+#: scored policy's episodes), for the default ``n_data_steps``'s memory cap.
+_ASCENT_COPIES = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,22 +170,12 @@ def meg_approx_unknown(
     horizon: int | None = None,
     algo: str | None = None,
     epsilon: float | None = None,
-    n_data_steps: int | None = None,
-    n_eval_episodes: int = 200,
     ascent_steps: int = 30,
     episodes_per_step: int = 40,
-    lr: float = 0.05,
+    utility_lr: float = UTILITY_LR,
     utility_hidden: int = 64,
-    hidden: tuple[int, ...] = (64, 64),
-    iterations: int | None = None,
-    steps_per_iteration: int | None = None,
-    n_models: int = 2,
-    n_boot: int = 500,
-    confidence: float = 0.95,
-    seed: int = 0,
-    n_envs: int = 16,
-    progress: bool = False,
-    data_memory_gib: float = 4.0,
+    options: ApproxOptions | None = None,
+    **settings: Any,
 ) -> ApproxUnknownResult:
     """A lower bound on unknown-utility MEG of ``policy`` in ``env`` (see the module docstring).
 
@@ -194,27 +183,20 @@ def meg_approx_unknown(
         policy, env, horizon, algo, epsilon: as in :func:`~imitation_meg.approx.meg_approx`.
         utility: ``"mlp"`` (a one-hidden-layer network on the flat observation) or ``"agent"``
             (linear in the scored SB3 agent's last hidden layer).
-        n_data_steps: off-policy steps for the soft Q-fits (as in ``meg_approx``); as many
-            again of the scored policy give the ascent's ``E_pi`` term. The default stays
-            20 000, the setting this bound was developed and tested with; ``meg_approx``'s
-            is 180 000 since its validation (pass more for sparse stochastic rewards).
-            Lowered with a warning when the stored transitions would take more than
-            ``data_memory_gib``; an explicit value is used as given.
-        n_eval_episodes: fresh episodes of the scored policy for the final estimate.
         ascent_steps: gradient steps on the utility.
         episodes_per_step: episodes of ``pi_theta`` sampled per step.
-        lr: Adam's learning rate for the utility.
+        utility_lr: Adam's learning rate for the utility (``lr``, as in ``meg_approx``, is the
+            soft Q-fits').
         utility_hidden: hidden units of the ``"mlp"`` utility.
-        hidden, iterations, steps_per_iteration: the soft Q-networks' settings (by default
-            ``H + 20`` iterations and 24 000 Adam steps per fit, ``UNKNOWN_STEP_BUDGET``).
-        n_models: soft Q-networks of the final estimate.
-        n_boot, confidence, seed, n_envs, progress: as in ``meg_approx``.
-        data_memory_gib: memory the default ``n_data_steps`` may fill with stored transitions:
-            the ascent's data and the scored policy's episodes (two sets) beside the final
-            fits' (``n_models x 4/3`` sets, one refit each), float32 observations and next
-            observations, about ``n_data_steps x (2 + 4 n_models / 3) x 8 x obs_dim`` bytes;
-            the episodes of the last three ascent steps (``3 x episodes_per_step x H`` steps at
-            most) come on top.
+        options, **settings: the estimator's settings, as in ``meg_approx`` (one
+            :class:`~imitation_meg.approx.options.ApproxOptions`, the same defaults): they
+            govern the ascent's soft Q-fits (``hidden``, ``iterations``,
+            ``steps_per_iteration``, ``lr``, ``average``, ``last_steps``) and the two final
+            known-utility estimates. ``n_data_steps`` off-policy steps feed the fits; as many
+            again of the scored policy give the ascent's ``E_pi`` term, so the default
+            ``n_data_steps``'s memory cap (``data_memory_gib``) counts two more data sets than
+            ``meg_approx``'s; the episodes of the last three ascent steps
+            (``3 x episodes_per_step x H`` steps at most) come on top.
 
     Returns:
         :class:`ApproxUnknownResult` (``.meg``, ``.low``, ``.high``).
@@ -224,17 +206,21 @@ def meg_approx_unknown(
             bad settings.
 
     Warns:
-        ApproxMEGWarning: the default ``n_data_steps`` lowered to fit ``data_memory_gib``; the
-            warnings of :func:`~imitation_meg.approx.meg_approx` for the final fits.
+        ApproxMEGWarning: as :func:`~imitation_meg.approx.meg_approx`, for the final fits.
     """
     t_start = time.perf_counter()
     if utility not in UTILITY_CLASSES:
         raise ValueError(f"utility must be one of {UTILITY_CLASSES}, got {utility!r}.")
-    _check_data(n_data_steps, data_memory_gib)
-    _check_int("n_eval_episodes", n_eval_episodes, 2)
     _check_int("ascent_steps", ascent_steps, 1)
     _check_int("episodes_per_step", episodes_per_step, 1)
-    _check_int("n_models", n_models, 1)
+    _check_int("utility_hidden", utility_hidden, 1)
+    if (
+        isinstance(utility_lr, bool)
+        or not isinstance(utility_lr, (int, float, np.floating))
+        or not 0.0 < float(utility_lr) < math.inf
+    ):
+        raise ValueError(f"utility_lr must be a positive finite number, got {utility_lr!r}.")
+    opts = ApproxOptions.of(options, **settings)
     source = EnvSource(env, horizon=horizon)
     pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)
     if utility == "agent" and not pol.has_features:
@@ -242,46 +228,30 @@ def meg_approx_unknown(
             f"utility='agent' needs the agent's hidden layer; {pol.name} exposes none (pass an "
             "SB3 model, or use utility='mlp')."
         )
-    H, A = source.horizon, source.n_actions
-    n_data_steps = _data_steps(
+    opts = opts.resolved(source, extra_copies=_ASCENT_COPIES)
+    assert opts.iterations is not None and opts.n_data_steps is not None
+    run = Run(
         source,
-        n_data_steps,
-        data_memory_gib,
-        n_models=n_models,
-        refine=1,
-        default=UNKNOWN_DATA_STEPS,
-        extra_copies=2.0,
+        pol,
+        opts,
+        bar_total=ascent_steps + 2 * opts.n_models * opts.iterations * (1 + opts.refine),
+        desc=f"MEG lower bound ({utility} utility)",
+        n_streams=2,
+        t_start=t_start,
     )
-    n_iter, steps_per_iteration = default_schedule(
-        H, iterations, steps_per_iteration, budget=UNKNOWN_STEP_BUDGET
-    )
-    ss = np.random.SeedSequence(int(seed))
-    s_data, s_eval, s_models, s_boot, s_ascent = ss.spawn(5)
-    steps = {"n": 0}
-
-    def count(n: int) -> None:
-        steps["n"] += n
-
+    s_data, s_ascent = run.streams
     g = np.random.default_rng(s_data)
-    data = collect_data(source, pol, n_data_steps, g, n_envs=n_envs, on_step=count)
+    data = collect_data(source, pol, opts.n_data_steps, g, n_envs=opts.n_envs, on_step=run.count)
     own_eps = collect(
         source,
-        _policy_behaviour(pol),
+        policy_behaviour(pol),
         None,
         g,
-        min_steps=n_data_steps,
-        n_envs=n_envs,
-        on_step=count,
+        min_steps=opts.n_data_steps,
+        n_envs=opts.n_envs,
+        on_step=run.count,
     )
-    ev = collect(
-        source,
-        _policy_behaviour(pol),
-        n_eval_episodes,
-        np.random.default_rng(s_eval),
-        scored=pol,
-        n_envs=n_envs,
-        on_step=count,
-    )
+    ev = evaluation_episodes(run)
 
     # the utility class
     feats = _features_fn(source, pol) if utility == "agent" else None
@@ -295,73 +265,24 @@ def meg_approx_unknown(
     # rewards on the class's inputs): the ascent then starts from (about) the known utility
     _regress(u_net, inputs_of(th.as_tensor(data.x)), th.as_tensor(data.r, dtype=th.float32))
     initial = copy.deepcopy(u_net)
-
-    def reward_fn(x: th.Tensor) -> th.Tensor:
-        return u_net(inputs_of(x))
-
-    # the ascent: soft Q at beta = 1 for the current utility, refitted (warm) after every step
-    q_scale = float(H)
-    obs_mean, obs_std = standardisation(np.concatenate([data.x, data.x_next]))
-    model = SoftQModel(
-        data.x.shape[1],
-        A,
-        H,
-        q_scale=q_scale,
-        obs_mean=obs_mean,
-        obs_std=obs_std,
-        hidden=hidden,
-        seed=u_seed + 1,
-        reward_fn=lambda x: reward_fn(x).detach(),
+    trace, buffer = _ascend(
+        run,
+        u_net,
+        inputs_of,
+        data,
+        own_eps,
+        ascent_steps=ascent_steps,
+        episodes_per_step=episodes_per_step,
+        lr=float(utility_lr),
+        rng=np.random.default_rng(s_ascent),
+        seed=u_seed,
     )
-    fixed = BetaPrior(
-        log_lo=math.log10(q_scale),
-        log_hi=math.log10(q_scale),
-        p_zero=0.0,
-        p_pos_inf=0.0,
-        p_neg_inf=0.0,
-        p_negative=0.0,
-    )
-    total = ascent_steps + 2 * n_models * n_iter * 2
-    bar = _Bar(progress, total=total, desc=f"MEG lower bound ({utility} utility)")
-    opt = th.optim.Adam(u_net.parameters(), lr=lr)
-    x_pi = th.as_tensor(own_eps.x)
-    g_a = np.random.default_rng(s_ascent)
-    # only the last few ascent steps' episodes are fitted on, so only they are kept
-    buffer: collections.deque[Rollouts] = collections.deque(maxlen=_KEEP_SAMPLED)
-    trace: list[float] = []
-    for k in range(ascent_steps):
-        fit_data = Rollouts.concat([data, *buffer])
-        fit_soft_q(
-            model,
-            fit_data,
-            iterations=n_iter if k == 0 else max(5, n_iter // 6),
-            steps_per_iteration=steps_per_iteration,
-            prior=fixed,
-            seed=u_seed + 10 + k,
-        )
-        sampled = collect(
-            source,
-            _model_behaviour(model, q_scale),
-            episodes_per_step,
-            g_a,
-            n_envs=n_envs,
-            on_step=count,
-        )
-        buffer.append(sampled)
-        u_pi = reward_fn(x_pi).sum() / own_eps.n_episodes
-        u_model = reward_fn(th.as_tensor(sampled.x)).sum() / sampled.n_episodes
-        gap = u_pi - u_model
-        opt.zero_grad()
-        (-gap).backward()
-        opt.step()
-        trace.append(float(gap.detach()))
-        bar.update(1)
-    del fit_data  # the ascent's last fitting set; the final fits build their own
 
     # the initial and the final utility, each scored as a known utility on fresh evaluation
-    # episodes; the better is reported (both are members of the class)
-    fit = _FitSettings(hidden, n_iter, steps_per_iteration, True, n_data_steps, n_envs)
-    seeds = [int(v) for v in s_models.generate_state(n_models)]
+    # episodes with the same off-policy data (the same seeds would draw it again); the better
+    # is reported (both are members of the class)
+    base = model_data(run)
+    extra = Rollouts.concat(list(buffer))
     scored: dict[str, ApproxMEGResult] = {}
     for name, net in (("initial", initial), ("ascended", u_net)):
         for p in net.parameters():
@@ -372,42 +293,103 @@ def meg_approx_unknown(
                 out: th.Tensor = net(inputs_of(x))
             return out
 
-        _, _, ens, betas, mats, stages = _fit_ensemble(
-            source,
-            pol,
-            ev,
-            fit,
-            seeds,
-            bar,
-            count,
-            reward_fn=frozen,
-            extra_data=Rollouts.concat(list(buffer)),
+        scored[name] = estimate(
+            run, ev, [Rollouts.concat([d, extra]) for d in base], reward_fn=frozen
         )
-        scored[name] = summarise(
-            ev,
-            ens,
-            betas,
-            mats,
-            n_env_steps=steps["n"],
-            n_boot=n_boot,
-            confidence=confidence,
-            s_boot=s_boot,
-            t_start=t_start,
-            horizon=H,
-            stages=stages,
-        )
-    bar.close()
+    run.bar.close()
     best = max(scored, key=lambda k: scored[k].meg)
-    res = dataclasses.replace(scored[best], n_env_steps=steps["n"])
+    res = dataclasses.replace(scored[best], n_env_steps=run.n_env_steps)
     candidates = {k: v.meg for k, v in scored.items()}
     return ApproxUnknownResult(
         result=res,
         utility_class=utility,
         utility=u_net if best == "ascended" else initial,
         trace=trace,
-        n_env_steps=steps["n"],
+        n_env_steps=run.n_env_steps,
         candidates=candidates,
     )
+
+
+def _ascend(
+    run: Run,
+    u_net: nn.Module,
+    inputs_of: Callable[[th.Tensor], th.Tensor],
+    data: Rollouts,
+    own_eps: Rollouts,
+    *,
+    ascent_steps: int,
+    episodes_per_step: int,
+    lr: float,
+    rng: np.random.Generator,
+    seed: int,
+) -> tuple[list[float], collections.deque[Rollouts]]:
+    """Gradient ascent on the utility ``u_net`` (in place): soft Q at beta = 1 for the current
+    utility, refitted (warm) after every step; returns the objective gap per step and the
+    last steps' sampled episodes."""
+    source, opts = run.source, run.opts
+    assert opts.iterations is not None and opts.steps_per_iteration is not None
+    H, n_iter = source.horizon, opts.iterations
+
+    def reward_fn(x: th.Tensor) -> th.Tensor:
+        out: th.Tensor = u_net(inputs_of(x))
+        return out
+
+    q_scale = float(H)
+    obs_mean, obs_std = standardisation(np.concatenate([data.x, data.x_next]))
+    model = SoftQModel(
+        data.x.shape[1],
+        source.n_actions,
+        H,
+        q_scale=q_scale,
+        obs_mean=obs_mean,
+        obs_std=obs_std,
+        hidden=opts.hidden,
+        seed=seed + 1,
+        reward_fn=lambda x: reward_fn(x).detach(),
+        last_steps=opts.last_steps,
+    )
+    fixed = BetaPrior(
+        log_lo=math.log10(q_scale),
+        log_hi=math.log10(q_scale),
+        p_zero=0.0,
+        p_pos_inf=0.0,
+        p_neg_inf=0.0,
+        p_negative=0.0,
+    )
+    opt = th.optim.Adam(u_net.parameters(), lr=lr)
+    x_pi = th.as_tensor(own_eps.x)
+    # only the last few ascent steps' episodes are fitted on, so only they are kept
+    buffer: collections.deque[Rollouts] = collections.deque(maxlen=_KEEP_SAMPLED)
+    trace: list[float] = []
+    for k in range(ascent_steps):
+        fit_soft_q(
+            model,
+            Rollouts.concat([data, *buffer]),
+            iterations=n_iter if k == 0 else max(5, n_iter // 6),
+            steps_per_iteration=opts.steps_per_iteration,
+            lr=opts.lr,
+            average=opts.average,
+            prior=fixed,
+            seed=seed + 10 + k,
+        )
+        sampled = collect(
+            source,
+            model_behaviour(model, q_scale),
+            episodes_per_step,
+            rng,
+            n_envs=opts.n_envs,
+            on_step=run.count,
+        )
+        buffer.append(sampled)
+        u_pi = reward_fn(x_pi).sum() / own_eps.n_episodes
+        u_model = reward_fn(th.as_tensor(sampled.x)).sum() / sampled.n_episodes
+        gap = u_pi - u_model
+        opt.zero_grad()
+        (-gap).backward()
+        opt.step()
+        trace.append(float(gap.detach()))
+        run.bar.update(1)
+    return trace, buffer
 
 
 def _regress(net: nn.Module, z: th.Tensor, r: th.Tensor, steps: int = 300) -> None:

@@ -49,8 +49,8 @@ from typing import Any
 import numpy as np
 import torch as th
 
+from imitation_meg.approx.core import ProgressBar
 from imitation_meg.approx.evaluate import ApproxMEGWarning, _interval, mean_curve
-from imitation_meg.approx.known import _Bar
 from imitation_meg.approx.rollouts import Rollouts
 from imitation_meg.approx.soft_q import BetaPrior, check_average, check_lr
 from imitation_meg.continuous.densities import ContinuousPolicyFn, as_continuous_policy
@@ -367,7 +367,7 @@ def meg_approx_continuous(
     grid = action_grid(d, grid_points, seed=seed)
     rule = {"nodes": 3, "panels": 6, "extra_breaks": d == 1}
     s_eval, s_models, s_boot = np.random.SeedSequence(int(seed)).spawn(3)
-    bar = _Bar(progress, total=n_models * n_iter * (1 + refine), desc="MEG (continuous)")
+    bar = ProgressBar(progress, total=n_models * n_iter * (1 + refine), desc="MEG (continuous)")
     steps = {"n": 0}
 
     def count(n: int) -> None:

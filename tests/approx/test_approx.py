@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import imitation_meg as im
 from imitation_meg.approx import EnvSource, as_policy_fn, collect, meg_approx, soft_mean
+from imitation_meg.approx.core import uniform_behaviour
 from imitation_meg.approx.envs import (
     CoordinateObservation,
     OneHotObservation,
@@ -23,11 +24,11 @@ from imitation_meg.approx.envs import (
     stationary_epsilon_greedy,
     validation_case,
 )
-from imitation_meg.approx.known import (
+from imitation_meg.approx.options import (
     DATA_STEPS,
+    ApproxOptions,
     data_bytes,
     default_data_steps,
-    uniform_behaviour,
 )
 from imitation_meg.approx.soft_q import beta_features
 
@@ -252,6 +253,53 @@ def test_bounds_mean_what_they_mean_on_exact_results():
     assert res.length_normalized == pytest.approx(res.meg / res.length_bound, rel=1e-12)
 
 
+def test_one_options_record_for_both_estimators():
+    """Both estimators take their settings from ApproxOptions only (no setting has a second
+    home in either signature); a record, keywords, or both (keywords win) give one result."""
+    import dataclasses
+    import inspect
+
+    from imitation_meg.approx import meg_approx_unknown
+
+    fields = {f.name for f in dataclasses.fields(ApproxOptions)}
+    for fn in (meg_approx, meg_approx_unknown):
+        params = set(inspect.signature(fn).parameters)
+        assert "options" in params and not fields & params, fn.__name__
+    lean = lambda obs: np.tile([0.7, 0.3], (len(obs), 1))  # noqa: E731
+    small = {"n_data_steps": 300, "n_eval_episodes": 10, "n_models": 2, "iterations": 2}
+    small.update(steps_per_iteration=5, refine=1, n_boot=10, hidden=(8,))
+    with warnings.catch_warnings():  # a fit this short may be flagged; only equality matters
+        warnings.simplefilter("ignore")
+        a = meg_approx(lean, "CartPole-v1", horizon=6, seed=2, **small)
+        b = meg_approx(lean, "CartPole-v1", horizon=6, options=ApproxOptions(seed=2, **small))
+        c = meg_approx(
+            lean, "CartPole-v1", horizon=6, options=ApproxOptions(**small, seed=9), seed=2
+        )
+        u1 = meg_approx_unknown(lean, "CartPole-v1", horizon=6, ascent_steps=2,
+                                episodes_per_step=3, seed=2, **small)  # fmt: skip
+        u2 = meg_approx_unknown(lean, "CartPole-v1", horizon=6, ascent_steps=2,
+                                episodes_per_step=3, options=ApproxOptions(seed=2, **small))  # fmt: skip
+    assert (a.meg, a.low, a.high, a.stages) == (b.meg, b.low, b.high, b.stages)
+    assert (a.meg, a.low, a.high, a.stages) == (c.meg, c.low, c.high, c.stages)
+    assert (u1.meg, u1.low, u1.trace, u1.candidates) == (u2.meg, u2.low, u2.trace, u2.candidates)
+    assert len(u1.result.stages) == 2  # refine=1 governs the bound's final fits too
+    assert ApproxOptions(hidden=[8, 4], refine=True).hidden == (8, 4)
+    assert ApproxOptions(refine=True).refine == 1 and ApproxOptions(refine=False).refine == 0
+    with pytest.raises(TypeError, match=r"unknown setting\(s\) \['n_model'\].*'n_models'"):
+        meg_approx(lean, "CartPole-v1", n_model=2)
+    with pytest.raises(TypeError, match="options must be an ApproxOptions"):
+        meg_approx(lean, "CartPole-v1", options={"n_models": 2})
+    with pytest.raises(ValueError, match="hidden must be a sequence of positive layer sizes"):
+        ApproxOptions(hidden=(0,))
+    with pytest.raises(TypeError, match="progress must be True or False"):
+        ApproxOptions(progress="yes")
+    for bad in (0, -0.1, True, "0.05"):
+        with pytest.raises(ValueError, match="utility_lr must be a positive finite number"):
+            meg_approx_unknown(lean, "CartPole-v1", utility_lr=bad)
+    with pytest.raises(ValueError, match="lr must be a positive finite number"):
+        meg_approx_unknown(lean, "CartPole-v1", lr=0)
+
+
 def test_bad_settings_are_refused():
     uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
     with pytest.raises(ValueError, match="n_models must be an integer >= 1"):
@@ -316,20 +364,20 @@ def test_default_data_shrinks_to_the_memory_budget_with_a_warning():
 def test_unknown_utility_default_data_obeys_the_memory_budget():
     from imitation_meg.approx import meg_approx_unknown
 
-    # 400-entry observations, 3 models: (3 x 4/3 fits + 2 ascent sets) x 8 x 400 = 19 200 bytes
-    # per data step, so this budget holds 500 of the default 20 000
+    # 400-entry observations, 3 models, 3 refits: (3 x 6/3 fits + 2 ascent sets) x 8 x 400 =
+    # 25 600 bytes per data step, so this budget holds 500 of the default 180 000
     uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
     kw = {k: v for k, v in FAST.items() if k not in ("n_data_steps", "n_models")}
     kw.update(iterations=2, steps_per_iteration=5, n_eval_episodes=10, n_models=3)
     wide = lambda: _Tiled(gym.make("CartPole-v1"), 100)  # noqa: E731
-    with pytest.warns(im.approx.ApproxMEGWarning, match="default 20000 data steps .* so 500 are"):
+    with pytest.warns(im.approx.ApproxMEGWarning, match="default 180000 data steps .* so 500 are"):
         res = meg_approx_unknown(
             uniform,
             wide,
             horizon=12,
             ascent_steps=1,
             episodes_per_step=2,
-            data_memory_gib=500 * 19_200 / 2**30,
+            data_memory_gib=500 * 25_600 / 2**30,
             **kw,
         )
     assert 0.0 <= res.meg <= res.result.certificate + 1e-12
@@ -458,7 +506,7 @@ def test_same_seed_same_result(small_case):
     assert a.meg != c.meg
     # the fit settings: the defaults are the validated ones (bit for bit); others fit other
     # networks
-    from imitation_meg.approx.known import AVERAGE, LAST_STEPS, LR
+    from imitation_meg.approx.options import AVERAGE, LAST_STEPS, LR
 
     assert (LR, AVERAGE, LAST_STEPS) == (3e-3, 0.5, 3)
     d = meg_approx(
@@ -810,12 +858,13 @@ def test_batched_fit_refuses_networks_of_different_shapes():
 
 
 def test_default_schedule_splits_the_step_budget():
-    from imitation_meg.approx.known import STEP_BUDGET, default_schedule
-    from imitation_meg.approx.unknown import UNKNOWN_STEP_BUDGET
+    from imitation_meg.approx.options import STEP_BUDGET, default_schedule
 
-    assert STEP_BUDGET == 48_000 and UNKNOWN_STEP_BUDGET == 24_000
+    assert STEP_BUDGET == 48_000
     assert default_schedule(10, None, None) == (30, 1600)  # H + 20 iterations
-    assert default_schedule(10, None, None, budget=UNKNOWN_STEP_BUDGET) == (30, 800)
+    assert default_schedule(10, None, None, budget=24_000) == (30, 800)
+    assert ApproxOptions().schedule(10) == (30, 1600)
+    assert ApproxOptions(iterations=4).schedule(10) == (4, 12_000)
     assert default_schedule(500, None, None) == (520, 92)
     assert default_schedule(5000, None, None) == (5020, 20)  # at least 20 per iteration
     assert default_schedule(10, 4, 7) == (4, 7)

@@ -115,17 +115,15 @@ def test_rewiden_gives_old_rows_the_current_interval(tmp_path):
 def test_approx_validation_config_is_the_library_defaults():
     """``approx_validation.yaml`` runs ``meg_approx``'s defaults (the driver's ``Config`` takes
     them from the library), so its table describes what a user gets."""
-    import inspect
-
-    from imitation_meg.approx import meg_approx
+    from imitation_meg.approx import ApproxOptions
 
     module = load_driver("approx_validation", ROOT / "experiments")
     cur = load_config(load_yaml(ROOT / "configs" / "approx_validation.yaml"), module.Config)
     assert cur == module.Config()
-    params = inspect.signature(meg_approx).parameters
+    defaults = ApproxOptions()
     for name in ("n_eval_episodes", "n_models", "hidden", "refine", "n_boot", "average", "lr"):
-        assert getattr(cur, name) == params[name].default, name
-    assert cur.last_steps == params["last_steps"].default == 3
+        assert getattr(cur, name) == getattr(defaults, name), name
+    assert cur.last_steps == defaults.last_steps == 3
 
 
 def test_approx_validation_run_unit_is_pure(tmp_path):

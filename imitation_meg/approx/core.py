@@ -1,0 +1,333 @@
+"""What both approximate estimators do: collect data, fit soft Q-ensembles, scan beta, report.
+
+:func:`~imitation_meg.approx.meg_approx` scores the environment's reward with
+:func:`estimate`; :func:`~imitation_meg.approx.meg_approx_unknown` scores two utilities of its
+class with the same function (its own part is the ascent on the utility). Both take their
+settings from one :class:`~imitation_meg.approx.options.ApproxOptions`.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch as th
+
+from imitation_meg.approx.evaluate import (
+    ApproxMEGResult,
+    ApproxMEGWarning,
+    Ensemble,
+    mean_curve,
+    scan,
+    summarise,
+)
+from imitation_meg.approx.options import REFIT_LR, ApproxOptions
+from imitation_meg.approx.policy import PolicyFn
+from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
+from imitation_meg.approx.soft_q import BetaPrior, SoftQModel, fit_soft_q_ensemble, new_model
+
+__all__ = [
+    "Behaviour",
+    "ProgressBar",
+    "Run",
+    "collect_data",
+    "estimate",
+    "evaluation_episodes",
+    "fit_ensemble",
+    "model_behaviour",
+    "model_data",
+    "policy_behaviour",
+    "uniform_behaviour",
+]
+
+#: A rollout behaviour: ``(raw observations, flat observations (n, d), times (n,))`` to action
+#: probabilities ``(n, A)``.
+Behaviour = Callable[[Any, np.ndarray, np.ndarray], np.ndarray]
+
+
+# ------------------------------------------------------------------------------ behaviours
+def uniform_behaviour(n_actions: int) -> Behaviour:
+    """The uniform policy as a rollout behaviour."""
+
+    def fn(raw: Any, x: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return np.full((x.shape[0], n_actions), 1.0 / n_actions)
+
+    return fn
+
+
+def policy_behaviour(pol: PolicyFn, mix: float = 0.0) -> Behaviour:
+    """The scored policy, mixed with a share ``mix`` of uniform actions."""
+
+    def fn(raw: Any, x: np.ndarray, t: np.ndarray) -> np.ndarray:
+        p = pol.probs(raw)
+        return (1.0 - mix) * p + mix / p.shape[1]
+
+    return fn
+
+
+def model_behaviour(model: SoftQModel, b: float) -> Behaviour:
+    """A soft Q-model's soft-optimal policy at rationality ``b`` (utility units)."""
+
+    def fn(raw: Any, x: np.ndarray, t: np.ndarray) -> np.ndarray:
+        bb = th.full((x.shape[0],), float(b))
+        lp = model.log_policy(th.as_tensor(x), th.as_tensor(t), bb)
+        return lp.exp().double().numpy()
+
+    return fn
+
+
+class ProgressBar:
+    """A tqdm bar when ``enabled`` and tqdm is installed; its rate gives the time estimate."""
+
+    def __init__(self, enabled: bool, *, total: int, desc: str) -> None:
+        self._bar: Any = None
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+
+                self._bar = tqdm(total=total, desc=desc, unit="it", leave=False)
+            except ImportError:  # pragma: no cover - tqdm is in the experiments extra
+                self._bar = None
+
+    def update(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+# ------------------------------------------------------------------------------ one run
+class Run:
+    """What one estimator call shares between its parts: the environment, the scored policy,
+    the resolved settings, the seeds, the progress bar and the count of environment steps.
+
+    Args:
+        source: the environment.
+        pol: the scored policy.
+        opts: the settings, resolved for ``source`` (:meth:`ApproxOptions.resolved`).
+        bar_total: soft Q-iterations (or other units) the progress bar counts.
+        desc: the bar's label.
+        n_streams: independent seed streams the caller needs besides evaluation, models and
+            bootstrap (in ``streams``).
+        t_start: when the call began (``time.perf_counter()``; default now).
+    """
+
+    def __init__(
+        self,
+        source: EnvSource,
+        pol: PolicyFn,
+        opts: ApproxOptions,
+        *,
+        bar_total: int,
+        desc: str,
+        n_streams: int = 0,
+        t_start: float | None = None,
+    ) -> None:
+        self.t_start = time.perf_counter() if t_start is None else t_start
+        self.source, self.pol, self.opts = source, pol, opts
+        s_eval, s_models, s_boot, *self.streams = np.random.SeedSequence(int(opts.seed)).spawn(
+            3 + n_streams
+        )
+        self.s_eval, self.s_boot = s_eval, s_boot
+        self.model_seeds = [int(v) for v in s_models.generate_state(opts.n_models)]
+        self.bar = ProgressBar(opts.progress, total=bar_total, desc=desc)
+        self.n_env_steps = 0
+
+    def count(self, n: int) -> None:
+        """Add ``n`` environment steps to the count."""
+        self.n_env_steps += n
+
+
+def collect_data(
+    source: EnvSource,
+    pol: PolicyFn,
+    n_steps: int,
+    rng: np.random.Generator,
+    *,
+    n_envs: int,
+    on_step: Callable[[int], None] | None = None,
+) -> Rollouts:
+    """Off-policy data of about ``n_steps`` steps (whole episodes): a third each of the policy,
+    the policy mixed half-and-half with uniform actions, and the uniform policy."""
+    third = max(1, n_steps // 3)
+    behaviours = [
+        policy_behaviour(pol),
+        policy_behaviour(pol, 0.5),
+        uniform_behaviour(source.n_actions),
+    ]
+    return Rollouts.concat(
+        [
+            collect(source, b, None, rng, min_steps=third, n_envs=n_envs, on_step=on_step)
+            for b in behaviours
+        ]
+    )
+
+
+def model_data(run: Run) -> list[Rollouts]:
+    """Each model's own off-policy data (:func:`collect_data`, its own seed)."""
+    opts = run.opts
+    assert opts.n_data_steps is not None, "resolve the options first"
+    return [
+        collect_data(
+            run.source,
+            run.pol,
+            opts.n_data_steps,
+            np.random.default_rng([mseed, 1]),
+            n_envs=opts.n_envs,
+            on_step=run.count,
+        )
+        for mseed in run.model_seeds
+    ]
+
+
+def evaluation_episodes(run: Run) -> Rollouts:
+    """Fresh episodes of the scored policy with its probabilities at every visited state.
+
+    Warns:
+        ApproxMEGWarning: episodes cut by the environment before the horizon.
+    """
+    ev = collect(
+        run.source,
+        policy_behaviour(run.pol),
+        run.opts.n_eval_episodes,
+        np.random.default_rng(run.s_eval),
+        scored=run.pol,
+        n_envs=run.opts.n_envs,
+        on_step=run.count,
+    )
+    if ev.truncated_early:
+        warnings.warn(
+            f"{ev.truncated_early} of {ev.n_episodes} evaluation episodes were cut by the "
+            f"environment before the horizon H={run.source.horizon} without terminating; their "
+            "remaining decisions are missing from the estimate. Pass horizon= no larger than the "
+            "environment's limit.",
+            ApproxMEGWarning,
+            stacklevel=4,
+        )
+    return ev
+
+
+class Fitted(NamedTuple):
+    """An ensemble after its last stage: the models, their data, and every stage's scan
+    (rationalities and values, first fit first)."""
+
+    models: list[SoftQModel]
+    datas: list[Rollouts]
+    ensemble: Ensemble
+    stages: list[tuple[np.ndarray, dict[str, np.ndarray]]]
+
+
+def fit_ensemble(
+    run: Run,
+    ev: Rollouts,
+    base: list[Rollouts],
+    *,
+    reward_fn: Callable[[th.Tensor], th.Tensor] | None = None,
+) -> Fitted:
+    """Fit one model per seed on its data (``base``), scan, refine around the optimum, rescan.
+
+    :func:`summarise` widens the interval by the estimate's largest move from an earlier stage
+    to the last, and reports every stage.
+    """
+    source, opts = run.source, run.opts
+    assert opts.iterations is not None and opts.steps_per_iteration is not None
+    assert opts.n_data_steps is not None
+    seeds = run.model_seeds
+    datas = list(base)
+    models = [
+        new_model(
+            data,
+            source.n_actions,
+            source.horizon,
+            hidden=opts.hidden,
+            seed=mseed,
+            reward_fn=reward_fn,
+            last_steps=opts.last_steps,
+        )
+        for data, mseed in zip(datas, seeds, strict=True)
+    ]
+
+    def fit_all(priors: list[BetaPrior], lr: float, stage: int) -> None:
+        losses = fit_soft_q_ensemble(
+            models,
+            datas,
+            iterations=opts.iterations,  # type: ignore[arg-type]
+            steps_per_iteration=opts.steps_per_iteration,  # type: ignore[arg-type]
+            lr=lr,
+            priors=priors,
+            seeds=[mseed + 1 + stage for mseed in seeds],
+            on_iteration=lambda _i: run.bar.update(len(models)),
+            average=opts.average,
+        )
+        for model, loss in zip(models, losses, strict=True):
+            model.losses = loss  # type: ignore[attr-defined]
+
+    fit_all([BetaPrior()] * len(models), opts.lr, 0)
+    nulls = sum(m.null for m in models)
+    if nulls:
+        warnings.warn(
+            f"{nulls} of {len(models)} soft Q-models saw no non-zero reward, or the same reward "
+            f"on every step with no episode ending early, in their {opts.n_data_steps} steps of "
+            "data: no action is better than another there, so they are uniform at every beta "
+            "(they score 0). If the reward is sparse (a goal never reached), collect more data "
+            "(n_data_steps=) or a longer horizon.",
+            ApproxMEGWarning,
+            stacklevel=4,
+        )
+    ens = Ensemble(models, ev)
+    q_ref = float(np.median([m.q_scale for m in models]))
+    betas, mats = scan(ens, q_ref)
+    stages = [(betas, mats)]
+    for rnd in range(opts.refine):
+        beta = float(betas[int(np.argmax(mean_curve(mats)))])
+        if beta == 0.0:  # the uniform model: nothing to refine around; the stages stand still
+            run.bar.update(opts.iterations * len(models) * (opts.refine - rnd))
+            stages += [stages[-1]] * (opts.refine - rnd)
+            break
+        for k, (model, mseed) in enumerate(zip(models, seeds, strict=True)):
+            own = collect(
+                source,
+                model_behaviour(model, beta * model.q_scale),
+                None,
+                np.random.default_rng([mseed, 2 + rnd]),
+                min_steps=max(1, opts.n_data_steps // 3),
+                n_envs=opts.n_envs,
+                on_step=run.count,
+            )
+            datas[k] = Rollouts.concat([datas[k], own])
+        fit_all([BetaPrior(focus=beta * m.q_scale) for m in models], opts.lr * REFIT_LR, 1 + rnd)
+        betas, mats = scan(ens, q_ref)
+        stages.append((betas, mats))
+    return Fitted(models, datas, ens, stages)
+
+
+def estimate(
+    run: Run,
+    ev: Rollouts,
+    base: list[Rollouts],
+    *,
+    reward_fn: Callable[[th.Tensor], th.Tensor] | None = None,
+) -> ApproxMEGResult:
+    """Known-utility MEG of the scored policy for ``reward_fn`` (default the environment's
+    reward): :func:`fit_ensemble`, then the estimate, its interval and its diagnostics
+    (:func:`~imitation_meg.approx.evaluate.summarise`) on the evaluation episodes ``ev``."""
+    fitted = fit_ensemble(run, ev, base, reward_fn=reward_fn)
+    betas, mats = fitted.stages[-1]
+    return summarise(
+        ev,
+        fitted.ensemble,
+        betas,
+        mats,
+        n_env_steps=run.n_env_steps,
+        n_boot=run.opts.n_boot,
+        confidence=run.opts.confidence,
+        s_boot=run.s_boot,
+        t_start=run.t_start,
+        horizon=run.source.horizon,
+        stages=fitted.stages,
+    )

@@ -1,0 +1,291 @@
+"""The settings of the approximate estimators: one record for both of them.
+
+:func:`~imitation_meg.approx.meg_approx` and :func:`~imitation_meg.approx.meg_approx_unknown`
+fit, evaluate and report with the same machinery (:mod:`imitation_meg.approx.core`), so they take
+the same settings, :class:`ApproxOptions`, with the same defaults and the same meaning (``lr`` is
+the soft Q-fits' step in both; the unknown-utility bound's own step is its ``utility_lr``). Pass a
+record (``options=``), keyword arguments of the same names, or both (keywords win)::
+
+    fast = ApproxOptions(n_models=2, refine=1)
+    meg_approx(policy, "CartPole-v1", options=fast, seed=3)
+
+The defaults are the setting validated against exact answers (``configs/approx_validation.yaml``,
+docs/approx.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from imitation_meg.approx.evaluate import ApproxMEGWarning
+from imitation_meg.approx.soft_q import _check_int, check_average, check_lr
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from imitation_meg.approx.rollouts import EnvSource
+
+__all__ = [
+    "AVERAGE",
+    "DATA_STEPS",
+    "LAST_STEPS",
+    "LR",
+    "N_EVAL_EPISODES",
+    "REFIT_LR",
+    "SETTING_RANGES",
+    "STEP_BUDGET",
+    "ApproxOptions",
+    "data_bytes",
+    "default_data_steps",
+    "default_schedule",
+]
+
+#: Adam's learning rate of the first fit (the refits, which start from its weights, use
+#: ``REFIT_LR`` times it).
+LR = 3e-3
+REFIT_LR = 0.3
+#: The share of each soft Q-iteration's last Adam steps whose weights are averaged.
+AVERAGE = 0.5
+#: Indicator inputs of the last decisions.
+LAST_STEPS = 3
+#: Evaluation episodes of the scored policy.
+N_EVAL_EPISODES = 1000
+#: Adam steps per fitting stage (split over the iterations, at least 20 each). Fewer leave the
+#: fits short of their targets, a bias the fits share (docs/approx.md).
+STEP_BUDGET = 48_000
+#: Off-policy environment steps per model (lowered for wide observations, see
+#: :func:`default_data_steps`).
+DATA_STEPS = 180_000
+#: The ranges :class:`ApproxOptions` accepts for the settings a study's config carries (fields
+#: named as its own; ``None`` means the default), by :func:`imitation_meg.config.check_values`
+#: rule: a study checks its config with them before any unit runs.
+SETTING_RANGES: dict[str, tuple[str, ...]] = {
+    "positive": (
+        "n_data_steps",
+        "n_eval_episodes",
+        "n_models",
+        "hidden",
+        "iterations",
+        "steps_per_iteration",
+        "lr",
+    ),
+    "non_negative": ("last_steps", "refine", "n_boot"),
+    "probabilities": ("average",),
+}
+
+
+def _is_int(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, np.integer))
+
+
+def _check_open(name: str, v: Any, hi: float, what: str) -> None:
+    """Raise ``ValueError`` unless ``v`` is a real number (not a bool) in ``(0, hi)``."""
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float, np.integer, np.floating))
+        or not 0.0 < float(v) < hi
+    ):
+        raise ValueError(f"{name} must be {what}, got {v!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ApproxOptions:
+    """How the approximate estimators fit, evaluate and report.
+
+    Every field is checked when the record is made (a ``ValueError`` / ``TypeError`` naming the
+    field and what it accepts). ``None`` means "the default for this problem" (it depends on the
+    horizon or the observation size); :meth:`resolved` fills those in.
+
+    Attributes:
+        n_data_steps: off-policy environment steps per model (whole episodes), split evenly
+            between the scored policy, the scored policy mixed half-and-half with uniform
+            actions, and the uniform policy (plus a third as many steps of the model's
+            soft-optimal policy per refit). The fits' cost hardly depends on it (a fixed number
+            of Adam steps); their noise does: on a sparse, stochastic goal too few steps bias
+            the estimate low. Default :data:`DATA_STEPS` (180 000), lowered with a warning when
+            the stored transitions would take more than ``data_memory_gib`` (wide observations,
+            e.g. images); an explicit value is used as given.
+        n_eval_episodes: fresh episodes of the scored policy on which ``L(beta)`` is averaged
+            (fewer make the maximum over beta noisier). Rollouts are cheap next to the fits on
+            short horizons; on long ones pass fewer (``imitation-meg score`` uses 60 for
+            ``H >= 200``).
+        n_models: soft Q-networks fitted on independent data with different seeds (at least 2
+            for their spread to enter the interval; with 1 the interval covers the evaluation
+            episodes only).
+        hidden: hidden layer sizes of the soft Q-networks.
+        iterations: soft Q-iterations (target refreshes); default ``H + 20``: values propagate
+            one decision per iteration, so fewer than ``H`` iterations give a truncated
+            lookahead.
+        steps_per_iteration: Adam steps per iteration; default
+            ``max(20, STEP_BUDGET // iterations)`` (48 000 steps per stage: fewer leave the fits
+            short of their targets, a bias that the interval does not cover).
+        refine: refit each model with the rationality prior focused on the optimum and with
+            episodes of its soft-optimal policy there, then re-evaluate, ``refine`` times
+            (``True`` is 1, ``False`` 0; the estimate after each stage is in ``stages``, the
+            largest move from an earlier stage enters the interval, and ``stage_intervals``
+            holds what every smaller ``refine`` reports). Each refit costs about as much CPU as
+            the first fit.
+        n_boot: bootstrap replicates over evaluation episodes.
+        confidence: the interval's nominal coverage.
+        seed: the seed of everything random (same seed, same result).
+        n_envs: environment copies stepped in lockstep.
+        progress: show a progress bar (its rate gives the time estimate).
+        data_memory_gib: memory the default ``n_data_steps`` may fill with stored transitions
+            (all models together, float32 observations and next observations: about
+            ``n_data_steps x n_models x (1 + refine / 3) x 8 x obs_dim`` bytes, more for the
+            unknown-utility bound, which keeps its ascent's data beside them).
+        average: the share of each soft Q-iteration's last Adam steps whose weights are
+            averaged into the iteration's result (Polyak-Ruppert averaging; ``0``: the last
+            step's weights). It damps the optimisation noise that decides near-tied actions at
+            large beta.
+        lr: Adam's learning rate of the soft Q-fits' first stage (cosine-decayed to a tenth over
+            each stage); the refits use ``0.3 lr``.
+        last_steps: give the networks an indicator input for each of the last ``last_steps``
+            decisions (``0``: none, the smooth time features only). The soft-optimal values
+            change most from one of the last decisions to the next; smooth features let a fit
+            blur that change.
+    """
+
+    n_data_steps: int | None = None
+    n_eval_episodes: int = N_EVAL_EPISODES
+    n_models: int = 3
+    hidden: tuple[int, ...] = (64, 64)
+    iterations: int | None = None
+    steps_per_iteration: int | None = None
+    refine: int = 3
+    n_boot: int = 500
+    confidence: float = 0.95
+    seed: int = 0
+    n_envs: int = 16
+    progress: bool = False
+    data_memory_gib: float = 4.0
+    average: float = AVERAGE
+    lr: float = LR
+    last_steps: int = LAST_STEPS
+
+    def __post_init__(self) -> None:
+        if self.n_data_steps is not None:
+            _check_int("n_data_steps", self.n_data_steps, 3)
+        _check_int("n_eval_episodes", self.n_eval_episodes, 2)
+        _check_int("n_models", self.n_models, 1)
+        hidden = self.hidden
+        if not isinstance(hidden, (tuple, list)) or not all(_is_int(h) and h >= 1 for h in hidden):
+            raise ValueError(
+                f"hidden must be a sequence of positive layer sizes, e.g. (64, 64), got {hidden!r}."
+            )
+        object.__setattr__(self, "hidden", tuple(int(h) for h in hidden))
+        for name in ("iterations", "steps_per_iteration"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), 1)
+        refine = self.refine
+        if not isinstance(refine, bool) and (not _is_int(refine) or int(refine) < 0):
+            raise ValueError(f"refine must be True, False or an integer >= 0, got {refine!r}.")
+        object.__setattr__(self, "refine", int(refine))
+        _check_int("n_boot", self.n_boot, 0)
+        _check_open("confidence", self.confidence, 1.0, "a number strictly between 0 and 1")
+        if not _is_int(self.seed):
+            raise TypeError(f"seed must be an integer, got {self.seed!r}.")
+        _check_int("n_envs", self.n_envs, 1)
+        if not isinstance(self.progress, bool):
+            raise TypeError(f"progress must be True or False, got {self.progress!r}.")
+        _check_open("data_memory_gib", self.data_memory_gib, math.inf, "a positive number")
+        check_average(self.average)
+        check_lr(self.lr)
+        _check_int("last_steps", self.last_steps, 0)
+
+    @classmethod
+    def of(cls, options: ApproxOptions | None = None, **overrides: Any) -> ApproxOptions:
+        """``options`` (default: the defaults) with ``overrides`` replacing its fields.
+
+        Raises:
+            TypeError: ``options`` that is not an :class:`ApproxOptions`, or an override that
+                names no field (the message lists them).
+        """
+        if options is None:
+            options = cls()
+        elif not isinstance(options, cls):
+            raise TypeError(
+                f"options must be an ApproxOptions (imitation_meg.approx.ApproxOptions), got "
+                f"{type(options).__name__}."
+            )
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise TypeError(
+                f"unknown setting(s) {unknown} of the approximate estimator; the settings are "
+                f"{sorted(names)}."
+            )
+        return dataclasses.replace(options, **overrides) if overrides else options
+
+    def schedule(self, horizon: int) -> tuple[int, int]:
+        """Soft Q-iterations and Adam steps per iteration for ``horizon`` decisions."""
+        return default_schedule(horizon, self.iterations, self.steps_per_iteration)
+
+    def resolved(self, source: EnvSource, *, extra_copies: float = 0.0) -> ApproxOptions:
+        """The record with every ``None`` filled in for ``source``: ``iterations`` and
+        ``steps_per_iteration`` from the horizon, ``n_data_steps`` from :data:`DATA_STEPS`
+        capped to ``data_memory_gib`` (with an :class:`ApproxMEGWarning` when the cap bites;
+        ``extra_copies`` further data sets are stored beside the models')."""
+        n_iter, n_steps = self.schedule(source.horizon)
+        n_data = self.n_data_steps
+        if n_data is None:
+            sizes = (source.obs_dim, self.n_models, self.refine)
+            n_data = default_data_steps(*sizes, self.data_memory_gib, extra_copies=extra_copies)
+            if n_data < DATA_STEPS:
+                need = data_bytes(DATA_STEPS, *sizes, extra_copies=extra_copies) / 2**30
+                warnings.warn(
+                    f"{source.name}'s observations have {source.obs_dim} entries: the default "
+                    f"{DATA_STEPS} data steps per model would store about {need:.1f} GiB, more "
+                    f"than data_memory_gib={self.data_memory_gib:g}, so {n_data} are used. Less "
+                    "data leaves the fits noisier (on a sparse goal, biased low; "
+                    "docs/approx.md): raise data_memory_gib= if the memory is there, or pass "
+                    "n_data_steps= to choose.",
+                    ApproxMEGWarning,
+                    stacklevel=4,
+                )
+        return dataclasses.replace(
+            self, iterations=n_iter, steps_per_iteration=n_steps, n_data_steps=int(n_data)
+        )
+
+
+def default_schedule(
+    horizon: int,
+    iterations: int | None,
+    steps_per_iteration: int | None,
+    *,
+    budget: int | None = None,
+) -> tuple[int, int]:
+    """Soft Q-iterations (default ``H + 20``) and Adam steps per iteration (default
+    ``max(20, budget // iterations)``, ``budget`` by default :data:`STEP_BUDGET`)."""
+    n_iter = iterations if iterations is not None else horizon + 20
+    if steps_per_iteration is not None:
+        return n_iter, steps_per_iteration
+    return n_iter, max(20, (STEP_BUDGET if budget is None else budget) // n_iter)
+
+
+def data_bytes(
+    n_data_steps: int, obs_dim: int, n_models: int, refine: int, *, extra_copies: float = 0.0
+) -> float:
+    """Bytes the fits' stored transitions take at once: every model keeps its data (float32
+    ``x`` and ``x_next``, ``obs_dim`` entries each) until its last refit, each refit adds a
+    third as many steps, and ``extra_copies`` further sets of ``n_data_steps`` transitions are
+    held beside them (the unknown-utility bound keeps its ascent data)."""
+    return n_data_steps * (n_models * (1 + refine / 3) + extra_copies) * 2 * 4 * obs_dim
+
+
+def default_data_steps(
+    obs_dim: int,
+    n_models: int,
+    refine: int,
+    memory_gib: float,
+    *,
+    default: int = DATA_STEPS,
+    extra_copies: float = 0.0,
+) -> int:
+    """``default``, or fewer when the stored transitions would exceed ``memory_gib``."""
+    per_step = data_bytes(1, obs_dim, n_models, refine, extra_copies=extra_copies)
+    fits = memory_gib * 2**30 // per_step  # inf: no cap
+    return max(3, int(min(default, fits)))
