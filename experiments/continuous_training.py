@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.continuous.approx import meg_approx_continuous
+from imitation_meg.continuous.approx import exceeds_certificate, meg_approx_continuous
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
@@ -229,6 +229,8 @@ def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathli
 def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     """The table of every checkpoint and the figure."""
     rows = [r for res in results for r in res["rows"]]
+    for r in rows:  # the estimator's flag, from the last stage's mean before clipping
+        r["above_certificate"] = exceeds_certificate(r["stages"][-1], r["certificate"])
     out = pathlib.Path(cfg.results_dir)
     fig = _plot(out / "meg_vs_steps.png", cfg, rows)
     return write_results(out, cfg, {"results": rows}, figures=[str(fig)])

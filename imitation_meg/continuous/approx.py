@@ -66,7 +66,7 @@ from imitation_meg.continuous.soft_q import (
 )
 from imitation_meg.results import to_jsonable
 
-__all__ = ["ContinuousApproxResult", "meg_approx_continuous"]
+__all__ = ["ContinuousApproxResult", "exceeds_certificate", "meg_approx_continuous"]
 
 #: Adam steps per fitting stage by default (split over the iterations, at least 20 each).
 STEP_BUDGET = 12_000
@@ -113,6 +113,10 @@ class ContinuousApproxResult:
         bootstrap_se: standard error over evaluation episodes.
         residual_rms: mean over fits of the RMS residual as a fraction of ``q_scale``.
         at_boundary: the optimum is at the largest ``|beta|`` scanned.
+        above_certificate: the fits' mean maximum exceeded the certificate, which no normalised
+            model can (Gibbs' inequality): the action grid could not integrate the models at that
+            beta (a law much narrower than the grid's spacing), so ``meg`` is the certificate by
+            clipping, not by estimation (warned).
         stages: the estimate after each stage.
         stage_intervals: each stage's ``(meg, low, high)``.
         allowance: the largest move from an earlier stage (added to the interval).
@@ -140,6 +144,7 @@ class ContinuousApproxResult:
     bootstrap_se: float
     residual_rms: float
     at_boundary: bool
+    above_certificate: bool
     stages: tuple[float, ...]
     stage_intervals: tuple[tuple[float, float, float], ...]
     allowance: float
@@ -473,6 +478,12 @@ def meg_approx_continuous(
     )
 
 
+def exceeds_certificate(estimate: float, certificate: float) -> bool:
+    """Whether a stage's mean maximum (before clipping) lies above the certificate, which no
+    normalised model can reach (Gibbs' inequality): the quadrature failed at that beta."""
+    return bool(estimate > certificate + 1e-6 * max(1.0, abs(certificate)))
+
+
 def _summarise(
     evaluation: _Evaluation,
     models: list[BoxSoftQModel],
@@ -524,6 +535,18 @@ def _summarise(
     rel = [i["residual_rms"] / i["q_scale"] for i in infos]
     finite = math.isfinite(cert) and cert > 0
     grid = evaluation.grid
+    above = exceeds_certificate(last.mean, cert)
+    if above:
+        warnings.warn(
+            f"the fits' estimate {last.mean:.4g} exceeds the certificate {cert:.4g} "
+            f"(E_pi[sum_t KL(pi || u)]), which no normalised model can: at beta* = {beta:.3g} "
+            f"the models are narrower than the action grid ({grid.kind}, "
+            f"{grid.points.shape[0]} points) can integrate. The estimate is the "
+            "certificate by clipping (above_certificate=True), not a measured value (typical of "
+            "a nearly deterministic policy on actions the reward favours).",
+            ApproxMEGWarning,
+            stacklevel=3,
+        )
     return ContinuousApproxResult(
         meg=float(last.estimate),
         low=float(last.low),
@@ -545,6 +568,7 @@ def _summarise(
         bootstrap_se=float(last.se_boot),
         residual_rms=float(np.mean(rel)),
         at_boundary=k_best in (0, len(betas) - 1),
+        above_certificate=bool(above),
         stages=tuple(float(i.mean) for i in intervals),
         stage_intervals=tuple((i.estimate, i.low, i.high) for i in intervals),
         allowance=float(last.allowance),

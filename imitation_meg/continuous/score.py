@@ -237,6 +237,12 @@ def score_continuous(args: argparse.Namespace) -> int:
         f"wall time           {wall:.1f} s",
     ]
     print("\n".join(lines))
+    if res.above_certificate:
+        print(
+            "\n(The fits exceeded the certificate, which no normalised model can: the action "
+            "grid could not integrate the models at beta*; the estimate is the certificate by "
+            "clipping, not a measured value.)"
+        )
     if args.json:
         from imitation_meg.results import library_versions, write_json
 

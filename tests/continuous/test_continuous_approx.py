@@ -52,8 +52,19 @@ def test_estimate_is_bounded_reproducible_and_staged(mdp):
     assert len(res.stages) == 2 and len(res.models) == 2 and res.n_env_steps > 0
     assert res.normalized == pytest.approx(res.meg / res.certificate)
     assert res.grid == "gauss-legendre, 16 points"
+    assert not res.above_certificate and res.stages[-1] <= res.certificate
     assert run().meg == res.meg  # same seed, same result
     json.dumps(res.to_dict())
+
+
+def test_a_value_above_the_certificate_is_flagged():
+    """No normalised model beats the certificate (Gibbs): a stage mean above it is the action
+    grid's failure, flagged; at or within rounding of it, not."""
+    from imitation_meg.continuous.approx import exceeds_certificate
+
+    assert exceeds_certificate(2569.6, 562.3) and exceeds_certificate(1.01, 1.0)
+    assert not exceeds_certificate(562.3, 562.3) and not exceeds_certificate(1.0 + 1e-7, 1.0)
+    assert not exceeds_certificate(1e9, math.inf) and exceeds_certificate(1e-5, 0.0)
 
 
 def test_uniform_scores_zero_and_clipped_has_no_certificate(mdp):
