@@ -217,6 +217,17 @@ def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathli
                 s, [r["low"] for r in sel], [r["high"] for r in sel], color=c, alpha=0.2
             )
             ax_r.plot(s, [r["mean_return"] for r in sel], "o-", color=c, ms=3)
+            flagged = [r for r in sel if r["above_certificate"]]
+            if flagged:  # the value there is the certificate by clipping, not an estimate
+                ax_m.scatter(
+                    [r["steps"] for r in flagged],
+                    [r["meg"] for r in flagged],
+                    marker="x",
+                    s=70,
+                    color="black",
+                    zorder=5,
+                    label="clipped to the certificate",
+                )
         ax_m.set_title(f"{env_id} (H = {sel[0]['horizon'] if sel else '?'})", fontsize=9)
         ax_m.set_ylabel("MEG (nats per episode)")
         ax_r.set_ylabel("mean return")

@@ -359,8 +359,11 @@ def load_model(
         with warnings.catch_warnings():
             # SB3 warns about schedules pickled under another Python; they do not matter here.
             warnings.filterwarnings("ignore", message=".*Could not deserialize.*")
-            return cls.load(p, device=device, custom_objects=custom or None)
+            model = cls.load(p, device=device, custom_objects=custom or None)
     except (KeyError, ValueError, RuntimeError, pickle.UnpicklingError, AttributeError) as e:
         raise ValueError(
             f"could not load {str(p)!r} as {cls.__name__}: {type(e).__name__}: {e}."
         ) from e
+    if not for_training:  # a scoring copy: evaluation mode once, not per batch
+        model.policy.set_training_mode(False)
+    return model

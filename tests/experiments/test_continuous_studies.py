@@ -45,3 +45,33 @@ def test_continuous_training_fast(tmp_path):
         assert 0.0 <= r["low"] <= r["meg"] <= r["high"] and r["horizon"] == 10
     assert all(r["certificate"] == float("inf") for r in rows if r["algo"] == "ppo")
     assert (tmp_path / "meg_vs_steps.png").stat().st_size > 0
+
+
+def test_published_training_study_supports_the_pages_claims():
+    """docs/continuous.md and the README read the published table; these are their claims."""
+    import csv
+
+    path = ROOT / "docs" / "results" / "continuous_training" / "results.csv"
+    rows = list(csv.DictReader(path.open()))
+    assert len(rows) == 16
+    key = lambda r: (r["env"], r["algo"], int(r["steps"]))  # noqa: E731
+    flagged = [key(r) for r in rows if r["above_certificate"] == "True"]
+    assert flagged == [("MountainCarContinuous-v0", "sac", 0)]
+    for r in rows:
+        meg, low, high, cert = (float(r[k]) for k in ("meg", "low", "high", "certificate"))
+        assert 0.0 <= low <= meg <= high <= cert
+        if r["above_certificate"] == "True":
+            assert meg == cert  # clipped, not estimated
+    pendulum = [r for r in rows if r["env"] == "Pendulum-v1"]
+    untrained = [float(r["meg"]) for r in pendulum if r["steps"] == "0"]
+    trained = [float(r["meg"]) for r in pendulum if r["steps"] != "0"]
+    assert max(untrained) < 2.0 and min(trained) >= 30.0 and max(trained) <= 71.0
+    mcc = {key(r): float(r["meg"]) for r in rows if r["env"] == "MountainCarContinuous-v0"}
+    # the untrained agents score highest on MountainCarContinuous
+    for algo in ("sac", "ppo"):
+        own = {k: v for k, v in mcc.items() if k[1] == algo}
+        assert max(own, key=own.__getitem__)[2] == 0
+    page = (ROOT / "docs" / "continuous.md").read_text()
+    for r in rows:
+        value = float(r["meg"])
+        assert (f"{value:.1f}" if value >= 10 else f"{value:.2f}") in page, key(r)
