@@ -7,6 +7,7 @@ an SB3 object has to be handled.
   gymnasium environment with ``Discrete`` actions, from ``reset`` / ``step`` only.
 - :func:`meg_approx_unknown`: a lower bound on unknown-utility MEG over a utility network on
   observations, or over linear utilities of the scored agent's own hidden features.
+- :class:`ApproxOptions`: the settings both take (one record, the same defaults).
 - :mod:`imitation_meg.approx.envs`: tabular environments seen through non-index observations,
   with their exact MEG, for validation.
 """

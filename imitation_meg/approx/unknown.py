@@ -188,7 +188,7 @@ def meg_approx_unknown(
         utility_lr: Adam's learning rate for the utility (``lr``, as in ``meg_approx``, is the
             soft Q-fits').
         utility_hidden: hidden units of the ``"mlp"`` utility.
-        options, **settings: the estimator's settings, as in ``meg_approx`` (one
+        options: the estimator's settings, as in ``meg_approx`` (one
             :class:`~imitation_meg.approx.options.ApproxOptions`, the same defaults): they
             govern the ascent's soft Q-fits (``hidden``, ``iterations``,
             ``steps_per_iteration``, ``lr``, ``average``, ``last_steps``) and the two final
@@ -197,6 +197,7 @@ def meg_approx_unknown(
             ``n_data_steps``'s memory cap (``data_memory_gib``) counts two more data sets than
             ``meg_approx``'s; the episodes of the last three ascent steps
             (``3 x episodes_per_step x H`` steps at most) come on top.
+        **settings: fields of ``ApproxOptions`` replacing those of ``options``.
 
     Returns:
         :class:`ApproxUnknownResult` (``.meg``, ``.low``, ``.high``).
