@@ -698,6 +698,7 @@ def test_cli_score_dispatches_to_the_approximate_estimator(capsys):
 
 
 @pytest.mark.expensive
+@pytest.mark.timeout(900)  # training (1-2 min) + the score, which the assertion holds to 600 s
 def test_cli_scores_a_cartpole_ppo_zip_in_under_ten_minutes(tmp_path, capsys):
     """The issue's acceptance command, end to end (measure on a quiet machine)."""
     import time
