@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.approx import meg_approx
+from imitation_meg.approx import ApproxOptions, meg_approx
 from imitation_meg.approx.options import AVERAGE, LAST_STEPS, LR, SETTING_RANGES
 from imitation_meg.config import check_values
 from imitation_meg.results import write_results
@@ -172,19 +172,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
             env_id,
             epsilon=cfg.dqn_epsilon if algo == "dqn" else None,
             horizon=cfg.horizon,
-            n_data_steps=cfg.n_data_steps,
-            n_eval_episodes=cfg.n_eval_episodes,
-            n_models=cfg.n_models,
-            hidden=cfg.hidden,
-            iterations=cfg.iterations,
-            steps_per_iteration=cfg.steps_per_iteration,
-            refine=cfg.refine,
-            average=cfg.average,
-            lr=cfg.lr,
-            last_steps=cfg.last_steps,
-            n_boot=cfg.n_boot,
-            seed=seed,
-            progress=cfg.progress,
+            options=ApproxOptions.from_fields(cfg, seed=seed),
         )
         rows.append(
             {

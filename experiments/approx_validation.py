@@ -27,7 +27,7 @@ import numpy as np
 import torch as th
 
 import imitation_meg as im
-from imitation_meg.approx import meg_approx
+from imitation_meg.approx import ApproxOptions, meg_approx
 from imitation_meg.approx.envs import (
     CASES,
     TablePolicy,
@@ -146,23 +146,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     """Exact and approximate MEG of one policy in one case with one seed."""
     th.set_num_threads(1)
     case, policy, exact = scored_policy(cfg, unit)
-    res = meg_approx(
-        policy,
-        case.make,
-        n_data_steps=cfg.n_data_steps,
-        n_eval_episodes=cfg.n_eval_episodes,
-        n_models=cfg.n_models,
-        hidden=cfg.hidden,
-        iterations=cfg.iterations,
-        steps_per_iteration=cfg.steps_per_iteration,
-        refine=cfg.refine,
-        average=cfg.average,
-        lr=cfg.lr,
-        last_steps=cfg.last_steps,
-        n_boot=cfg.n_boot,
-        seed=unit["seed"],
-        progress=cfg.progress,
-    )
+    res = meg_approx(policy, case.make, options=ApproxOptions.from_fields(cfg, seed=unit["seed"]))
     bound = exact.upper_bound
     return {
         **unit,

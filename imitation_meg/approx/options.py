@@ -220,6 +220,15 @@ class ApproxOptions:
             )
         return dataclasses.replace(options, **overrides) if overrides else options
 
+    @classmethod
+    def from_fields(cls, source: Any, **overrides: Any) -> ApproxOptions:
+        """The record made of ``source``'s attributes named as its fields (a study's config
+        carries the estimator's settings under the same names), then ``overrides``; fields
+        ``source`` lacks keep their defaults."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        found = {n: getattr(source, n) for n in names if hasattr(source, n)}
+        return cls.of(None, **{**found, **overrides})
+
     def schedule(self, horizon: int) -> tuple[int, int]:
         """Soft Q-iterations and Adam steps per iteration for ``horizon`` decisions."""
         return default_schedule(horizon, self.iterations, self.steps_per_iteration)

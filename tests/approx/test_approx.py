@@ -283,6 +283,13 @@ def test_one_options_record_for_both_estimators():
     assert (a.meg, a.low, a.high, a.stages) == (c.meg, c.low, c.high, c.stages)
     assert (u1.meg, u1.low, u1.trace, u1.candidates) == (u2.meg, u2.low, u2.trace, u2.candidates)
     assert len(u1.result.stages) == 2  # refine=1 governs the bound's final fits too
+    import types
+
+    cfg = types.SimpleNamespace(n_models=2, refine=1, seeds=(0, 1), horizon=9, lr=1e-3)
+    made = ApproxOptions.from_fields(cfg, seed=4)
+    assert made == ApproxOptions(n_models=2, refine=1, lr=1e-3, seed=4)
+    with pytest.raises(ValueError, match="n_models must be an integer >= 1"):
+        ApproxOptions.from_fields(types.SimpleNamespace(n_models=0))
     assert ApproxOptions(hidden=[8, 4], refine=True).hidden == (8, 4)
     assert ApproxOptions(refine=True).refine == 1 and ApproxOptions(refine=False).refine == 0
     with pytest.raises(TypeError, match=r"unknown setting\(s\) \['n_model'\].*'n_models'"):
