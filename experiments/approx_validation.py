@@ -34,6 +34,7 @@ from imitation_meg.approx.envs import (
     stationary_epsilon_greedy,
     validation_case,
 )
+from imitation_meg.approx.evaluate import stages_settled
 from imitation_meg.approx.options import AVERAGE, LAST_STEPS, LR, N_EVAL_EPISODES, SETTING_RANGES
 from imitation_meg.config import check_values
 from imitation_meg.results import write_results
@@ -163,6 +164,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         "first_stage": res.first_stage,
         "refine_shift": res.refine_shift,
         "allowance": res.allowance,
+        "settled": res.settled,
         "stages": list(res.stages),
         "stage_intervals": [list(v) for v in res.stage_intervals],
         "residual_rms": res.residual_rms,
@@ -181,6 +183,40 @@ def _groups(rows: list[dict[str, Any]]) -> list[tuple[str, str, list[dict[str, A
     return [(c, p, list(g)) for (c, p), g in itertools.groupby(sorted(rows, key=key), key=key)]
 
 
+#: The stricter yardstick: an estimate is within it when its error is at most this share of the
+#: exact value or ``STRICT_FLOOR`` of ``H log|A|``, whichever is larger (small values are held
+#: to 5% of themselves, not of the bound).
+STRICT_SHARE = 0.05
+STRICT_FLOOR = 0.01
+
+
+def within_strict(row: dict[str, Any]) -> bool:
+    """Whether a unit's estimate is within the stricter yardstick (:data:`STRICT_SHARE`)."""
+    tol = max(STRICT_SHARE * abs(row["exact"]), STRICT_FLOOR * row["bound"])
+    return bool(abs(row["approx"] - row["exact"]) <= tol)
+
+
+def settled(row: dict[str, Any]) -> bool | None:
+    """The unit's ``settled`` flag (:func:`~imitation_meg.approx.evaluate.stages_settled`); for
+    units made before the flag was stored, recovered from the last stage's stored interval (its
+    sampling half-width is the half-width less the allowance, read from an end not clipped to
+    ``[0, certificate]``; None when both are clipped or no stages were stored)."""
+    if "settled" in row:
+        return row["settled"]
+    stages, intervals = row.get("stages"), row.get("stage_intervals")
+    if not stages or not intervals:
+        return None
+    _, low, high = intervals[-1]
+    mean, cert, allowance = float(stages[-1]), float(row["certificate"]), float(row["allowance"])
+    if 0.0 < low < cert:
+        sampling = mean - low - allowance
+    elif 0.0 < high < cert:
+        sampling = high - mean - allowance
+    else:
+        return None
+    return stages_settled(stages, sampling, row["bound"])
+
+
 def _summary(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for case, pol, g in _groups(rows):
@@ -197,6 +233,14 @@ def _summary(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "covered": int(sum(r["covered"] for r in g)),
                 "n_seeds": len(g),
                 "within_tolerance": bool(np.abs(err).max() <= cfg.tolerance),
+                "within_strict": int(sum(within_strict(r) for r in g)),
+                # the error in % of the exact value (NaN for an exact 0)
+                "max_abs_error_exact_rel": float(
+                    max(abs(r["approx"] - r["exact"]) / abs(r["exact"]) for r in g)
+                    if g[0]["exact"]
+                    else math.nan
+                ),
+                "unsettled": int(sum(settled(r) is False for r in g)),
                 "n_env_steps": int(g[0]["n_env_steps"]),
             }
         )
@@ -339,6 +383,7 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     acceptance = {
         "max_abs_error_rel": max((s["max_abs_error_rel"] for s in summary), default=math.nan),
         "min_covered": min((s["covered"] for s in summary), default=0),
+        "min_within_strict": min((s["within_strict"] for s in summary), default=0),
         "n_seeds": len(cfg.seeds),
         # None when no case had two epsilons to order
         "ordering_preserved": all(o["approx_decreasing"] for o in ordering) if ordering else None,

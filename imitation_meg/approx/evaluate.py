@@ -42,6 +42,16 @@ _FINE_HALF = 0.25
 _FINE_STEP = 0.025
 #: RMS Bellman residual (fraction of the largest return) above which a fit counts as diverged.
 _RESIDUAL_WARN = 0.5
+#: The stages have settled when the last refit moved the estimate by at most its own sampling
+#: half-width or this share of the scale (``H log|A|``; the certificate for continuous actions),
+#: whichever is larger (:func:`stages_settled`).
+SETTLE_SHARE = 0.01
+#: What the command line prints under its table when the stages have not settled.
+UNSETTLED_NOTE = (
+    "The fitting stages had not settled: the last refit still moved the estimate by more than "
+    "its sampling error, so the interval may be too narrow. Refit more in Python (e.g. "
+    "refine=4) and compare."
+)
 #: Rows per forward pass when evaluating.
 _CHUNK = 1 << 14
 
@@ -109,6 +119,11 @@ class ApproxMEGResult:
         stage_intervals: ``(meg, low, high)`` after the first fit and after each refit: what
             the same call with ``refine=k`` reports (same seed, so the same fits and bootstrap
             draws); the last is ``(meg, low, high)``.
+        settled: whether the fitting stages have settled: the last refit moved the estimate by
+            at most its sampling half-width or ``SETTLE_SHARE`` (1%) of ``upper_bound``,
+            whichever is larger (:func:`stages_settled`). ``False`` comes with an
+            :class:`ApproxMEGWarning`: the fits were still moving when they stopped, so the
+            allowance (the moves seen) may not cover the error left. ``None`` without refits.
         stage_curves: after the first fit and after each refit, the rationalities scanned
             ``(G,)`` (utility units) and each fit's ``L(beta) + E[T] log|A|`` on them ``(K, G)``
             (mean over the evaluation episodes): the curves whose maxima give ``stages``, for
@@ -145,6 +160,7 @@ class ApproxMEGResult:
     allowance: float = 0.0
     stages: tuple[float, ...] = ()
     stage_intervals: tuple[tuple[float, float, float], ...] = ()
+    settled: bool | None = None
     stage_curves: tuple[tuple[np.ndarray, np.ndarray], ...] = dataclasses.field(
         default=(), repr=False
     )
@@ -253,10 +269,41 @@ class _Interval(NamedTuple):
     high: float
     shift: float  # ``mean`` minus the first stage's (0 for the first stage, or with no refits)
     allowance: float  # largest ``|mean - m|`` over the earlier stages' means (0: none)
+    sampling: float  # the half-width before the allowance (bootstrap and fits' spread)
     replicates: np.ndarray  # bootstrap replicates of ``mean``
     se_boot: float
     se_models: float
     singles: np.ndarray  # ``(K,)`` the fits' maxima
+
+
+def stages_settled(stages: Sequence[float], sampling: float, scale: float) -> bool | None:
+    """Whether the refits have settled: the last one moved the estimate (``stages``, the
+    estimate after the first fit and after each refit) by at most the last stage's sampling
+    half-width ``sampling`` or ``SETTLE_SHARE * scale``, whichever is larger. ``None`` with
+    fewer than two stages (no refit to compare)."""
+    if len(stages) < 2:
+        return None
+    move = abs(float(stages[-1]) - float(stages[-2]))
+    tol = max(float(sampling) if math.isfinite(sampling) else 0.0, SETTLE_SHARE * float(scale))
+    return bool(move <= tol)
+
+
+def warn_unsettled(stages: Sequence[float], sampling: float, scale: float, what: str) -> None:
+    """Warn (:class:`ApproxMEGWarning`) when :func:`stages_settled` is False; ``what`` names the
+    scale in the message."""
+    if stages_settled(stages, sampling, scale) is not False:
+        return
+    move = float(stages[-1]) - float(stages[-2])
+    tol = max(sampling if math.isfinite(sampling) else 0.0, SETTLE_SHARE * scale)
+    warnings.warn(
+        f"the fitting stages have not settled: the last refit moved the estimate by {move:+.4g} "
+        f"(stages {' -> '.join(f'{v:.4g}' for v in stages)}), more than its sampling "
+        f"half-width and {SETTLE_SHARE:g} of {what} ({tol:.4g}); the interval's allowance covers "
+        f"the moves seen so far, not the ones still to come (settled=False). Refit more "
+        f"(refine={len(stages)}) or fit longer (steps_per_iteration=) and compare.",
+        ApproxMEGWarning,
+        stacklevel=4,
+    )
 
 
 def _interval(
@@ -299,8 +346,8 @@ def _interval(
     # between moved).
     shift = mean - earlier[0] if earlier else 0.0
     allowance = max((abs(mean - m) for m in earlier), default=0.0)
-    half = math.hypot(z * (se_boot if math.isfinite(se_boot) else 0.0), t_q * se_models)
-    half += allowance
+    sampling = math.hypot(z * (se_boot if math.isfinite(se_boot) else 0.0), t_q * se_models)
+    half = sampling + allowance
     cert = certificate
     return _Interval(
         mean=mean,
@@ -309,6 +356,7 @@ def _interval(
         high=min(max(mean + half, 0.0), cert) if n_boot > 1 else math.nan,
         shift=shift,
         allowance=allowance,
+        sampling=sampling,
         replicates=reps,
         se_boot=se_boot,
         se_models=se_models,
@@ -379,6 +427,8 @@ def summarise(
             }
         )
     bound = float(horizon * math.log(A))
+    stage_means = [i.mean for i in intervals]
+    warn_unsettled(stage_means, last.sampling, bound, "H log|A|")
     length_bound = float(ev.lengths.mean() * math.log(A))
     edge = k_best in (0, len(betas) - 1)
     rel = [i["residual_rms"] / i["q_scale"] for i in infos]
@@ -422,6 +472,7 @@ def summarise(
         allowance=float(last.allowance),
         stages=tuple(i.mean for i in intervals),
         stage_intervals=tuple((i.estimate, i.low, i.high) for i in intervals),
+        settled=stages_settled(stage_means, last.sampling, bound),
         stage_curves=tuple(
             (np.asarray(b, dtype=float), np.stack([m[str(k)].mean(0) for k in range(K)]))
             for b, m in scans

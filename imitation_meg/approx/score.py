@@ -88,6 +88,7 @@ def score_approx(args: argparse.Namespace) -> int:
     Raises:
         ValueError: options the approximate path does not support (named in the message).
     """
+    from imitation_meg.approx.evaluate import UNSETTLED_NOTE
     from imitation_meg.approx.known import meg_approx
     from imitation_meg.approx.rollouts import EnvSource
 
@@ -160,6 +161,8 @@ def score_approx(args: argparse.Namespace) -> int:
         f"wall time           {wall:.1f} s",
     ]
     print("\n".join(lines))
+    if res.settled is False:
+        print(f"\n({UNSETTLED_NOTE})")
     if res.at_boundary:
         print("\n(The optimum lies at the largest |beta| tried: the supremum may be a limit.)")
     if args.json:

@@ -50,7 +50,13 @@ import numpy as np
 import torch as th
 
 from imitation_meg.approx.core import ProgressBar
-from imitation_meg.approx.evaluate import ApproxMEGWarning, _interval, mean_curve
+from imitation_meg.approx.evaluate import (
+    ApproxMEGWarning,
+    _interval,
+    mean_curve,
+    stages_settled,
+    warn_unsettled,
+)
 from imitation_meg.approx.rollouts import Rollouts
 from imitation_meg.approx.soft_q import BetaPrior, check_average, check_lr
 from imitation_meg.continuous.densities import ContinuousPolicyFn, as_continuous_policy
@@ -121,6 +127,10 @@ class ContinuousApproxResult:
         stage_intervals: each stage's ``(meg, low, high)``.
         allowance: the largest move from an earlier stage (added to the interval).
         refine_shift: the move from the first stage.
+        settled: whether the stages have settled: the last refit moved the estimate by at
+            most its sampling half-width or 1% of the certificate (when finite), whichever is
+            larger (:func:`~imitation_meg.approx.evaluate.stages_settled`); ``False`` is warned,
+            ``None`` without refits.
         policy: what was scored (with its smoothing, if any).
         grid: the action grid (``kind`` and points).
         wall_time_s: seconds taken.
@@ -149,6 +159,7 @@ class ContinuousApproxResult:
     stage_intervals: tuple[tuple[float, float, float], ...]
     allowance: float
     refine_shift: float
+    settled: bool | None
     policy: str
     grid: str
     wall_time_s: float
@@ -536,6 +547,9 @@ def _summarise(
     finite = math.isfinite(cert) and cert > 0
     grid = evaluation.grid
     above = exceeds_certificate(last.mean, cert)
+    stage_means = [float(i.mean) for i in intervals]
+    scale = cert if finite else 0.0
+    warn_unsettled(stage_means, last.sampling, scale, "the certificate")
     if above:
         warnings.warn(
             f"the fits' estimate {last.mean:.4g} exceeds the certificate {cert:.4g} "
@@ -569,10 +583,11 @@ def _summarise(
         residual_rms=float(np.mean(rel)),
         at_boundary=k_best in (0, len(betas) - 1),
         above_certificate=bool(above),
-        stages=tuple(float(i.mean) for i in intervals),
+        stages=tuple(stage_means),
         stage_intervals=tuple((i.estimate, i.low, i.high) for i in intervals),
         allowance=float(last.allowance),
         refine_shift=float(last.shift),
+        settled=stages_settled(stage_means, last.sampling, scale),
         policy=name,
         grid=f"{grid.kind}, {grid.points.shape[0]} points",
         wall_time_s=time.perf_counter() - t_start,

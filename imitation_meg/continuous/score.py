@@ -159,6 +159,7 @@ def score_continuous(args: argparse.Namespace) -> int:
     """
     import torch as th
 
+    from imitation_meg.approx.evaluate import UNSETTLED_NOTE
     from imitation_meg.continuous.approx import meg_approx_continuous
     from imitation_meg.continuous.densities import as_continuous_policy, uniform_policy
     from imitation_meg.continuous.rollouts import BoxEnvSource
@@ -237,6 +238,8 @@ def score_continuous(args: argparse.Namespace) -> int:
         f"wall time           {wall:.1f} s",
     ]
     print("\n".join(lines))
+    if res.settled is False:
+        print(f"\n({UNSETTLED_NOTE})")
     if res.above_certificate:
         print(
             "\n(The fits exceeded the certificate, which no normalised model can: the action "

@@ -24,6 +24,7 @@ from imitation_meg.approx.envs import (
     stationary_epsilon_greedy,
     validation_case,
 )
+from imitation_meg.approx.evaluate import ApproxMEGWarning
 from imitation_meg.approx.options import (
     DATA_STEPS,
     ApproxOptions,
@@ -479,6 +480,48 @@ def test_interval_adds_the_refits_move_as_an_allowance(small_case):
         assert curves.shape == (2, betas.size) and 0.0 in betas
         assert np.maximum(curves.max(1), 0.0).mean() == pytest.approx(value, abs=1e-12)
     assert np.array_equal(twice.stage_curves[-1][0], np.sort(twice.stage_curves[-1][0]))
+    # settled: the last refit's move against the larger of its sampling half-width and 1% of
+    # H log|A|; None without refits
+    assert plain.settled is None
+    for r, half in ((res, sampling), (twice, sampling2)):
+        move = abs(r.stages[-1] - r.stages[-2])
+        assert r.settled is (move <= max(half, 0.01 * r.upper_bound))
+
+
+def test_unsettled_stages_are_flagged_and_warned():
+    """The rule on given numbers (one stage: nothing to compare; the larger of the sampling
+    half-width and 1% of the scale decides), and a real run whose refits still move: the flag
+    and the warning come together, in the result and on the command line's table."""
+    from imitation_meg.approx.evaluate import stages_settled, warn_unsettled
+
+    assert stages_settled([1.0], 0.1, 10.0) is None
+    assert stages_settled([1.0, 1.5], 0.1, 10.0) is False  # 0.5 > max(0.1, 0.1)
+    assert stages_settled([1.0, 1.5, 1.55], 0.1, 10.0) is True  # only the last move counts
+    assert stages_settled([1.0, 1.15], 0.1, 20.0) is True  # 0.15 <= 1% of 20
+    assert stages_settled([1.0, 1.15], math.nan, 10.0) is False  # no sampling part: floor only
+    with pytest.warns(ApproxMEGWarning, match=r"not settled.*\+0\.5.*refine=2"):
+        warn_unsettled([1.0, 1.5], 0.1, 10.0, "H log|A|")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_unsettled([1.0, 1.05], 0.1, 10.0, "H log|A|")  # settled: silent
+        warn_unsettled([1.0], 0.1, 10.0, "H log|A|")
+
+
+def test_a_run_still_moving_says_so(small_case):
+    mdp, feats = small_case
+    pol = TablePolicy(stationary_epsilon_greedy(mdp, 0.3), feats)
+    # one fit of 3 iterations x 5 steps, far from converged, scored on 1 000 episodes: the refit
+    # moves the estimate by about 0.05 nats, twice the tolerance (1% of H log|A|, 0.022, above
+    # the bootstrap's half-width of about 0.012)
+    kw = dict(FAST, iterations=3, steps_per_iteration=5, n_boot=50, refine=1)
+    kw.update(n_models=1, n_eval_episodes=1000)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = meg_approx(pol, lambda: TabularGymEnv(mdp, feats), seed=2, **kw)
+    said = [w for w in caught if "not settled" in str(w.message)]
+    assert res.settled is False and len(said) == 1
+    assert issubclass(said[0].category, ApproxMEGWarning)
+    assert abs(res.stages[1] - res.stages[0]) > 0.01 * res.upper_bound
 
 
 def test_allowance_is_the_largest_move_from_any_earlier_stage():
