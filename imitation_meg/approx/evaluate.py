@@ -283,9 +283,12 @@ def stages_settled(stages: Sequence[float], sampling: float, scale: float) -> bo
     fewer than two stages (no refit to compare)."""
     if len(stages) < 2:
         return None
-    move = abs(float(stages[-1]) - float(stages[-2]))
-    tol = max(float(sampling) if math.isfinite(sampling) else 0.0, SETTLE_SHARE * float(scale))
-    return bool(move <= tol)
+    return bool(abs(float(stages[-1]) - float(stages[-2])) <= _settle_tolerance(sampling, scale))
+
+
+def _settle_tolerance(sampling: float, scale: float) -> float:
+    """The largest last move of settled stages (a NaN sampling half-width counts as 0)."""
+    return max(float(sampling) if math.isfinite(sampling) else 0.0, SETTLE_SHARE * float(scale))
 
 
 def warn_unsettled(stages: Sequence[float], sampling: float, scale: float, what: str) -> None:
@@ -294,7 +297,7 @@ def warn_unsettled(stages: Sequence[float], sampling: float, scale: float, what:
     if stages_settled(stages, sampling, scale) is not False:
         return
     move = float(stages[-1]) - float(stages[-2])
-    tol = max(sampling if math.isfinite(sampling) else 0.0, SETTLE_SHARE * scale)
+    tol = _settle_tolerance(sampling, scale)
     warnings.warn(
         f"the fitting stages have not settled: the last refit moved the estimate by {move:+.4g} "
         f"(stages {' -> '.join(f'{v:.4g}' for v in stages)}), more than its sampling "
