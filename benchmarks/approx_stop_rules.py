@@ -20,15 +20,17 @@ within the stricter yardstick (5% of the exact value or 1% of ``H log|A|``).
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from imitation_meg.approx.evaluate import stages_settled
+from imitation_meg.runners import load_driver
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+#: the validation study: its stricter yardstick and its reading of stored intervals
+STUDY = load_driver("approx_validation", ROOT / "experiments")
 
 Rule = Callable[[list[float], float, float], bool]
 
@@ -43,23 +45,11 @@ RULES: dict[str, Rule] = {
 }
 
 
-def sampling_half_width(stages: list[float], interval: list[float], k: int, cert: float) -> float:
-    """Stage ``k``'s half-width before its allowance (NaN when both ends were clipped)."""
-    allowance = max((abs(stages[k] - m) for m in stages[:k]), default=0.0)
-    _, low, high = interval
-    if 0.0 < low < cert:
-        return stages[k] - low - allowance
-    if 0.0 < high < cert:
-        return high - stages[k] - allowance
-    return math.nan
-
-
 def stop_stage(row: dict[str, Any], rule: Rule) -> int:
     """The stage a run with ``rule`` reports (the last one when the rule never stops it)."""
-    stages, intervals = row["stages"], row["stage_intervals"]
+    stages = row["stages"]
     for k in range(1, len(stages)):
-        samp = sampling_half_width(stages, intervals[k], k, row["certificate"])
-        if rule(stages[: k + 1], samp, row["bound"]):
+        if rule(stages[: k + 1], STUDY.stage_sampling(row, k), row["bound"]):
             return k
     return len(stages) - 1
 
@@ -78,7 +68,7 @@ def judge(rows: list[dict[str, Any]], rule: Rule) -> tuple[float, dict[tuple[str
         c = per.setdefault((r["case"], r["policy"]), [0, 0, 0, 0])
         c[0] += int(low <= r["exact"] <= high)
         c[1] += int(err <= 0.05 * r["bound"])
-        c[2] += int(err <= max(0.05 * abs(r["exact"]), 0.01 * r["bound"]))
+        c[2] += int(err <= STUDY.strict_tolerance(r["exact"], r["bound"]))
         c[3] += 1
     return fitted / total, per
 

@@ -190,31 +190,45 @@ STRICT_SHARE = 0.05
 STRICT_FLOOR = 0.01
 
 
+def strict_tolerance(exact: float, bound: float) -> float:
+    """The largest error within the stricter yardstick for exact value ``exact`` and bound
+    ``H log|A|`` ``bound``."""
+    return max(STRICT_SHARE * abs(exact), STRICT_FLOOR * bound)
+
+
 def within_strict(row: dict[str, Any]) -> bool:
     """Whether a unit's estimate is within the stricter yardstick (:data:`STRICT_SHARE`)."""
-    tol = max(STRICT_SHARE * abs(row["exact"]), STRICT_FLOOR * row["bound"])
-    return bool(abs(row["approx"] - row["exact"]) <= tol)
+    return bool(abs(row["approx"] - row["exact"]) <= strict_tolerance(row["exact"], row["bound"]))
+
+
+def stage_sampling(row: dict[str, Any], k: int) -> float:
+    """Stage ``k``'s sampling half-width, read back from its stored interval: the half-width
+    less the allowance (the largest move from an earlier stage), from an end not clipped to
+    ``[0, certificate]``; NaN when both ends are clipped."""
+    stages = [float(m) for m in row["stages"]]
+    k = k % len(stages)
+    _, low, high = row["stage_intervals"][k]
+    cert = float(row["certificate"])
+    allowance = max((abs(stages[k] - m) for m in stages[:k]), default=0.0)
+    if 0.0 < low < cert:
+        return stages[k] - low - allowance
+    if 0.0 < high < cert:
+        return high - stages[k] - allowance
+    return math.nan
 
 
 def settled(row: dict[str, Any]) -> bool | None:
     """The unit's ``settled`` flag (:func:`~imitation_meg.approx.evaluate.stages_settled`); for
-    units made before the flag was stored, recovered from the last stage's stored interval (its
-    sampling half-width is the half-width less the allowance, read from an end not clipped to
-    ``[0, certificate]``; None when both are clipped or no stages were stored)."""
+    units made before the flag was stored, recovered with :func:`stage_sampling` (None when both
+    ends of the last interval are clipped or no stages were stored)."""
     if "settled" in row:
         return row["settled"]
-    stages, intervals = row.get("stages"), row.get("stage_intervals")
-    if not stages or not intervals:
+    if not row.get("stages") or not row.get("stage_intervals"):
         return None
-    _, low, high = intervals[-1]
-    mean, cert, allowance = float(stages[-1]), float(row["certificate"]), float(row["allowance"])
-    if 0.0 < low < cert:
-        sampling = mean - low - allowance
-    elif 0.0 < high < cert:
-        sampling = high - mean - allowance
-    else:
+    sampling = stage_sampling(row, -1)
+    if not math.isfinite(sampling):
         return None
-    return stages_settled(stages, sampling, row["bound"])
+    return stages_settled(row["stages"], sampling, row["bound"])
 
 
 def _summary(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

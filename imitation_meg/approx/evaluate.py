@@ -473,7 +473,7 @@ def summarise(
         first_stage=float(first_stage),
         refine_shift=float(last.shift),
         allowance=float(last.allowance),
-        stages=tuple(i.mean for i in intervals),
+        stages=tuple(stage_means),
         stage_intervals=tuple((i.estimate, i.low, i.high) for i in intervals),
         settled=stages_settled(stage_means, last.sampling, bound),
         stage_curves=tuple(
