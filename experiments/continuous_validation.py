@@ -44,6 +44,9 @@ from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
 UNIT_RESOURCES = {"num_cpus": 1}
+# Fields that only choose units (each unit holds its own values): a run of some of them reuses the
+# units of a wider run, and the reverse.
+SWEEP_FIELDS = ("dims", "policies", "seeds")
 POLICIES = ("uniform", "squashed", "clipped")
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import pathlib
 import sys
 import time
@@ -245,6 +246,7 @@ def run_study(
                 "units_run": len(todo),
                 "units_reused": len(done),
                 "units_merged": len(merged),
+                "merged_runs": _merged_runs(merge),
                 "wall_seconds": round(wall, 2),
             },
         )
@@ -386,6 +388,40 @@ def run_serially(module: types.ModuleType, cfg: Any) -> Any:
         loads_result(execute_unit(module, cfg, unit, store.key(unit)).result_json) for unit in units
     ]
     return module.combine(cfg, results)
+
+
+# What a run log keeps of each run whose units it merged (the runs that computed them).
+_MERGED_RUN_FIELDS = (
+    "backend",
+    "workers",
+    "units",
+    "units_run",
+    "units_reused",
+    "units_merged",
+    "merged_runs",
+    "wall_seconds",
+    "finished",
+)
+
+
+def _merged_runs(sources: Sequence[str]) -> list[dict[str, Any]]:
+    """Per ``--merge`` source, the record of the run that made it (from its ``run.json``, where
+    it has one), so that a run which only merged still says which runs computed its units."""
+    out: list[dict[str, Any]] = []
+    for src in sources:
+        folder = pathlib.Path(src)
+        log_path = next(
+            (p for p in (folder / RUN_LOG, folder.parent / RUN_LOG) if p.is_file()), None
+        )
+        entry: dict[str, Any] = {"source": str(src)}
+        if log_path is not None:
+            try:
+                log = json.loads(log_path.read_text())
+            except (OSError, ValueError):
+                log = {}
+            entry.update({k: log[k] for k in _MERGED_RUN_FIELDS if k in log})
+        out.append(entry)
+    return out
 
 
 def _write_run_log(

@@ -28,7 +28,8 @@ from imitation_meg.runners import (
     publish,
     run_config,
 )
-from imitation_meg.runners._store import _same_result
+from imitation_meg.config import load_config, load_yaml
+from imitation_meg.runners._store import UnitStore, _same_result, config_fingerprint
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -92,6 +93,29 @@ def test_rerun_reuses_units_and_sweep_fields_keep_them(tmp_path):
     # ... while a setting every unit depends on (trials) makes them all new.
     plan = run_config(TOM_FAST, overrides=[*over, "trials=5"], dry_run=True, **QUIET)
     assert (len(plan["done"]), len(plan["missing"])) == (0, 8)
+
+
+SEEDED_CONFIGS = sorted(p.name for p in CONFIGS.glob("*.yaml") if "seeds" in load_yaml(p))
+
+
+def _unit_keys(path: pathlib.Path, seeds: list[int]) -> set[str]:
+    """The unit file names a run of the config ``path`` with ``seeds`` reads and writes."""
+    data = load_yaml(path)
+    name = data.pop("experiment")
+    module = load_driver(name, ROOT / "experiments")
+    cfg = load_config({**data, "seeds": seeds}, module.Config, where=str(path))
+    free = getattr(module, "SWEEP_FIELDS", ())
+    store = UnitStore(pathlib.Path("unused"), name, config_fingerprint(cfg, free_fields=free))
+    return {store.key(u) for u in module.units(cfg)}
+
+
+@pytest.mark.parametrize("name", SEEDED_CONFIGS)
+def test_a_run_of_some_seeds_reuses_the_units_of_all(name):
+    """``--seeds 0`` names the same units as the full run's seed 0 (seeds only choose units)."""
+    seeds = list(load_yaml(CONFIGS / name)["seeds"])
+    seeds = seeds if len(seeds) > 1 else [*seeds, max(seeds) + 1]
+    some = _unit_keys(CONFIGS / name, seeds[:1])
+    assert some and some < _unit_keys(CONFIGS / name, seeds)
 
 
 def test_duplicate_units_are_refused(tmp_path):
@@ -194,6 +218,12 @@ def test_a_published_run_rebuilds_its_units(tmp_path):
     assert again["results"] == first["results"] and again["summary"] == first["summary"]
     log = json.loads((b / "run.json").read_text())
     assert (log["units_run"], log["units_merged"]) == (0, 2)
+    # ... and it keeps the record of the run that computed them (publish copies this run.json)
+    computed = json.loads((a / "run.json").read_text())
+    (source,) = log["merged_runs"]
+    assert source["source"] == str(pub) and source["units_run"] == 2
+    assert source["wall_seconds"] == computed["wall_seconds"] > 0
+    assert source["finished"] == computed["finished"]
     # the rebuilt unit files hold the units' results less their curves (left out of the tables)
     original = {
         k: {f: v for f, v in r.items() if f != "curves"} for k, r in _unit_results(a).items()
