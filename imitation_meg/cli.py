@@ -327,6 +327,11 @@ def _score_once(args: argparse.Namespace) -> int:
 
         _check_single_policy_outputs(args)
         return score_approx(args)
+    if getattr(args, "approx_options", None):
+        raise ValueError(
+            "--approx-option applies to the approximate estimators (--approx, environments "
+            "that are not tabular, Box actions); this score is exact."
+        )
     if args.mode != "target" and args.target is not None:
         raise ValueError("--target applies to --mode target only.")
     if args.signed and args.mode != "known":
@@ -631,6 +636,15 @@ def _add_score_parser(sub: Any) -> None:
         action="store_true",
         help="approximate MEG from rollouts with learned soft Q-functions (the default for "
         "environments that are not tabular; forces it on tabular ones)",
+    )
+    score.add_argument(
+        "--approx-option",
+        dest="approx_options",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a setting of the approximate estimator (any ApproxOptions field but seed, e.g. "
+        "refine=4, n_models=5, n_eval_episodes=200, hidden=[128,128]; for Box actions a "
+        "keyword of meg_approx_continuous); repeatable",
     )
     score.add_argument(
         "--seed",

@@ -49,8 +49,8 @@ SETTLE_SHARE = 0.01
 #: What the command line prints under its table when the stages have not settled.
 UNSETTLED_NOTE = (
     "The fitting stages had not settled: the last refit still moved the estimate by more than "
-    "its sampling error, so the interval may be too narrow. Refit more in Python (e.g. "
-    "refine=4) and compare."
+    "its sampling error, so the interval may be too narrow. Refit more (refine=4 in Python, "
+    "--approx-option refine=4 on the command line) and compare."
 )
 #: Rows per forward pass when evaluating.
 _CHUNK = 1 << 14

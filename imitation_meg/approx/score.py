@@ -11,14 +11,56 @@ import argparse
 import contextlib
 import math
 import time
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["is_tabular", "score_approx"]
+__all__ = ["estimator_settings", "is_tabular", "score_approx"]
 
 #: Built-in policies the approximate path can score (it has no tabular MDP for the others).
 APPROX_POLICIES = ("uniform",)
+#: Settings that have their own flag (or none) and so no ``--approx-option``.
+_OWN_FLAGS = {"seed": "--seed", "horizon": "--horizon", "progress": "(always shown)"}
+
+
+def estimator_settings(items: Sequence[str] | None, allowed: Collection[str]) -> dict[str, Any]:
+    """The ``--approx-option KEY=VALUE`` items as keyword arguments of an estimator.
+
+    Values are read as YAML (``4``, ``0.5``, ``true``, ``[64, 64]``; lists become tuples); a key
+    may be given once. Their values are checked by the estimator's own options.
+
+    Raises:
+        ValueError: an item without ``=``, a key given twice, a key that has its own flag, or a
+            key that names no setting in ``allowed`` (the message lists them).
+    """
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ValueError(
+                f"--approx-option {item!r} must be KEY=VALUE, e.g. --approx-option refine=4."
+            )
+        if key in _OWN_FLAGS:
+            raise ValueError(
+                f"--approx-option {key}=...: {key} is set by {_OWN_FLAGS[key]}, not here."
+            )
+        if key not in allowed:
+            raise ValueError(
+                f"--approx-option {key!r} is not a setting of this estimator; its settings are "
+                f"{sorted(allowed)}."
+            )
+        if key in out:
+            raise ValueError(f"--approx-option {key} is given twice; give it once.")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ValueError(f"--approx-option {item!r}: the value is not valid YAML ({e}).") from e
+        out[key] = tuple(value) if isinstance(value, list) else value
+    return out
 
 
 def is_tabular(env_id: str) -> bool:
@@ -82,15 +124,24 @@ def score_approx(args: argparse.Namespace) -> int:
     """Score ``args.policy`` in ``args.env`` with the approximate estimator and print the result.
 
     Reads ``env``, ``policy``, ``algo``, ``epsilon``, ``horizon``, ``seed``, ``mode`` (``known``
-    only), ``json`` and the optional ``approx_models`` / ``approx_episodes`` /
-    ``approx_iterations`` / ``approx_steps`` (set from Python; not command-line flags).
+    only), ``json``, ``approx_options`` (``--approx-option KEY=VALUE`` items: any
+    :class:`~imitation_meg.approx.ApproxOptions` field but ``seed`` and ``progress``) and the
+    optional ``approx_models`` / ``approx_episodes`` / ``approx_iterations`` / ``approx_steps``
+    (set from Python; not command-line flags).
 
     Raises:
         ValueError: options the approximate path does not support (named in the message).
     """
+    import dataclasses
+
     from imitation_meg.approx.evaluate import UNSETTLED_NOTE
     from imitation_meg.approx.known import meg_approx
+    from imitation_meg.approx.options import ApproxOptions
     from imitation_meg.approx.rollouts import EnvSource
+
+    names = {f.name for f in dataclasses.fields(ApproxOptions)}
+    settings = estimator_settings(getattr(args, "approx_options", None), names - set(_OWN_FLAGS))
+    ApproxOptions.of(None, **settings)  # bad values end here, before any work
 
     if args.env is None:
         raise ValueError("--approx needs --env ENV_ID (a gymnasium id), not --cliff-world.")
@@ -119,6 +170,8 @@ def score_approx(args: argparse.Namespace) -> int:
     for attr, key in (("approx_iterations", "iterations"), ("approx_steps", "steps_per_iteration")):
         if getattr(args, attr, None) is not None:
             kwargs[key] = getattr(args, attr)
+    kwargs.update(settings)  # --approx-option wins over the command's own defaults
+    n_models = kwargs.pop("n_models", n_models)
     print(
         f"Approximate known-utility MEG of {label} in {source.name} (|A|={source.n_actions}, "
         f"H={source.horizon}; utility: the environment reward; {n_models} soft Q-networks)\n"

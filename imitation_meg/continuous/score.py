@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import pathlib
 import time
@@ -150,8 +151,9 @@ def score_continuous(args: argparse.Namespace) -> int:
     """``imitation-meg score`` for a ``Box``-action environment: the estimate, its interval,
     the certificate and the time taken.
 
-    Reads ``env``, ``policy``, ``algo``, ``noise_std``, ``horizon``, ``seed``, ``mode``, ``json``
-    and the optional ``approx_models`` / ``approx_episodes`` / ``approx_steps`` /
+    Reads ``env``, ``policy``, ``algo``, ``noise_std``, ``horizon``, ``seed``, ``mode``, ``json``,
+    ``approx_options`` (``--approx-option KEY=VALUE`` items: keyword arguments of
+    :func:`~imitation_meg.continuous.approx.meg_approx_continuous`) and the optional ``approx_models`` / ``approx_episodes`` / ``approx_steps`` /
     ``approx_data`` (set from Python, e.g. by the tests).
 
     Raises:
@@ -160,6 +162,7 @@ def score_continuous(args: argparse.Namespace) -> int:
     import torch as th
 
     from imitation_meg.approx.evaluate import UNSETTLED_NOTE
+    from imitation_meg.approx.score import estimator_settings
     from imitation_meg.continuous.approx import meg_approx_continuous
     from imitation_meg.continuous.densities import as_continuous_policy, uniform_policy
     from imitation_meg.continuous.rollouts import BoxEnvSource
@@ -176,6 +179,9 @@ def score_continuous(args: argparse.Namespace) -> int:
     for opt in ("signed", "rollouts", "target", "vec_normalize", "epsilon", "action_masks"):
         if getattr(args, opt, None):
             raise ValueError(f"--{opt.replace('_', '-')} is not available for continuous actions.")
+    fixed = {"policy", "env", "horizon", "algo", "noise_std", "deterministic", "seed", "progress"}
+    allowed = set(inspect.signature(meg_approx_continuous).parameters) - fixed
+    settings = estimator_settings(getattr(args, "approx_options", None), allowed)
     th.set_num_threads(1)
     source = BoxEnvSource(args.env, horizon=args.horizon)
     noise = getattr(args, "noise_std", None)
@@ -196,6 +202,7 @@ def score_continuous(args: argparse.Namespace) -> int:
     ):
         if getattr(args, attr, None) is not None:
             kwargs[key] = getattr(args, attr)
+    kwargs.update(settings)  # --approx-option wins over the command's own defaults
     print(
         f"Approximate known-utility MEG of {pol.name} in {source.name} (Box of "
         f"{source.action_dim} dimension(s) [{source.low.tolist()}, {source.high.tolist()}], "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import warnings
 
@@ -654,6 +655,46 @@ def test_score_function_prints_an_estimate(capsys, tmp_path):
     args.mode = "unknown"
     with pytest.raises(ValueError, match="--mode unknown is not available"):
         score_approx(args)
+
+
+def test_approx_options_reach_the_estimator_from_the_command_line(tmp_path, capsys):
+    from imitation_meg.cli import main
+
+    out = tmp_path / "o.json"
+    opts = ["n_models=2", "refine=1", "n_data_steps=300", "n_eval_episodes=8", "iterations=2"]
+    opts += ["steps_per_iteration=5", "hidden=[16, 16]"]
+    argv = ["score", "--env", "CartPole-v1", "--policy", "uniform", "--horizon", "10"]
+    argv += [a for o in opts for a in ("--approx-option", o)]
+    assert main([*argv, "--json", str(out)]) == 0
+    assert "2 soft Q-networks" in capsys.readouterr().out
+    res = json.loads(out.read_text())["result"]
+    assert len(res["models"]) == 2 and len(res["stages"]) == 2  # refine=1: one refit
+    default = ["score", "--env", "CartPole-v1", "--policy", "uniform", "--horizon", "10"]
+    bad = {
+        "refine": "must be KEY=VALUE",
+        "refin=2": "is not a setting of this estimator; its settings are [",
+        "seed=3": "seed is set by --seed",
+        "refine=-1": "refine must be True, False or an integer >= 0, got -1",
+        "hidden=[0]": "hidden must be a sequence of positive layer sizes",
+    }
+    for item, message in bad.items():
+        assert main([*default, "--approx-option", item]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err, (item, err)
+    assert main([*default, "--approx-option", "refine=1", "--approx-option", "refine=2"]) == 2
+    assert "given twice" in capsys.readouterr().err
+    # an exact score has no estimator settings
+    exact = [
+        "score",
+        "--env",
+        "FrozenLake-v1",
+        "--policy",
+        "uniform",
+        "--approx-option",
+        "refine=2",
+    ]
+    assert main(exact) == 2
+    assert "this score is exact" in capsys.readouterr().err
 
 
 def test_no_reward_in_the_data_warns_and_scores_zero():

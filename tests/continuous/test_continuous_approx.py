@@ -172,6 +172,26 @@ def test_command_line_scores_a_sac_zip_and_refuses_td3(sac_zip, tmp_path, capsys
     assert "--csv is not available with the approximate estimator" in capsys.readouterr().err
 
 
+def test_approx_options_reach_the_box_estimator(tmp_path, capsys):
+    from imitation_meg.cli import main
+
+    out = tmp_path / "o.json"
+    argv = ["score", "--env", "Pendulum-v1", "--policy", "uniform", "--horizon", "5"]
+    opts = ["n_models=2", "n_data_steps=300", "n_eval_episodes=6", "iterations=2"]
+    opts += ["steps_per_iteration=5", "refine=0"]
+    assert (
+        main([*argv, *(a for o in opts for a in ("--approx-option", o)), "--json", str(out)]) == 0
+    )
+    res = json.loads(out.read_text())["result"]
+    assert len(res["models"]) == 2 and len(res["stages"]) == 1
+    capsys.readouterr()
+    assert main([*argv, "--approx-option", "lrr=0.1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'lrr' is not a setting of this estimator" in err and "'steps_per_iteration'" in err
+    assert main([*argv, "--approx-option", "n_models=0"]) == 2
+    assert "n_models must be an integer >= 1, got 0" in capsys.readouterr().err
+
+
 def test_callback_and_batch_scoring_accept_box_agents(mdp, tmp_path):
     from imitation_meg.callbacks import MEGCallback
     from imitation_meg.scoring import ScoreOptions, score_policies

@@ -20,6 +20,7 @@ import time
 import pytest
 
 from imitation_meg.cli import main as cli_main
+from imitation_meg.config import load_config, load_yaml
 from imitation_meg.runners import (
     UnitsFailedError,
     apply_overrides,
@@ -28,7 +29,6 @@ from imitation_meg.runners import (
     publish,
     run_config,
 )
-from imitation_meg.config import load_config, load_yaml
 from imitation_meg.runners._store import UnitStore, _same_result, config_fingerprint
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
