@@ -153,8 +153,9 @@ def score_continuous(args: argparse.Namespace) -> int:
 
     Reads ``env``, ``policy``, ``algo``, ``noise_std``, ``horizon``, ``seed``, ``mode``, ``json``,
     ``approx_options`` (``--approx-option KEY=VALUE`` items: keyword arguments of
-    :func:`~imitation_meg.continuous.approx.meg_approx_continuous`) and the optional ``approx_models`` / ``approx_episodes`` / ``approx_steps`` /
-    ``approx_data`` (set from Python, e.g. by the tests).
+    :func:`~imitation_meg.continuous.approx.meg_approx_continuous`) and the optional
+    ``approx_models`` / ``approx_episodes`` / ``approx_steps`` / ``approx_data`` (set from
+    Python, e.g. by the tests).
 
     Raises:
         ValueError: options that do not apply; a deterministic agent without ``--noise-std``.

@@ -410,9 +410,8 @@ def _merged_runs(sources: Sequence[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for src in sources:
         folder = pathlib.Path(src)
-        log_path = next(
-            (p for p in (folder / RUN_LOG, folder.parent / RUN_LOG) if p.is_file()), None
-        )
+        run_folder = folder.parent if folder.name == "units" else folder
+        log_path = run_folder / RUN_LOG if (run_folder / RUN_LOG).is_file() else None
         entry: dict[str, Any] = {"source": str(src)}
         if log_path is not None:
             try:
