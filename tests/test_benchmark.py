@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import importlib.util
 import json
 import os
 import pathlib
@@ -194,3 +195,26 @@ def test_beside_load_times_one_meg_call_per_checkout_and_condition():
     assert rec["threads_after"] == rec["threads"]
     with pytest.raises(RuntimeError, match="failed"):
         beside_load.measure(str(ROOT), (0, 4, 6), 0.1, 1)  # an empty grid is refused
+
+
+def test_the_budget_screen_judges_a_run_unit_by_unit(capsys):
+    """``benchmarks/approx_budget_screen.py`` on the published run itself: every row's two
+    lines agree, and the counts are the published table's (docs/approx.md)."""
+    spec = importlib.util.spec_from_file_location(
+        "approx_budget_screen", ROOT / "benchmarks" / "approx_budget_screen.py"
+    )
+    assert spec is not None and spec.loader is not None
+    screen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(screen)
+    published = ROOT / "docs" / "results" / "approx_validation"
+    screen.main([str(published)])
+    lines = capsys.readouterr().out.splitlines()[1:]
+    rows = {lines[i].split(" (")[0]: (lines[i + 1], lines[i + 2]) for i in range(0, len(lines), 3)}
+    assert len(rows) == 12
+    judged = {row: [line.split(":")[1].strip() for line in pair] for row, pair in rows.items()}
+    for full, cheap in judged.values():
+        assert full == cheap
+    assert judged["frozenlake_onehot eps0.1"][0].startswith("10/10/5 of 10, -1.12%")
+    assert judged["frozenlake_onehot ppo"][0].startswith("10/10/6 of 10, -1.58%")
+    with pytest.raises(SystemExit, match="usage"):
+        screen.main([])
