@@ -31,10 +31,10 @@ def estimator_settings(items: Sequence[str] | None, allowed: Collection[str]) ->
     may be given once. Their values are checked by the estimator's own options.
 
     Raises:
-        ValueError: an item without ``=``, a key given twice, a key that has its own flag, or a
-            key that names no setting in ``allowed`` (the message lists them).
+        ValueError: an item without ``=``, a key given twice, a key that has its own flag, a
+            key that names no setting in ``allowed`` (the message lists them), malformed YAML.
     """
-    import yaml
+    from imitation_meg.config import parse_yaml_value
 
     out: dict[str, Any] = {}
     for item in items or ():
@@ -55,10 +55,7 @@ def estimator_settings(items: Sequence[str] | None, allowed: Collection[str]) ->
             )
         if key in out:
             raise ValueError(f"--approx-option {key} is given twice; give it once.")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ValueError(f"--approx-option {item!r}: the value is not valid YAML ({e}).") from e
+        value = parse_yaml_value(text, where=f"--approx-option {item!r}")
         out[key] = tuple(value) if isinstance(value, list) else value
     return out
 

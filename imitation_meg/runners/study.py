@@ -410,16 +410,12 @@ def _merged_runs(sources: Sequence[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for src in sources:
         folder = pathlib.Path(src)
-        run_folder = folder.parent if folder.name == "units" else folder
-        log_path = run_folder / RUN_LOG if (run_folder / RUN_LOG).is_file() else None
-        entry: dict[str, Any] = {"source": str(src)}
-        if log_path is not None:
-            try:
-                log = json.loads(log_path.read_text())
-            except (OSError, ValueError):
-                log = {}
-            entry.update({k: log[k] for k in _MERGED_RUN_FIELDS if k in log})
-        out.append(entry)
+        log_path = (folder.parent if folder.name == "units" else folder) / RUN_LOG
+        try:
+            log = json.loads(log_path.read_text())
+        except (OSError, ValueError):  # no run log (a bare folder of unit files), or unreadable
+            log = {}
+        out.append({"source": str(src), **{k: log[k] for k in _MERGED_RUN_FIELDS if k in log}})
     return out
 
 

@@ -676,6 +676,7 @@ def test_approx_options_reach_the_estimator_from_the_command_line(tmp_path, caps
         "seed=3": "seed is set by --seed",
         "refine=-1": "refine must be True, False or an integer >= 0, got -1",
         "hidden=[0]": "hidden must be a sequence of positive layer sizes",
+        "hidden=[64": "--approx-option 'hidden=[64' is not valid YAML",
     }
     for item, message in bad.items():
         assert main([*default, "--approx-option", item]) == 2
