@@ -7,6 +7,10 @@ observation vectors; the exact value comes from :func:`imitation_meg.meg` on the
 :class:`~imitation_meg.TabularMDP`. Policies: stationary epsilon-greedy (epsilon 0.1, 0.3, 0.5)
 and a PPO agent trained on the observation environment. Every (case, policy, seed) is one unit.
 
+The held-out families (``configs/approx_heldout.yaml``: environments never used for tuning, run
+with the defaults frozen before them) name one policy per case instead (``case_policies``:
+``eps<e>``, ``ppo`` or ``dqn``, a DQN agent scored as its epsilon-greedy policy).
+
 Acceptance: error within 5% of ``H log|A|``, the ordering across epsilon preserved,
 the exact value inside the reported interval in at least 9 of 10 seeds.
 
@@ -30,6 +34,7 @@ import imitation_meg as im
 from imitation_meg.approx import ApproxOptions, meg_approx
 from imitation_meg.approx.envs import (
     CASES,
+    HELD_OUT_CASES,
     TablePolicy,
     stationary_epsilon_greedy,
     validation_case,
@@ -43,14 +48,20 @@ from imitation_meg.runners import run_serially
 UNIT_RESOURCES = {"num_cpus": 1}
 # Units name their case, horizon, policy and seed, so a run over some cases, policies or seeds
 # keeps its units for the full study.
-SWEEP_FIELDS = ("cases", "horizons", "epsilons", "ppo", "seeds")
+SWEEP_FIELDS = ("cases", "horizons", "epsilons", "ppo", "case_policies", "seeds")
 # Every unit's result is a row of the published results.json (less its curves): `reproduce
 # --merge docs/results/<run>` rebuilds the unit files of a published run (the study is run in
 # pieces, and results/ does not travel with the repository).
 PUBLISHED_RESULTS = "results"
 # Fields added after runs were published, with the value those runs used (they merge as such;
 # these are not the library's defaults).
-ADDED_FIELDS = {"average": 0.0, "lr": 1e-3, "last_steps": 0}
+ADDED_FIELDS = {
+    "average": 0.0,
+    "lr": 1e-3,
+    "last_steps": 0,
+    "dqn_steps": 50_000,
+    "dqn_epsilon": 0.05,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +75,10 @@ class Config:
     ppo: bool = True
     ppo_steps: int = 30_000
     ppo_seed: int = 0
+    # one policy per case (eps<e>, ppo or dqn) instead of epsilons x ppo; empty: not used
+    case_policies: tuple[str, ...] = ()
+    dqn_steps: int = 50_000
+    dqn_epsilon: float = 0.05
     seeds: tuple[int, ...] = tuple(range(10))
     n_data_steps: int = 180_000
     n_eval_episodes: int = N_EVAL_EPISODES
@@ -84,9 +99,9 @@ class Config:
         ranges = SETTING_RANGES  # the estimator's settings, as meg_approx accepts them
         check_values(
             self,
-            positive=(*ranges["positive"], "horizons", "ppo_steps", "tolerance"),
+            positive=(*ranges["positive"], "horizons", "ppo_steps", "dqn_steps", "tolerance"),
             non_negative=(*ranges["non_negative"], "ppo_seed", "seeds"),
-            probabilities=(*ranges["probabilities"], "epsilons"),
+            probabilities=(*ranges["probabilities"], "epsilons", "dqn_epsilon"),
         )
         _check(self)
 
@@ -95,33 +110,60 @@ def _check(cfg: Config) -> None:
     if len(cfg.horizons) != len(cfg.cases):
         raise ValueError(f"horizons {cfg.horizons} must give one horizon per case {cfg.cases}.")
     for c in cfg.cases:
-        if c not in CASES:
-            raise ValueError(f"unknown case {c!r}; choose from {CASES}.")
+        if c not in CASES + HELD_OUT_CASES:
+            raise ValueError(
+                f"unknown case {c!r}; choose from {CASES} or the held-out {HELD_OUT_CASES}."
+            )
+    if cfg.case_policies and len(cfg.case_policies) != len(cfg.cases):
+        raise ValueError(
+            f"case_policies {cfg.case_policies} must name one policy per case {cfg.cases} "
+            "(or be empty: every case gets the epsilons and PPO)."
+        )
+    for p in cfg.case_policies:
+        if p not in ("ppo", "dqn") and not _is_epsilon(p):
+            raise ValueError(
+                f"case policy {p!r} is not 'ppo', 'dqn' or 'eps<e>' with e in [0, 1] (eps0.2)."
+            )
+
+
+def _is_epsilon(name: str) -> bool:
+    try:
+        return name.startswith("eps") and 0.0 <= float(name[3:]) <= 1.0
+    except ValueError:
+        return False
+
+
+def _policies(cfg: Config) -> list[list[str]]:
+    """The policies of each case."""
+    if cfg.case_policies:
+        return [[p] for p in cfg.case_policies]
+    shared = [f"eps{e:g}" for e in cfg.epsilons] + (["ppo"] if cfg.ppo else [])
+    return [shared for _ in cfg.cases]
 
 
 def units(cfg: Config) -> list[dict[str, Any]]:
     """One unit per (case, policy, seed)."""
     _check(cfg)
-    policies = [f"eps{e:g}" for e in cfg.epsilons] + (["ppo"] if cfg.ppo else [])
     # seed-major, so that a partial run covers every case and policy
     return [
         {"case": c, "horizon": int(h), "policy": p, "seed": int(s)}
-        for s, (c, h), p in itertools.product(
-            cfg.seeds, zip(cfg.cases, cfg.horizons, strict=True), policies
-        )
+        for s in cfg.seeds
+        for c, h, pols in zip(cfg.cases, cfg.horizons, _policies(cfg), strict=True)
+        for p in pols
     ]
 
 
 @functools.lru_cache(maxsize=4)
-def _train_ppo(name: str, horizon: int, steps: int, seed: int) -> Any:
-    """The PPO agent of a case (deterministic; kept for the other seeds' units in this process)."""
+def _train(algo: str, name: str, horizon: int, steps: int, seed: int, epsilon: float = 0.05) -> Any:
+    """The PPO or DQN agent of a case (deterministic; kept for the other seeds' units in this
+    process). DQN explores down to ``epsilon``, the rate it is scored at."""
     from stable_baselines3.common.env_util import make_vec_env
 
     from imitation_meg.training import make_model
 
     case = validation_case(name, horizon=horizon)
-    venv = make_vec_env(case.make, n_envs=8, seed=seed)
-    model = make_model("ppo", venv, seed, timesteps=steps)
+    venv = make_vec_env(case.make, n_envs=8 if algo == "ppo" else 1, seed=seed)
+    model = make_model(algo, venv, seed, dqn_epsilon=epsilon, timesteps=steps)
     model.learn(steps)
     venv.close()
     return model
@@ -129,13 +171,18 @@ def _train_ppo(name: str, horizon: int, steps: int, seed: int) -> Any:
 
 def scored_policy(cfg: Config, unit: dict[str, Any]) -> tuple[Any, Any, Any]:
     """A unit's validation case, its scored policy (epsilon-greedy on observations, or the PPO
-    agent) and the policy's exact MEG result."""
+    or DQN agent) and the policy's exact MEG result."""
     case = validation_case(unit["case"], horizon=unit["horizon"])
-    if unit["policy"] == "ppo":
+    if unit["policy"] in ("ppo", "dqn"):
         from imitation_meg.adapters import policy_table
 
-        policy: Any = _train_ppo(unit["case"], unit["horizon"], cfg.ppo_steps, cfg.ppo_seed)
-        table = policy_table(policy, case.mdp, observations=case.observations)
+        algo = unit["policy"]
+        steps = cfg.ppo_steps if algo == "ppo" else cfg.dqn_steps
+        policy: Any = _train(
+            algo, unit["case"], unit["horizon"], steps, cfg.ppo_seed, cfg.dqn_epsilon
+        )
+        eps = cfg.dqn_epsilon if algo == "dqn" else None
+        table = policy_table(policy, case.mdp, observations=case.observations, epsilon=eps)
     else:
         eps = float(unit["policy"][3:])
         table = stationary_epsilon_greedy(case.mdp, eps)
@@ -147,7 +194,9 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     """Exact and approximate MEG of one policy in one case with one seed."""
     th.set_num_threads(1)
     case, policy, exact = scored_policy(cfg, unit)
-    res = meg_approx(policy, case.make, options=ApproxOptions.from_fields(cfg, seed=unit["seed"]))
+    eps = cfg.dqn_epsilon if unit["policy"] == "dqn" else None
+    options = ApproxOptions.from_fields(cfg, seed=unit["seed"])
+    res = meg_approx(policy, case.make, epsilon=eps, options=options)
     bound = exact.upper_bound
     return {
         **unit,

@@ -12,7 +12,11 @@ environments are tabular underneath, so :func:`imitation_meg.meg` on the matchin
   ``(row, column)`` scaled to ``[0, 1]``.
 - :class:`TablePolicy`: an ``(S, A)`` policy table acting on observations (the state is found by
   its observation row), for epsilon-greedy policies with exact answers.
-- :func:`validation_case`: the environments of the validation study and their MDPs.
+- :class:`TaxiObservation`: Taxi's state index decoded into one-hot taxi row, column,
+  passenger location and destination.
+- :func:`validation_case`: the environments of the validation study and their MDPs: the cases
+  the defaults were tuned on (:data:`CASES`) and the held-out families run only after the
+  defaults were frozen (:data:`HELD_OUT_CASES`).
 """
 
 from __future__ import annotations
@@ -29,17 +33,22 @@ from imitation_meg.mdp import TabularMDP
 
 __all__ = [
     "CASES",
+    "HELD_OUT_CASES",
     "CoordinateObservation",
     "OneHotObservation",
     "TablePolicy",
     "TabularGymEnv",
+    "TaxiObservation",
     "ValidationCase",
     "stationary_epsilon_greedy",
     "validation_case",
 ]
 
-#: Names of the validation environments.
+#: Names of the validation environments the estimator's defaults were tuned on.
 CASES = ("cliffworld_xy", "frozenlake_onehot", "frozenlake_coords", "random_features")
+#: Environment families never used for tuning: run only with the frozen defaults
+#: (``configs/approx_heldout.yaml``, docs/approx.md).
+HELD_OUT_CASES = ("taxi_onehot", "cliffwalking_coords", "seals_random_obs", "branching_onehot")
 
 
 class TabularGymEnv(gym.Env):
@@ -141,6 +150,36 @@ class CoordinateObservation(gym.ObservationWrapper):
         ).astype(np.float32)
 
 
+class TaxiObservation(gym.ObservationWrapper):
+    """Taxi's ``Discrete(500)`` state as the one-hot taxi row (5), taxi column (5), passenger
+    location (5: the four stands or in the taxi) and destination (4), concatenated: ``(19,)``."""
+
+    SIZES = (5, 5, 5, 4)
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        if getattr(env.observation_space, "n", None) != 500 or not hasattr(env.unwrapped, "decode"):
+            raise TypeError(f"TaxiObservation needs gymnasium's Taxi, got {env.unwrapped}.")
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (sum(self.SIZES),), dtype=np.float32)
+        self._matrix = self._decoded(env.unwrapped)
+
+    def _decoded(self, taxi: Any) -> np.ndarray:
+        out = np.zeros((500, sum(self.SIZES)), dtype=np.float32)
+        offsets = np.cumsum((0, *self.SIZES[:-1]))
+        for s in range(500):
+            for part, (value, start) in enumerate(zip(taxi.decode(s), offsets, strict=True)):
+                assert 0 <= value < self.SIZES[part]
+                out[s, start + int(value)] = 1.0
+        return out
+
+    def observation(self, observation: Any) -> np.ndarray:
+        return self._matrix[int(observation)].copy()
+
+    def matrix(self) -> np.ndarray:
+        """The ``(500, 19)`` observation of every state."""
+        return self._matrix.copy()
+
+
 class TablePolicy:
     """An ``(S, A)`` policy table acting on observations: the state is the nearest observation row.
 
@@ -190,13 +229,26 @@ class ValidationCase:
 
 
 def validation_case(name: str, *, horizon: int, seed: int = 0) -> ValidationCase:
-    """One of :data:`CASES` with horizon ``H``.
+    """One of :data:`CASES` or :data:`HELD_OUT_CASES` with horizon ``H``.
 
     - ``cliffworld_xy``: seals ``CliffWorldEnv(width=10, height=4, use_xy_obs=True)``.
     - ``frozenlake_onehot`` / ``frozenlake_coords``: ``FrozenLake-v1`` (slippery 4x4) through
       :class:`OneHotObservation` / :class:`CoordinateObservation`, time limit ``H``.
     - ``random_features``: ``random_mdp(40, 4, H, seed=seed)`` through 6 standard-normal random
       features per state (:class:`TabularGymEnv`).
+
+    Held out (never used for tuning):
+
+    - ``taxi_onehot``: gymnasium's Taxi (500 states, 6 actions, a random start, episodes that
+      end at the drop-off) through :class:`TaxiObservation`, time limit ``H``.
+    - ``cliffwalking_coords``: gymnasium's CliffWalking (48 states, 4 actions, one start; the
+      cliff sends the agent back to it) through :class:`CoordinateObservation`, time limit ``H``.
+    - ``seals_random_obs``: seals' ``RandomTransitionEnv`` (30 states, 5 actions, 3 successors,
+      a start among 3 states, a utility linear in 5 Gaussian observation features; its
+      generator seeded with ``seed``), seen through those features.
+    - ``branching_onehot``: seals' ``BranchingEnv`` (3 actions, a path of 5 right choices to a
+      rewarding absorbing state, wrong choices to dead ends; 16 states, one start) through
+      :class:`OneHotObservation`, its episodes ``H`` decisions long.
 
     Raises:
         ValueError: an unknown name.
@@ -229,4 +281,59 @@ def validation_case(name: str, *, horizon: int, seed: int = 0) -> ValidationCase
             return TabularGymEnv(mdp, feats)
 
         return ValidationCase(name, make, mdp, feats)
-    raise ValueError(f"unknown validation case {name!r}; choose from {CASES}.")
+    held_out = _held_out_case(name, horizon, seed)
+    if held_out is not None:
+        return held_out
+    raise ValueError(
+        f"unknown validation case {name!r}; choose from {CASES} or the held-out {HELD_OUT_CASES}."
+    )
+
+
+def _held_out_case(name: str, horizon: int, seed: int) -> ValidationCase | None:
+    """The held-out case ``name`` (None for another name)."""
+    from imitation_meg.envs import registered_id
+
+    if name in ("taxi_onehot", "cliffwalking_coords"):
+        env_id = registered_id("Taxi" if name == "taxi_onehot" else "CliffWalking")
+
+        def wrap(env: gym.Env) -> Any:
+            if name == "taxi_onehot":
+                return TaxiObservation(env)
+            return CoordinateObservation(env, shape=(4, 12))
+
+        def make() -> gym.Env:
+            return wrap(gym.make(env_id, max_episode_steps=horizon))
+
+        mdp = TabularMDP.from_env(env_id, horizon=horizon)
+        return ValidationCase(name, make, mdp, wrap(gym.make(env_id)).matrix())
+    if name == "seals_random_obs":
+        from seals.diagnostics.random_trans import RandomTransitionEnv
+
+        def make() -> gym.Env:
+            return RandomTransitionEnv(
+                n_states=30,
+                n_actions=5,
+                branch_factor=3,
+                horizon=horizon,
+                random_obs=True,
+                obs_dim=5,
+                generator_seed=seed,
+            )
+
+        env: Any = make()
+        obs = np.asarray(env.unwrapped.observation_matrix, dtype=np.float32)
+        return ValidationCase(name, make, TabularMDP.from_env(env), obs)
+    if name == "branching_onehot":
+        from seals.diagnostics.branching import BranchingEnv
+
+        def branching() -> Any:
+            env = BranchingEnv(branch_factor=3, length=5)
+            env.horizon = horizon  # seals' own episode length (its constructor fixes None)
+            return env
+
+        def make() -> gym.Env:
+            return OneHotObservation(branching())
+
+        mdp = TabularMDP.from_env(branching())
+        return ValidationCase(name, make, mdp, OneHotObservation(branching()).matrix())
+    return None
