@@ -600,6 +600,63 @@ def test_validation_case_exact_values_are_consistent():
         validation_case("nope", horizon=3)
 
 
+@pytest.mark.parametrize(
+    ("name", "horizon", "shape", "starts"),
+    [
+        ("taxi_onehot", 20, (500, 6, 19), 300),
+        ("cliffwalking_coords", 20, (48, 4, 2), 1),
+        ("seals_random_obs", 12, (30, 5, 5), 3),
+        ("branching_onehot", 8, (16, 3, 16), 1),
+    ],
+)
+def test_held_out_cases_are_the_environments_they_name(name, horizon, shape, starts):
+    """Each held-out case's MDP has the environment's size, horizon and starts, its
+    observations tell every state apart, and an episode of its environment emits the
+    observation of the state the MDP's table gives for it."""
+    from imitation_meg.approx.envs import CASES, HELD_OUT_CASES
+
+    assert name in HELD_OUT_CASES and name not in CASES
+    case = validation_case(name, horizon=horizon)
+    S, A, F = shape
+    assert (case.mdp.n_states, case.mdp.n_actions, case.mdp.horizon) == (S, A, horizon)
+    assert case.observations.shape == (S, F)
+    assert len(np.unique(case.observations, axis=0)) == S
+    assert int((case.mdp.initial_state_dist > 0).sum()) == starts
+    env = case.make()
+    assert env.action_space.n == A
+    obs, _ = env.reset(seed=1)
+    table = TablePolicy(th.full((S, A), 1.0 / A), case.observations)
+    s = int(table.states(obs[None])[0])
+    assert np.array_equal(case.observations[s], obs)
+    assert case.mdp.initial_state_dist[s] > 0
+    rng = np.random.default_rng(0)
+    for _ in range(horizon):
+        a = int(rng.integers(A))
+        obs, _, terminated, truncated, _ = env.step(a)
+        nxt = int(table.states(obs[None])[0])
+        assert np.array_equal(case.observations[nxt], obs)
+        # the step the environment took is one the MDP allows from s under a
+        succ = case.mdp.next_state[s, a][case.mdp.prob[s, a] > 0]
+        assert nxt in succ.tolist() or terminated, (s, a, nxt)
+        s = nxt
+        if terminated or truncated:
+            break
+
+
+def test_taxi_observation_decodes_the_state():
+    from imitation_meg.approx.envs import TaxiObservation
+    from imitation_meg.envs import registered_id
+
+    env = TaxiObservation(gym.make(registered_id("Taxi")))
+    m = env.matrix()
+    assert m.shape == (500, 19) and (m.sum(1) == 4).all()
+    row, col, passenger, dest = env.unwrapped.decode(123)
+    assert np.flatnonzero(m[123]).tolist() == [row, 5 + col, 10 + passenger, 15 + dest]
+    assert np.array_equal(env.observation(123), m[123])
+    with pytest.raises(TypeError, match="needs gymnasium's Taxi"):
+        TaxiObservation(gym.make("FrozenLake-v1"))
+
+
 def test_truncated_episodes_warn():
     uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
     env = lambda: gym.make("CartPole-v1", max_episode_steps=5)  # noqa: E731

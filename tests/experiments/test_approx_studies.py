@@ -15,8 +15,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _cfg(name: str, tmp_path: pathlib.Path, **over):
-    module = load_driver(name, ROOT / "experiments")
+    """The driver and the fast config ``configs/<name>_fast.yaml`` (its experiment's driver)."""
     data = load_yaml(ROOT / "configs" / f"{name}_fast.yaml")
+    module = load_driver(data["experiment"], ROOT / "experiments")
     return module, load_config({**data, "results_dir": str(tmp_path), **over}, module.Config)
 
 
@@ -57,6 +58,45 @@ def test_approx_validation_fast(tmp_path):
     kept = [r for r in rows if r["policy"] in ("eps0.1", "ppo")]
     alone = module.combine(one, kept)
     assert alone["ordering"] == [] and alone["acceptance"]["ordering_preserved"] is None
+
+
+def test_approx_heldout_fast(tmp_path):
+    """The held-out config runs one named policy per case (a DQN agent scored as its
+    epsilon-greedy policy, a PPO agent, epsilon-greedy tables) and its bad settings are refused
+    when the config is read."""
+    import pytest
+
+    module, cfg = _cfg("approx_heldout", tmp_path)
+    units = module.units(cfg)
+    assert [(u["case"], u["policy"]) for u in units] == list(
+        zip(cfg.cases, cfg.case_policies, strict=True)
+    )
+    res = module.main(cfg)
+    for r in res["results"]:
+        assert 0.0 <= r["exact"] <= r["bound"] + 1e-9
+        assert r["low"] <= r["approx"] <= r["high"]
+    # the DQN unit's exact value is that of the agent's epsilon-greedy table
+    from imitation_meg import meg
+    from imitation_meg.adapters import policy_table
+
+    dqn = next(u for u in units if u["policy"] == "dqn")
+    case, agent, exact = module.scored_policy(cfg, dqn)
+    table = policy_table(agent, case.mdp, observations=case.observations, epsilon=0.05)
+    assert table.min() >= 0.05 / case.mdp.n_actions - 1e-12
+    assert exact.meg == meg(table, case.mdp).meg
+    row = next(r for r in res["results"] if r["policy"] == "dqn")
+    assert row["exact"] == exact.meg
+    for over, match in [
+        ({"case_policies": ["dqn"]}, "one policy per case"),
+        ({"case_policies": ["dqn", "ppo", "greedy", "eps0.3"]}, "'greedy' is not"),
+        ({"case_policies": ["dqn", "ppo", "eps2", "eps0.3"]}, "'eps2' is not"),
+        (
+            {"cases": ["taxi", "cliffwalking_coords", "seals_random_obs", "branching_onehot"]},
+            "unknown case 'taxi'",
+        ),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            _cfg("approx_heldout", tmp_path, **over)
 
 
 def _clip(x: float, cert: float) -> float:
