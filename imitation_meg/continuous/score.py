@@ -63,8 +63,9 @@ def exact_record(
 ) -> dict[str, Any]:
     """Exact MEG of an SB3 agent on a continuous-action MDP, as the callback's record:
     ``meg``, ``normalized`` (``meg / certificate``), ``beta``, ``expected_return``,
-    ``upper_bound`` (the certificate: no ``H log|A|`` here), ``converged`` (and ``unknown``
-    over every utility of the state)."""
+    ``certificate`` (the policy's log-likelihood ratio against the uniform density, which bounds
+    its MEG), ``upper_bound`` (None: a density has no ``H log|A|``, the bound of discrete
+    records), ``converged`` (and ``unknown`` over every utility of the state)."""
     from imitation_meg.continuous.densities import tabular_policy
     from imitation_meg.continuous.known import meg_continuous
 
@@ -75,7 +76,8 @@ def exact_record(
         "normalized": res.normalized,
         "beta": res.beta,
         "expected_return": res.expected_utility,
-        "upper_bound": res.certificate,
+        "upper_bound": None,
+        "certificate": res.certificate,
         "converged": bool(res.converged),
     }
     if unknown:
@@ -136,7 +138,8 @@ def score_row(source: str, mdp: Any, opts: Any) -> dict[str, Any]:
         "mode": opts.mode,
         "meg": res.meg,
         "normalized": res.normalized,
-        "upper_bound": known.certificate,
+        "upper_bound": None,  # no H log|A| for a density: the bound is the certificate
+        "certificate": known.certificate,
         "known_meg": known.meg,
         "beta": known.beta,
         "expected_return": known.expected_utility,
