@@ -25,7 +25,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg.approx import ApproxOptions, meg_approx
-from imitation_meg.approx.options import AVERAGE, LAST_STEPS, LR, SETTING_RANGES
+from imitation_meg.approx.options import AVERAGE, LAST_STEPS, LR, check_config
 from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
@@ -65,12 +65,12 @@ class Config:
 
     def __post_init__(self) -> None:
         """Refuse bad values when the config is loaded, before any unit runs."""
-        ranges = SETTING_RANGES  # the estimator's settings, as meg_approx accepts them
+        check_config(self)  # the estimator's settings, as meg_approx accepts them
         check_values(
             self,
-            positive=(*ranges["positive"], "timesteps", "n_checkpoints", "horizon"),
-            non_negative=(*ranges["non_negative"], "seeds"),
-            probabilities=(*ranges["probabilities"], "dqn_epsilon"),
+            positive=("timesteps", "n_checkpoints", "horizon"),
+            non_negative=("seeds",),
+            probabilities=("dqn_epsilon",),
         )
 
 

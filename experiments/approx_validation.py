@@ -40,7 +40,7 @@ from imitation_meg.approx.envs import (
     validation_case,
 )
 from imitation_meg.approx.evaluate import stages_settled
-from imitation_meg.approx.options import AVERAGE, LAST_STEPS, LR, N_EVAL_EPISODES, SETTING_RANGES
+from imitation_meg.approx.options import AVERAGE, LAST_STEPS, LR, N_EVAL_EPISODES, check_config
 from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
@@ -96,12 +96,12 @@ class Config:
 
     def __post_init__(self) -> None:
         """Refuse bad values when the config is loaded, before any unit runs."""
-        ranges = SETTING_RANGES  # the estimator's settings, as meg_approx accepts them
+        check_config(self)  # the estimator's settings, as meg_approx accepts them
         check_values(
             self,
-            positive=(*ranges["positive"], "horizons", "ppo_steps", "dqn_steps", "tolerance"),
-            non_negative=(*ranges["non_negative"], "ppo_seed", "seeds"),
-            probabilities=(*ranges["probabilities"], "epsilons", "dqn_epsilon"),
+            positive=("horizons", "ppo_steps", "dqn_steps", "tolerance"),
+            non_negative=("ppo_seed", "seeds"),
+            probabilities=("epsilons", "dqn_epsilon"),
         )
         _check(self)
 

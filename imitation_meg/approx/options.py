@@ -35,9 +35,9 @@ __all__ = [
     "LR",
     "N_EVAL_EPISODES",
     "REFIT_LR",
-    "SETTING_RANGES",
     "STEP_BUDGET",
     "ApproxOptions",
+    "check_config",
     "data_bytes",
     "default_data_steps",
     "default_schedule",
@@ -59,22 +59,6 @@ STEP_BUDGET = 48_000
 #: Off-policy environment steps per model (lowered for wide observations, see
 #: :func:`default_data_steps`).
 DATA_STEPS = 180_000
-#: The ranges :class:`ApproxOptions` accepts for the settings a study's config carries (fields
-#: named as its own; ``None`` means the default), by :func:`imitation_meg.config.check_values`
-#: rule: a study checks its config with them before any unit runs.
-SETTING_RANGES: dict[str, tuple[str, ...]] = {
-    "positive": (
-        "n_data_steps",
-        "n_eval_episodes",
-        "n_models",
-        "hidden",
-        "iterations",
-        "steps_per_iteration",
-        "lr",
-    ),
-    "non_negative": ("last_steps", "refine", "n_boot"),
-    "probabilities": ("average",),
-}
 
 
 def _is_int(v: Any) -> bool:
@@ -258,6 +242,23 @@ class ApproxOptions:
         return dataclasses.replace(
             self, iterations=n_iter, steps_per_iteration=n_steps, n_data_steps=int(n_data)
         )
+
+
+def check_config(config: Any) -> None:
+    """Refuse a study config whose estimator settings (its fields named as
+    :class:`ApproxOptions`' own) :func:`~imitation_meg.approx.meg_approx` would refuse: the
+    record's own checks, run when the config is read, before any unit.
+
+    Raises:
+        ValueError / TypeError: the record's message, with where to fix it.
+    """
+    try:
+        ApproxOptions.from_fields(config)
+    except (TypeError, ValueError) as e:
+        raise type(e)(
+            f"{e} (an estimator setting of the config: fix it in the config file or with "
+            "--set NAME=...)"
+        ) from e
 
 
 def default_schedule(

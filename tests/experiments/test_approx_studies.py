@@ -246,3 +246,22 @@ def test_meg_approx_defaults_are_frozen():
         "the held-out table no longer describes them; add new held-out families for the new "
         "defaults (docs/approx.md) before changing this record."
     )
+
+
+def test_study_configs_refuse_what_the_estimator_refuses(tmp_path):
+    """The approximate studies check their estimator settings with ``ApproxOptions``' own
+    checks when the config is read (one home for them), before any unit runs."""
+    import pytest
+
+    for name in ("approx_validation", "approx_training"):
+        for over, match in [
+            ({"n_eval_episodes": 1}, "n_eval_episodes must be an integer >= 2, got 1"),
+            ({"hidden": [64, 0]}, "hidden must be a sequence of positive layer sizes"),
+            ({"average": 1.5}, "average"),
+            ({"refine": -1}, "refine must be True, False or an integer >= 0"),
+        ]:
+            with pytest.raises(ValueError, match=match) as caught:
+                _cfg(name, tmp_path, **over)
+            assert "fix it in the config file or with --set" in str(caught.value)
+    with pytest.raises(ValueError, match="seeds"):
+        _cfg("approx_training", tmp_path, seeds=[-1])
