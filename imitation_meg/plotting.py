@@ -302,6 +302,8 @@ def plot_meg_history(
             if not pts:
                 continue
             label = HISTORY_METRICS.get(m, m)
+            if m == "normalized" and rows and isinstance(rows[0].get("certificate"), (int, float)):
+                label = "MEG / certificate"  # continuous actions: no H log|A| to divide by
             mode = rows[0].get("mode") if rows else None
             if m == "meg" and isinstance(mode, str):  # score rows: the mode the column holds
                 label = f"MEG ({mode})"

@@ -44,3 +44,24 @@ def test_history_labels_stay_distinct_when_folders_and_suffixes_cross(tmp_path, 
     labels = history_labels(paths)
     assert len(set(labels)) == 4
     assert all(lab.endswith(("meg.csv", "meg.jsonl")) for lab in labels)
+
+
+def test_history_of_continuous_records_divides_by_the_certificate(tmp_path, monkeypatch):
+    """``normalized`` is MEG over H log|A| on discrete records and over the certificate on
+    continuous ones (whose ``upper_bound`` is empty): the legend says which."""
+    from imitation_meg import plotting
+
+    legends = []
+
+    def keep(fig, path):
+        legends.append([t.get_text() for t in fig.axes[0].get_legend().get_texts()])
+        return path
+
+    monkeypatch.setattr(plotting, "save_figure", keep)
+    box = [
+        {"timesteps": 10, "meg": 1.0, "normalized": 0.5, "certificate": 2.0, "upper_bound": None}
+    ]
+    grid = [{"timesteps": 10, "meg": 1.0, "normalized": 0.1, "upper_bound": 10.0}]
+    for rows in (box, grid):
+        plotting.plot_meg_history(tmp_path / "h.png", {"run": rows}, metrics=["normalized"])
+    assert legends == [["MEG / certificate"], ["MEG / (H log|A|)"]]
