@@ -13,6 +13,10 @@ Usage (from the repository root; every number is in % of ``H log|A|`` unless nam
     python benchmarks/approx_error_parts.py eval random_features eps0.1 --episodes 200 --seeds 0-9
     python benchmarks/approx_error_parts.py fits frozenlake_onehot ppo --seed 7 \\
         --set average=0.5 --set lr=0.003 --set last_steps=3
+    python benchmarks/approx_error_parts.py eval taxi_onehot dqn --episodes 1000 --seeds 0-9
+
+The cases are those of ``configs/approx_validation.yaml`` and ``configs/approx_heldout.yaml``,
+each with its config's horizon and agents.
 
 ``eval`` is cheap (no fitting); ``fits`` runs one ``meg_approx`` (minutes) with ``--set`` on top of
 its defaults (since 2026-11-26 ``average=0.5, lr=0.003, last_steps=3, n_eval_episodes=1000``;
@@ -33,18 +37,40 @@ import torch as th
 from imitation_meg.approx import core, known
 from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
+from imitation_meg.config import load_config, load_yaml
 from imitation_meg.runners import load_driver, parse_seeds
 from imitation_meg.soft_vi import soft_value_iteration
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-HORIZONS = {"cliffworld_xy": 15, "frozenlake_onehot": 15, "random_features": 10}
+#: The studies whose cases this script splits: the validation cases and the held-out families.
+CONFIGS = ("approx_validation.yaml", "approx_heldout.yaml")
+
+
+def _configs() -> dict[str, Any]:
+    """Each case's study config (the driver's ``Config``, read from :data:`CONFIGS`)."""
+    driver = load_driver("approx_validation", ROOT / "experiments")
+    out = {}
+    for name in CONFIGS:
+        cfg = load_config(load_yaml(ROOT / "configs" / name), driver.Config)
+        out.update(dict.fromkeys(cfg.cases, cfg))
+    return out
 
 
 def scored(case_name: str, policy: str) -> tuple[Any, Any, Any]:
-    """The validation case, the scored policy and its exact MEG, as the study builds them."""
+    """The validation case, the scored policy and its exact MEG, as its study builds them."""
     driver = load_driver("approx_validation", ROOT / "experiments")
-    unit = {"case": case_name, "horizon": HORIZONS[case_name], "policy": policy}
-    return driver.scored_policy(driver.Config(), unit)
+    cfg = _configs()[case_name]
+    unit = {
+        "case": case_name,
+        "horizon": cfg.horizons[cfg.cases.index(case_name)],
+        "policy": policy,
+    }
+    return driver.scored_policy(cfg, unit)
+
+
+def _epsilon(case_name: str, policy: str) -> float | None:
+    """The epsilon a DQN agent is scored at (None for other policies)."""
+    return _configs()[case_name].dqn_epsilon if policy == "dqn" else None
 
 
 def states_and_times(case: Any, ev: Rollouts) -> tuple[np.ndarray, np.ndarray]:
@@ -66,7 +92,7 @@ def evaluation_part(case_name: str, policy: str, episodes: int, seeds: list[int]
     """Print the evaluation part of each seed's episodes (as ``meg_approx`` draws them)."""
     case, pol, exact = scored(case_name, policy)
     source = EnvSource(case.make, horizon=case.mdp.horizon)
-    fn = as_policy_fn(pol, n_actions=source.n_actions)
+    fn = as_policy_fn(pol, n_actions=source.n_actions, epsilon=_epsilon(case_name, policy))
     grid = exact.beta * np.exp(np.linspace(-1.0, 1.0, 81))
     parts = []
     for seed in seeds:
@@ -96,7 +122,8 @@ def fit_part(case_name: str, policy: str, seed: int, settings: dict[str, Any]) -
 
     core.summarise = keep  # type: ignore[assignment]
     try:
-        res = known.meg_approx(pol, case.make, seed=seed, **settings)
+        eps = _epsilon(case_name, policy)
+        res = known.meg_approx(pol, case.make, seed=seed, epsilon=eps, **settings)
     finally:
         core.summarise = summarise  # type: ignore[assignment]
     ev, ens, bound = seen["ev"], seen["ens"], exact.upper_bound
@@ -149,8 +176,8 @@ def main() -> None:
     ev = sub.add_parser("eval", help="the evaluation part of each seed (no fitting)")
     fits = sub.add_parser("fits", help="one estimate's error split by fit and decision")
     for p in (ev, fits):
-        p.add_argument("case", choices=sorted(HORIZONS))
-        p.add_argument("policy", help="eps0.1, eps0.3, eps0.5 or ppo")
+        p.add_argument("case", choices=sorted(_configs()))
+        p.add_argument("policy", help="eps0.1, eps0.3, eps0.5, ppo or dqn (as the study names it)")
     ev.add_argument("--episodes", type=int, default=200)
     ev.add_argument("--seeds", default="0-9")
     fits.add_argument("--seed", type=int, default=0)
