@@ -10,7 +10,9 @@ record (``options=``), keyword arguments of the same names, or both (keywords wi
     meg_approx(policy, "CartPole-v1", options=fast, seed=3)
 
 The defaults are the setting validated against exact answers (``configs/approx_validation.yaml``,
-docs/approx.md).
+the cases they were tuned on) and then frozen for environment families no tuning saw
+(``configs/approx_heldout.yaml``); a test records them, so a change of default is a deliberate
+act that needs new held-out families (docs/approx.md).
 """
 
 from __future__ import annotations
