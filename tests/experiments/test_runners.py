@@ -317,6 +317,39 @@ def test_the_published_validation_table_rebuilds_and_holds_its_claims(tmp_path):
     assert run["acceptance"]["min_within_strict"] == 5
 
 
+def test_the_published_held_out_table_rebuilds_and_holds_its_claims(tmp_path):
+    """docs/results/approx_heldout (the held-out families at the frozen defaults: seeds 0-4 of
+    10 so far, hours of compute) merges back into the same tables, and its rows are what
+    docs/approx.md says: every row but Taxi's DQN agent within the stricter yardstick and
+    covered in every seed; Taxi's estimates all high, two of five intervals missing the exact
+    value and one estimate past the yardstick."""
+    published = ROOT / "docs" / "results" / "approx_heldout"
+    payload = json.loads((published / "results.json").read_text())
+    seeds = sorted({r["seed"] for r in payload["results"]})
+    assert seeds == [0, 1, 2, 3, 4]
+    out = tmp_path / "ho"
+    run = run_config(
+        CONFIGS / "approx_heldout.yaml",
+        overrides=[f"results_dir={out}", f"seeds={seeds}"],
+        merge=[published],
+        **QUIET,
+    )
+    for table in ("results.csv", "summary.csv", "stages.csv"):
+        assert (out / table).read_bytes() == (published / table).read_bytes(), table
+    rows = run["results"]
+    assert len(rows) == len({(r["case"], r["policy"], r["seed"]) for r in rows}) == 4 * 5
+    within_strict = load_driver("approx_validation", ROOT / "experiments").within_strict
+    misses = {
+        (r["case"], r["seed"]): (within_strict(r), r["covered"])
+        for r in rows
+        if not (within_strict(r) and r["covered"])
+    }
+    assert misses == {("taxi_onehot", 0): (True, False), ("taxi_onehot", 3): (False, False)}
+    taxi = [r for r in rows if r["case"] == "taxi_onehot"]
+    assert all(r["approx"] > r["exact"] for r in taxi)
+    assert all(r["settled"] for r in rows)  # no miss was flagged by the estimator itself
+
+
 def test_a_killed_run_resumes_with_only_the_missing_units(tmp_path):
     """A real ``imitation-meg reproduce`` is killed after some units; the rerun runs the rest."""
     out = tmp_path / "killed"
