@@ -26,6 +26,7 @@ the runs of docs/approx.md made before then name ``--set last_steps=0 --set n_ev
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import pathlib
@@ -46,31 +47,34 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = ("approx_validation.yaml", "approx_heldout.yaml")
 
 
+#: the study's driver (its cases' policies, and the scoring rate of its DQN agents)
+STUDY = load_driver("approx_validation", ROOT / "experiments")
+
+
+@functools.lru_cache(maxsize=1)
 def _configs() -> dict[str, Any]:
     """Each case's study config (the driver's ``Config``, read from :data:`CONFIGS`)."""
-    driver = load_driver("approx_validation", ROOT / "experiments")
     out = {}
     for name in CONFIGS:
-        cfg = load_config(load_yaml(ROOT / "configs" / name), driver.Config)
+        cfg = load_config(load_yaml(ROOT / "configs" / name), STUDY.Config)
         out.update(dict.fromkeys(cfg.cases, cfg))
     return out
 
 
 def scored(case_name: str, policy: str) -> tuple[Any, Any, Any]:
     """The validation case, the scored policy and its exact MEG, as its study builds them."""
-    driver = load_driver("approx_validation", ROOT / "experiments")
     cfg = _configs()[case_name]
     unit = {
         "case": case_name,
         "horizon": cfg.horizons[cfg.cases.index(case_name)],
         "policy": policy,
     }
-    return driver.scored_policy(cfg, unit)
+    return STUDY.scored_policy(cfg, unit)
 
 
 def _epsilon(case_name: str, policy: str) -> float | None:
-    """The epsilon a DQN agent is scored at (None for other policies)."""
-    return _configs()[case_name].dqn_epsilon if policy == "dqn" else None
+    """The epsilon the study scores a case's ``policy`` at (None but for DQN agents)."""
+    return STUDY.scored_epsilon(_configs()[case_name], policy)
 
 
 def states_and_times(case: Any, ev: Rollouts) -> tuple[np.ndarray, np.ndarray]:

@@ -171,6 +171,12 @@ def _train(algo: str, name: str, horizon: int, steps: int, seed: int, epsilon: f
     return model
 
 
+def scored_epsilon(cfg: Config, policy: str) -> float | None:
+    """The exploration rate a unit's agent is scored at: ``dqn_epsilon`` for the DQN agent (an
+    argmax policy), None for the others."""
+    return cfg.dqn_epsilon if policy == "dqn" else None
+
+
 def scored_policy(cfg: Config, unit: dict[str, Any]) -> tuple[Any, Any, Any]:
     """A unit's validation case, its scored policy (epsilon-greedy on observations, or the PPO
     or DQN agent) and the policy's exact MEG result."""
@@ -183,7 +189,7 @@ def scored_policy(cfg: Config, unit: dict[str, Any]) -> tuple[Any, Any, Any]:
         policy: Any = _train(
             algo, unit["case"], unit["horizon"], steps, cfg.ppo_seed, cfg.dqn_epsilon
         )
-        eps = cfg.dqn_epsilon if algo == "dqn" else None
+        eps = scored_epsilon(cfg, algo)
         table = policy_table(policy, case.mdp, observations=case.observations, epsilon=eps)
     else:
         eps = float(unit["policy"][3:])
@@ -196,9 +202,10 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     """Exact and approximate MEG of one policy in one case with one seed."""
     th.set_num_threads(1)
     case, policy, exact = scored_policy(cfg, unit)
-    eps = cfg.dqn_epsilon if unit["policy"] == "dqn" else None
     options = ApproxOptions.from_fields(cfg, seed=unit["seed"])
-    res = meg_approx(policy, case.make, epsilon=eps, options=options)
+    res = meg_approx(
+        policy, case.make, epsilon=scored_epsilon(cfg, unit["policy"]), options=options
+    )
     bound = exact.upper_bound
     return {
         **unit,
