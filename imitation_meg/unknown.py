@@ -282,6 +282,10 @@ def _meg_linear(
     max_iter: int,
     progress: bool,
 ) -> MEGResult:
+    if mdp.horizon is None and mdp.device.type != "cpu":
+        # The discounted solvers work in numpy on the CPU: solve a CPU copy there (the result's
+        # tensors are CPU ones whatever the device).
+        mdp, w = mdp.to("cpu"), w.cpu()
     feats, coords = _class_features(mdp, features)
     face = None
     face_ok = True
