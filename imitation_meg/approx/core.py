@@ -263,6 +263,7 @@ def fit_ensemble(
             seeds=[mseed + 1 + stage for mseed in seeds],
             on_iteration=lambda _i: run.bar.update(len(models)),
             average=opts.average,
+            device=opts.device,
         )
         for model, loss in zip(models, losses, strict=True):
             model.losses = loss  # type: ignore[attr-defined]

@@ -40,6 +40,7 @@ __all__ = [
     "STEP_BUDGET",
     "ApproxOptions",
     "check_config",
+    "check_device",
     "data_bytes",
     "default_data_steps",
     "default_schedule",
@@ -133,6 +134,12 @@ class ApproxOptions:
             decisions (``0``: none, the smooth time features only). The soft-optimal values
             change most from one of the last decisions to the next; smooth features let a fit
             blur that change.
+        device: where the soft Q-networks are trained: ``"cpu"`` (the default) or a torch
+            device such as ``"cuda"`` / ``"cuda:1"``. Only the fits move; the environment
+            steps, the policy's actions and the evaluation stay on the CPU, and the draws are
+            the same on every device, so two devices agree up to floating-point rounding (not
+            bit for bit). Where to run is not a setting of the estimate: the validated
+            defaults are the same on every device.
     """
 
     n_data_steps: int | None = None
@@ -151,6 +158,7 @@ class ApproxOptions:
     average: float = AVERAGE
     lr: float = LR
     last_steps: int = LAST_STEPS
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.n_data_steps is not None:
@@ -181,6 +189,7 @@ class ApproxOptions:
         check_average(self.average)
         check_lr(self.lr)
         _check_int("last_steps", self.last_steps, 0)
+        object.__setattr__(self, "device", check_device(self.device))
 
     @classmethod
     def of(cls, options: ApproxOptions | None = None, **overrides: Any) -> ApproxOptions:
@@ -244,6 +253,44 @@ class ApproxOptions:
         return dataclasses.replace(
             self, iterations=n_iter, steps_per_iteration=n_steps, n_data_steps=int(n_data)
         )
+
+
+def check_device(device: Any) -> str:
+    """``device`` as torch names it (``"cpu"``, ``"cuda:0"``, ...).
+
+    Raises:
+        TypeError: not a string or a ``torch.device``.
+        ValueError: a name torch does not know, or a CUDA device where torch sees none (or
+            fewer than its index needs).
+    """
+    import torch as th
+
+    if not isinstance(device, (str, th.device)):
+        raise TypeError(f"device must be a string such as 'cpu' or 'cuda', got {device!r}.")
+    try:
+        dev = th.device(device)
+    except RuntimeError as e:
+        raise ValueError(
+            f"device must be a torch device such as 'cpu', 'cuda' or 'cuda:1', got {device!r}."
+        ) from e
+    if dev.type == "cuda":
+        count = th.cuda.device_count() if th.cuda.is_available() else 0
+        if count == 0 or (dev.index is not None and dev.index >= count):
+            raise ValueError(
+                f"device={device!r}, but torch sees {count} CUDA device(s) "
+                f"(torch {th.__version__}, torch.cuda.is_available() is "
+                f"{th.cuda.is_available()}): pass device='cpu', or install a CUDA build of torch "
+                "on a machine with a GPU."
+            )
+    elif dev.type != "cpu":
+        # mps, xpu, ...: accepted when torch can place a tensor there
+        try:
+            th.zeros(1, device=dev)
+        except (RuntimeError, AssertionError) as e:
+            raise ValueError(
+                f"device={device!r} is not usable here ({e}); pass device='cpu'."
+            ) from e
+    return str(dev)
 
 
 def check_config(config: Any) -> None:

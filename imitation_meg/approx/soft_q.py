@@ -52,6 +52,7 @@ _GRAD_CLIP = 10.0
 _TARGET_CHUNK = 1 << 15
 #: Input floats of the training rows prepared at once (all models of a batched fit).
 _BLOCK_FLOATS = 1 << 24
+_CPU = th.device("cpu")
 
 #: Scales (decisions) of the time-to-go features ``exp(-(H - t - 1) / c)``.
 TIME_SCALES = (1.0, 3.0, 10.0)
@@ -67,10 +68,11 @@ def time_features(t: th.Tensor, horizon: int, last_steps: int = 0) -> th.Tensor:
     decisions (``H - t - 1 = 0, 1, ...``), which let a network change its values from one of
     them to the next without smoothing the change over its neighbours."""
     left = (horizon - t).to(th.float32).reshape(-1, 1)
-    c = th.tensor(TIME_SCALES, dtype=th.float32)
+    c = th.tensor(TIME_SCALES, dtype=th.float32, device=t.device)
     feats = [left / horizon, th.exp(-(left - 1).clamp(min=0) / c)]
     if last_steps:
-        feats.append((left - 1 == th.arange(last_steps, dtype=th.float32)).to(th.float32))
+        last = th.arange(last_steps, dtype=th.float32, device=t.device)
+        feats.append((left - 1 == last).to(th.float32))
     return th.cat(feats, dim=1)
 
 
@@ -88,7 +90,7 @@ class TimeTable:
             t.numel() and (int(t.min()) < 0 or int(t.max()) > self.horizon)
         ):
             return time_features(t, self.horizon, self.last_steps)
-        return self.table[t.reshape(-1)]
+        return self.table.to(t.device)[t.reshape(-1)]
 
 
 def beta_features(b: th.Tensor) -> th.Tensor:
@@ -240,7 +242,7 @@ class SoftQModel:
             self.nets = nn.ModuleDict(nets)
 
     def standardise(self, x: th.Tensor) -> th.Tensor:
-        return (x - self.obs_mean) / self.obs_std
+        return (x - self.obs_mean.to(x.device)) / self.obs_std.to(x.device)
 
     def reward(self, x: th.Tensor) -> th.Tensor:
         """Normalised one-step utility ``(n, A)`` of a given ``reward_fn``."""
@@ -259,11 +261,16 @@ class SoftQModel:
         """``(H - t - 1) / H`` per row ``(n,)``: the weight of a split model's continuation."""
         return (self.horizon - 1 - t).clamp(min=0).to(th.float32) / self.horizon
 
-    def assemble(self, x: th.Tensor, t: th.Tensor, out: th.Tensor) -> th.Tensor:
+    def assemble(
+        self, x: th.Tensor, t: th.Tensor, out: th.Tensor, reward: th.Tensor | None = None
+    ) -> th.Tensor:
         """Normalised soft Q-values ``(n, A)`` from the network's output ``out (n, A)``: the
-        exact utility plus the weighted continuation for a split model, and 0 for ``t >= H``."""
+        exact utility plus the weighted continuation for a split model, and 0 for ``t >= H``.
+        ``reward (n,)``: the split model's normalised utility of ``x`` computed beforehand (the
+        fits keep it beside their data, on their device), instead of calling ``reward_fn``."""
         if self.split:
-            out = self.reward(x) + self.continuation_weight(t).reshape(-1, 1) * out
+            r = self.reward(x) if reward is None else reward.reshape(-1, 1)
+            out = r + self.continuation_weight(t).reshape(-1, 1) * out
         return th.where((t >= self.horizon).reshape(-1, 1), th.zeros_like(out), out)
 
     def f(
@@ -373,6 +380,7 @@ def fit_soft_q(
     seed: int = 0,
     on_iteration: Callable[[int], None] | None = None,
     average: float = 0.0,
+    device: th.device | str = "cpu",
 ) -> list[float]:
     """Fitted soft Q-iteration on ``data``, in place: returns the loss of each iteration.
 
@@ -396,6 +404,7 @@ def fit_soft_q(
         on_iteration: called after each iteration with its index (progress bars).
         average: the share of each iteration's last steps whose weights are averaged (see
             :func:`fit_soft_q_ensemble`; ``0``: the last step's weights).
+        device: where the fit runs (see :func:`fit_soft_q_ensemble`).
     """
     return fit_soft_q_ensemble(
         [model],
@@ -408,6 +417,7 @@ def fit_soft_q(
         seeds=[seed],
         on_iteration=on_iteration,
         average=average,
+        device=device,
     )[0]
 
 
@@ -425,47 +435,65 @@ class _FitRows(NamedTuple):
 class _Fit:
     """One model's data and draws during :func:`fit_soft_q_ensemble`."""
 
-    def __init__(self, model: SoftQModel, data: Rollouts, prior: BetaPrior, seed: int) -> None:
+    def __init__(
+        self,
+        model: SoftQModel,
+        data: Rollouts,
+        prior: BetaPrior,
+        seed: int,
+        device: th.device = _CPU,
+    ) -> None:
         self.model = model
         self.prior = prior
+        self.device = device
+        # The draws come from a CPU generator whatever the device: the same rows and
+        # rationalities on every device.
         self.gen = th.Generator().manual_seed(int(seed))
-        self.x = th.as_tensor(data.x)
-        self.xn = th.as_tensor(data.x_next)
-        self.t = th.as_tensor(data.t)
-        self.a = th.as_tensor(data.a)
-        self.live = th.as_tensor(~data.done, dtype=th.float32)
-        # The one-step utility of every row: the model's own (exact) utility of a split model,
-        # computed once per fit, else the normalised rewards seen.
+        x = th.as_tensor(data.x)
+        xn = th.as_tensor(data.x_next)
+        t = th.as_tensor(data.t)
+        # The one-step utility of every row (and, for a split model, of every next observation):
+        # the model's own (exact) utility of a split model, computed once per fit on the CPU
+        # (its reward_fn may hold CPU weights), else the normalised rewards seen.
         if model.split:
             with th.no_grad():
-                self.r = model.reward(self.x)[:, 0]
-                seen = th.cat([self.r, model.reward(self.xn)[:, 0]])
+                r, r_next = model.reward(x)[:, 0], model.reward(xn)[:, 0]
+                seen = th.cat([r, r_next])
+            rn: th.Tensor | None = r_next
         else:
-            self.r = th.as_tensor(data.r / model.q_scale, dtype=th.float32)
-            seen = self.r
+            r, rn = th.as_tensor(data.r / model.q_scale, dtype=th.float32), None
+            seen = r
         # Every soft value lies between these bounds (first reward, then any mix of rewards
         # and termination): targets are clipped to them, which stops fitted Q-iteration from
         # diverging through extrapolation on long horizons. The per-step range is the one seen.
         r_lo, r_hi = float(seen.min()), float(seen.max())
-        left = (model.horizon - 1 - self.t).clamp(min=0).to(th.float32)
-        self.q_lo = r_lo + left * min(r_lo, 0.0)
-        self.q_hi = r_hi + left * max(r_hi, 0.0)
+        left = (model.horizon - 1 - t).clamp(min=0).to(th.float32)
+        self.x, self.xn, self.t = x.to(device), xn.to(device), t.to(device)
+        self.a = th.as_tensor(data.a).to(device)
+        self.live = th.as_tensor(~data.done, dtype=th.float32).to(device)
+        self.r = r.to(device)
+        self.rn = rn.to(device) if rn is not None else None
+        self.q_lo = (r_lo + left * min(r_lo, 0.0)).to(device)
+        self.q_hi = (r_hi + left * max(r_hi, 0.0)).to(device)
 
     def draw(self, n: int) -> tuple[th.Tensor, th.Tensor]:
-        """``n`` rows and rationalities (in this order from the model's own generator)."""
+        """``n`` rows and rationalities (in this order from the model's own generator), on the
+        fit's device."""
         idx = th.randint(0, self.x.shape[0], (n,), generator=self.gen)
-        return idx, self.prior.sample(n, self.gen)
+        b = self.prior.sample(n, self.gen)
+        return idx.to(self.device), b.to(self.device)
 
     def rows(self, idx: th.Tensor, b: th.Tensor, frozen: list[th.Tensor]) -> _FitRows:
         """Inputs and clipped soft Bellman targets of rows ``idx`` under the frozen weights."""
-        m = self.model
-        target = th.empty(idx.shape[0])
+        m, dev = self.model, self.device
+        target = th.empty(idx.shape[0], device=dev)
         with th.no_grad():
             for lo in range(0, idx.shape[0], _TARGET_CHUNK):
                 i, bb = idx[lo : lo + _TARGET_CHUNK], b[lo : lo + _TARGET_CHUNK]
                 tn = self.t[i] + 1
                 out = _stacked_forward(frozen, m.inputs(self.xn[i], tn, bb).unsqueeze(0))[0]
-                cont = self.live[i] * soft_mean(m.assemble(self.xn[i], tn, out), bb)
+                rn = self.rn[i] if self.rn is not None else None
+                cont = self.live[i] * soft_mean(m.assemble(self.xn[i], tn, out, rn), bb)
                 target[lo : lo + _TARGET_CHUNK] = th.minimum(
                     th.maximum(self.r[i] + cont, self.q_lo[i]), self.q_hi[i]
                 )
@@ -473,7 +501,8 @@ class _Fit:
                 base = self.r[idx]
                 weight = m.continuation_weight(self.t[idx])
             else:
-                base, weight = th.zeros(idx.shape[0]), th.ones(idx.shape[0])
+                base = th.zeros(idx.shape[0], device=dev)
+                weight = th.ones(idx.shape[0], device=dev)
             z = m.inputs(self.x[idx], self.t[idx], b)
         return _FitRows(z, self.a[idx], target, base, weight)
 
@@ -512,8 +541,9 @@ def _linears(model: SoftQModel) -> list[nn.Linear]:
     return [mod for mod in model.nets["cont"].modules() if isinstance(mod, nn.Linear)]
 
 
-def _stacked_params(models: list[SoftQModel]) -> list[th.Tensor]:
-    """The continuation networks of ``models`` as ``(K, ...)`` weight and bias leaves."""
+def _stacked_params(models: list[SoftQModel], device: th.device = _CPU) -> list[th.Tensor]:
+    """The continuation networks of ``models`` as ``(K, ...)`` weight and bias leaves on
+    ``device``."""
     layers = [_linears(m) for m in models]
     shapes = [[tuple(lin.weight.shape) for lin in ls] for ls in layers]
     if any(sh != shapes[0] for sh in shapes):
@@ -524,7 +554,7 @@ def _stacked_params(models: list[SoftQModel]) -> list[th.Tensor]:
     out = []
     for i in range(len(layers[0])):
         for name in ("weight", "bias"):
-            p = th.stack([getattr(ls[i], name).detach() for ls in layers]).clone()
+            p = th.stack([getattr(ls[i], name).detach() for ls in layers]).to(device).clone()
             out.append(p.requires_grad_(True))
     return out
 
@@ -589,6 +619,7 @@ def fit_soft_q_ensemble(
     seeds: list[int] | None = None,
     on_iteration: Callable[[int], None] | None = None,
     average: float = 0.0,
+    device: th.device | str = "cpu",
 ) -> list[list[float]]:
     """:func:`fit_soft_q` for several models at once, each on its own data: returns each model's
     losses per iteration.
@@ -612,6 +643,13 @@ def fit_soft_q_ensemble(
             after the last iteration, the fitted one. ``0`` keeps the last step's weights.
             Averaging removes most of the noise the last steps' minibatches leave in the
             weights, which at large rationalities decides near-tied actions (docs/approx.md).
+        device: where the networks are trained (``"cpu"``, ``"cuda"``, ...): the data, the
+            stacked weights and Adam's moments live there, the draws still come from each
+            model's CPU generator (the same rows and rationalities on every device), and the
+            fitted weights are written back into the models, which stay where they were.
+            Results on two devices agree up to floating-point rounding, which fitted
+            Q-iteration's many steps can grow; one device gives the same result for the same
+            seeds.
     """
     _check_int("iterations", iterations, 1)
     check_average(average)
@@ -630,8 +668,9 @@ def fit_soft_q_ensemble(
     active = [k for k in range(K) if not models[k].null]
     if not active:
         return losses
-    fits = [_Fit(models[k], datas[k], priors[k], seeds[k]) for k in active]
-    params = _stacked_params([f.model for f in fits])
+    dev = th.device(device)
+    fits = [_Fit(models[k], datas[k], priors[k], seeds[k], dev) for k in active]
+    params = _stacked_params([f.model for f in fits], dev)
     opt = th.optim.Adam(params, lr=lr, fused=True)  # one kernel per tensor: ~10% of a step
     total = iterations * steps_per_iteration
     sched = th.optim.lr_scheduler.LambdaLR(
@@ -651,7 +690,7 @@ def fit_soft_q_ensemble(
         # and targets are drawn and computed at once (a few large forward passes instead of one
         # small one per step); the steps then only train the online networks.
         draws = [f.draw(steps_per_iteration * batch_size) for f in fits]
-        acc = th.zeros(len(fits))
+        acc = th.zeros(len(fits), device=dev)
         for s0 in range(0, steps_per_iteration, block):
             n_steps = min(block, steps_per_iteration - s0)
             sl = slice(s0 * batch_size, (s0 + n_steps) * batch_size)

@@ -372,6 +372,7 @@ def _ascend(
             average=opts.average,
             prior=fixed,
             seed=seed + 10 + k,
+            device=opts.device,
         )
         sampled = collect(
             source,
