@@ -30,6 +30,7 @@ import functools
 import json
 import math
 import pathlib
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -92,7 +93,7 @@ def exact_terms(case: Any, ev: Rollouts, beta: float) -> np.ndarray:
     return (ev.probs * log_pi[t, s]).sum(1) + math.log(case.mdp.n_actions)
 
 
-def evaluation_part(case_name: str, policy: str, episodes: int, seeds: list[int]) -> None:
+def evaluation_part(case_name: str, policy: str, episodes: int, seeds: Sequence[int]) -> None:
     """Print the evaluation part of each seed's episodes (as ``meg_approx`` draws them)."""
     case, pol, exact = scored(case_name, policy)
     source = EnvSource(case.make, horizon=case.mdp.horizon)
@@ -111,7 +112,8 @@ def evaluation_part(case_name: str, policy: str, episodes: int, seeds: list[int]
             f"{case_name} {policy} seed {seed}: evaluation part {part:+.2f}% "
             f"(at the exact beta {100 * (at_star - exact.meg) / exact.upper_bound:+.2f}%)"
         )
-    print(f"mean {np.mean(parts):+.3f}%, SD {np.std(parts, ddof=1):.3f}% over {len(parts)} seeds")
+    spread = f", SD {np.std(parts, ddof=1):.3f}%" if len(parts) > 1 else ""
+    print(f"mean {np.mean(parts):+.3f}%{spread} over {len(parts)} seed(s)")
 
 
 def fit_part(case_name: str, policy: str, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
@@ -124,12 +126,12 @@ def fit_part(case_name: str, policy: str, seed: int, settings: dict[str, Any]) -
         seen.update(ev=ev, ens=ens, betas=betas, mats=mats)
         return summarise(ev, ens, betas, mats, **kw)
 
-    core.summarise = keep  # type: ignore[assignment]
+    core.summarise = keep
     try:
         eps = _epsilon(case_name, policy)
         res = known.meg_approx(pol, case.make, seed=seed, epsilon=eps, **settings)
     finally:
-        core.summarise = summarise  # type: ignore[assignment]
+        core.summarise = summarise
     ev, ens, bound = seen["ev"], seen["ens"], exact.upper_bound
     n, H = ev.n_episodes, case.mdp.horizon
     grid = exact.beta * np.exp(np.linspace(-1.5, 1.5, 121))
@@ -160,13 +162,14 @@ def fit_part(case_name: str, policy: str, seed: int, settings: dict[str, Any]) -
             lp = th.log_softmax(exact.beta * m.q_scale * m.f(x, tt, b).double(), dim=-1)
         terms = (ev.probs * lp.numpy()).sum(1) + math.log(case.mdp.n_actions)
         diff = terms - ref
+        by_decision = [float(diff[t == h].sum() / n) for h in range(H)]
         fit = {
             "max_nats": float(seen["mats"][str(k)].mean(0).max()),
             "at_exact_beta_nats": float(diff.sum() / n),
-            "by_decision_nats": [float(diff[t == h].sum() / n) for h in range(H)],
+            "by_decision_nats": by_decision,
         }
         out["fits"].append(fit)
-        by_t = " ".join(f"{v:+.3f}" for v in fit["by_decision_nats"])
+        by_t = " ".join(f"{v:+.3f}" for v in by_decision)
         print(
             f"  fit {k}: its maximum {fit['max_nats']:.3f} nats; at the exact beta "
             f"{fit['at_exact_beta_nats']:+.3f} nats, by decision t = 0..{H - 1}: {by_t}"

@@ -128,7 +128,7 @@ def fit_step() -> dict[str, Any]:
             models = [
                 new_model(data, 2, horizon, hidden=(64, 64), seed=s, last_steps=3) for s in range(3)
             ]
-            kw = {"average": 0.5, "device": device}
+            kw: dict[str, Any] = {"average": 0.5, "device": device}
             fit_soft_q_ensemble(models, [data] * 3, iterations=2, steps_per_iteration=20, **kw)
             t0 = time.perf_counter()
             fit_soft_q_ensemble(models, [data] * 3, iterations=10, steps_per_iteration=92, **kw)
