@@ -734,7 +734,10 @@ def test_approx_options_reach_the_estimator_from_the_command_line(tmp_path, caps
         "refine=-1": "refine must be True, False or an integer >= 0, got -1",
         "hidden=[0]": "hidden must be a sequence of positive layer sizes",
         "hidden=[64": "--approx-option 'hidden=[64' is not valid YAML",
+        "device=gpu": "device must be a torch device such as 'cpu', 'cuda' or 'cuda:1'",
     }
+    if not th.cuda.is_available():
+        bad["device=cuda"] = "torch sees 0 CUDA device(s)"
     for item, message in bad.items():
         assert main([*default, "--approx-option", item]) == 2
         err = capsys.readouterr().err.strip()
