@@ -611,11 +611,12 @@ def row_meg_unknown_random(
     alg2_steps: int = 0,
     alg2_restarts: int = 1,
     seed: int = 0,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """Exact unknown-utility MEG over every state utility on a random sparse MDP (4 actions,
-    4 successors) for the softmax-lookahead policy, and optionally the paper's Algorithm 2 (the
-    256-unit MLP on the one-hot states, ``alg2_steps`` Adam steps x ``alg2_restarts``) after it in
-    the same process.
+    4 successors) for the softmax-lookahead policy, built on ``device``, and optionally the
+    paper's Algorithm 2 (the 256-unit MLP on the one-hot states, ``alg2_steps`` Adam steps x
+    ``alg2_restarts``) after it in the same process.
 
     The exact solver's time, its peak RSS (taken before Algorithm 2 runs), Newton steps, CG steps
     and passes over the MDP; with Algorithm 2, its time and value, the ratio of the two times and
@@ -624,10 +625,12 @@ def row_meg_unknown_random(
     import imitation_meg
     from imitation_meg.envs import random_mdp
 
-    mdp = random_mdp(n_states, 4, horizon, branching=4, seed=seed)
+    mdp = random_mdp(n_states, 4, horizon, branching=4, seed=seed, device=device)
     pi = goal_directed_policy(mdp)
+    _sync(device)
     t0 = time.perf_counter()
     exact = imitation_meg.meg_unknown(pi, mdp)
+    _sync(device)
     t_exact = time.perf_counter() - t0
     row: dict[str, Any] = {
         "task": "unknown-utility MEG, every state utility (softmax lookahead policy)",
@@ -637,7 +640,7 @@ def row_meg_unknown_random(
         "H": horizon,
         "K": 1,
         "dtype": "float64",
-        "device": "cpu",
+        "device": device,
         "ours_s": t_exact,
         "incumbent_s": None,
         "speedup": None,

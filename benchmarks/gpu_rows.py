@@ -31,35 +31,28 @@ import bench
 __all__ = ["fit_step", "known_rows", "main", "unknown_row"]
 
 
-def _sync() -> None:
-    th.cuda.synchronize()
-
-
 def _gib(n_bytes: float) -> float:
     return n_bytes / 2**30
 
 
+def _sync() -> None:
+    bench._sync("cuda")
+
+
 def unknown_row(n_states: int) -> dict[str, Any]:
     """Unknown-utility MEG over every state utility on the random sparse MDP of the CPU table
-    (4 actions, 4 successors, H = 100, seed 0, softmax-lookahead policy), float64."""
-    import imitation_meg as im
-    from imitation_meg.envs import random_mdp
-
-    mdp = random_mdp(n_states, 4, 100, branching=4, seed=0, device="cuda")
-    pi = bench.goal_directed_policy(mdp)
+    (:func:`bench.row_meg_unknown_random` at ``H = 100`` on the GPU), with the GPU's peak
+    memory."""
     th.cuda.reset_peak_memory_stats()
-    _sync()
-    t0 = time.perf_counter()
-    res = im.meg_unknown(pi, mdp)
-    _sync()
+    row = bench.row_meg_unknown_random(n_states, 100, device="cuda")
     return {
         "row": f"unknown utility, S = {n_states:.0e}, float64",
-        "seconds": time.perf_counter() - t0,
-        "meg": res.meg,
-        "converged": res.converged,
-        "newton": res.extra["iterations"],
-        "cg": res.extra["cg_iterations"],
-        "passes": res.extra["passes"],
+        "seconds": row["ours_s"],
+        "meg": row["meg"],
+        "converged": row["converged"],
+        "newton": row["iterations"],
+        "cg": row["cg_iterations"],
+        "passes": row["passes"],
         "gpu_peak_gib": _gib(th.cuda.max_memory_allocated()),
     }
 

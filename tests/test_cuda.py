@@ -1,8 +1,8 @@
 """The exact solvers on a CUDA device agree with the CPU.
 
 Skipped where torch sees no CUDA device (CI has none); run on a machine with one. The same MDP
-and policy are solved on both devices in float64 and must give the same MEG to solver
-tolerance, with results that live on the device they were computed on.
+and policy are solved on both devices in float64 and must give the same MEG (and the same
+occupancies and soft-optimal policies) to solver tolerance.
 """
 
 from __future__ import annotations

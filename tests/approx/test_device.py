@@ -55,10 +55,11 @@ def cliff():
 
 
 def _data(case, n_episodes: int = 60, seed: int = 0) -> Rollouts:
+    from imitation_meg.approx.core import uniform_behaviour
     from imitation_meg.approx.rollouts import EnvSource, collect
 
     source = EnvSource(case.make, horizon=9)
-    uniform = lambda raw, x, t: np.full((len(x), source.n_actions), 1.0 / source.n_actions)  # noqa: E731
+    uniform = uniform_behaviour(source.n_actions)
     return collect(source, uniform, n_episodes, np.random.default_rng(seed))
 
 
