@@ -656,6 +656,9 @@ def fit_soft_q_ensemble(
     _check_int("steps_per_iteration", steps_per_iteration, 1)
     _check_int("batch_size", batch_size, 1)
     check_lr(lr)
+    from imitation_meg.approx.options import check_device  # options imports this module
+
+    dev = th.device(check_device(device))
     K = len(models)
     priors = priors if priors is not None else [BetaPrior()] * K
     seeds = seeds if seeds is not None else list(range(K))
@@ -668,7 +671,6 @@ def fit_soft_q_ensemble(
     active = [k for k in range(K) if not models[k].null]
     if not active:
         return losses
-    dev = th.device(device)
     fits = [_Fit(models[k], datas[k], priors[k], seeds[k], dev) for k in active]
     params = _stacked_params([f.model for f in fits], dev)
     opt = th.optim.Adam(params, lr=lr, fused=True)  # one kernel per tensor: ~10% of a step

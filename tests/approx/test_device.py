@@ -39,6 +39,8 @@ def test_the_device_setting_is_checked():
         ApproxOptions(device=0)
     with pytest.raises(ValueError, match=r"device must be a torch device.*'gpu'"):
         ApproxOptions(device="gpu")
+    with pytest.raises(ValueError, match=r"device must be a torch device.*'gpu'"):
+        fit_soft_q_ensemble([], [], iterations=1, device="gpu")  # the fits check it too
     if not th.cuda.is_available():
         with pytest.raises(ValueError, match=r"torch sees 0 CUDA device.*pass device='cpu'"):
             ApproxOptions(device="cuda")
