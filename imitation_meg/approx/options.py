@@ -282,6 +282,11 @@ def check_device(device: Any) -> str:
                 f"{th.cuda.is_available()}): pass device='cpu', or install a CUDA build of torch "
                 "on a machine with a GPU."
             )
+    elif dev.type == "meta":
+        raise ValueError(
+            "device='meta' holds shapes, not numbers: the fits cannot run there; pass "
+            "device='cpu' or a GPU such as 'cuda'."
+        )
     elif dev.type != "cpu":
         # mps, xpu, ...: accepted when torch can place a tensor there
         try:

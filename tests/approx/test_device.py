@@ -41,6 +41,8 @@ def test_the_device_setting_is_checked():
         ApproxOptions(device="gpu")
     with pytest.raises(ValueError, match=r"device must be a torch device.*'gpu'"):
         fit_soft_q_ensemble([], [], iterations=1, device="gpu")  # the fits check it too
+    with pytest.raises(ValueError, match="holds shapes, not numbers"):
+        ApproxOptions(device="meta")
     if not th.cuda.is_available():
         with pytest.raises(ValueError, match=r"torch sees 0 CUDA device.*pass device='cpu'"):
             ApproxOptions(device="cuda")
