@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from imitation_meg.approx.evaluate import ApproxMEGWarning
-from imitation_meg.approx.soft_q import _check_int, check_average, check_lr
+from imitation_meg.approx.soft_q import _check_int, check_average, check_device, check_lr
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from imitation_meg.approx.rollouts import EnvSource
@@ -253,49 +253,6 @@ class ApproxOptions:
         return dataclasses.replace(
             self, iterations=n_iter, steps_per_iteration=n_steps, n_data_steps=int(n_data)
         )
-
-
-def check_device(device: Any) -> str:
-    """``device`` as torch names it (``"cpu"``, ``"cuda:0"``, ...).
-
-    Raises:
-        TypeError: not a string or a ``torch.device``.
-        ValueError: a name torch does not know, or a CUDA device where torch sees none (or
-            fewer than its index needs).
-    """
-    import torch as th
-
-    if not isinstance(device, (str, th.device)):
-        raise TypeError(f"device must be a string such as 'cpu' or 'cuda', got {device!r}.")
-    try:
-        dev = th.device(device)
-    except RuntimeError as e:
-        raise ValueError(
-            f"device must be a torch device such as 'cpu', 'cuda' or 'cuda:1', got {device!r}."
-        ) from e
-    if dev.type == "cuda":
-        count = th.cuda.device_count() if th.cuda.is_available() else 0
-        if count == 0 or (dev.index is not None and dev.index >= count):
-            raise ValueError(
-                f"device={device!r}, but torch sees {count} CUDA device(s) "
-                f"(torch {th.__version__}, torch.cuda.is_available() is "
-                f"{th.cuda.is_available()}): pass device='cpu', or install a CUDA build of torch "
-                "on a machine with a GPU."
-            )
-    elif dev.type == "meta":
-        raise ValueError(
-            "device='meta' holds shapes, not numbers: the fits cannot run there; pass "
-            "device='cpu' or a GPU such as 'cuda'."
-        )
-    elif dev.type != "cpu":
-        # mps, xpu, ...: accepted when torch can place a tensor there
-        try:
-            th.zeros(1, device=dev)
-        except (RuntimeError, AssertionError) as e:
-            raise ValueError(
-                f"device={device!r} is not usable here ({e}); pass device='cpu'."
-            ) from e
-    return str(dev)
 
 
 def check_config(config: Any) -> None:

@@ -530,6 +530,47 @@ def check_lr(lr: Any) -> None:
         raise ValueError(f"lr must be a positive finite number, got {lr!r}.")
 
 
+def check_device(device: Any) -> str:
+    """``device`` as torch names it (``"cpu"``, ``"cuda:0"``, ...).
+
+    Raises:
+        TypeError: not a string or a ``torch.device``.
+        ValueError: a name torch does not know, or a CUDA device where torch sees none (or
+            fewer than its index needs).
+    """
+    if not isinstance(device, (str, th.device)):
+        raise TypeError(f"device must be a string such as 'cpu' or 'cuda', got {device!r}.")
+    try:
+        dev = th.device(device)
+    except RuntimeError as e:
+        raise ValueError(
+            f"device must be a torch device such as 'cpu', 'cuda' or 'cuda:1', got {device!r}."
+        ) from e
+    if dev.type == "cuda":
+        count = th.cuda.device_count() if th.cuda.is_available() else 0
+        if count == 0 or (dev.index is not None and dev.index >= count):
+            raise ValueError(
+                f"device={device!r}, but torch sees {count} CUDA device(s) "
+                f"(torch {th.__version__}, torch.cuda.is_available() is "
+                f"{th.cuda.is_available()}): pass device='cpu', or install a CUDA build of torch "
+                "on a machine with a GPU."
+            )
+    elif dev.type == "meta":
+        raise ValueError(
+            "device='meta' holds shapes, not numbers: the fits cannot run there; pass "
+            "device='cpu' or a GPU such as 'cuda'."
+        )
+    elif dev.type != "cpu":
+        # mps, xpu, ...: accepted when torch can place a tensor there
+        try:
+            th.zeros(1, device=dev)
+        except (RuntimeError, AssertionError) as e:
+            raise ValueError(
+                f"device={device!r} is not usable here ({e}); pass device='cpu'."
+            ) from e
+    return str(dev)
+
+
 def _check_int(name: str, v: Any, lo: int) -> None:
     """Raise ``ValueError`` unless ``v`` is an integer (not a bool) ``>= lo``."""
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
@@ -656,7 +697,6 @@ def fit_soft_q_ensemble(
     _check_int("steps_per_iteration", steps_per_iteration, 1)
     _check_int("batch_size", batch_size, 1)
     check_lr(lr)
-    from imitation_meg.approx.options import check_device  # options imports this module
 
     dev = th.device(check_device(device))
     K = len(models)
