@@ -94,7 +94,8 @@ test-expensive: $(STAMP)
 test-modern: $(MODERN_STAMP)
 	$(MPY) -m pytest -m "not expensive" -q
 
-# Style and types: ruff's pinned rule set and formatter (pyproject.toml), mypy on the package.
+# Style and types: ruff's pinned rule set and formatter (pyproject.toml), mypy on the package
+# and the benchmark scripts.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check imitation_meg tests experiments benchmarks docs/conf.py docs/_api_names.py
 	$(VENV)/bin/ruff format --check imitation_meg tests experiments benchmarks docs/conf.py docs/_api_names.py

@@ -127,6 +127,8 @@ def sparse_pass_bandwidth(mdp: TabularMDP, repeats: int = 5) -> tuple[float, flo
 
 def imitation_env(mdp: TabularMDP) -> Any:
     """A duck-typed seals ``TabularModelPOMDP`` (the fields imitation's functions read)."""
+    if mdp.utility is None:
+        raise ValueError("imitation_env needs an MDP with a utility; this one has none.")
     return types.SimpleNamespace(
         transition_matrix=mdp.dense_transition().cpu().numpy(),
         reward_matrix=mdp.utility.cpu().numpy(),
@@ -410,18 +412,22 @@ def row_meg_random(
     device: str = "cpu",
     seed: int = 0,
     n_threads: int = 1,
+    float64_reference: bool = True,
 ) -> dict[str, Any]:
     """Known-utility MEG of a stationary policy on a random sparse MDP (timed once).
 
     ``policy``: ``"softmax"`` (:func:`goal_directed_policy`) or ``"epsilon_greedy"``
-    (:func:`epsilon_greedy_policy` with ``epsilon``). With ``dtype="float32"`` the row also runs
-    the float64 MEG (untimed) and reports the difference. ``n_threads``: torch's (and the fused
-    passes') threads for the timed call; the row records whether the fused passes ran.
+    (:func:`epsilon_greedy_policy` with ``epsilon``). With ``dtype="float32"`` and
+    ``float64_reference`` the row also runs the float64 MEG (untimed; it needs the float64 MDP's
+    memory beside the float32 one) and reports the difference. ``n_threads``: torch's (and the
+    fused passes') threads for the timed call; the row records whether the fused passes ran.
+    ``build_s``: building the MDP and the policy, timed apart from the call.
     """
     from imitation_meg import _fused
     from imitation_meg.envs import random_mdp
 
     dt = th.float32 if dtype == "float32" else th.float64
+    t_build = time.perf_counter()
     mdp = random_mdp(n_states, 4, horizon, branching=4, seed=seed, dtype=dt, device=device)
     if policy == "softmax":
         pi, label = goal_directed_policy(mdp), "softmax lookahead policy"
@@ -430,6 +436,7 @@ def row_meg_random(
     else:
         raise ValueError(f"policy must be 'softmax' or 'epsilon_greedy', got {policy!r}.")
     _sync(device)
+    build_s = time.perf_counter() - t_build
     threads = th.get_num_threads()
     th.set_num_threads(n_threads)
     try:
@@ -442,7 +449,7 @@ def row_meg_random(
     # the process's peak so far: the timed call's own, before the float64 reference below
     timed_peak = peak_rss_mib()
     err32 = None
-    if dt == th.float32:
+    if dt == th.float32 and float64_reference:
         m64 = mdp.to(dtype=th.float64)
         err32 = abs(meg(pi.double(), m64).meg - res.meg)
     return {
@@ -455,6 +462,7 @@ def row_meg_random(
         "dtype": dtype,
         "device": device,
         "ours_s": elapsed,
+        "build_s": build_s,
         "incumbent_s": None,
         "speedup": None,
         "meg": res.meg,

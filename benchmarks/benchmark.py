@@ -325,14 +325,14 @@ def main(cfg: Config) -> dict:
     for grid in (*cfg.cliff_grids, cfg.meg_grid):
         if len(grid) != 3:
             raise ValueError(f"grids are (width, height, horizon) triples, got {grid}.")
-    for row in cfg.meg_cliff_extra:
-        if len(row) != 4:
+    for extra in cfg.meg_cliff_extra:
+        if len(extra) != 4:
             raise ValueError(
-                f"meg_cliff_extra rows are (width, height, horizon, epsilon), got {row}."
+                f"meg_cliff_extra rows are (width, height, horizon, epsilon), got {extra}."
             )
-    for row in cfg.meg_long:
-        if len(row) != 2:
-            raise ValueError(f"meg_long rows are (states, horizon) pairs, got {row}.")
+    for pair in cfg.meg_long:
+        if len(pair) != 2:
+            raise ValueError(f"meg_long rows are (states, horizon) pairs, got {pair}.")
     devices = ["cpu"] + (["cuda"] if cfg.gpu and th.cuda.is_available() else [])
     bandwidth = bench.copy_bandwidth(cfg.bandwidth_bytes)
     jobs: list[tuple[str, dict[str, Any]]] = []
@@ -480,7 +480,8 @@ def main(cfg: Config) -> dict:
                 },
             )
         )
-    rows, skipped = [], []
+    rows: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
     load_avg = [os.getloadavg()[0]]
     for kind, kwargs in jobs:
         row = _run_both(cfg, kind, kwargs, skipped)

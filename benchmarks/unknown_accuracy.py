@@ -28,10 +28,12 @@ from imitation_meg.likelihood import gibbs_certificate
 def scipy_meg(pi: np.ndarray, mdp: im.TabularMDP, phi: np.ndarray) -> float:
     """Unknown-utility MEG over ``phi (S, A, F)`` by scipy's L-BFGS-B in numpy (independent)."""
     T = mdp.dense_transition().numpy()
+    if mdp.horizon is None:
+        raise ValueError("scipy_meg solves finite-horizon MDPs; this one is discounted.")
     H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
     p0 = mdp.initial_state_dist.numpy()
     pi = np.broadcast_to(pi, (H, S, A))
-    D = [p0]
+    D: list[np.ndarray] = [p0]
     for t in range(H - 1):
         D.append(np.einsum("s,sa,sat->t", D[-1], pi[t], T))
     w = np.array(D)[:, :, None] * pi
@@ -83,13 +85,13 @@ def main() -> None:
         )
     rng = np.random.default_rng(0)
     mdp = random_mdp(30, 3, 8, seed=1, utility="none")
-    pi = rng.dirichlet(np.ones(3), size=(8, 30))
+    pi_random = rng.dirichlet(np.ones(3), size=(8, 30))
     phi = rng.standard_normal((30, 3, 5))
     rows.append(
         (
             "random MDP S=30, H=8, random policy, 5 random (S, A) features vs scipy",
-            im.meg_unknown(pi, mdp, features=phi).meg,
-            scipy_meg(pi, mdp, phi),
+            im.meg_unknown(pi_random, mdp, features=phi).meg,
+            scipy_meg(pi_random, mdp, phi),
         )
     )
     # Hand-derived limits (tests/test_unknown_limits.py derives them).
@@ -104,14 +106,14 @@ def main() -> None:
         (0.5, math.log(4 / 3), "even split"),
         (1 / 3, math.log(4 / 3), "the limit policy"),
     ):
-        pi = np.zeros((2, 3, 2))
-        pi[:, 0] = [p0, 1 - p0]
-        pi[:, 1] = [1.0, 0.0]
-        pi[:, 2] = [0.5, 0.5]
+        pi_two = np.zeros((2, 3, 2))
+        pi_two[:, 0] = [p0, 1 - p0]
+        pi_two[:, 1] = [1.0, 0.0]
+        pi_two[:, 2] = [0.5, 0.5]
         rows.append(
             (
                 f"two-step example, limit by hand ({what})",
-                im.meg_unknown(pi, two, features=r[:, :, None]).meg,
+                im.meg_unknown(pi_two, two, features=r[:, :, None]).meg,
                 exact,
             )
         )
