@@ -218,3 +218,28 @@ def test_the_budget_screen_judges_a_run_unit_by_unit(capsys):
     assert judged["frozenlake_onehot ppo"][0].startswith("10/10/6 of 10, -1.58%")
     with pytest.raises(SystemExit, match="usage"):
         screen.main([])
+
+
+def test_the_discounted_solve_probe_changes_only_the_solves():
+    """``benchmarks/discounted_solves.py`` on an MDP above the LU limit (so BiCGSTAB runs): each
+    variant reaches the library's own MEG, counts its solves, and leaves the library as it was."""
+    from imitation_meg import discounted
+
+    spec = importlib.util.spec_from_file_location(
+        "discounted_solves", ROOT / "benchmarks" / "discounted_solves.py"
+    )
+    assert spec is not None and spec.loader is not None
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    n = discounted.LU_MAX_STATES + 500
+    solver, hvp = discounted._PolicySolver, discounted.DiscountedClassObjective.neg_hvp
+    plain = probe.run(n)
+    assert discounted._PolicySolver is solver
+    assert discounted.DiscountedClassObjective.neg_hvp is hvp
+    mdp = imitation_meg.envs.random_mdp(n, 4, None, branching=4, discount=0.9, seed=0)
+    ref = imitation_meg.meg_unknown(imitation_meg.policies.epsilon_greedy(mdp, 0.3), mdp)
+    assert plain["meg"] == pytest.approx(ref.meg, rel=1e-12)
+    assert plain["solves"] > 0 and plain["bicgstab_steps"] > plain["solves"]
+    loose = probe.run(n, hvp_rtol=1e-8)
+    assert loose["converged"] and loose["meg"] == pytest.approx(ref.meg, rel=1e-9)
+    assert loose["bicgstab_steps"] / loose["solves"] < plain["bicgstab_steps"] / plain["solves"]
