@@ -243,3 +243,34 @@ def test_the_discounted_solve_probe_changes_only_the_solves():
     loose = probe.run(n, hvp_rtol=1e-8)
     assert loose["converged"] and loose["meg"] == pytest.approx(ref.meg, rel=1e-9)
     assert loose["bicgstab_steps"] / loose["solves"] < plain["bicgstab_steps"] / plain["solves"]
+
+
+def _table_rows(lines):
+    """``{check: (ours, reference, relative difference)}`` of a markdown table's body lines."""
+    rows = {}
+    for line in lines:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0] not in ("check", "---"):
+            rows[cells[0]] = tuple(float(c) for c in cells[1:])
+    return rows
+
+
+def test_the_unknown_accuracy_table_in_the_docs_is_what_the_script_prints(capsys):
+    """``benchmarks/unknown_accuracy.py`` against the table docs/unknown.md publishes from it:
+    the same checks, the same values (to the printed digits, 1e-11 relative), and every check
+    within 1e-12 of its reference."""
+    spec = importlib.util.spec_from_file_location(
+        "unknown_accuracy", ROOT / "benchmarks" / "unknown_accuracy.py"
+    )
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main()
+    printed = _table_rows(capsys.readouterr().out.splitlines())
+    page = (ROOT / "docs" / "unknown.md").read_text().split("## Accuracy", 1)[1]
+    published = _table_rows(page.split("\n\n")[2].splitlines())
+    assert len(printed) == 8 and printed.keys() == published.keys()
+    for check, (ours, ref, diff) in printed.items():
+        assert diff < 1e-12, check
+        assert ours == pytest.approx(published[check][0], rel=1e-11), check
+        assert ref == pytest.approx(published[check][1], rel=1e-11), check
