@@ -274,3 +274,44 @@ def test_the_unknown_accuracy_table_in_the_docs_is_what_the_script_prints(capsys
         assert diff < 1e-12, check
         assert ours == pytest.approx(published[check][0], rel=1e-11), check
         assert ref == pytest.approx(published[check][1], rel=1e-11), check
+
+
+def test_the_stop_rule_figures_in_the_docs_are_the_scripts():
+    """docs/approx.md's case against stopping the refits early ("Why the refits are not stopped
+    once the estimate settles") is what ``benchmarks/approx_stop_rules.py`` finds on the
+    published validation units."""
+    spec = importlib.util.spec_from_file_location(
+        "approx_stop_rules", ROOT / "benchmarks" / "approx_stop_rules.py"
+    )
+    assert spec is not None and spec.loader is not None
+    rules = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rules)
+    folder = ROOT / "docs" / "results" / "approx_validation"
+    rows = json.loads((folder / "results.json").read_text())["results"]
+    rows = [r for r in rows if r.get("stages") and r.get("stage_intervals")]
+    assert len(rows) == 120
+
+    def judged(name):
+        share, per = rules.judge(rows, rules.RULES[name])
+        return round(100 * share), per
+
+    share, per = judged("never (the default: all refits)")
+    assert share == 100
+    assert per[("frozenlake_onehot", "eps0.1")] == [10, 10, 5, 10]
+    assert per[("frozenlake_onehot", "ppo")][1] == 10
+    share, per = judged("settled (sampling half-width or 1% of the bound)")
+    assert share == 53 and all(c[0] == c[3] for c in per.values())  # every interval holds
+    assert per[("frozenlake_onehot", "ppo")][1] == 8
+    assert per[("frozenlake_onehot", "eps0.1")][2] == 0
+    share, per = judged("move <= 0.2% of the bound")
+    assert share == 74
+    assert per[("frozenlake_onehot", "ppo")][1] == 9
+    assert per[("frozenlake_onehot", "eps0.1")][2] == 4
+    page = (ROOT / "docs" / "approx.md").read_text()
+    for claim in (
+        "fits 53% of the stages",
+        "drops to 8 of 10 seeds",
+        "from 5 to 0 of 10",
+        "fits 74%",
+    ):
+        assert claim in page
