@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
+import sys
 import time
 from typing import Any
 
@@ -28,9 +30,10 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-import imitation_meg as im
 from imitation_meg import discounted
-from imitation_meg.envs import random_mdp
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import bench
 
 __all__ = ["main", "run"]
 
@@ -38,9 +41,10 @@ __all__ = ["main", "run"]
 def run(
     n_states: int, *, hvp_rtol: float | None = None, ilu: tuple[float, float] | None = None
 ) -> dict[str, Any]:
-    """Unknown-utility MEG (every state utility, discount 0.9) of the epsilon-greedy (0.3) policy
-    on ``random_mdp(n_states, 4, None, branching=4, seed=0)`` with the solves changed as asked;
-    the module's solver is restored afterwards."""
+    """The benchmark's discounted row (:func:`bench.row_meg_discounted` at discount 0.9: known
+    and every-state-utility MEG of the epsilon-greedy (0.3) policy on a random sparse MDP) with
+    the solves changed as asked, and the solves' counts; the module's solver is restored
+    afterwards."""
     counts: dict[str, Any] = {"solves": 0, "bicgstab_steps": 0, "ilu_build_s": 0.0}
     in_hvp = [False]
     rtol = discounted._KRYLOV_RTOL
@@ -85,29 +89,15 @@ def run(
         finally:
             in_hvp[0] = False
 
-    mdp = random_mdp(n_states, 4, None, branching=4, discount=0.9, seed=0)
-    pi = im.policies.epsilon_greedy(mdp, 0.3)
     plain_solver = discounted._PolicySolver
     discounted._PolicySolver = Solver  # type: ignore[misc]
     objective.neg_hvp = neg_hvp  # type: ignore[method-assign]
     try:
-        t0 = time.perf_counter()
-        res = im.meg_unknown(pi, mdp)
-        seconds = time.perf_counter() - t0
+        row = bench.row_meg_discounted(n_states, 0.9)
     finally:
         discounted._PolicySolver = plain_solver  # type: ignore[misc]
         objective.neg_hvp = plain_hvp  # type: ignore[method-assign]
-    return {
-        "states": n_states,
-        "hvp_rtol": hvp_rtol,
-        "ilu": ilu,
-        "seconds": seconds,
-        "meg": res.meg,
-        "converged": res.converged,
-        "newton": res.extra["iterations"],
-        "cg": res.extra["cg_iterations"],
-        **counts,
-    }
+    return {**row, "hvp_rtol": hvp_rtol, "ilu": ilu, **counts}
 
 
 def main(argv: list[str] | None = None) -> None:
