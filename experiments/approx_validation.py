@@ -42,7 +42,14 @@ from imitation_meg.approx.envs import (
     validation_case,
 )
 from imitation_meg.approx.evaluate import stages_settled
-from imitation_meg.approx.options import AVERAGE, LAST_STEPS, LR, N_EVAL_EPISODES, check_config
+from imitation_meg.approx.options import (
+    AVERAGE,
+    LAST_STEPS,
+    LR,
+    MAX_STATES,
+    N_EVAL_EPISODES,
+    check_config,
+)
 from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
@@ -63,6 +70,8 @@ ADDED_FIELDS = {
     "last_steps": 0,
     "dqn_steps": 50_000,
     "dqn_epsilon": 0.05,
+    "method": "soft_q",
+    "max_states": MAX_STATES,
 }
 
 
@@ -93,6 +102,8 @@ class Config:
     lr: float = LR
     last_steps: int = LAST_STEPS
     n_boot: int = 500
+    method: str = "auto"
+    max_states: int = MAX_STATES
     tolerance: float = 0.05
     progress: bool = False
 
@@ -229,6 +240,8 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         "certificate": res.certificate,
         "n_env_steps": res.n_env_steps,
         "mean_length": res.mean_length,
+        "method": res.method,
+        "n_states": res.n_states,
         # every stage's L(beta) curves (kept in the unit files, left out of the tables): other
         # ways of combining the fits can be tried on them without refitting
         "curves": [[b.tolist(), c.tolist()] for b, c in res.stage_curves],

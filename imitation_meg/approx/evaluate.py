@@ -128,6 +128,14 @@ class ApproxMEGResult:
             ``(G,)`` (utility units) and each fit's ``L(beta) + E[T] log|A|`` on them ``(K, G)``
             (mean over the evaluation episodes): the curves whose maxima give ``stages``, for
             plotting ``L(beta)`` or trying another way of combining the fits.
+        method: how the estimate was made: ``"soft_q"`` (fitted soft Q-networks, the fields
+            above) or ``"empirical"`` (the exact MEG of the empirical MDP of the data's distinct
+            observations, :mod:`imitation_meg.approx.empirical`: then ``stages`` and
+            ``stage_intervals`` are the estimate and interval after each round of data,
+            ``settled`` says whether the rounds reached their precision target,
+            ``bootstrap_se`` is over data episodes, and the fields of fitted networks are NaN or
+            empty).
+        n_states: distinct observations of the empirical MDP (0 for ``"soft_q"``).
     """
 
     meg: float
@@ -164,6 +172,8 @@ class ApproxMEGResult:
     stage_curves: tuple[tuple[np.ndarray, np.ndarray], ...] = dataclasses.field(
         default=(), repr=False
     )
+    method: str = "soft_q"
+    n_states: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (replicates as a list)."""

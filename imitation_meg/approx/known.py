@@ -42,11 +42,13 @@ Steps:
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from imitation_meg import _threads
 from imitation_meg.approx.core import Run, estimate, evaluation_episodes, model_data
+from imitation_meg.approx.empirical import NotTabular, empirical_estimate
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
 from imitation_meg.approx.options import ApproxOptions
 from imitation_meg.approx.policy import as_policy_fn
@@ -119,6 +121,26 @@ def meg_approx(
         desc="MEG (approx)",
         t_start=t_start,
     )
+    if opts.method != "soft_q":
+        try:
+            result = empirical_estimate(run)
+            run.bar.close()
+            return result
+        except NotTabular as e:
+            if opts.method == "empirical":
+                run.bar.close()
+                raise ValueError(
+                    f"method='empirical' needs an empirical MDP, but {e}. Use method='soft_q' "
+                    "(or 'auto') for this environment, or raise max_states= / n_data_steps=."
+                ) from None
+            if e.few:
+                warnings.warn(
+                    f"the observations take few values but {e}, so the empirical MDP is not "
+                    "used: fitting soft Q-networks instead (slower). Raise n_data_steps= to "
+                    "keep the empirical MDP.",
+                    ApproxMEGWarning,
+                    stacklevel=2,
+                )
     ev = evaluation_episodes(run)
     result = estimate(run, ev, model_data(run))
     run.bar.close()

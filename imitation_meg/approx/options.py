@@ -35,6 +35,8 @@ __all__ = [
     "DATA_STEPS",
     "LAST_STEPS",
     "LR",
+    "MAX_STATES",
+    "METHODS",
     "N_EVAL_EPISODES",
     "REFIT_LR",
     "STEP_BUDGET",
@@ -59,6 +61,11 @@ N_EVAL_EPISODES = 1000
 #: Adam steps per fitting stage (split over the iterations, at least 20 each). Fewer leave the
 #: fits short of their targets, a bias the fits share (docs/approx.md).
 STEP_BUDGET = 48_000
+#: How a score is made: the empirical MDP where the observations take few values, else soft
+#: Q-fits ("auto"); or one of them whatever the observations.
+METHODS = ("auto", "empirical", "soft_q")
+#: The most distinct observations an empirical MDP may have.
+MAX_STATES = 2000
 #: Off-policy environment steps per model (lowered for wide observations, see
 #: :func:`default_data_steps`).
 DATA_STEPS = 180_000
@@ -134,6 +141,14 @@ class ApproxOptions:
             decisions (``0``: none, the smooth time features only). The soft-optimal values
             change most from one of the last decisions to the next; smooth features let a fit
             blur that change.
+        method: ``"auto"`` (the default): the empirical MDP of the data's distinct observations
+            when they are few (at most ``max_states``, each met 5 times on average; exact MEG of
+            that MDP, :mod:`imitation_meg.approx.empirical`), else soft Q-fits;
+            ``"empirical"``: the empirical MDP or a ``ValueError`` saying why not;
+            ``"soft_q"``: the soft Q-fits whatever the observations.
+            :func:`~imitation_meg.approx.meg_approx_unknown` always fits (its class is a
+            function of the observation; ``"empirical"`` is refused there).
+        max_states: the most distinct observations the empirical MDP may have.
         device: where the soft Q-networks are trained: ``"cpu"`` (the default) or a torch
             device such as ``"cuda"`` / ``"cuda:1"``. Only the fits move; the environment
             steps, the policy's actions and the evaluation stay on the CPU, and the draws are
@@ -159,6 +174,8 @@ class ApproxOptions:
     lr: float = LR
     last_steps: int = LAST_STEPS
     device: str = "cpu"
+    method: str = "auto"
+    max_states: int = MAX_STATES
 
     def __post_init__(self) -> None:
         if self.n_data_steps is not None:
@@ -190,6 +207,9 @@ class ApproxOptions:
         check_lr(self.lr)
         _check_int("last_steps", self.last_steps, 0)
         object.__setattr__(self, "device", check_device(self.device))
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}.")
+        _check_int("max_states", self.max_states, 1)
 
     @classmethod
     def of(cls, options: ApproxOptions | None = None, **overrides: Any) -> ApproxOptions:

@@ -233,7 +233,7 @@ def test_meg_approx_defaults_are_frozen():
         "options": {
             f.name: getattr(defaults, f.name)
             for f in dataclasses.fields(ApproxOptions)
-            if f.name not in ("seed", "progress", "device")
+            if f.name not in ("seed", "progress", "device", "method", "max_states")
         },
         "schedule(H = 20)": defaults.schedule(20),
     }
@@ -247,6 +247,43 @@ def test_meg_approx_defaults_are_frozen():
         "the held-out table no longer describes them; add new held-out families for the new "
         "defaults (docs/approx.md) before changing this record."
     )
+
+
+#: The empirical MDP's settings (``meg_approx``'s default ``method="auto"`` where observations
+#: take few values), frozen before ``configs/approx_validation_empirical.yaml`` and
+#: ``configs/approx_heldout_empirical.yaml`` first ran: those tables validate exactly these.
+FROZEN_EMPIRICAL = {
+    "options.method": "auto",
+    "options.max_states": 2000,
+    "options.n_data_steps": None,
+    "options.n_models": 3,
+    "options.n_boot": 500,
+    "options.confidence": 0.95,
+    "options.DATA_STEPS": 180_000,
+    "empirical.PROBE_STEPS": 1000,
+    "empirical.PROBE_NEW": 0.9,
+    "empirical.FIRST_STEPS": 20_000,
+    "empirical.MIN_VISITS": 5,
+    "empirical.PRECISION_SHARE": 0.025,
+    "empirical.PRECISION_BOUND": 0.005,
+    "empirical.ROUND_BOOT": 200,
+}
+
+
+def test_empirical_defaults_are_the_frozen_ones():
+    """The empirical MDP's settings are those its two tables were run with; a change needs new
+    held-out families (docs/approx.md), not a new number here."""
+    from imitation_meg.approx import ApproxOptions, empirical, options
+
+    defaults = ApproxOptions()
+    current = {}
+    for key in FROZEN_EMPIRICAL:
+        module, name = key.split(".")
+        if module == "options" and hasattr(defaults, name):
+            current[key] = getattr(defaults, name)
+        else:
+            current[key] = getattr({"options": options, "empirical": empirical}[module], name)
+    assert current == FROZEN_EMPIRICAL
 
 
 def test_study_configs_refuse_what_the_estimator_refuses(tmp_path):

@@ -1,0 +1,437 @@
+"""Known-utility MEG through an empirical MDP, for environments whose observations take few values.
+
+When the observations of an environment take few distinct values (a gridworld seen through its
+coordinates, a toy-text environment through one-hot features), each distinct observation can
+serve as a state: the transitions counted in off-policy data give an empirical MDP (certainty
+equivalence), and the exact known-utility solver (:func:`imitation_meg.meg`) gives its MEG in
+milliseconds. This is what :func:`~imitation_meg.approx.meg_approx` does by default
+(``method="auto"``) when the data show at most ``max_states`` distinct observations, each met
+:data:`MIN_VISITS` times on average; otherwise it fits soft Q-networks.
+
+1. **Data**, in rounds (after :data:`PROBE_STEPS` steps of the scored policy that turn away
+   continuous observations: more distinct observations than :data:`PROBE_NEW` times the steps): :data:`FIRST_STEPS` environment steps, then as many again as all rounds
+   before (doubling the total) up to ``n_models x n_data_steps`` (the data the soft Q-fits
+   would collect); a third of every round each from the scored policy, the scored policy mixed
+   half-and-half with uniform actions, and the uniform policy (whole episodes).
+2. **The empirical MDP**: one state per distinct flat observation plus an absorbing state that
+   every terminated episode enters (worth 0, as ``TabularMDP.from_env`` builds it);
+   ``P(s' | s, a)`` the observed frequencies (the last decision of an episode at the horizon
+   says nothing about termination and is not counted), the utility ``r(s, a)`` the mean reward
+   observed, the start distribution the observed first observations, the scored policy's own
+   probabilities at each observation. The MDP is stationary: the environment's dynamics must
+   not depend on the time step except through the observation.
+3. **Coverage**: every action must have been tried in every observation from which the empirical
+   MDP can take a decision before the horizon (and have a counted transition where a decision
+   follows); rounds continue until it has.
+4. **Estimate and interval**: the exact MEG of the empirical MDP, ``m``, corrected for its bias
+   by the bootstrap (episodes resampled with Poisson(1) weights, the empirical MDP rebuilt and
+   solved for each replicate ``m*``; a pair that a replicate leaves without data keeps the full
+   data's estimate): the estimate is ``2 m - mean(m*)``. The plug-in value is biased low: noise
+   in the estimated dynamics and utility moves the soft-optimal models away from the scored
+   policy, and the replicates, which add that noise once more, measure by how much. The interval
+   is the estimate plus or minus ``z`` standard deviations of the replicates, clipped to
+   ``[0, certificate]``.
+5. **Stopping**: after each round, when coverage holds and the half-width is at most
+   :data:`PRECISION_SHARE` of the estimate or :data:`PRECISION_BOUND` of ``H log|A|``, whichever
+   is larger (``settled=True``); a call that reaches the data budget first reports
+   ``settled=False`` with an :class:`~imitation_meg.approx.evaluate.ApproxMEGWarning`.
+
+What the interval does not cover: states the data never reached (the empirical MDP has no
+transition to them, so no model there can use them), and observations that do not determine the
+state (two states with one observation merge into one empirical state, which averages their
+dynamics; the soft Q-fits, functions of the observation, share the limitation).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+import torch as th
+
+from imitation_meg.approx.core import Run, policy_behaviour, uniform_behaviour
+from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
+from imitation_meg.approx.rollouts import Rollouts, collect
+from imitation_meg.known import meg
+from imitation_meg.mdp import TabularMDP
+from imitation_meg.soft_vi import occupancy_measures
+
+__all__ = [
+    "FIRST_STEPS",
+    "MIN_VISITS",
+    "PROBE_NEW",
+    "PROBE_STEPS",
+    "PRECISION_BOUND",
+    "PRECISION_SHARE",
+    "EmpiricalMDP",
+    "NotTabular",
+    "empirical_estimate",
+]
+
+#: Steps of the scored policy that decide first whether the observations repeat at all ...
+PROBE_STEPS = 1000
+#: ... (not when they meet more distinct observations than this share of their number:
+#: continuous observations).
+PROBE_NEW = 0.9
+#: Environment steps of the first round of data (later rounds double the total).
+FIRST_STEPS = 20_000
+#: The observations count as "few" when the data meet each distinct one this often on average.
+MIN_VISITS = 5
+#: Rounds stop once the interval's half-width is at most this share of the estimate ...
+PRECISION_SHARE = 0.025
+#: ... or this share of ``H log|A|``, whichever is larger.
+PRECISION_BOUND = 0.005
+#: Bootstrap replicates of the rounds before the last (the last uses ``n_boot``).
+ROUND_BOOT = 200
+
+
+class NotTabular(Exception):
+    """The data do not admit an empirical MDP (the reason is the message).
+
+    ``few``: the observations were few, but pairs the MDP needs were never tried.
+    """
+
+    def __init__(self, message: str, *, few: bool = False) -> None:
+        super().__init__(message)
+        self.few = few
+
+
+def _observation_index(x: np.ndarray, x_next: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Indices of distinct flat observations: ``(index of x (N,), index of x_next (N,), S)``."""
+    both = np.ascontiguousarray(np.concatenate([x, x_next]).astype(np.float32) + 0.0)  # -0 -> 0
+    keys = both.view(np.dtype((np.void, both.dtype.itemsize * both.shape[1]))).ravel()
+    _, inverse = np.unique(keys, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    n = x.shape[0]
+    return inverse[:n], inverse[n:], int(inverse.max()) + 1
+
+
+class EmpiricalMDP:
+    """The empirical MDP of a set of episodes (see the module docstring), rebuildable under
+    episode weights for the bootstrap.
+
+    Args:
+        data: the episodes, with the scored policy's probabilities at every row (``probs``).
+        n_actions: ``|A|``.
+        horizon: ``H``.
+
+    Attributes:
+        n_states: distinct observations ``S`` (the MDP has ``S + 1`` states, the last absorbing).
+        policy: ``(S + 1, A)`` the scored policy at each observation (uniform where no decision
+            was seen, and in the absorbing state).
+        missing: ``(state, action)`` pairs the empirical MDP can reach before the horizon but
+            the data never tried (or never saw a transition of, where a decision follows).
+    """
+
+    def __init__(self, data: Rollouts, n_actions: int, horizon: int) -> None:
+        assert data.probs is not None, "collect the data with scored= to store the policy"
+        A, H = n_actions, horizon
+        s, s_next, S = _observation_index(data.x, data.x_next)
+        self.n_states, self.n_actions, self.horizon = S, A, H
+        self.episode = data.episode
+        self.n_episodes = data.n_episodes
+        self.sa = s * A + data.a
+        self.r = data.r
+        # transitions: every decision but an episode's last one at the horizon (whose `done`
+        # only says the horizon came); a terminated episode enters the absorbing state S
+        self.trans = data.t < H - 1
+        terminal = data.done & self.trans
+        target = np.where(terminal, S, s_next)
+        key = self.sa[self.trans] * (S + 1) + target[self.trans]
+        support, self.key_of_row = np.unique(key, return_inverse=True)
+        self.key_of_row = self.key_of_row.reshape(-1)
+        self.key_sa, self.key_next = support // (S + 1), support % (S + 1)
+        # slots: each (s, a)'s observed successors side by side, padded to the widest
+        order = np.argsort(self.key_sa, kind="stable")
+        per_sa = np.bincount(self.key_sa, minlength=S * A)
+        self.width = max(1, int(per_sa.max()) if per_sa.size else 1)
+        starts = np.concatenate([[0], np.cumsum(per_sa)[:-1]])
+        slot = np.empty(len(support), dtype=np.int64)
+        slot[order] = np.arange(len(support)) - starts[self.key_sa[order]]
+        self.key_slot = slot
+        self.first = data.t == 0
+        self.s0 = s[self.first]
+        self.ep0 = data.episode[self.first]
+        policy = np.full((S + 1, A), 1.0 / A)
+        seen, at = np.unique(s, return_index=True)
+        policy[seen] = np.asarray(data.probs, dtype=np.float64)[at]
+        self.policy = policy / policy.sum(1, keepdims=True)
+        self.full = self._estimates(np.ones(data.n_episodes))
+        self.missing = self._missing()
+
+    def _estimates(self, w_ep: np.ndarray) -> dict[str, np.ndarray]:
+        """Counts and frequencies under episode weights ``w_ep (n_episodes,)``."""
+        S, A = self.n_states, self.n_actions
+        w = w_ep[self.episode]
+        n_sa = np.bincount(self.sa, weights=w, minlength=S * A)
+        r_sum = np.bincount(self.sa, weights=w * self.r, minlength=S * A)
+        wt = w[self.trans]
+        n_key = np.bincount(self.key_of_row, weights=wt, minlength=len(self.key_sa))
+        n_trans = np.bincount(self.key_sa, weights=n_key, minlength=S * A)
+        p0 = np.bincount(self.s0, weights=w_ep[self.ep0], minlength=S + 1)
+        return {"n_sa": n_sa, "r_sum": r_sum, "n_key": n_key, "n_trans": n_trans, "p0": p0}
+
+    def _missing(self) -> list[tuple[int, int]]:
+        """Pairs the empirical MDP needs and the data lack (see the class docstring)."""
+        S, A, H = self.n_states, self.n_actions, self.horizon
+        est = self.full
+        adj = sp.csr_matrix(
+            (np.ones(len(self.key_sa)), (self.key_sa // A, self.key_next)), shape=(S + 1, S + 1)
+        )
+        adj.data[:] = 1.0
+        adjt = adj.T.tocsr()
+        reach = est["p0"] > 0
+        decide = reach.copy()  # reachable at some t <= H - 1
+        follow = reach.copy() if H >= 2 else np.zeros(S + 1, dtype=bool)  # some t <= H - 2
+        for t in range(1, H):
+            reach = (adjt @ reach.astype(np.float64)) > 0
+            reach[S] = False
+            decide |= reach
+            if t <= H - 2:
+                follow |= reach
+        decide[S] = follow[S] = False
+        tried = (est["n_sa"] > 0).reshape(S, A)
+        moved = (est["n_trans"] > 0).reshape(S, A)
+        need = ~tried & decide[:S, None] | ~moved & follow[:S, None]
+        return [(int(i), int(j)) for i, j in zip(*np.nonzero(need), strict=True)]
+
+    def mdp(self, w_ep: np.ndarray | None = None) -> TabularMDP:
+        """The empirical MDP (under episode weights ``w_ep``; pairs they leave without data keep
+        the full data's frequencies)."""
+        S, A, H, B = self.n_states, self.n_actions, self.horizon, self.width
+        est = self.full if w_ep is None else self._estimates(w_ep)
+        full = self.full
+        n_sa = np.where(est["n_sa"] > 0, est["n_sa"], full["n_sa"])
+        r_sum = np.where(est["n_sa"] > 0, est["r_sum"], full["r_sum"])
+        utility = np.zeros((S + 1, A))
+        utility[:S] = (r_sum / np.maximum(n_sa, 1e-300)).reshape(S, A)
+        # replicate's transition counts, or the full data's where the replicate has none
+        has = est["n_trans"][self.key_sa] > 0
+        n_key = np.where(has, est["n_key"], full["n_key"])
+        tot = np.bincount(self.key_sa, weights=n_key, minlength=S * A)
+        nxt = np.zeros((S + 1, A, B), dtype=np.int64)
+        prob = np.zeros((S + 1, A, B))
+        idle = tot == 0  # never moved (needed by no decision): stays put
+        nxt[:S, :, 0] = np.repeat(np.arange(S), A).reshape(S, A)
+        prob[:S, :, 0] = idle.reshape(S, A)
+        nxt[S, :, 0] = S
+        prob[S, :, 0] = 1.0
+        si, ai = self.key_sa // A, self.key_sa % A
+        nxt[si, ai, self.key_slot] = self.key_next
+        prob[si, ai, self.key_slot] = n_key / tot[self.key_sa]
+        p0 = est["p0"] if est["p0"].sum() > 0 else full["p0"]
+        return TabularMDP(
+            (nxt, prob),
+            utility=utility,
+            horizon=H,
+            initial_state_dist=p0 / p0.sum(),
+            name="empirical MDP",
+        )
+
+
+class _Round(NamedTuple):
+    meg: float
+    low: float
+    high: float
+    se: float
+    replicates: np.ndarray
+
+
+def _collect_round(run: Run, n_steps: int, k: int) -> Rollouts:
+    """``n_steps`` more environment steps (whole episodes), a third from each behaviour, with
+    the scored policy's probabilities at every row."""
+    third = max(1, n_steps // 3)
+    behaviours = [
+        policy_behaviour(run.pol),
+        policy_behaviour(run.pol, 0.5),
+        uniform_behaviour(run.source.n_actions),
+    ]
+    rng = np.random.default_rng([run.model_seeds[0], 100 + k])
+    return Rollouts.concat(
+        [
+            collect(
+                run.source,
+                b,
+                None,
+                rng,
+                min_steps=third,
+                scored=run.pol,
+                n_envs=run.opts.n_envs,
+                on_step=run.count,
+            )
+            for b in behaviours
+        ]
+    )
+
+
+def _solve(model: EmpiricalMDP, run: Run, n_boot: int, rng: np.random.Generator) -> _Round:
+    """The empirical MDP's MEG, bias-corrected by its bootstrap replicates, and its interval."""
+    z = statistics.NormalDist().inv_cdf(0.5 + run.opts.confidence / 2)
+    value = meg(model.policy, model.mdp()).meg
+    reps = np.array(
+        [
+            meg(model.policy, model.mdp(rng.poisson(1.0, model.n_episodes).astype(float))).meg
+            for _ in range(n_boot)
+        ]
+    )
+    if n_boot > 1:
+        se = float(reps.std(ddof=1))
+        value = 2.0 * value - float(reps.mean())  # the bootstrap's bias correction
+    else:
+        se = 0.0
+    return _Round(value, value - z * se, value + z * se, se, reps)
+
+
+def empirical_estimate(run: Run) -> ApproxMEGResult:
+    """Known-utility MEG of ``run``'s policy through the empirical MDP (module docstring).
+
+    Args:
+        run: the call's environment, policy, settings (``max_states``, ``n_models x
+            n_data_steps`` steps at most, ``n_boot``, ``confidence``) and seeds.
+
+    Raises:
+        NotTabular: more than ``max_states`` distinct observations, fewer than
+            :data:`MIN_VISITS` data steps per observation, or untried pairs left when the
+            data budget is spent (the message says which).
+    """
+    opts = run.opts
+    assert opts.n_data_steps is not None
+    H, A = run.source.horizon, run.source.n_actions
+    bound = H * math.log(A)
+    budget = max(FIRST_STEPS, opts.n_models * opts.n_data_steps)
+    rng = np.random.default_rng(run.s_boot)
+    parts: list[Rollouts] = []
+    total = 0
+    rounds: list[_Round] = []
+    settled = False
+    model: EmpiricalMDP | None = None
+    probe = collect(
+        run.source,
+        policy_behaviour(run.pol),
+        None,
+        np.random.default_rng([run.model_seeds[0], 99]),
+        min_steps=PROBE_STEPS,
+        n_envs=opts.n_envs,
+        on_step=run.count,
+    )
+    _, _, n_probe = _observation_index(probe.x, probe.x_next)
+    if n_probe > PROBE_NEW * probe.n_steps:
+        raise NotTabular(
+            f"{probe.n_steps} steps met {n_probe} distinct observations (continuous "
+            "observations, or too many states for an empirical MDP)"
+        )
+    while total < budget:
+        n_new = min(FIRST_STEPS if not parts else total, budget - total)
+        part = _collect_round(run, n_new, len(parts))
+        parts.append(part)
+        total += part.n_steps
+        data = Rollouts.concat(parts)
+        model = EmpiricalMDP(data, A, H)
+        if model.n_states > opts.max_states or data.n_steps < MIN_VISITS * model.n_states:
+            raise NotTabular(
+                f"{data.n_steps} data steps met {model.n_states} distinct observations "
+                f"(the empirical MDP needs at most max_states={opts.max_states}, each met "
+                f"{MIN_VISITS} times on average)"
+            )
+        if model.missing:
+            continue
+        last = total >= budget
+        rnd = _solve(model, run, opts.n_boot if last else min(opts.n_boot, ROUND_BOOT), rng)
+        rounds.append(rnd)
+        half = (rnd.high - rnd.low) / 2
+        if half <= max(PRECISION_SHARE * rnd.meg, PRECISION_BOUND * bound):
+            settled = True
+            break
+    assert model is not None
+    if model.missing:
+        s, a = model.missing[0]
+        raise NotTabular(
+            f"after {total} data steps, {len(model.missing)} (observation, action) pairs that "
+            f"the empirical MDP can reach before the horizon were never tried (e.g. action {a} "
+            f"in observation {s} of {model.n_states})",
+            few=True,
+        )
+    if rounds[-1].replicates.size < opts.n_boot:  # the rounds' rule used ROUND_BOOT of them
+        rounds[-1] = _solve(model, run, opts.n_boot, rng)
+    return _result(run, model, data, rounds, settled, bound)
+
+
+def _result(
+    run: Run,
+    model: EmpiricalMDP,
+    data: Rollouts,
+    rounds: list[_Round],
+    settled: bool,
+    bound: float,
+) -> ApproxMEGResult:
+    """The estimate of the last round as an :class:`ApproxMEGResult`."""
+    opts = run.opts
+    mdp = model.mdp()
+    exact = meg(model.policy, mdp)
+    pi = th.as_tensor(model.policy)
+    occ = occupancy_measures(mdp, pi)[:-1].double()  # (H, S + 1)
+    ent = -(pi * th.log(pi.clamp_min(1e-300))).sum(1)
+    log_a = math.log(model.n_actions)
+    certificate = float((occ * (log_a - ent)).sum())
+    mean_length = float(occ[:, : model.n_states].sum())
+    last = rounds[-1]
+    cert = max(certificate, 0.0)
+    low, high = min(max(last.low, 0.0), cert), min(max(last.high, 0.0), cert)
+    estimate = min(max(last.meg, 0.0), cert)
+    if data.truncated_early:
+        warnings.warn(
+            f"{data.truncated_early} of {data.n_episodes} data episodes were cut by the "
+            f"environment before the horizon H={run.source.horizon} without terminating; the "
+            "empirical MDP continues them. Pass horizon= no larger than the environment's limit.",
+            ApproxMEGWarning,
+            stacklevel=4,
+        )
+    if not settled:
+        warnings.warn(
+            f"the empirical MDP's estimate {estimate:.4g} has an interval half-width "
+            f"{(high - low) / 2:.3g} after the data budget of {data.n_steps} steps "
+            f"(n_models x n_data_steps): more than {PRECISION_SHARE:.1%} of the estimate and "
+            f"{PRECISION_BOUND:.1%} of H log|A|. Raise n_data_steps= for a tighter one.",
+            ApproxMEGWarning,
+            stacklevel=4,
+        )
+    length_bound = mean_length * log_a
+    return ApproxMEGResult(
+        meg=estimate,
+        low=low,
+        high=high,
+        confidence=opts.confidence,
+        beta=float(exact.beta),
+        upper_bound=bound,
+        normalized=estimate / bound if bound > 0 else 0.0,
+        length_bound=length_bound,
+        length_normalized=estimate / length_bound if length_bound > 0 else 0.0,
+        certificate=certificate,
+        horizon=run.source.horizon,
+        mean_length=mean_length,
+        expected_return=float(exact.expected_utility),
+        n_env_steps=run.n_env_steps,
+        n_eval_episodes=0,
+        ensemble=math.nan,
+        models=[],
+        seed_std=math.nan,
+        model_se=math.nan,
+        bootstrap_se=last.se,
+        residual_rms=math.nan,
+        at_boundary=bool(exact.at_boundary),
+        q_scale=math.nan,
+        replicates=last.replicates,
+        wall_time_s=time.perf_counter() - run.t_start,
+        first_stage=rounds[0].meg if len(rounds) > 1 else math.nan,
+        refine_shift=last.meg - rounds[0].meg if len(rounds) > 1 else 0.0,
+        stages=tuple(r.meg for r in rounds),
+        stage_intervals=tuple((r.meg, r.low, r.high) for r in rounds),
+        settled=settled,
+        method="empirical",
+        n_states=model.n_states,
+    )
