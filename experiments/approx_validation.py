@@ -102,7 +102,7 @@ class Config:
     lr: float = LR
     last_steps: int = LAST_STEPS
     n_boot: int = 500
-    method: str = "auto"
+    method: str = "soft_q"
     max_states: int = MAX_STATES
     tolerance: float = 0.05
     progress: bool = False

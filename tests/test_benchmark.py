@@ -304,3 +304,16 @@ def test_the_stop_rule_figures_in_the_docs_are_the_scripts():
         "fits 74%",
     ):
         assert claim in page
+
+
+def test_empirical_applies_reports_the_estimate_or_why_not():
+    """benchmarks/empirical_applies.py on the held-out study's fast config: the branching and
+    CliffWalking families (deterministic dynamics and start) get the exact MEG of their agents
+    from the empirical MDP (CartPole's refusal, the other branch, is in test_empirical)."""
+    applies = _script("empirical_applies").applies
+    config = str(ROOT / "configs" / "approx_heldout_fast.yaml")
+    rows = applies(config, "branching_onehot")
+    assert len(rows) == 1 and rows[0]["seed"] == 0
+    assert rows[0]["meg"] == pytest.approx(rows[0]["exact"], abs=1e-9)
+    (cliff,) = applies(config, "cliffwalking_coords")
+    assert cliff["meg"] == pytest.approx(cliff["exact"], abs=1e-9) and cliff["settled"]

@@ -20,7 +20,10 @@ milliseconds. This is what :func:`~imitation_meg.approx.meg_approx` does by defa
    observed, the start distribution the observed first observations, the scored policy's own
    probabilities at each observation. The MDP is stationary: the environment's dynamics must
    not depend on the time step except through the observation.
-3. **Coverage**: every action must have been tried in every observation from which the empirical
+3. **Checks**: the reward of a transition (observation, action, next observation) must be the
+   same at every visit (a reward that varies depends on the time step or is random, which a
+   stationary model cannot hold: ``"auto"`` then fits soft Q-networks, with a warning); every
+   action must have been tried in every observation from which the empirical
    MDP can take a decision before the horizon (and have a counted transition where a decision
    follows); rounds continue until it has.
 4. **Estimate and interval**: the exact MEG of the empirical MDP, ``m``, corrected for its bias
@@ -29,7 +32,8 @@ milliseconds. This is what :func:`~imitation_meg.approx.meg_approx` does by defa
    data's estimate): the estimate is ``2 m - mean(m*)``. The plug-in value is biased low: noise
    in the estimated dynamics and utility moves the soft-optimal models away from the scored
    policy, and the replicates, which add that noise once more, measure by how much. The interval
-   is the estimate plus or minus ``z`` standard deviations of the replicates, clipped to
+   is the estimate plus or minus ``z`` standard deviations of the replicates (at least
+   :data:`ROUNDING` of ``max(1, |estimate|)``, the solver's rounding), clipped to
    ``[0, certificate]``.
 5. **Stopping**: after each round, when coverage holds and the half-width is at most
    :data:`PRECISION_SHARE` of the estimate or :data:`PRECISION_BOUND` of ``H log|A|``, whichever
@@ -64,10 +68,12 @@ from imitation_meg.soft_vi import occupancy_measures
 __all__ = [
     "FIRST_STEPS",
     "MIN_VISITS",
-    "PROBE_NEW",
-    "PROBE_STEPS",
     "PRECISION_BOUND",
     "PRECISION_SHARE",
+    "PROBE_NEW",
+    "PROBE_STEPS",
+    "ROUNDING",
+    "ROUND_BOOT",
     "EmpiricalMDP",
     "NotTabular",
     "empirical_estimate",
@@ -88,6 +94,9 @@ PRECISION_SHARE = 0.025
 PRECISION_BOUND = 0.005
 #: Bootstrap replicates of the rounds before the last (the last uses ``n_boot``).
 ROUND_BOOT = 200
+#: The interval's least half-width, relative to ``max(1, |estimate|)``: the exact solver's
+#: rounding (with deterministic dynamics and start every replicate is the same MDP).
+ROUNDING = 1e-9
 
 
 class NotTabular(Exception):
@@ -126,6 +135,7 @@ class EmpiricalMDP:
             was seen, and in the absorbing state).
         missing: ``(state, action)`` pairs the empirical MDP can reach before the horizon but
             the data never tried (or never saw a transition of, where a decision follows).
+        reward_varies: some transition ``(s, a, s')`` paid different rewards at two visits.
     """
 
     def __init__(self, data: Rollouts, n_actions: int, horizon: int) -> None:
@@ -154,6 +164,15 @@ class EmpiricalMDP:
         slot = np.empty(len(support), dtype=np.int64)
         slot[order] = np.arange(len(support)) - starts[self.key_sa[order]]
         self.key_slot = slot
+        # the reward of one transition (s, a, s') must not vary: a reward that does depends on
+        # the time step (or is random), which a stationary empirical MDP cannot hold
+        tkey = self.sa * S + s_next
+        order_r = np.lexsort((data.r, tkey))
+        k_sorted, r_sorted = tkey[order_r], data.r[order_r]
+        starts_r = np.flatnonzero(np.r_[True, k_sorted[1:] != k_sorted[:-1]])
+        spread = np.maximum.reduceat(r_sorted, starts_r) - np.minimum.reduceat(r_sorted, starts_r)
+        scale = 1.0 + float(np.abs(data.r).max()) if data.r.size else 1.0
+        self.reward_varies = bool(spread.size and spread.max() > 1e-9 * scale)
         self.first = data.t == 0
         self.s0 = s[self.first]
         self.ep0 = data.episode[self.first]
@@ -284,7 +303,9 @@ def _solve(model: EmpiricalMDP, run: Run, n_boot: int, rng: np.random.Generator)
         value = 2.0 * value - float(reps.mean())  # the bootstrap's bias correction
     else:
         se = 0.0
-    return _Round(value, value - z * se, value + z * se, se, reps)
+    # never narrower than the exact solver's rounding (identical replicates: a point interval)
+    half = max(z * se, ROUNDING * max(1.0, abs(value)))
+    return _Round(value, value - half, value + half, se, reps)
 
 
 def empirical_estimate(run: Run) -> ApproxMEGResult:
@@ -337,6 +358,13 @@ def empirical_estimate(run: Run) -> ApproxMEGResult:
                 f"{data.n_steps} data steps met {model.n_states} distinct observations "
                 f"(the empirical MDP needs at most max_states={opts.max_states}, each met "
                 f"{MIN_VISITS} times on average)"
+            )
+        if model.reward_varies:
+            raise NotTabular(
+                "the reward of one transition (observation, action, next observation) differed "
+                "between visits: it depends on the time step or is random, which the empirical "
+                "MDP (a stationary model) cannot hold",
+                few=True,
             )
         if model.missing:
             continue

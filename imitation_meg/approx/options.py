@@ -61,8 +61,8 @@ N_EVAL_EPISODES = 1000
 #: Adam steps per fitting stage (split over the iterations, at least 20 each). Fewer leave the
 #: fits short of their targets, a bias the fits share (docs/approx.md).
 STEP_BUDGET = 48_000
-#: How a score is made: the empirical MDP where the observations take few values, else soft
-#: Q-fits ("auto"); or one of them whatever the observations.
+#: How a score is made: soft Q-fits (the default), the empirical MDP of the observations, or
+#: the empirical MDP where the observations take few values and soft Q-fits elsewhere ("auto").
 METHODS = ("auto", "empirical", "soft_q")
 #: The most distinct observations an empirical MDP may have.
 MAX_STATES = 2000
@@ -141,13 +141,14 @@ class ApproxOptions:
             decisions (``0``: none, the smooth time features only). The soft-optimal values
             change most from one of the last decisions to the next; smooth features let a fit
             blur that change.
-        method: ``"auto"`` (the default): the empirical MDP of the data's distinct observations
-            when they are few (at most ``max_states``, each met 5 times on average; exact MEG of
-            that MDP, :mod:`imitation_meg.approx.empirical`), else soft Q-fits;
-            ``"empirical"``: the empirical MDP or a ``ValueError`` saying why not;
-            ``"soft_q"``: the soft Q-fits whatever the observations.
-            :func:`~imitation_meg.approx.meg_approx_unknown` always fits (its class is a
-            function of the observation; ``"empirical"`` is refused there).
+        method: ``"soft_q"`` (the default, the validated setting): soft Q-fits whatever the
+            observations; ``"empirical"``: the exact MEG of the empirical MDP of the data's
+            distinct observations (:mod:`imitation_meg.approx.empirical`: seconds where the
+            observations take few values, with its own validation in docs/approx.md), or a
+            ``ValueError`` saying why it cannot be built; ``"auto"``: the empirical MDP when the
+            data show at most ``max_states`` distinct observations (each met 5 times on
+            average), else soft Q-fits. :func:`~imitation_meg.approx.meg_approx_unknown` always
+            fits (its class is a function of the observation; it refuses ``"empirical"``).
         max_states: the most distinct observations the empirical MDP may have.
         device: where the soft Q-networks are trained: ``"cpu"`` (the default) or a torch
             device such as ``"cuda"`` / ``"cuda:1"``. Only the fits move; the environment
@@ -174,7 +175,7 @@ class ApproxOptions:
     lr: float = LR
     last_steps: int = LAST_STEPS
     device: str = "cpu"
-    method: str = "auto"
+    method: str = "soft_q"
     max_states: int = MAX_STATES
 
     def __post_init__(self) -> None:

@@ -117,6 +117,33 @@ def _policy(args: argparse.Namespace, n_actions: int) -> tuple[Any, str]:
     return pol, label
 
 
+def _fit_lines(res: Any) -> list[str]:
+    """The soft Q-fits' diagnostics for the printed result."""
+    return [
+        (
+            f"seed spread (std)   {res.seed_std:.4f}   models se {res.model_se:.4f}, "
+            f"rollout se {res.bootstrap_se:.4f}"
+        ),
+        (
+            f"refits moved it by  {res.refine_shift:+.4f}   (stages "
+            f"{' -> '.join(f'{v:.4f}' for v in res.stages)}; the largest move, "
+            f"{res.allowance:.4f}, is added to the interval as a convergence allowance)"
+        ),
+        f"Bellman residual    {res.residual_rms:.4f}   (RMS, fraction of the largest return)",
+    ]
+
+
+def _empirical_lines(res: Any) -> list[str]:
+    """The empirical MDP's diagnostics for the printed result."""
+    return [
+        (
+            f"empirical MDP       {res.n_states} observed states; bootstrap se "
+            f"{res.bootstrap_se:.4f} over data episodes"
+        ),
+        f"rounds of data      {' -> '.join(f'{v:.4f}' for v in res.stages)}",
+    ]
+
+
 def score_approx(args: argparse.Namespace) -> int:
     """Score ``args.policy`` in ``args.env`` with the approximate estimator and print the result.
 
@@ -169,9 +196,15 @@ def score_approx(args: argparse.Namespace) -> int:
             kwargs[key] = getattr(args, attr)
     kwargs.update(settings)  # --approx-option wins over the command's own defaults
     n_models = kwargs.pop("n_models", n_models)
+    how = {
+        "soft_q": f"{n_models} soft Q-networks",
+        "empirical": "the empirical MDP of the observations",
+        "auto": f"the empirical MDP if the observations take few values, else {n_models} soft "
+        "Q-networks",
+    }[kwargs.get("method", "soft_q")]
     print(
         f"Approximate known-utility MEG of {label} in {source.name} (|A|={source.n_actions}, "
-        f"H={source.horizon}; utility: the environment reward; {n_models} soft Q-networks)\n"
+        f"H={source.horizon}; utility: the environment reward; {how})\n"
         "The bar counts soft Q-iterations; its remaining time is the time estimate.",
         flush=True,
     )
@@ -197,16 +230,7 @@ def score_approx(args: argparse.Namespace) -> int:
         f"Gibbs certificate   {res.certificate:.4f}   (no model family can exceed it)",
         f"beta*               {res.beta:.4g}   (utility units)",
         f"mean return         {res.expected_return:.4f}",
-        (
-            f"seed spread (std)   {res.seed_std:.4f}   models se {res.model_se:.4f}, "
-            f"rollout se {res.bootstrap_se:.4f}"
-        ),
-        (
-            f"refits moved it by  {res.refine_shift:+.4f}   (stages "
-            f"{' -> '.join(f'{v:.4f}' for v in res.stages)}; the largest move, "
-            f"{res.allowance:.4f}, is added to the interval as a convergence allowance)"
-        ),
-        f"Bellman residual    {res.residual_rms:.4f}   (RMS, fraction of the largest return)",
+        *(_empirical_lines(res) if res.method == "empirical" else _fit_lines(res)),
         f"environment steps   {res.n_env_steps}",
         f"wall time           {wall:.1f} s",
     ]

@@ -45,6 +45,7 @@ FAST = {
     "iterations": 12,
     "steps_per_iteration": 60,
     "n_boot": 100,
+    "method": "soft_q",  # these tests exercise the soft Q-fits (the empirical MDP: test_empirical)
 }
 
 

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -281,20 +282,32 @@ def test_a_published_run_rebuilds_its_units(tmp_path):
         )
 
 
+def _rebuild(name: str, out: pathlib.Path, tables: tuple[str, ...], *extra: str) -> dict[str, Any]:
+    """Merge docs/results/<name> into ``out`` with configs/<name>.yaml (``extra`` overrides),
+    check that the ``tables`` come out byte-identical to the published ones, and return the
+    run."""
+    published = ROOT / "docs" / "results" / name
+    run = run_config(
+        CONFIGS / f"{name}.yaml",
+        overrides=[f"results_dir={out}", *extra],
+        merge=[published],
+        **QUIET,
+    )
+    for table in tables:
+        assert (out / table).read_bytes() == (published / table).read_bytes(), table
+    return run
+
+
 def test_the_published_validation_table_rebuilds_and_holds_its_claims(tmp_path):
     """docs/results/approx_validation (issue 14's table, 120 units that took hours) merges back
     into the same combined files, and every unit is what docs/approx.md says: within 5% of
     H log|A| of the exact value, the exact value inside its interval."""
-    published = ROOT / "docs" / "results" / "approx_validation"
-    out = tmp_path / "av"
-    run = run_config(
-        CONFIGS / "approx_validation.yaml",
-        overrides=[f"results_dir={out}"],
-        merge=[published],
-        **QUIET,
+    run = _rebuild(
+        "approx_validation",
+        tmp_path / "av",
+        ("results.csv", "summary.csv", "stages.csv", "ordering.csv"),
     )
-    for table in ("results.csv", "summary.csv", "stages.csv", "ordering.csv"):
-        assert (out / table).read_bytes() == (published / table).read_bytes(), table
+    published = ROOT / "docs" / "results" / "approx_validation"
     payload = json.loads((published / "results.json").read_text())
     assert (run["results"], run["summary"]) == (payload["results"], payload["summary"])
     rows = run["results"]
@@ -326,15 +339,12 @@ def test_the_published_held_out_table_rebuilds_and_holds_its_claims(tmp_path):
     payload = json.loads((published / "results.json").read_text())
     seeds = sorted({r["seed"] for r in payload["results"]})
     assert seeds == list(range(10))
-    out = tmp_path / "ho"
-    run = run_config(
-        CONFIGS / "approx_heldout.yaml",
-        overrides=[f"results_dir={out}", f"seeds={seeds}"],
-        merge=[published],
-        **QUIET,
+    run = _rebuild(
+        "approx_heldout",
+        tmp_path / "ho",
+        ("results.csv", "summary.csv", "stages.csv"),
+        f"seeds={seeds}",
     )
-    for table in ("results.csv", "summary.csv", "stages.csv"):
-        assert (out / table).read_bytes() == (published / table).read_bytes(), table
     rows = run["results"]
     assert len(rows) == len({(r["case"], r["policy"], r["seed"]) for r in rows}) == 4 * 10
     within_strict = load_driver("approx_validation", ROOT / "experiments").within_strict
@@ -841,3 +851,60 @@ def test_a_config_outside_the_checkout_finds_its_driver(tmp_path, capsys):
     assert cli_main(["reproduce", str(config)]) == 2
     err = capsys.readouterr().err.strip()
     assert "no driver no_such_study.py in" in err and "--experiments DIR" in err
+
+
+def test_the_published_empirical_validation_table_rebuilds_and_holds_its_claims(tmp_path):
+    """docs/results/approx_validation_empirical (the empirical MDP on the validation cases, all
+    120 units) merges back into the same tables, and its rows are what docs/approx.md says:
+    FrozenLake's PPO row misses, every unit of it and of FrozenLake at epsilon 0.1 is unsettled,
+    and every settled unit is within the stricter yardstick (two of them outside their
+    interval)."""
+    run = _rebuild(
+        "approx_validation_empirical",
+        tmp_path / "ave",
+        ("results.csv", "summary.csv", "stages.csv", "ordering.csv"),
+    )
+    rows = run["results"]
+    assert len(rows) == len({(r["case"], r["policy"], r["seed"]) for r in rows}) == 120
+    assert all(r["method"] == "empirical" for r in rows)
+    within_strict = load_driver("approx_validation", ROOT / "experiments").within_strict
+    summary = {(s["case"], s["policy"]): s for s in run["summary"]}
+    failing = {
+        k
+        for k, s in summary.items()
+        if s["covered"] < 9
+        or sum(abs(r["error_rel"]) <= 0.05 for r in rows if (r["case"], r["policy"]) == k) < 9
+    }
+    assert failing == {("frozenlake_onehot", "ppo")}
+    unsettled = {k: s["unsettled"] for k, s in summary.items() if s["unsettled"]}
+    assert unsettled == {
+        ("frozenlake_onehot", "eps0.1"): 10,
+        ("frozenlake_onehot", "eps0.3"): 2,
+        ("frozenlake_onehot", "ppo"): 10,
+    }
+    settled = [r for r in rows if r["settled"]]
+    assert len(settled) == 98 and all(within_strict(r) for r in settled)
+    assert sorted((r["case"], r["policy"], r["seed"]) for r in settled if not r["covered"]) == [
+        ("cliffworld_xy", "eps0.1", 9),
+        ("frozenlake_onehot", "eps0.3", 8),
+    ]
+
+
+def test_the_published_empirical_held_out_table_rebuilds_and_holds_its_claims(tmp_path):
+    """docs/results/approx_heldout_empirical (the empirical MDP on the two held-out families it
+    applies to, 10 seeds each) merges back into the same tables: seals' random-transition row
+    holds; branching's estimates are exact to rounding and their point intervals miss by as
+    little (the rounding floor came after this run)."""
+    run = _rebuild(
+        "approx_heldout_empirical", tmp_path / "hoe", ("results.csv", "summary.csv", "stages.csv")
+    )
+    rows = run["results"]
+    assert len(rows) == len({(r["case"], r["policy"], r["seed"]) for r in rows}) == 2 * 10
+    within_strict = load_driver("approx_validation", ROOT / "experiments").within_strict
+    assert all(within_strict(r) and r["settled"] and r["method"] == "empirical" for r in rows)
+    seals = [r for r in rows if r["case"] == "seals_random_obs"]
+    assert all(r["covered"] for r in seals)
+    branching = [r for r in rows if r["case"] == "branching_onehot"]
+    assert not any(r["covered"] for r in branching)
+    assert all(abs(r["approx"] - r["exact"]) < 1e-12 for r in branching)
+    assert all(r["high"] - r["low"] < 1e-12 for r in branching)

@@ -1,0 +1,142 @@
+"""The empirical MDP (``meg_approx(..., method="empirical" | "auto")``)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch as th
+
+import imitation_meg as im
+from imitation_meg.approx import EnvSource, as_policy_fn, collect, meg_approx, meg_approx_unknown
+from imitation_meg.approx.core import uniform_behaviour
+from imitation_meg.approx.empirical import EmpiricalMDP
+from imitation_meg.approx.envs import TablePolicy, TabularGymEnv
+from imitation_meg.approx.evaluate import ApproxMEGWarning
+from imitation_meg.approx.options import ApproxOptions
+
+th.set_num_threads(1)
+
+
+def _case(seed: int, *, branching: int, start: str) -> tuple[im.TabularMDP, np.ndarray, th.Tensor]:
+    """A random MDP (10 states, 3 actions, H = 6), one-hot observations, a softmax policy."""
+    base = im.envs.random_mdp(10, 3, 6, branching=branching, seed=seed)
+    p0 = np.zeros(10)
+    if start == "one":
+        p0[0] = 1.0
+    else:
+        p0[:4] = 0.25
+    mdp = im.TabularMDP(
+        (base.next_state, base.prob), utility=base.reward_sa(), horizon=6, initial_state_dist=p0
+    )
+    logits = th.as_tensor(np.random.default_rng(seed).normal(size=(10, 3)) * 2)
+    return mdp, np.eye(10, dtype=np.float32), th.softmax(logits, -1)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_deterministic_dynamics_give_the_exact_meg(seed):
+    """With deterministic dynamics, a deterministic start and the expected utility as reward,
+    the empirical MDP of the reached states is the MDP itself there: the estimate is the exact
+    MEG, every bootstrap replicate too (so the interval is a point)."""
+    mdp, obs, table = _case(seed, branching=1, start="one")
+    exact = im.meg(table, mdp).meg
+    res = meg_approx(
+        TablePolicy(table, obs), lambda: TabularGymEnv(mdp, obs), seed=3, method="empirical"
+    )
+    assert res.method == "empirical" and res.settled
+    assert 1 <= res.n_states <= 10
+    assert res.meg == pytest.approx(exact, abs=1e-9)
+    # every replicate is the same MDP: the interval is the solver's rounding, and holds exact
+    assert res.low <= exact <= res.high
+    assert res.high - res.low == pytest.approx(2e-9 * max(1.0, res.meg), rel=1e-6)
+    assert res.certificate >= res.meg - 1e-12
+
+
+def test_stochastic_case_is_covered_and_repeats_itself():
+    """Stochastic dynamics and start: the interval holds the exact MEG and is narrow; the same
+    seed gives the same result, another seed another."""
+    mdp, obs, table = _case(4, branching=3, start="four")
+    exact = im.meg(table, mdp).meg
+    make = lambda: TabularGymEnv(mdp, obs)  # noqa: E731
+    pol = TablePolicy(table, obs)
+    # a budget of one round (3 x 7 000 steps): the interval need not reach its target
+    kw = {"method": "auto", "n_data_steps": 7000}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ApproxMEGWarning)
+        a = meg_approx(pol, make, seed=1, **kw)
+        b = meg_approx(pol, make, seed=1, **kw)
+        c = meg_approx(pol, make, seed=2, **kw)
+    assert a.method == "empirical"
+    assert a.low <= exact <= a.high
+    assert a.high - a.low < 0.05 * a.upper_bound
+    assert a.meg == b.meg and np.array_equal(a.replicates, b.replicates)
+    assert a.meg != c.meg
+    # stages are the rounds of data; the last is the estimate
+    assert a.stages[-1] == a.meg and a.stage_intervals[-1] == (a.meg, a.low, a.high)
+    assert a.n_eval_episodes == 0 and a.models == []
+
+
+def test_untried_actions_are_found():
+    """Data that never try an action leave the pairs the MDP needs, named."""
+    mdp, obs, table = _case(0, branching=2, start="four")
+    source = EnvSource(lambda: TabularGymEnv(mdp, obs))
+    never_2 = lambda raw, x, t: np.tile([0.5, 0.5, 0.0], (len(x), 1))  # noqa: E731
+    pol = as_policy_fn(TablePolicy(table, obs), n_actions=3)
+    data = collect(source, never_2, 200, np.random.default_rng(0), scored=pol)
+    model = EmpiricalMDP(data, 3, source.horizon)
+    assert model.missing and all(a == 2 for _, a in model.missing)
+    full = collect(source, uniform_behaviour(3), 400, np.random.default_rng(0), scored=pol)
+    model = EmpiricalMDP(full, 3, source.horizon)
+    assert not model.missing
+    # unit weights rebuild the same MDP
+    same = model.mdp(np.ones(full.n_episodes))
+    assert th.equal(same.prob, model.mdp().prob) and th.equal(
+        same.next_state, model.mdp().next_state
+    )
+
+
+def test_continuous_observations_fall_back_and_explicit_method_refuses():
+    """CartPole's observations never repeat: ``auto`` fits soft Q-networks, ``empirical`` says
+    why it cannot run; bad settings are refused by name."""
+    uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
+    small = {"n_data_steps": 300, "n_eval_episodes": 10, "n_models": 2, "iterations": 2}
+    small["method"] = "auto"
+    res = meg_approx(uniform, "CartPole-v1", horizon=30, steps_per_iteration=10, refine=0, **small)
+    assert res.method == "soft_q" and res.n_states == 0 and res.meg == 0.0
+    with pytest.raises(ValueError, match=r"distinct observations.*method='soft_q'"):
+        meg_approx(uniform, "CartPole-v1", horizon=30, method="empirical")
+    with pytest.raises(ValueError, match="method must be one of"):
+        ApproxOptions(method="tabular")
+    with pytest.raises(ValueError, match="max_states"):
+        ApproxOptions(max_states=0)
+    with pytest.raises(ValueError, match="not available for the unknown-utility bound"):
+        meg_approx_unknown(uniform, "CartPole-v1", method="empirical")
+
+
+class _TimedReward(TabularGymEnv):
+    """A tabular environment whose reward grows with the time step (as MiniGrid's shrinks)."""
+
+    def reset(self, **kw):  # type: ignore[no-untyped-def]
+        self._clock = 0
+        return super().reset(**kw)
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        obs, r, term, trunc, info = super().step(action)
+        self._clock += 1
+        return obs, r + 0.1 * self._clock, term, trunc, info
+
+
+def test_a_reward_that_depends_on_the_time_step_is_not_put_in_a_stationary_mdp():
+    """The same transition paying two rewards: ``auto`` warns and fits soft Q-networks,
+    ``empirical`` refuses, naming the time step."""
+    mdp, obs, table = _case(0, branching=1, start="one")
+    make = lambda: _TimedReward(mdp, obs)  # noqa: E731
+    pol = TablePolicy(table, obs)
+    small = {"n_data_steps": 300, "n_eval_episodes": 10, "n_models": 2, "iterations": 2}
+    small.update(refine=0, method="auto")
+    with pytest.warns(ApproxMEGWarning, match="depends on the time step"):
+        res = meg_approx(pol, make, steps_per_iteration=10, **small)
+    assert res.method == "soft_q"
+    with pytest.raises(ValueError, match="depends on the time step"):
+        meg_approx(pol, make, method="empirical")
