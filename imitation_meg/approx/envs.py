@@ -33,6 +33,7 @@ from imitation_meg.mdp import TabularMDP
 
 __all__ = [
     "CASES",
+    "EMPIRICAL_HELD_OUT_CASES",
     "HELD_OUT_CASES",
     "CoordinateObservation",
     "OneHotObservation",
@@ -49,6 +50,9 @@ CASES = ("cliffworld_xy", "frozenlake_onehot", "frozenlake_coords", "random_feat
 #: Environment families never used for tuning: run only with the frozen defaults
 #: (``configs/approx_heldout.yaml``, docs/approx.md).
 HELD_OUT_CASES = ("taxi_onehot", "cliffwalking_coords", "seals_random_obs", "branching_onehot")
+#: Environment families added for the empirical MDP (``method="empirical"``) after its settings
+#: were frozen, and run only with them (``configs/approx_heldout_empirical_new.yaml``).
+EMPIRICAL_HELD_OUT_CASES = ("frozenlake8_coords", "riskypath_onehot", "initshift_onehot")
 
 
 class TabularGymEnv(gym.Env):
@@ -250,6 +254,15 @@ def validation_case(name: str, *, horizon: int, seed: int = 0) -> ValidationCase
       rewarding absorbing state, wrong choices to dead ends; 16 states, one start) through
       :class:`OneHotObservation`, its episodes ``H`` decisions long.
 
+    Added for the empirical MDP after its settings were frozen (never run before them):
+
+    - ``frozenlake8_coords``: ``FrozenLake-v1`` on its 8x8 map (slippery, 64 states, one start)
+      through :class:`CoordinateObservation`, time limit ``H``.
+    - ``riskypath_onehot``: seals' ``RiskyPathEnv`` (4 states, 2 actions, a safe path and a
+      risky one that pays -100 with some probability) through :class:`OneHotObservation`.
+    - ``initshift_onehot``: seals' ``InitShiftTrainEnv`` (a depth-2 binary tree of 7 states with
+      rewards at the leaves, starting at the root) through :class:`OneHotObservation`.
+
     Raises:
         ValueError: an unknown name.
     """
@@ -285,7 +298,8 @@ def validation_case(name: str, *, horizon: int, seed: int = 0) -> ValidationCase
     if held_out is not None:
         return held_out
     raise ValueError(
-        f"unknown validation case {name!r}; choose from {CASES} or the held-out {HELD_OUT_CASES}."
+        f"unknown validation case {name!r}; choose from {CASES} or the held-out {HELD_OUT_CASES} "
+        f"or {EMPIRICAL_HELD_OUT_CASES}."
     )
 
 
@@ -323,6 +337,31 @@ def _held_out_case(name: str, horizon: int, seed: int) -> ValidationCase | None:
         env: Any = make()
         obs = np.asarray(env.unwrapped.observation_matrix, dtype=np.float32)
         return ValidationCase(name, make, TabularMDP.from_env(env), obs)
+    if name == "frozenlake8_coords":
+
+        def make() -> gym.Env:
+            env = gym.make("FrozenLake-v1", map_name="8x8", max_episode_steps=horizon)
+            return CoordinateObservation(env, shape=(8, 8))
+
+        plain = gym.make("FrozenLake-v1", map_name="8x8")
+        mdp = TabularMDP.from_env(plain, horizon=horizon)
+        return ValidationCase(name, make, mdp, CoordinateObservation(plain, shape=(8, 8)).matrix())
+    if name in ("riskypath_onehot", "initshift_onehot"):
+        from seals.diagnostics.init_shift import InitShiftTrainEnv
+        from seals.diagnostics.risky_path import RiskyPathEnv
+
+        cls: Any = RiskyPathEnv if name == "riskypath_onehot" else InitShiftTrainEnv
+
+        def seals_env() -> Any:
+            env = cls()
+            env.horizon = horizon  # seals leaves these without an episode length
+            return env
+
+        def make() -> gym.Env:
+            return OneHotObservation(seals_env())
+
+        mdp = TabularMDP.from_env(seals_env())
+        return ValidationCase(name, make, mdp, OneHotObservation(seals_env()).matrix())
     if name == "branching_onehot":
         from seals.diagnostics.branching import BranchingEnv
 
