@@ -102,7 +102,8 @@ ROUNDING = 1e-9
 class NotTabular(Exception):
     """The data do not admit an empirical MDP (the reason is the message).
 
-    ``few``: the observations were few, but pairs the MDP needs were never tried.
+    ``few``: the observations were few, but the empirical MDP cannot be built from the data
+    (pairs it needs were never tried, or one transition paid two rewards).
     """
 
     def __init__(self, message: str, *, few: bool = False) -> None:
@@ -381,7 +382,7 @@ def empirical_estimate(run: Run) -> ApproxMEGResult:
         raise NotTabular(
             f"after {total} data steps, {len(model.missing)} (observation, action) pairs that "
             f"the empirical MDP can reach before the horizon were never tried (e.g. action {a} "
-            f"in observation {s} of {model.n_states})",
+            f"in observation {s} of {model.n_states}; more data, n_data_steps=, may try them)",
             few=True,
         )
     if rounds[-1].replicates.size < opts.n_boot:  # the rounds' rule used ROUND_BOOT of them
@@ -424,7 +425,10 @@ def _result(
             f"the empirical MDP's estimate {estimate:.4g} has an interval half-width "
             f"{(high - low) / 2:.3g} after the data budget of {data.n_steps} steps "
             f"(n_models x n_data_steps): more than {PRECISION_SHARE:.1%} of the estimate and "
-            f"{PRECISION_BOUND:.1%} of H log|A|. Raise n_data_steps= for a tighter one.",
+            f"{PRECISION_BOUND:.1%} of H log|A|. On the validation cases such estimates were "
+            "the ones off by more than that (near-deterministic optima, where small errors in "
+            "the estimated dynamics move the estimate): raise n_data_steps=, or score with "
+            "method='soft_q' (docs/approx.md).",
             ApproxMEGWarning,
             stacklevel=4,
         )

@@ -131,13 +131,12 @@ def meg_approx(
                 run.bar.close()
                 raise ValueError(
                     f"method='empirical' needs an empirical MDP, but {e}. Use method='soft_q' "
-                    "(or 'auto') for this environment, or raise max_states= / n_data_steps=."
+                    "(or 'auto', which fits where it cannot be built) for this environment."
                 ) from None
             if e.few:
                 warnings.warn(
                     f"the observations take few values but {e}, so the empirical MDP is not "
-                    "used: fitting soft Q-networks instead (slower). Raise n_data_steps= to "
-                    "keep the empirical MDP.",
+                    "used: fitting soft Q-networks instead (slower).",
                     ApproxMEGWarning,
                     stacklevel=2,
                 )

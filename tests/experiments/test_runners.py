@@ -908,3 +908,29 @@ def test_the_published_empirical_held_out_table_rebuilds_and_holds_its_claims(tm
     assert not any(r["covered"] for r in branching)
     assert all(abs(r["approx"] - r["exact"]) < 1e-12 for r in branching)
     assert all(r["high"] - r["low"] < 1e-12 for r in branching)
+
+
+def test_the_published_added_families_table_rebuilds_and_holds_its_claims(tmp_path):
+    """docs/results/approx_heldout_empirical_added (three families added for the empirical MDP,
+    10 seeds each) merges back into the same tables: RiskyPath and InitShift through the
+    empirical MDP in every seed, FrozenLake's 8x8 map handed to the soft Q-fits in every seed
+    and missing the stricter yardstick in seeds 1, 3 and 8."""
+    run = _rebuild(
+        "approx_heldout_empirical_added",
+        tmp_path / "hoa",
+        ("results.csv", "summary.csv", "stages.csv"),
+    )
+    rows = run["results"]
+    assert len(rows) == len({(r["case"], r["policy"], r["seed"]) for r in rows}) == 3 * 10
+    within_strict = load_driver("approx_validation", ROOT / "experiments").within_strict
+    method = {(r["case"], r["seed"]): r["method"] for r in rows}
+    assert {m for (c, _), m in method.items() if c == "frozenlake8_coords"} == {"soft_q"}
+    assert {m for (c, _), m in method.items() if c != "frozenlake8_coords"} == {"empirical"}
+    misses = sorted((r["case"], r["seed"]) for r in rows if not (within_strict(r) and r["covered"]))
+    assert misses == [
+        ("frozenlake8_coords", 1),
+        ("frozenlake8_coords", 3),
+        ("frozenlake8_coords", 8),
+    ]
+    assert all(abs(r["error_rel"]) <= 0.05 for r in rows)
+    assert [r["seed"] for r in rows if r["settled"] is False] == [4]
