@@ -81,7 +81,8 @@ def meg_approx(
         algo: the algorithm of a saved model (``"ppo"``, ``"dqn"``, ...).
         epsilon: DQN, QR-DQN: score its epsilon-greedy policy.
         options: the estimator's settings (:class:`~imitation_meg.approx.options.ApproxOptions`;
-            default its defaults, the validated setting).
+            default its defaults, the validated setting; ``method=`` chooses between the soft
+            Q-fits and the empirical MDP of few-valued observations).
         **settings: fields of :class:`~imitation_meg.approx.options.ApproxOptions` replacing
             those of ``options`` (``n_models=2``, ``seed=3``, ``progress=True``, ...).
 
@@ -95,7 +96,11 @@ def meg_approx(
     Warns:
         ApproxMEGWarning: episodes cut by the environment before ``H`` (their unseen decisions
             are missing from the estimate); the default ``n_data_steps`` lowered to fit
-            ``data_memory_gib``; models that saw no reward worth telling actions apart.
+            ``data_memory_gib``; models that saw no reward worth telling actions apart. With
+            ``method="empirical"`` / ``"auto"`` (:mod:`imitation_meg.approx.empirical`): an
+            empirical MDP whose interval did not reach its precision target (``settled=False``),
+            or (``"auto"``) few-valued observations from which it could not be built (then the
+            soft Q-fits score, and ``method`` says so).
 
     Example:
         >>> import numpy as np
