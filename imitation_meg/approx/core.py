@@ -151,9 +151,11 @@ def collect_data(
     *,
     n_envs: int,
     on_step: Callable[[int], None] | None = None,
+    scored: PolicyFn | None = None,
 ) -> Rollouts:
     """Off-policy data of about ``n_steps`` steps (whole episodes): a third each of the policy,
-    the policy mixed half-and-half with uniform actions, and the uniform policy."""
+    the policy mixed half-and-half with uniform actions, and the uniform policy (with
+    ``scored``, that policy's probabilities at every row, ``Rollouts.probs``)."""
     third = max(1, n_steps // 3)
     behaviours = [
         policy_behaviour(pol),
@@ -162,7 +164,9 @@ def collect_data(
     ]
     return Rollouts.concat(
         [
-            collect(source, b, None, rng, min_steps=third, n_envs=n_envs, on_step=on_step)
+            collect(
+                source, b, None, rng, min_steps=third, scored=scored, n_envs=n_envs, on_step=on_step
+            )
             for b in behaviours
         ]
     )

@@ -58,10 +58,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch as th
 
-from imitation_meg.approx.core import Run, policy_behaviour, uniform_behaviour
+from imitation_meg.approx.core import Run, collect_data, policy_behaviour
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
 from imitation_meg.approx.rollouts import Rollouts, collect
-from imitation_meg.known import meg
+from imitation_meg.known import MEGResult, meg
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.soft_vi import occupancy_measures
 
@@ -157,14 +157,12 @@ class EmpiricalMDP:
         support, self.key_of_row = np.unique(key, return_inverse=True)
         self.key_of_row = self.key_of_row.reshape(-1)
         self.key_sa, self.key_next = support // (S + 1), support % (S + 1)
-        # slots: each (s, a)'s observed successors side by side, padded to the widest
-        order = np.argsort(self.key_sa, kind="stable")
+        # slots: each (s, a)'s observed successors side by side, padded to the widest (the
+        # support is sorted by key, so by (s, a) first: a pair's successors are consecutive)
         per_sa = np.bincount(self.key_sa, minlength=S * A)
         self.width = max(1, int(per_sa.max()) if per_sa.size else 1)
         starts = np.concatenate([[0], np.cumsum(per_sa)[:-1]])
-        slot = np.empty(len(support), dtype=np.int64)
-        slot[order] = np.arange(len(support)) - starts[self.key_sa[order]]
-        self.key_slot = slot
+        self.key_slot = np.arange(len(support)) - starts[self.key_sa]
         # the reward of one transition (s, a, s') must not vary: a reward that does depends on
         # the time step (or is random), which a stationary empirical MDP cannot hold
         tkey = self.sa * S + s_next
@@ -203,7 +201,6 @@ class EmpiricalMDP:
         adj = sp.csr_matrix(
             (np.ones(len(self.key_sa)), (self.key_sa // A, self.key_next)), shape=(S + 1, S + 1)
         )
-        adj.data[:] = 1.0
         adjt = adj.T.tocsr()
         reach = est["p0"] > 0
         decide = reach.copy()  # reachable at some t <= H - 1
@@ -255,44 +252,22 @@ class EmpiricalMDP:
 
 
 class _Round(NamedTuple):
+    """One round's estimate (bias-corrected), interval, bootstrap spread and replicates, and the
+    plain solve of its empirical MDP."""
+
     meg: float
     low: float
     high: float
     se: float
     replicates: np.ndarray
-
-
-def _collect_round(run: Run, n_steps: int, k: int) -> Rollouts:
-    """``n_steps`` more environment steps (whole episodes), a third from each behaviour, with
-    the scored policy's probabilities at every row."""
-    third = max(1, n_steps // 3)
-    behaviours = [
-        policy_behaviour(run.pol),
-        policy_behaviour(run.pol, 0.5),
-        uniform_behaviour(run.source.n_actions),
-    ]
-    rng = np.random.default_rng([run.model_seeds[0], 100 + k])
-    return Rollouts.concat(
-        [
-            collect(
-                run.source,
-                b,
-                None,
-                rng,
-                min_steps=third,
-                scored=run.pol,
-                n_envs=run.opts.n_envs,
-                on_step=run.count,
-            )
-            for b in behaviours
-        ]
-    )
+    plain: MEGResult
 
 
 def _solve(model: EmpiricalMDP, run: Run, n_boot: int, rng: np.random.Generator) -> _Round:
     """The empirical MDP's MEG, bias-corrected by its bootstrap replicates, and its interval."""
     z = statistics.NormalDist().inv_cdf(0.5 + run.opts.confidence / 2)
-    value = meg(model.policy, model.mdp()).meg
+    plain = meg(model.policy, model.mdp())
+    value = plain.meg
     reps = np.array(
         [
             meg(model.policy, model.mdp(rng.poisson(1.0, model.n_episodes).astype(float))).meg
@@ -306,7 +281,7 @@ def _solve(model: EmpiricalMDP, run: Run, n_boot: int, rng: np.random.Generator)
         se = 0.0
     # never narrower than the exact solver's rounding (identical replicates: a point interval)
     half = max(z * se, ROUNDING * max(1.0, abs(value)))
-    return _Round(value, value - half, value + half, se, reps)
+    return _Round(value, value - half, value + half, se, reps, plain)
 
 
 def empirical_estimate(run: Run) -> ApproxMEGResult:
@@ -349,7 +324,15 @@ def empirical_estimate(run: Run) -> ApproxMEGResult:
         )
     while total < budget:
         n_new = min(FIRST_STEPS if not parts else total, budget - total)
-        part = _collect_round(run, n_new, len(parts))
+        part = collect_data(
+            run.source,
+            run.pol,
+            n_new,
+            np.random.default_rng([run.model_seeds[0], 100 + len(parts)]),
+            n_envs=opts.n_envs,
+            on_step=run.count,
+            scored=run.pol,
+        )
         parts.append(part)
         total += part.n_steps
         data = Rollouts.concat(parts)
@@ -400,15 +383,14 @@ def _result(
 ) -> ApproxMEGResult:
     """The estimate of the last round as an :class:`ApproxMEGResult`."""
     opts = run.opts
-    mdp = model.mdp()
-    exact = meg(model.policy, mdp)
+    last = rounds[-1]
+    exact = last.plain
     pi = th.as_tensor(model.policy)
-    occ = occupancy_measures(mdp, pi)[:-1].double()  # (H, S + 1)
+    occ = occupancy_measures(model.mdp(), pi)[:-1].double()  # (H, S + 1)
     ent = -(pi * th.log(pi.clamp_min(1e-300))).sum(1)
     log_a = math.log(model.n_actions)
     certificate = float((occ * (log_a - ent)).sum())
     mean_length = float(occ[:, : model.n_states].sum())
-    last = rounds[-1]
     cert = max(certificate, 0.0)
     low, high = min(max(last.low, 0.0), cert), min(max(last.high, 0.0), cert)
     estimate = min(max(last.meg, 0.0), cert)
