@@ -38,7 +38,9 @@ milliseconds. This is what :func:`~imitation_meg.approx.meg_approx` does by defa
 5. **Stopping**: after each round, when coverage holds and the half-width is at most
    :data:`PRECISION_SHARE` of the estimate or :data:`PRECISION_BOUND` of ``H log|A|``, whichever
    is larger (``settled=True``); a call that reaches the data budget first reports
-   ``settled=False`` with an :class:`~imitation_meg.approx.evaluate.ApproxMEGWarning`.
+   ``settled=False`` with an :class:`~imitation_meg.approx.evaluate.ApproxMEGWarning`. With
+   ``n_boot`` below 2 there is no interval (NaN ends, the plain value as the estimate), the
+   rounds run to the budget and ``settled`` is None, as the soft Q-fits report without one.
 
 What the interval does not cover: states the data never reached (the empirical MDP has no
 transition to them, so no model there can use them), and observations that do not determine the
@@ -274,11 +276,10 @@ def _solve(model: EmpiricalMDP, run: Run, n_boot: int, rng: np.random.Generator)
             for _ in range(n_boot)
         ]
     )
-    if n_boot > 1:
-        se = float(reps.std(ddof=1))
-        value = 2.0 * value - float(reps.mean())  # the bootstrap's bias correction
-    else:
-        se = 0.0
+    if n_boot < 2:  # no spread to measure: no bias correction and no interval
+        return _Round(value, math.nan, math.nan, math.nan, reps, plain)
+    se = float(reps.std(ddof=1))
+    value = 2.0 * value - float(reps.mean())  # the bootstrap's bias correction
     # never narrower than the exact solver's rounding (identical replicates: a point interval)
     half = max(z * se, ROUNDING * max(1.0, abs(value)))
     return _Round(value, value - half, value + half, se, reps, plain)
@@ -355,7 +356,7 @@ def empirical_estimate(run: Run) -> ApproxMEGResult:
         last = total >= budget
         rnd = _solve(model, run, opts.n_boot if last else min(opts.n_boot, ROUND_BOOT), rng)
         rounds.append(rnd)
-        half = (rnd.high - rnd.low) / 2
+        half = (rnd.high - rnd.low) / 2  # NaN without replicates: the rounds run to the budget
         if half <= max(PRECISION_SHARE * rnd.meg, PRECISION_BOUND * bound):
             settled = True
             break
@@ -370,7 +371,8 @@ def empirical_estimate(run: Run) -> ApproxMEGResult:
         )
     if rounds[-1].replicates.size < opts.n_boot:  # the rounds' rule used ROUND_BOOT of them
         rounds[-1] = _solve(model, run, opts.n_boot, rng)
-    return _result(run, model, data, rounds, settled, bound)
+    # without replicates (n_boot < 2) nothing says whether the rounds settled
+    return _result(run, model, data, rounds, settled if opts.n_boot >= 2 else None, bound)
 
 
 def _result(
@@ -378,7 +380,7 @@ def _result(
     model: EmpiricalMDP,
     data: Rollouts,
     rounds: list[_Round],
-    settled: bool,
+    settled: bool | None,
     bound: float,
 ) -> ApproxMEGResult:
     """The estimate of the last round as an :class:`ApproxMEGResult`."""
@@ -392,7 +394,7 @@ def _result(
     certificate = float((occ * (log_a - ent)).sum())
     mean_length = float(occ[:, : model.n_states].sum())
     cert = max(certificate, 0.0)
-    low, high = min(max(last.low, 0.0), cert), min(max(last.high, 0.0), cert)
+    low, high = (v if math.isnan(v) else min(max(v, 0.0), cert) for v in (last.low, last.high))
     estimate = min(max(last.meg, 0.0), cert)
     if data.truncated_early:
         warnings.warn(
@@ -402,7 +404,7 @@ def _result(
             ApproxMEGWarning,
             stacklevel=4,
         )
-    if not settled:
+    if settled is False:
         warnings.warn(
             f"the empirical MDP's estimate {estimate:.4g} has an interval half-width "
             f"{(high - low) / 2:.3g} after the data budget of {data.n_steps} steps "

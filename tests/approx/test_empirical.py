@@ -140,3 +140,22 @@ def test_a_reward_that_depends_on_the_time_step_is_not_put_in_a_stationary_mdp()
     assert res.method == "soft_q"
     with pytest.raises(ValueError, match="depends on the time step"):
         meg_approx(pol, make, method="empirical")
+
+
+@pytest.mark.parametrize("n_boot", [0, 1])
+def test_without_replicates_there_is_no_interval_and_no_settled_claim(n_boot):
+    """With fewer than 2 bootstrap replicates nothing measures the estimate's spread: NaN
+    interval ends, the plain value of the empirical MDP, ``settled`` None and the whole data
+    budget spent (not a point interval claiming precision)."""
+    mdp, obs, table = _case(4, branching=3, start="four")
+    make = lambda: TabularGymEnv(mdp, obs)  # noqa: E731
+    pol = TablePolicy(table, obs)
+    kw = {"method": "empirical", "n_data_steps": 7000, "n_models": 3}
+    res = meg_approx(pol, make, seed=1, n_boot=n_boot, **kw)
+    assert np.isnan(res.low) and np.isnan(res.high) and np.isnan(res.bootstrap_se)
+    assert res.settled is None
+    assert res.n_env_steps >= 3 * 7000  # the budget, after the probe
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ApproxMEGWarning)
+        corrected = meg_approx(pol, make, seed=1, **kw)
+    assert res.meg != corrected.meg and np.isfinite(corrected.low)
