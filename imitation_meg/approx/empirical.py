@@ -172,7 +172,8 @@ class EmpiricalMDP:
         k_sorted, r_sorted = tkey[order_r], data.r[order_r]
         starts_r = np.flatnonzero(np.r_[True, k_sorted[1:] != k_sorted[:-1]])
         spread = np.maximum.reduceat(r_sorted, starts_r) - np.minimum.reduceat(r_sorted, starts_r)
-        scale = 1.0 + float(np.abs(data.r).max()) if data.r.size else 1.0
+        # relative to the rewards' own scale (an absolute floor would hide tiny rewards' drift)
+        scale = float(np.abs(data.r).max()) if data.r.size else 0.0
         self.reward_varies = bool(spread.size and spread.max() > 1e-9 * scale)
         self.first = data.t == 0
         self.s0 = s[self.first]

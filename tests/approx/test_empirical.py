@@ -117,6 +117,8 @@ def test_continuous_observations_fall_back_and_explicit_method_refuses():
 class _TimedReward(TabularGymEnv):
     """A tabular environment whose reward grows with the time step (as MiniGrid's shrinks)."""
 
+    scale = 1.0
+
     def reset(self, **kw):  # type: ignore[no-untyped-def]
         self._clock = 0
         return super().reset(**kw)
@@ -124,14 +126,20 @@ class _TimedReward(TabularGymEnv):
     def step(self, action):  # type: ignore[no-untyped-def]
         obs, r, term, trunc, info = super().step(action)
         self._clock += 1
-        return obs, r + 0.1 * self._clock, term, trunc, info
+        return obs, self.scale * (r + 0.1 * self._clock), term, trunc, info
 
 
-def test_a_reward_that_depends_on_the_time_step_is_not_put_in_a_stationary_mdp():
-    """The same transition paying two rewards: ``auto`` warns and fits soft Q-networks,
-    ``empirical`` refuses, naming the time step."""
+@pytest.mark.parametrize("scale", [1.0, 1e-12, 1e9])
+def test_a_reward_that_depends_on_the_time_step_is_not_put_in_a_stationary_mdp(scale):
+    """The same transition paying two rewards, at any scale of the reward: ``auto`` warns and
+    fits soft Q-networks, ``empirical`` refuses, naming the time step."""
     mdp, obs, table = _case(0, branching=1, start="one")
-    make = lambda: _TimedReward(mdp, obs)  # noqa: E731
+
+    def make() -> _TimedReward:
+        env = _TimedReward(mdp, obs)
+        env.scale = scale
+        return env
+
     pol = TablePolicy(table, obs)
     small = {"n_data_steps": 300, "n_eval_episodes": 10, "n_models": 2, "iterations": 2}
     small.update(refine=0, method="auto")
