@@ -128,9 +128,13 @@ class EmpiricalMDP:
     episode weights for the bootstrap.
 
     Args:
-        data: the episodes, with the scored policy's probabilities at every row (``probs``).
+        data: the episodes (``N`` rows), with the scored policy's probabilities at every row
+            (``probs (N, A)``; collected with ``scored=``).
         n_actions: ``|A|``.
         horizon: ``H``.
+
+    Raises:
+        ValueError: ``data`` without the scored policy's probabilities.
 
     Attributes:
         n_states: distinct observations ``S`` (the MDP has ``S + 1`` states, the last absorbing).
@@ -142,7 +146,11 @@ class EmpiricalMDP:
     """
 
     def __init__(self, data: Rollouts, n_actions: int, horizon: int) -> None:
-        assert data.probs is not None, "collect the data with scored= to store the policy"
+        if data.probs is None:
+            raise ValueError(
+                "the empirical MDP needs the scored policy's probabilities at every row: collect "
+                "the data with scored=<the policy> (Rollouts.probs is None)."
+            )
         A, H = n_actions, horizon
         s, s_next, S = _observation_index(data.x, data.x_next)
         self.n_states, self.n_actions, self.horizon = S, A, H

@@ -86,6 +86,9 @@ def test_untried_actions_are_found():
     data = collect(source, never_2, 200, np.random.default_rng(0), scored=pol)
     model = EmpiricalMDP(data, 3, source.horizon)
     assert model.missing and all(a == 2 for _, a in model.missing)
+    unscored = collect(source, never_2, 20, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="scored="):
+        EmpiricalMDP(unscored, 3, source.horizon)
     full = collect(source, uniform_behaviour(3), 400, np.random.default_rng(0), scored=pol)
     model = EmpiricalMDP(full, 3, source.horizon)
     assert not model.missing
