@@ -301,25 +301,36 @@ def _settle_tolerance(sampling: float, scale: float) -> float:
     return max(float(sampling) if math.isfinite(sampling) else 0.0, SETTLE_SHARE * float(scale))
 
 
-def warn_unsettled(stages: Sequence[float], sampling: float, scale: float, what: str) -> None:
+def warn_unsettled(
+    stages: Sequence[float],
+    sampling: float,
+    scale: float,
+    what: str,
+    *,
+    stage: str = "refit",
+    advice: str | None = None,
+) -> None:
     """Warn (:class:`ApproxMEGWarning`) when :func:`stages_settled` is False; ``what`` names the
-    scale in the message."""
+    scale, ``stage`` what a stage is and ``advice`` the way out in the message."""
     if stages_settled(stages, sampling, scale) is not False:
         return
     move = float(stages[-1]) - float(stages[-2])
     tol = _settle_tolerance(sampling, scale)
+    if advice is None:
+        advice = (
+            f"Refit more (refine={len(stages)}) or fit longer (steps_per_iteration=) and compare."
+        )
     warnings.warn(
-        f"the fitting stages have not settled: the last refit moved the estimate by {move:+.4g} "
-        f"(stages {' -> '.join(f'{v:.4g}' for v in stages)}), more than its sampling "
+        f"the fitting stages have not settled: the last {stage} moved the estimate by "
+        f"{move:+.4g} (stages {' -> '.join(f'{v:.4g}' for v in stages)}), more than its sampling "
         f"half-width and {SETTLE_SHARE:g} of {what} ({tol:.4g}); the interval's allowance covers "
-        f"the moves seen so far, not the ones still to come (settled=False). Refit more "
-        f"(refine={len(stages)}) or fit longer (steps_per_iteration=) and compare.",
+        f"the moves seen so far, not the ones still to come (settled=False). {advice}",
         ApproxMEGWarning,
         stacklevel=4,
     )
 
 
-def _interval(
+def stage_interval(
     mats: dict[str, np.ndarray],
     n_models: int,
     *,
@@ -390,8 +401,15 @@ def summarise(
     t_start: float,
     horizon: int,
     stages: Sequence[tuple[np.ndarray, dict[str, np.ndarray]]] = (),
+    method: str = "soft_q",
+    stage: str = "refit",
+    advice: str | None = None,
+    settled: bool | None = None,
 ) -> ApproxMEGResult:
-    """The estimate, its interval and the diagnostics.
+    """The estimate, its interval and the diagnostics (``method`` names the fits; ``stage``
+    and ``advice`` word the warning of stages that have not settled; ``settled``, when given,
+    is the caller's own verdict on its stages, warned about with ``advice`` when False, in place
+    of :func:`stages_settled`).
 
     ``stages`` holds what :func:`scan` returned after the first fit and after each refit
     (``stages[-1]`` is ``(betas, mats)``; empty: no refits). The interval is widened by the
@@ -412,7 +430,12 @@ def summarise(
     scans = list(stages) or [(betas, mats)]
     per_stage = [m for _, m in scans]
     stage = functools.partial(
-        _interval, n_models=K, certificate=cert, n_boot=n_boot, confidence=confidence, s_boot=s_boot
+        stage_interval,
+        n_models=K,
+        certificate=cert,
+        n_boot=n_boot,
+        confidence=confidence,
+        s_boot=s_boot,
     )
     intervals: list[_Interval] = []
     for stage_mats in per_stage:
@@ -441,7 +464,16 @@ def summarise(
         )
     bound = float(horizon * math.log(A))
     stage_means = [i.mean for i in intervals]
-    warn_unsettled(stage_means, last.sampling, bound, "H log|A|")
+    if settled is None:
+        warn_unsettled(stage_means, last.sampling, bound, "H log|A|", stage=stage, advice=advice)
+        settled = stages_settled(stage_means, last.sampling, bound)
+    elif not settled:
+        warnings.warn(
+            f"the estimate has not settled (stages {' -> '.join(f'{v:.4g}' for v in stage_means)}"
+            f"): {advice}",
+            ApproxMEGWarning,
+            stacklevel=3,
+        )
     length_bound = float(ev.lengths.mean() * math.log(A))
     edge = k_best in (0, len(betas) - 1)
     rel = [i["residual_rms"] / i["q_scale"] for i in infos]
@@ -485,9 +517,10 @@ def summarise(
         allowance=float(last.allowance),
         stages=tuple(stage_means),
         stage_intervals=tuple((i.estimate, i.low, i.high) for i in intervals),
-        settled=stages_settled(stage_means, last.sampling, bound),
+        settled=settled,
         stage_curves=tuple(
             (np.asarray(b, dtype=float), np.stack([m[str(k)].mean(0) for k in range(K)]))
             for b, m in scans
         ),
+        method=method,
     )

@@ -50,6 +50,7 @@ from imitation_meg import _threads
 from imitation_meg.approx.core import Run, estimate, evaluation_episodes, model_data
 from imitation_meg.approx.empirical import NotTabular, empirical_estimate
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
+from imitation_meg.approx.linear import FIRST_STEPS, linear_estimate, rounds
 from imitation_meg.approx.options import ApproxOptions
 from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource
@@ -122,10 +123,19 @@ def meg_approx(
         source,
         pol,
         opts,
-        bar_total=opts.n_models * opts.iterations * (1 + opts.refine),
+        bar_total=opts.n_models
+        * (
+            len(rounds(FIRST_STEPS, opts.n_data_steps))
+            if opts.method == "linear"
+            else opts.iterations * (1 + opts.refine)
+        ),
         desc="MEG (approx)",
         t_start=t_start,
     )
+    if opts.method == "linear":
+        result = linear_estimate(run)
+        run.bar.close()
+        return result
     if opts.method != "soft_q":
         try:
             result = empirical_estimate(run)

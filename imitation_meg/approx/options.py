@@ -38,6 +38,7 @@ __all__ = [
     "MAX_STATES",
     "METHODS",
     "N_EVAL_EPISODES",
+    "N_FEATURES",
     "REFIT_LR",
     "STEP_BUDGET",
     "ApproxOptions",
@@ -61,9 +62,12 @@ N_EVAL_EPISODES = 1000
 #: Adam steps per fitting stage (split over the iterations, at least 20 each). Fewer leave the
 #: fits short of their targets, a bias the fits share (docs/approx.md).
 STEP_BUDGET = 48_000
-#: How a score is made: soft Q-fits (the default), the empirical MDP of the observations, or
-#: the empirical MDP where the observations take few values and soft Q-fits elsewhere ("auto").
-METHODS = ("auto", "empirical", "soft_q")
+#: How a score is made: soft Q-fits (the default), linear soft Q-functions by backward
+#: induction ("linear"), the empirical MDP of the observations, or the empirical MDP where the
+#: observations take few values and soft Q-fits elsewhere ("auto").
+METHODS = ("auto", "empirical", "linear", "soft_q")
+#: Random Fourier features of the linear soft Q-functions.
+N_FEATURES = 100
 #: The most distinct observations an empirical MDP may have.
 MAX_STATES = 2000
 #: Off-policy environment steps per model (lowered for wide observations, see
@@ -149,7 +153,15 @@ class ApproxOptions:
             data show at most ``max_states`` distinct observations (each met 5 times on
             average), else soft Q-fits. :func:`~imitation_meg.approx.meg_approx_unknown` always
             fits (its class is a function of the observation; it refuses ``"empirical"``).
+            ``"linear"``: linear soft Q-functions of random Fourier features of the
+            observation, computed by backward induction on data that double in rounds until the
+            estimate settles (:mod:`imitation_meg.approx.linear`: seconds to a minute where the
+            soft Q-fits take minutes; ``n_data_steps`` is its data budget per fit, and
+            ``hidden``, ``iterations``, ``steps_per_iteration``, ``refine``, ``average``,
+            ``lr``, ``last_steps`` and ``device`` do not apply).
         max_states: the most distinct observations the empirical MDP may have.
+        n_features: random Fourier features of the observation in ``"linear"``'s soft
+            Q-functions (besides a constant and the observation itself).
         device: where the soft Q-networks are trained: ``"cpu"`` (the default) or a torch
             device such as ``"cuda"`` / ``"cuda:1"``. Only the fits move; the environment
             steps, the policy's actions and the evaluation stay on the CPU, and the draws are
@@ -177,6 +189,7 @@ class ApproxOptions:
     device: str = "cpu"
     method: str = "soft_q"
     max_states: int = MAX_STATES
+    n_features: int = N_FEATURES
 
     def __post_init__(self) -> None:
         if self.n_data_steps is not None:
@@ -211,6 +224,7 @@ class ApproxOptions:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}.")
         _check_int("max_states", self.max_states, 1)
+        _check_int("n_features", self.n_features, 0)
 
     @classmethod
     def of(cls, options: ApproxOptions | None = None, **overrides: Any) -> ApproxOptions:

@@ -133,6 +133,21 @@ def _fit_lines(res: Any) -> list[str]:
     ]
 
 
+def _linear_lines(res: Any) -> list[str]:
+    """The linear soft Q-functions' diagnostics for the printed result."""
+    return [
+        (
+            f"seed spread (std)   {res.seed_std:.4f}   models se {res.model_se:.4f}, "
+            f"rollout se {res.bootstrap_se:.4f}"
+        ),
+        (
+            f"rounds of data      {' -> '.join(f'{v:.4f}' for v in res.stages)}   (the largest "
+            f"move, {res.allowance:.4f}, is added to the interval)"
+        ),
+        f"Bellman residual    {res.residual_rms:.4f}   (RMS, fraction of the largest return)",
+    ]
+
+
 def _empirical_lines(res: Any) -> list[str]:
     """The empirical MDP's diagnostics for the printed result."""
     return [
@@ -179,8 +194,10 @@ def score_approx(args: argparse.Namespace) -> int:
             raise ValueError(f"--{opt.replace('_', '-')} is not available with --approx.")
     import torch as th
 
-    # 64-unit networks train fastest on one thread; more only contend on small machines
-    th.set_num_threads(1)
+    if settings.get("method") != "linear":
+        # 64-unit networks train fastest on one thread; more only contend on small machines (the
+        # linear method's large matrix products use torch's default threads)
+        th.set_num_threads(1)
     source = EnvSource(args.env, horizon=args.horizon)
     policy, label = _policy(args, source.n_actions)
     n_models = getattr(args, "approx_models", None) or 3
@@ -201,11 +218,13 @@ def score_approx(args: argparse.Namespace) -> int:
         "empirical": "the empirical MDP of the observations",
         "auto": f"the empirical MDP if the observations take few values, else {n_models} soft "
         "Q-networks",
+        "linear": f"{n_models} linear soft Q-functions",
     }[kwargs.get("method", "soft_q")]
+    counts = "rounds of data" if kwargs.get("method") == "linear" else "soft Q-iterations"
     print(
         f"Approximate known-utility MEG of {label} in {source.name} (|A|={source.n_actions}, "
         f"H={source.horizon}; utility: the environment reward; {how})\n"
-        "The bar counts soft Q-iterations; its remaining time is the time estimate.",
+        f"The bar counts {counts}; its remaining time is the time estimate.",
         flush=True,
     )
     t0 = time.perf_counter()
@@ -230,7 +249,7 @@ def score_approx(args: argparse.Namespace) -> int:
         f"Gibbs certificate   {res.certificate:.4f}   (no model family can exceed it)",
         f"beta*               {res.beta:.4g}   (utility units)",
         f"mean return         {res.expected_return:.4f}",
-        *(_empirical_lines(res) if res.method == "empirical" else _fit_lines(res)),
+        *{"empirical": _empirical_lines, "linear": _linear_lines}.get(res.method, _fit_lines)(res),
         f"environment steps   {res.n_env_steps}",
         f"wall time           {wall:.1f} s",
     ]

@@ -222,10 +222,11 @@ def meg_approx_unknown(
     ):
         raise ValueError(f"utility_lr must be a positive finite number, got {utility_lr!r}.")
     opts = ApproxOptions.of(options, **settings)
-    if opts.method == "empirical":
+    if opts.method in ("empirical", "linear"):
         raise ValueError(
-            "method='empirical' is not available for the unknown-utility bound: its class is a "
-            "function of the observation fitted by soft Q-fits; use method='auto' or 'soft_q'."
+            f"method={opts.method!r} is not available for the unknown-utility bound: its class "
+            "is a function of the observation fitted by soft Q-fits; use method='auto' or "
+            "'soft_q'."
         )
     source = EnvSource(env, horizon=horizon)
     pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)

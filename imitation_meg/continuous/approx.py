@@ -24,7 +24,7 @@ structure as the discrete estimator (:mod:`imitation_meg.approx.known`):
 4. The estimate is the mean over fits of each fit's maximum; the interval combines the
    bootstrap over evaluation episodes, the fits' spread (Student ``t``) and the largest move of
    the estimate from an earlier stage (the discrete estimator's :func:`~imitation_meg.approx.
-   evaluate._interval`). The certificate is the policy's own log-likelihood ratio
+   evaluate.stage_interval`). The certificate is the policy's own log-likelihood ratio
    ``E_pi[sum_t KL(pi(. | s_t) || u)]`` (``inf`` for PPO's clipped Gaussian).
 
 **What the number means.** MEG here is a KL-like quantity with no ceiling: how much better, in
@@ -52,7 +52,7 @@ import torch as th
 from imitation_meg.approx.core import ProgressBar
 from imitation_meg.approx.evaluate import (
     ApproxMEGWarning,
-    _interval,
+    stage_interval,
     mean_curve,
     stages_settled,
     warn_unsettled,
@@ -514,7 +514,7 @@ def _summarise(
     intervals: list[Any] = []
     for _, stage_mats in stages:
         intervals.append(
-            _interval(
+            stage_interval(
                 stage_mats,
                 K,
                 earlier=[i.mean for i in intervals],

@@ -530,12 +530,12 @@ def test_allowance_is_the_largest_move_from_any_earlier_stage():
     """The stages' estimates 1.0, 1.5, 1.05: the last is close to the first, but the refits
     moved it by 0.45 on the way, and that is the allowance (the fits agree and the episodes are
     identical, so the sampling part is 0 and the half-width is the allowance alone)."""
-    from imitation_meg.approx.evaluate import _interval
+    from imitation_meg.approx.evaluate import stage_interval
 
     mats = {name: np.full((4, 3), 1.05) for name in ("0", "1", "all")}
     seq = np.random.SeedSequence(0)
     kw = {"n_models": 2, "certificate": 10.0, "n_boot": 20, "confidence": 0.95, "s_boot": seq}
-    last = _interval(mats, earlier=[1.0, 1.5], **kw)
+    last = stage_interval(mats, earlier=[1.0, 1.5], **kw)
     assert last.mean == pytest.approx(1.05)
     assert (last.se_models, last.se_boot) == pytest.approx((0.0, 0.0), abs=1e-12)
     assert last.allowance == pytest.approx(0.45) and last.shift == pytest.approx(0.05)
