@@ -10,6 +10,8 @@ an SB3 object has to be handled.
 - :class:`ApproxOptions`: the settings both take (one record, the same defaults).
 - :mod:`imitation_meg.approx.envs`: tabular environments seen through non-index observations,
   with their exact MEG, for validation.
+- :mod:`imitation_meg.approx.empirical` and :mod:`imitation_meg.approx.linear`: the opt-in
+  methods ``method="empirical"`` / ``"auto"`` and ``method="linear"`` (docs/approx.md).
 """
 
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning

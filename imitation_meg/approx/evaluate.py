@@ -429,7 +429,7 @@ def summarise(
     cert = float(cert_ep.mean())
     scans = list(stages) or [(betas, mats)]
     per_stage = [m for _, m in scans]
-    stage = functools.partial(
+    interval_of = functools.partial(
         stage_interval,
         n_models=K,
         certificate=cert,
@@ -439,7 +439,7 @@ def summarise(
     )
     intervals: list[_Interval] = []
     for stage_mats in per_stage:
-        intervals.append(stage(stage_mats, earlier=[i.mean for i in intervals]))
+        intervals.append(interval_of(stage_mats, earlier=[i.mean for i in intervals]))
     # the first fit's estimate, which the refits' move is measured from (NaN: no refits)
     first_stage = intervals[0].mean if len(per_stage) > 1 else math.nan
     last = intervals[-1]

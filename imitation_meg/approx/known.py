@@ -118,7 +118,7 @@ def meg_approx(
     source = EnvSource(env, horizon=horizon)
     pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)
     opts = opts.resolved(source)
-    assert opts.iterations is not None
+    assert opts.iterations is not None and opts.n_data_steps is not None
     run = Run(
         source,
         pol,

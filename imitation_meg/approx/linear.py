@@ -16,7 +16,7 @@ columns of one product. There is nothing to converge: for a given data set and f
 result is the exact fitted soft Q-iteration with ``H`` iterations.
 
 Features ``phi(x) = [1, x, sqrt(2 / k) cos(x Omega + b)]`` of the standardised flat observation
-``x``: the observation itself (one-hot observations then give an exact tabular model) and ``k``
+``x``: the observation itself (one-hot observations then give a tabular model, up to the ridge) and ``k``
 random Fourier features (``Omega`` Gaussian with scale ``1 / bandwidth`` per standardised unit).
 The fitted values are clipped to the range every soft value lies in (``(H - t)`` times the data's
 reward range), which keeps extrapolation to states the data never reached bounded.
@@ -24,6 +24,7 @@ reward range), which keeps extrapolation to states the data never reached bounde
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -52,6 +53,7 @@ __all__ = [
     "PRECISION_SHARE",
     "RIDGE",
     "LinearSoftQ",
+    "action_soft_mean",
     "linear_estimate",
     "rounds",
     "scan",
@@ -162,7 +164,7 @@ class LinearSoftQ:
     def _clip(self, q: th.Tensor, togo: int) -> th.Tensor:
         return q.clamp_(togo * self._r_lo, togo * self._r_hi)
 
-    def tables(self, betas: Sequence[float]) -> th.Tensor:
+    def tables(self, betas: Sequence[float] | np.ndarray) -> th.Tensor:
         """``(H + 1, A, G, F)`` weights of ``q_t(., a)`` for each rationality ``betas`` ``(G,)``
         (utility units; ``q_H = 0``), by backward induction with every rationality as a row.
         (Rationalities lead the arrays: each ``beta`` then multiplies a contiguous row.)"""
@@ -177,7 +179,7 @@ class LinearSoftQ:
             W[H - 1, a] = self._r_all[sl] @ self._proj_last[a]
         for t in range(H - 2, -1, -1):
             qn = [self._clip(W[t + 1, a] @ self._phi_next_t, H - t - 1) for a in range(A)]
-            y = soft_mean(qn, b).mul_(self._live).add_(self._r)
+            y = action_soft_mean(qn, b).mul_(self._live).add_(self._r)
             for a, sl in enumerate(self._slices):
                 th.matmul(y[:, sl], self._proj[a], out=W[t, a])
         return W
@@ -221,13 +223,13 @@ def _least_squares(phi: th.Tensor, ridge: float) -> th.Tensor:
     return th.linalg.solve(g, p.T).to(_DTYPE)
 
 
-def soft_mean(q: list[th.Tensor], b: th.Tensor) -> th.Tensor:
+def action_soft_mean(q: list[th.Tensor], b: th.Tensor) -> th.Tensor:
     """``(G, n)``: ``m_b(q) = (1/b) log((1/A) sum_a exp(b q_a))`` of the actions' values ``q``
     (``A`` tensors ``(G, n)``, overwritten) with one rationality ``b[g]`` per row (``b``
     ``(G, 1)``; the mean where ``b[g] = 0``). Whole-array operations, one per action: a reduction
     over a short axis costs several times more."""
     zero = (b == 0).reshape(-1)
-    mean = sum(q) / len(q) if bool(zero.any()) else None
+    mean = functools.reduce(th.add, q) / len(q) if bool(zero.any()) else None
     safe = th.where(b == 0, th.ones_like(b), b)
     z = [v.mul_(safe) for v in q]
     top = z[0].clone()

@@ -117,34 +117,40 @@ def _policy(args: argparse.Namespace, n_actions: int) -> tuple[Any, str]:
     return pol, label
 
 
+def _spread_line(res: Any) -> str:
+    """The fits' spread for the printed result."""
+    return (
+        f"seed spread (std)   {res.seed_std:.4f}   models se {res.model_se:.4f}, "
+        f"rollout se {res.bootstrap_se:.4f}"
+    )
+
+
+def _residual_line(res: Any) -> str:
+    return f"Bellman residual    {res.residual_rms:.4f}   (RMS, fraction of the largest return)"
+
+
 def _fit_lines(res: Any) -> list[str]:
     """The soft Q-fits' diagnostics for the printed result."""
     return [
-        (
-            f"seed spread (std)   {res.seed_std:.4f}   models se {res.model_se:.4f}, "
-            f"rollout se {res.bootstrap_se:.4f}"
-        ),
+        _spread_line(res),
         (
             f"refits moved it by  {res.refine_shift:+.4f}   (stages "
             f"{' -> '.join(f'{v:.4f}' for v in res.stages)}; the largest move, "
             f"{res.allowance:.4f}, is added to the interval as a convergence allowance)"
         ),
-        f"Bellman residual    {res.residual_rms:.4f}   (RMS, fraction of the largest return)",
+        _residual_line(res),
     ]
 
 
 def _linear_lines(res: Any) -> list[str]:
     """The linear soft Q-functions' diagnostics for the printed result."""
     return [
-        (
-            f"seed spread (std)   {res.seed_std:.4f}   models se {res.model_se:.4f}, "
-            f"rollout se {res.bootstrap_se:.4f}"
-        ),
+        _spread_line(res),
         (
             f"rounds of data      {' -> '.join(f'{v:.4f}' for v in res.stages)}   (the largest "
             f"move, {res.allowance:.4f}, is added to the interval)"
         ),
-        f"Bellman residual    {res.residual_rms:.4f}   (RMS, fraction of the largest return)",
+        _residual_line(res),
     ]
 
 
@@ -175,7 +181,7 @@ def score_approx(args: argparse.Namespace) -> int:
 
     from imitation_meg.approx.evaluate import UNSETTLED_NOTE
     from imitation_meg.approx.known import meg_approx
-    from imitation_meg.approx.options import ApproxOptions
+    from imitation_meg.approx.options import DATA_STEPS, ApproxOptions
     from imitation_meg.approx.rollouts import EnvSource
 
     names = {f.name for f in dataclasses.fields(ApproxOptions)}
@@ -254,7 +260,13 @@ def score_approx(args: argparse.Namespace) -> int:
         f"wall time           {wall:.1f} s",
     ]
     print("\n".join(lines))
-    if res.settled is False:
+    if res.settled is False and res.method == "linear":
+        print(
+            "\n(The rounds of data had not settled when the data budget was spent, so the "
+            "interval may be too narrow. Pass a larger budget (--approx-option "
+            f"n_data_steps={2 * int(kwargs.get('n_data_steps') or DATA_STEPS)}) and compare.)"
+        )
+    elif res.settled is False:
         print(f"\n({UNSETTLED_NOTE})")
     if res.at_boundary:
         print("\n(The optimum lies at the largest |beta| tried: the supremum may be a limit.)")

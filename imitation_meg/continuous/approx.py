@@ -52,8 +52,8 @@ import torch as th
 from imitation_meg.approx.core import ProgressBar
 from imitation_meg.approx.evaluate import (
     ApproxMEGWarning,
-    stage_interval,
     mean_curve,
+    stage_interval,
     stages_settled,
     warn_unsettled,
 )

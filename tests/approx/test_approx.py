@@ -523,6 +523,7 @@ def test_a_run_still_moving_says_so(small_case):
     said = [w for w in caught if "not settled" in str(w.message)]
     assert res.settled is False and len(said) == 1
     assert issubclass(said[0].category, ApproxMEGWarning)
+    assert "the last refit moved the estimate" in str(said[0].message)
     assert abs(res.stages[1] - res.stages[0]) > 0.01 * res.upper_bound
 
 
@@ -541,8 +542,8 @@ def test_allowance_is_the_largest_move_from_any_earlier_stage():
     assert last.allowance == pytest.approx(0.45) and last.shift == pytest.approx(0.05)
     assert (last.low, last.high) == pytest.approx((0.6, 1.5))
     # the first stage has no earlier one; clipping at 0 and at the certificate still applies
-    assert _interval(mats, earlier=[], **kw).allowance == 0.0
-    wide = _interval(mats, earlier=[3.0], **{**kw, "certificate": 2.5})
+    assert stage_interval(mats, earlier=[], **kw).allowance == 0.0
+    wide = stage_interval(mats, earlier=[3.0], **{**kw, "certificate": 2.5})
     assert (wide.low, wide.high) == pytest.approx((0.0, 2.5))
 
 

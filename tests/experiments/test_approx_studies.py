@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+from typing import Any
 
 import numpy as np
 
@@ -224,7 +225,9 @@ FROZEN_DEFAULTS = {
 def test_meg_approx_defaults_are_frozen():
     """The estimator's defaults are those the held-out families validate (see
     :data:`FROZEN_DEFAULTS`); the held-out config runs them and only them. (The seed, the
-    progress bar and the device the fits run on are not settings of the estimate.)"""
+    progress bar and the device the fits run on are not settings of the estimate; the other
+    methods' own settings, ``max_states`` and ``n_features``, are frozen in their records
+    below.)"""
     import dataclasses
 
     from imitation_meg.approx import ApproxOptions, evaluate, options, soft_q
@@ -234,7 +237,7 @@ def test_meg_approx_defaults_are_frozen():
         "options": {
             f.name: getattr(defaults, f.name)
             for f in dataclasses.fields(ApproxOptions)
-            if f.name not in ("seed", "progress", "device", "max_states")
+            if f.name not in ("seed", "progress", "device", "max_states", "n_features")
         },
         "schedule(H = 20)": defaults.schedule(20),
     }
@@ -275,17 +278,53 @@ FROZEN_EMPIRICAL = {
 def test_empirical_defaults_are_the_frozen_ones():
     """The empirical MDP's settings are those its two tables were run with; a change needs new
     held-out families (docs/approx.md), not a new number here."""
-    from imitation_meg.approx import ApproxOptions, empirical, options
+    from imitation_meg.approx import empirical
+
+    assert _current(FROZEN_EMPIRICAL, empirical) == FROZEN_EMPIRICAL
+
+
+def _current(record: dict[str, Any], module: Any) -> dict[str, Any]:
+    """The present values of a frozen record's keys: ``options.NAME`` a default of
+    ``ApproxOptions`` (or a constant of its module), ``<module>.NAME`` a constant of ``module``."""
+    from imitation_meg.approx import ApproxOptions, options
 
     defaults = ApproxOptions()
     current = {}
-    for key in FROZEN_EMPIRICAL:
-        module, name = key.split(".")
-        if module == "options" and hasattr(defaults, name):
+    for key in record:
+        where, name = key.split(".")
+        if where == "options" and hasattr(defaults, name):
             current[key] = getattr(defaults, name)
         else:
-            current[key] = getattr({"options": options, "empirical": empirical}[module], name)
-    assert current == FROZEN_EMPIRICAL
+            current[key] = getattr(options if where == "options" else module, name)
+    return current
+
+
+#: The linear soft Q-functions' settings when configs/approx_validation_linear.yaml and
+#: approx_heldout_linear.yaml ran (commit 3a743c4 froze them before any of their units).
+FROZEN_LINEAR = {
+    "options.n_features": 100,
+    "options.n_data_steps": None,
+    "options.n_models": 3,
+    "options.n_boot": 500,
+    "options.confidence": 0.95,
+    "options.DATA_STEPS": 180_000,
+    "linear.BANDWIDTH": 1.0,
+    "linear.RIDGE": 1e-4,
+    "linear.FIRST_STEPS": 30_000,
+    "linear.PRECISION_SHARE": 0.05,
+    "linear.PRECISION_BOUND": 0.01,
+    "linear.COARSE_STEP": 1.0,
+    "linear.FINE_HALF": 0.5,
+    "linear.FINE_STEP": 0.1,
+}
+
+
+def test_linear_defaults_are_the_frozen_ones():
+    """The linear soft Q-functions' settings are those its tables were run with; a change needs
+    new held-out families (docs/approx.md), not a new number here."""
+    from imitation_meg.approx import linear
+
+    assert _current(FROZEN_LINEAR, linear) == FROZEN_LINEAR
 
 
 def test_study_configs_refuse_what_the_estimator_refuses(tmp_path):

@@ -1,0 +1,155 @@
+"""Linear soft Q-functions by backward induction (``meg_approx(..., method="linear")``)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch as th
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import imitation_meg as im
+from imitation_meg.approx import linear, meg_approx, meg_approx_unknown
+from imitation_meg.approx.envs import TablePolicy, TabularGymEnv
+from imitation_meg.approx.evaluate import ApproxMEGWarning
+from imitation_meg.approx.linear import action_soft_mean, rounds
+from imitation_meg.approx.options import ApproxOptions
+
+th.set_num_threads(1)
+
+#: First-round data per fit in these tests (the default's 30 000 would make them slow); the
+#: rounds and their rule are the same.
+FIRST = 1_500
+
+
+@pytest.fixture(autouse=True)
+def _small_rounds(monkeypatch):
+    monkeypatch.setattr(linear, "FIRST_STEPS", FIRST)
+
+
+def _case(seed: int, *, branching: int) -> tuple[im.TabularMDP, np.ndarray, th.Tensor]:
+    """A random MDP (10 states, 3 actions, H = 6, a start among 4 states, the expected utility
+    of each state and action as its reward), one-hot observations, a softmax policy."""
+    base = im.envs.random_mdp(10, 3, 6, branching=branching, seed=seed)
+    p0 = np.zeros(10)
+    p0[:4] = 0.25
+    mdp = im.TabularMDP(
+        (base.next_state, base.prob), utility=base.reward_sa(), horizon=6, initial_state_dist=p0
+    )
+    logits = th.as_tensor(np.random.default_rng(seed).normal(size=(10, 3)) * 2)
+    return mdp, np.eye(10, dtype=np.float32), th.softmax(logits, -1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n_actions=st.integers(2, 5),
+    scale=st.sampled_from([1e-3, 1.0, 50.0]),
+)
+def test_soft_mean_is_the_scaled_log_mean_exp(seed, n_actions, scale):
+    """``m_b(q) = (1/b) log((1/A) sum_a exp(b q_a))`` for every rationality row, the mean at
+    ``b = 0``, within float32 rounding; and it lies between the smallest and largest value."""
+    gen = np.random.default_rng(seed)
+    q = gen.normal(size=(n_actions, 5, 7)) * scale
+    b = np.concatenate([[0.0], gen.normal(size=4) * 3 / scale]).reshape(-1, 1)
+    got = action_soft_mean([th.as_tensor(v, dtype=th.float32) for v in q], th.as_tensor(b).float())
+    z = b[None] * q
+    top = z.max(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = (np.log(np.exp(z - top).mean(0)) + top) / b
+    want[0] = q[:, 0].mean(0)
+    tol = 1e-5 * (1 + np.abs(q).max())
+    np.testing.assert_allclose(got.double().numpy(), want, atol=tol)
+    assert np.all(got.double().numpy() >= q.min(0) - tol)
+    assert np.all(got.double().numpy() <= q.max(0) + tol)
+
+
+def test_rounds_double_up_to_the_budget():
+    assert rounds(30, 200) == [30, 60, 120, 200]
+    assert rounds(30, 30) == [30]
+    assert rounds(30, 10) == [10]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_one_hot_observations_give_the_exact_meg(seed):
+    """One-hot observations make the linear model tabular: with deterministic dynamics the
+    backward induction is exact soft value iteration on the reached states, so the estimate is the
+    exact MEG up to the ridge and the evaluation episodes' noise, and its interval holds it."""
+    mdp, obs, table = _case(seed, branching=1)
+    exact = im.meg(table, mdp).meg
+    res = meg_approx(
+        TablePolicy(table, obs),
+        lambda: TabularGymEnv(mdp, obs),
+        seed=3,
+        method="linear",
+        n_data_steps=12_000,
+        n_eval_episodes=2_000,
+    )
+    assert res.method == "linear" and res.n_states == 0
+    assert res.meg == pytest.approx(exact, abs=0.03 * mdp.horizon * math.log(3))
+    assert res.low <= exact <= res.high
+    assert res.certificate >= res.meg
+    assert len(res.models) == 3 and all(math.isfinite(m["residual_rms"]) for m in res.models)
+
+
+def test_stochastic_case_is_covered_and_repeats_itself():
+    """Stochastic dynamics: the interval holds the exact MEG; the same seed gives the same
+    result, another seed another; the stages are the rounds of data."""
+    mdp, obs, table = _case(4, branching=3)
+    exact = im.meg(table, mdp).meg
+    kw = {"method": "linear", "n_data_steps": 24_000, "n_eval_episodes": 1_000}
+    pol, make = TablePolicy(table, obs), lambda: TabularGymEnv(mdp, obs)
+    with warnings.catch_warnings():  # whether the rounds settle is not this test's question
+        warnings.simplefilter("ignore", ApproxMEGWarning)
+        a = meg_approx(pol, make, seed=5, **kw)
+        b = meg_approx(pol, make, seed=5, **kw)
+        c = meg_approx(pol, make, seed=6, **kw)
+    assert a.low <= exact <= a.high
+    assert (a.meg, a.low, a.high, a.stages) == (b.meg, b.low, b.high, b.stages)
+    assert a.meg != c.meg
+    assert 1 <= len(a.stages) <= len(rounds(FIRST, 24_000))
+    assert a.stages[-1] == pytest.approx(a.meg) or a.meg in (0.0, a.certificate)
+
+
+def test_a_budget_of_one_round_is_unsettled_and_says_so():
+    """One round of data leaves nothing to compare: ``settled`` is False, with a warning that
+    names the budget."""
+    mdp, obs, table = _case(2, branching=3)
+    with pytest.warns(ApproxMEGWarning, match="n_data_steps=1500"):
+        res = meg_approx(
+            TablePolicy(table, obs),
+            lambda: TabularGymEnv(mdp, obs),
+            method="linear",
+            n_data_steps=FIRST,
+            n_eval_episodes=50,
+        )
+    assert res.settled is False and len(res.stages) == 1
+
+
+def test_uniform_policy_scores_zero_on_continuous_observations():
+    """The uniform policy is the beta = 0 model: exactly 0 on CartPole, whatever the fits."""
+    uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ApproxMEGWarning)
+        res = meg_approx(
+            uniform,
+            "CartPole-v1",
+            horizon=30,
+            method="linear",
+            n_data_steps=900,
+            n_eval_episodes=20,
+        )
+    assert (res.meg, res.certificate) == (0.0, 0.0)
+    assert res.method == "linear"
+
+
+def test_settings_are_checked():
+    with pytest.raises(ValueError, match="n_features"):
+        ApproxOptions(n_features=-1)
+    with pytest.raises(ValueError, match="method"):
+        ApproxOptions(method="lsq")
+    with pytest.raises(ValueError, match="method='linear' is not available"):
+        meg_approx_unknown(lambda o: np.full((len(o), 2), 0.5), "CartPole-v1", method="linear")
