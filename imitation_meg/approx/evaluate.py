@@ -14,7 +14,7 @@ import math
 import time
 import warnings
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch as th
@@ -404,12 +404,12 @@ def summarise(
     method: str = "soft_q",
     stage: str = "refit",
     advice: str | None = None,
-    settled: bool | None = None,
+    settled: bool | Literal["stages"] | None = "stages",
 ) -> ApproxMEGResult:
     """The estimate, its interval and the diagnostics (``method`` names the fits; ``stage``
-    and ``advice`` word the warning of stages that have not settled; ``settled``, when given,
-    is the caller's own verdict on its stages, warned about with ``advice`` when False, in place
-    of :func:`stages_settled`).
+    and ``advice`` word the warning of stages that have not settled; ``settled`` is
+    ``"stages"`` for :func:`stages_settled`'s verdict, or the caller's own, warned about with
+    ``advice`` when False).
 
     ``stages`` holds what :func:`scan` returned after the first fit and after each refit
     (``stages[-1]`` is ``(betas, mats)``; empty: no refits). The interval is widened by the
@@ -464,10 +464,10 @@ def summarise(
         )
     bound = float(horizon * math.log(A))
     stage_means = [i.mean for i in intervals]
-    if settled is None:
+    if settled == "stages":
         warn_unsettled(stage_means, last.sampling, bound, "H log|A|", stage=stage, advice=advice)
         settled = stages_settled(stage_means, last.sampling, bound)
-    elif not settled:
+    elif settled is False:
         warnings.warn(
             f"the estimate has not settled (stages {' -> '.join(f'{v:.4g}' for v in stage_means)}"
             f"): {advice}",

@@ -358,6 +358,9 @@ def linear_estimate(run: Run) -> ApproxMEGResult:
     have = 0
     models: list[LinearSoftQ] = []
     settled = False
+    # one fit has no spread, and no replicates no sampling half-width: nothing measures the
+    # precision, so the rounds run to the budget and ``settled`` is None
+    measurable = opts.n_boot >= 2 and opts.n_models >= 2
     for i, size in enumerate(rounds(FIRST_STEPS, opts.n_data_steps)):
         for k, mseed in enumerate(run.model_seeds):
             parts[k].append(
@@ -400,7 +403,7 @@ def linear_estimate(run: Run) -> ApproxMEGResult:
         means.append(now.mean)
         fits_half = float(stdtrit(len(models) - 1, 0.5 + opts.confidence / 2)) * now.se_models
         precise = fits_half <= max(PRECISION_SHARE * abs(now.mean), PRECISION_BOUND * bound)
-        settled = bool(stages_settled(means, now.sampling, bound)) and precise
+        settled = bool(stages_settled(means, now.sampling, bound)) and precise and measurable
         if settled:
             break
     betas, mats = stages[-1]
@@ -425,5 +428,5 @@ def linear_estimate(run: Run) -> ApproxMEGResult:
             "allowance (the moves seen) need not cover the error left (settled=False). Pass a "
             "larger n_data_steps= and compare."
         ),
-        settled=settled if opts.n_boot >= 2 and len(models) >= 2 else None,
+        settled=settled if measurable else None,
     )

@@ -153,3 +153,37 @@ def test_settings_are_checked():
         ApproxOptions(method="lsq")
     with pytest.raises(ValueError, match="method='linear' is not available"):
         meg_approx_unknown(lambda o: np.full((len(o), 2), 0.5), "CartPole-v1", method="linear")
+
+
+def test_command_line_prints_the_rounds(tmp_path, capsys):
+    """``imitation-meg score ... --approx-option method=linear`` scores with the linear method and
+    prints its own lines (the rounds of data, not refits)."""
+    import json
+
+    from imitation_meg.cli import main
+
+    out = tmp_path / "o.json"
+    argv = ["score", "--env", "CartPole-v1", "--policy", "uniform", "--horizon", "10"]
+    for opt in ("method=linear", "n_data_steps=3000", "n_eval_episodes=20"):
+        argv += ["--approx-option", opt]
+    assert main([*argv, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "3 linear soft Q-functions" in printed and "rounds of data" in printed
+    assert "refits moved it" not in printed
+    res = json.loads(out.read_text())["result"]
+    assert res["method"] == "linear" and res["meg"] == 0.0 and len(res["stages"]) == 2
+
+
+def test_without_replicates_the_rounds_run_to_the_budget():
+    """``n_boot=0``: no sampling half-width, so nothing says the rounds settled: all of them
+    run and ``settled`` is None (no warning)."""
+    mdp, obs, table = _case(3, branching=1)
+    res = meg_approx(
+        TablePolicy(table, obs),
+        lambda: TabularGymEnv(mdp, obs),
+        method="linear",
+        n_data_steps=6_000,
+        n_eval_episodes=50,
+        n_boot=0,
+    )
+    assert res.settled is None and len(res.stages) == len(rounds(FIRST, 6_000))
