@@ -311,15 +311,17 @@ def scan(
     lo, hi = _DECADES
     mags = 10.0 ** np.arange(lo, hi + 1e-9, COARSE_STEP) / q_ref
     coarse = np.concatenate([-mags[::-1], [0.0], mags])
-    betas = coarse if around == 0.0 else np.zeros(1)
+    whole = around == 0.0  # the coarse grid is scanned
+    betas = coarse if whole else np.zeros(1)
     mats = _columns(models, ev, betas)
-    best = betas[_best(betas, mats)] if around == 0.0 else around
+    best = betas[_best(betas, mats)] if whole else around
     for _ in range(_MAX_CLIMB):
         more = _fine(best, betas) if best != 0.0 else np.zeros(0)
         if more.size:
             betas, mats = _merge(betas, mats, more, _columns(models, ev, more))
         new = betas[_best(betas, mats)]
-        if new == 0.0 and betas.size < coarse.size:  # the window found nothing: scan it all
+        if new == 0.0 and not whole:  # the windows found nothing: scan the coarse grid too
+            whole = True
             more = coarse[~np.isclose(coarse[:, None], betas[None, :], rtol=1e-9, atol=0).any(1)]
             betas, mats = _merge(betas, mats, more, _columns(models, ev, more))
             new = betas[_best(betas, mats)]

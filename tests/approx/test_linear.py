@@ -187,3 +187,36 @@ def test_without_replicates_the_rounds_run_to_the_budget():
         n_boot=0,
     )
     assert res.settled is None and len(res.stages) == len(rounds(FIRST, 6_000))
+
+
+def test_a_scan_started_where_every_model_is_worse_than_uniform_scans_the_grid():
+    """A later round starts its scan at the earlier round's best rationality; when every value
+    of that window is below the uniform model's 0 (here a start 1e4 times the optimum, with its
+    sign flipped), the scan falls back to the whole coarse grid and finds the same optimum as a
+    scan from scratch."""
+    from imitation_meg.approx import EnvSource, as_policy_fn, collect
+    from imitation_meg.approx.core import collect_data, policy_behaviour
+
+    mdp, obs, table = _case(4, branching=3)
+    source = EnvSource(lambda: TabularGymEnv(mdp, obs))
+    pol = as_policy_fn(TablePolicy(table, obs), n_actions=3)
+    ev = collect(source, policy_behaviour(pol), 300, np.random.default_rng(0), scored=pol)
+    models = [
+        linear.LinearSoftQ(
+            collect_data(source, pol, 3_000, np.random.default_rng(k), n_envs=16),
+            3,
+            source.horizon,
+            n_features=20,
+            bandwidth=1.0,
+            ridge=1e-4,
+            seed=k,
+        )
+        for k in range(2)
+    ]
+    q_ref = float(np.median([m.q_scale for m in models]))
+    betas, mats = linear.scan(models, ev, q_ref)
+    best = betas[linear._best(betas, mats)]
+    assert best > 0
+    far_b, far = linear.scan(models, ev, q_ref, around=-1e4 * best)
+    assert far_b[linear._best(far_b, far)] == best
+    assert far_b.size > betas.size  # the window, then the whole grid
