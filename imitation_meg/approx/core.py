@@ -82,19 +82,35 @@ def model_behaviour(model: SoftQModel, b: float) -> Behaviour:
 class ProgressBar:
     """A tqdm bar when ``enabled`` and tqdm is installed; its rate gives the time estimate."""
 
-    def __init__(self, enabled: bool, *, total: int, desc: str) -> None:
+    def __init__(self, enabled: bool, *, total: int, desc: str, unit: str = "it") -> None:
         self._bar: Any = None
         if enabled:
             try:
                 from tqdm.auto import tqdm
 
-                self._bar = tqdm(total=total, desc=desc, unit="it", leave=False)
+                self._bar = tqdm(total=total, desc=desc, unit=unit, leave=False)
             except ImportError:  # pragma: no cover - tqdm is in the experiments extra
                 self._bar = None
 
+    @property
+    def counts(self) -> tuple[int, int] | None:
+        """``(done, total)`` of the bar, or None when no bar is shown."""
+        return None if self._bar is None else (int(self._bar.n), int(self._bar.total))
+
     def update(self, n: int) -> None:
+        """Count ``n`` more units (the total grows when whole episodes overshoot it)."""
         if self._bar is not None:
+            if self._bar.total is not None and self._bar.n + n > self._bar.total:
+                self._bar.total = self._bar.n + n
             self._bar.update(n)
+
+    def restart(self, *, total: int, desc: str, unit: str = "it") -> None:
+        """Count other units from 0 (a method that hands over to another, or counts data
+        steps instead of iterations)."""
+        if self._bar is not None:
+            self._bar.reset(total=total)
+            self._bar.set_description(desc, refresh=False)
+            self._bar.unit = unit
 
     def close(self) -> None:
         if self._bar is not None:
@@ -112,6 +128,7 @@ class Run:
         opts: the settings, resolved for ``source`` (:meth:`ApproxOptions.resolved`).
         bar_total: soft Q-iterations (or other units) the progress bar counts.
         desc: the bar's label.
+        bar_unit: what the bar counts (tqdm's ``unit``).
         n_streams: independent seed streams the caller needs besides evaluation, models and
             bootstrap (in ``streams``).
         t_start: when the call began (``time.perf_counter()``; default now).
@@ -125,6 +142,7 @@ class Run:
         *,
         bar_total: int,
         desc: str,
+        bar_unit: str = "it",
         n_streams: int = 0,
         t_start: float | None = None,
     ) -> None:
@@ -135,7 +153,7 @@ class Run:
         )
         self.s_eval, self.s_boot = s_eval, s_boot
         self.model_seeds = [int(v) for v in s_models.generate_state(opts.n_models)]
-        self.bar = ProgressBar(opts.progress, total=bar_total, desc=desc)
+        self.bar = ProgressBar(opts.progress, total=bar_total, desc=desc, unit=bar_unit)
         self.n_env_steps = 0
 
     def count(self, n: int) -> None:

@@ -78,6 +78,7 @@ __all__ = [
     "ROUND_BOOT",
     "EmpiricalMDP",
     "NotTabular",
+    "data_budget",
     "empirical_estimate",
 ]
 
@@ -294,6 +295,11 @@ def _solve(model: EmpiricalMDP, run: Run, n_boot: int, rng: np.random.Generator)
     return _Round(value, value - half, value + half, se, reps, plain)
 
 
+def data_budget(n_models: int, n_data_steps: int) -> int:
+    """The empirical MDP's data budget in environment steps (its progress bar's total)."""
+    return max(FIRST_STEPS, n_models * n_data_steps)
+
+
 def empirical_estimate(run: Run) -> ApproxMEGResult:
     """Known-utility MEG of ``run``'s policy through the empirical MDP (module docstring).
 
@@ -310,7 +316,7 @@ def empirical_estimate(run: Run) -> ApproxMEGResult:
     assert opts.n_data_steps is not None
     H, A = run.source.horizon, run.source.n_actions
     bound = H * math.log(A)
-    budget = max(FIRST_STEPS, opts.n_models * opts.n_data_steps)
+    budget = data_budget(opts.n_models, opts.n_data_steps)
     rng = np.random.default_rng(run.s_boot)
     parts: list[Rollouts] = []
     total = 0
@@ -345,6 +351,7 @@ def empirical_estimate(run: Run) -> ApproxMEGResult:
         )
         parts.append(part)
         total += part.n_steps
+        run.bar.update(part.n_steps)
         data = Rollouts.concat(parts)
         model = EmpiricalMDP(data, A, H)
         if model.n_states > opts.max_states or data.n_steps < MIN_VISITS * model.n_states:

@@ -48,7 +48,7 @@ from typing import Any
 
 from imitation_meg import _threads
 from imitation_meg.approx.core import Run, estimate, evaluation_episodes, model_data
-from imitation_meg.approx.empirical import NotTabular, empirical_estimate
+from imitation_meg.approx.empirical import NotTabular, data_budget, empirical_estimate
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
 from imitation_meg.approx.linear import FIRST_STEPS, linear_estimate, rounds
 from imitation_meg.approx.options import ApproxOptions
@@ -119,19 +119,18 @@ def meg_approx(
     pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)
     opts = opts.resolved(source)
     assert opts.iterations is not None and opts.n_data_steps is not None
-    run = Run(
-        source,
-        pol,
-        opts,
-        bar_total=opts.n_models
-        * (
-            len(rounds(FIRST_STEPS, opts.n_data_steps))
-            if opts.method == "linear"
-            else opts.iterations * (1 + opts.refine)
-        ),
-        desc="MEG (approx)",
-        t_start=t_start,
-    )
+    fit_total = opts.n_models * opts.iterations * (1 + opts.refine)
+    # the bar counts fits per round (linear), data steps (the empirical MDP) or iterations
+    bar: dict[str, Any] = {"bar_total": fit_total, "desc": "MEG (approx)"}
+    if opts.method == "linear":
+        bar["bar_total"] = opts.n_models * len(rounds(FIRST_STEPS, opts.n_data_steps))
+    elif opts.method != "soft_q":
+        bar.update(
+            bar_total=data_budget(opts.n_models, opts.n_data_steps),
+            desc="MEG (empirical MDP)",
+            bar_unit="step",
+        )
+    run = Run(source, pol, opts, t_start=t_start, **bar)
     if opts.method == "linear":
         result = linear_estimate(run)
         run.bar.close()
@@ -148,6 +147,7 @@ def meg_approx(
                     f"method='empirical' needs an empirical MDP, but {e}. Use method='soft_q' "
                     "(or 'auto', which fits where it cannot be built) for this environment."
                 ) from None
+            run.bar.restart(total=fit_total, desc="MEG (approx)")
             if e.few:
                 warnings.warn(
                     f"the observations take few values but {e}, so the empirical MDP is not "

@@ -170,3 +170,43 @@ def test_without_replicates_there_is_no_interval_and_no_settled_claim(n_boot):
         warnings.simplefilter("ignore", ApproxMEGWarning)
         corrected = meg_approx(pol, make, seed=1, **kw)
     assert res.meg != corrected.meg and np.isfinite(corrected.low)
+
+
+def test_the_progress_bar_counts_data_steps_then_the_fits_it_hands_over_to(monkeypatch):
+    """``progress=True``: the empirical MDP's bar counts its data steps (it stood at 0 before);
+    when ``auto`` hands over to the soft Q-fits the bar counts their iterations from 0 to the
+    end."""
+    from imitation_meg.approx import core
+
+    closed: list[tuple[int, int] | None] = []
+    close = core.ProgressBar.close
+
+    def spy(self: core.ProgressBar) -> None:
+        closed.append(self.counts)
+        close(self)
+
+    monkeypatch.setattr(core.ProgressBar, "close", spy)
+    mdp, obs, table = _case(4, branching=3, start="four")
+    pol = TablePolicy(table, obs)
+    with pytest.warns(ApproxMEGWarning, match="interval half-width"):  # the small budget
+        res = meg_approx(
+            pol,
+            lambda: TabularGymEnv(mdp, obs),
+            method="empirical",
+            n_models=1,
+            n_data_steps=20_000,
+            progress=True,
+        )
+    (done, total), *_ = closed  # whole episodes: a little past the budget, which grows with it
+    assert res.method == "empirical" and 20_000 <= done == total < res.n_env_steps
+    closed.clear()
+
+    def make() -> _TimedReward:
+        return _TimedReward(mdp, obs)
+
+    small = {"n_data_steps": 300, "n_eval_episodes": 10, "n_models": 2, "iterations": 2}
+    with pytest.warns(ApproxMEGWarning, match="depends on the time step"):
+        res = meg_approx(
+            pol, make, method="auto", refine=1, steps_per_iteration=10, progress=True, **small
+        )
+    assert res.method == "soft_q" and closed == [(2 * 2 * 2, 2 * 2 * 2)]
