@@ -28,6 +28,7 @@ __all__ = [
     "ApproxMEGResult",
     "ApproxMEGWarning",
     "Ensemble",
+    "add_episode_values",
     "fit_maxima",
     "mean_curve",
     "scan",
@@ -182,6 +183,20 @@ class ApproxMEGResult:
         )
 
 
+def add_episode_values(out: th.Tensor, episode: th.Tensor, p: th.Tensor, logits: th.Tensor) -> None:
+    """Add each row's ``sum_a p(a) log softmax(logits)_a + log|A|`` to its episode's entry.
+
+    Args:
+        out: ``(n_eps, ...)`` float64 sums, updated in place.
+        episode: ``(N,)`` episode index of each row.
+        p: the scored policy's probabilities, broadcastable to ``logits``.
+        logits: ``(N, A, ...)`` the model's ``beta q`` (actions on axis 1; e.g. one column per
+            rationality after them).
+    """
+    terms = (p * th.log_softmax(logits, dim=1)).sum(1) + math.log(logits.shape[1])
+    out.index_add_(0, episode, terms)
+
+
 class Ensemble:
     """Per-episode ``sum_t (sum_a pi(a|s_t) log pi_beta(a|s_t) + log|A|)`` for model averages.
 
@@ -197,7 +212,6 @@ class Ensemble:
         self.p = th.as_tensor(ev.probs, dtype=th.float64)
         self.episode = th.as_tensor(ev.episode)
         self.n_eps = ev.n_episodes
-        self.log_a = math.log(models[0].n_actions)
         K = len(models)
         self.subsets: dict[str, list[int]] = {"all": list(range(K))}
         for k in range(K):
@@ -221,9 +235,7 @@ class Ensemble:
                     if all(self.models[j].null for j in idx):
                         continue  # uniform at every beta: exactly 0, not 0 up to rounding
                     q = qs[idx[0]] if len(idx) == 1 else th.stack([qs[j] for j in idx]).mean(0)
-                    lp = th.log_softmax(beta * q, dim=-1)
-                    terms = (self.p[sl] * lp).sum(-1) + self.log_a
-                    out[name].index_add_(0, self.episode[sl], terms)
+                    add_episode_values(out[name], self.episode[sl], self.p[sl], beta * q)
         return {name: v.numpy() for name, v in out.items()}
 
 

@@ -36,6 +36,7 @@ from imitation_meg.approx.core import Run, collect_data, evaluation_episodes
 from imitation_meg.approx.evaluate import (
     ApproxMEGResult,
     Ensemble,
+    add_episode_values,
     stage_interval,
     stages_settled,
     summarise,
@@ -252,12 +253,10 @@ def _columns(models: list[LinearSoftQ], ev: Rollouts, betas: np.ndarray) -> dict
     p = th.as_tensor(ev.probs, dtype=th.float64)[:, :, None]
     episode = th.as_tensor(ev.episode)
     b = th.as_tensor(betas, dtype=th.float64)
-    log_a = math.log(ev.probs.shape[1])
 
     def per_episode(q: th.Tensor) -> np.ndarray:
-        terms = (p * th.log_softmax(q * b, dim=1)).sum(1) + log_a
         out = th.zeros(ev.n_episodes, b.shape[0], dtype=th.float64)
-        out.index_add_(0, episode, terms)
+        add_episode_values(out, episode, p, q * b)
         out[:, b == 0] = 0.0  # the uniform model: exactly 0
         return out.numpy()
 
