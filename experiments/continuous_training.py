@@ -20,7 +20,6 @@ import dataclasses
 import itertools
 import pathlib
 import sys
-import time
 from typing import Any
 
 import numpy as np
@@ -158,7 +157,6 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
             done = int(model.num_timesteps)
         path = ckpt / f"{env_id}_{algo}_seed{seed}_{done}.zip"
         model.save(path)
-        t0 = time.process_time()
         res = meg_approx_continuous(
             model,
             env_id,
@@ -190,7 +188,6 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
                 "stages": list(res.stages),
                 "residual_rms": res.residual_rms,
                 "n_env_steps": res.n_env_steps,
-                "score_cpu_s": time.process_time() - t0,
                 "checkpoint": str(path),
             }
         )

@@ -26,7 +26,6 @@ import dataclasses
 import itertools
 import pathlib
 import sys
-import time
 from typing import Any
 
 import numpy as np
@@ -105,7 +104,6 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     from imitation_meg.continuous import policies
 
     exact = meg_continuous(policies.uniform(mdp) if pol == "uniform" else pol, mdp)
-    t0 = time.process_time()
     res = meg_approx_continuous(
         table_policy(pol, mdp),
         lambda: ContinuousTabularEnv(mdp),
@@ -137,7 +135,6 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         "seed_std": res.seed_std,
         "residual_rms": res.residual_rms,
         "n_env_steps": res.n_env_steps,
-        "cpu_s": time.process_time() - t0,
     }
 
 
@@ -162,7 +159,6 @@ def _summary(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 else None,
                 "covered": int(sum(r["covered"] for r in sel)),
                 "within_tolerance": int(sum(r["within"] for r in sel)),
-                "mean_cpu_s": float(np.mean([r["cpu_s"] for r in sel])),
             }
         )
     return out
