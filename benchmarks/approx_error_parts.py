@@ -14,8 +14,10 @@ Usage (from the repository root; every number is in % of ``H log|A|`` unless nam
     python benchmarks/approx_error_parts.py fits frozenlake_onehot ppo --seed 7 \\
         --set average=0.5 --set lr=0.003 --set last_steps=3
     python benchmarks/approx_error_parts.py eval taxi_onehot dqn --episodes 1000 --seeds 0-9
+    python benchmarks/approx_error_parts.py fits taxi_onehot dqn --set method='"linear"'
 
-The cases are those of ``configs/approx_validation.yaml`` and ``configs/approx_heldout.yaml``,
+The cases are those of ``configs/approx_validation.yaml``, ``configs/approx_heldout.yaml`` and
+``configs/approx_heldout_empirical_added.yaml``,
 each with its config's horizon and agents.
 
 ``eval`` is cheap (no fitting); ``fits`` runs one ``meg_approx`` (minutes) with ``--set`` on top of
@@ -36,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.approx import core, known
+from imitation_meg.approx import core, known, linear
 from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
 from imitation_meg.config import load_config, load_yaml
@@ -45,7 +47,11 @@ from imitation_meg.soft_vi import soft_value_iteration
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 #: The studies whose cases this script splits: the validation cases and the held-out families.
-CONFIGS = ("approx_validation.yaml", "approx_heldout.yaml")
+CONFIGS = (
+    "approx_validation.yaml",
+    "approx_heldout.yaml",
+    "approx_heldout_empirical_added.yaml",
+)
 
 
 #: the study's driver (its cases' policies, and the scoring rate of its DQN agents)
@@ -126,12 +132,12 @@ def fit_part(case_name: str, policy: str, seed: int, settings: dict[str, Any]) -
         seen.update(ev=ev, ens=ens, betas=betas, mats=mats)
         return summarise(ev, ens, betas, mats, **kw)
 
-    core.summarise = keep
+    core.summarise = linear.summarise = keep  # the soft Q-fits' and the linear method's
     try:
         eps = _epsilon(case_name, policy)
         res = known.meg_approx(pol, case.make, seed=seed, epsilon=eps, **settings)
     finally:
-        core.summarise = summarise
+        core.summarise = linear.summarise = summarise
     ev, ens, bound = seen["ev"], seen["ens"], exact.upper_bound
     n, H = ev.n_episodes, case.mdp.horizon
     grid = exact.beta * np.exp(np.linspace(-1.5, 1.5, 121))

@@ -852,9 +852,17 @@ def test_cli_score_dispatches_to_the_approximate_estimator(capsys):
 
 
 @pytest.mark.expensive
-@pytest.mark.timeout(900)  # training (1-2 min) + the score, which the assertion holds to 600 s
-def test_cli_scores_a_cartpole_ppo_zip_in_under_ten_minutes(tmp_path, capsys):
-    """The issue's acceptance command, end to end (measure on a quiet machine)."""
+@pytest.mark.timeout(900)  # training (1-2 min) + the score, which the assertion holds to a limit
+@pytest.mark.parametrize(
+    ("options", "limit"),
+    [((), 600), (("--approx-option", "method=linear"), 400)],
+    ids=["soft_q", "linear"],
+)
+def test_cli_scores_a_cartpole_ppo_zip_within_its_time(tmp_path, capsys, options, limit):
+    """The score command on a trained CartPole agent, end to end, on this module's one torch
+    thread, within the time each method's measurements in docs/approx.md allow (measure on a
+    quiet machine). The linear method's rounds do not settle on this agent (the fits' spread is
+    their features'), and it says so."""
     import time
 
     import stable_baselines3 as sb3
@@ -868,11 +876,18 @@ def test_cli_scores_a_cartpole_ppo_zip_in_under_ten_minutes(tmp_path, capsys):
     path = tmp_path / "ppo.zip"
     model.save(path)
     t0 = time.perf_counter()
-    code = main(["score", "--env", "CartPole-v1", "--policy", str(path), "--algo", "ppo"])
+    with warnings.catch_warnings():
+        if options:  # the command line prints the warning as a line (not an error here)
+            warnings.simplefilter("always", ApproxMEGWarning)
+        code = main(
+            ["score", "--env", "CartPole-v1", "--policy", str(path), "--algo", "ppo", *options]
+        )
     wall = time.perf_counter() - t0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    print(f"the score took {wall:.1f} s")  # shown with -s: the figure docs/development.md gives
     assert code == 0 and "MEG estimate" in out and "interval" in out
-    assert wall < 600, f"took {wall:.0f} s"
+    assert ("has not settled" in err) == bool(options)
+    assert wall < limit, f"took {wall:.0f} s"
 
 
 # ------------------------------------------------------------------------------ batched fits

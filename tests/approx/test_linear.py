@@ -73,11 +73,13 @@ def test_rounds_double_up_to_the_budget():
     assert rounds(30, 10) == [10]
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_one_hot_observations_give_the_exact_meg(seed):
-    """One-hot observations make the linear model tabular: with deterministic dynamics the
-    backward induction is exact soft value iteration on the reached states, so the estimate is the
-    exact MEG up to the ridge and the evaluation episodes' noise, and its interval holds it."""
+@pytest.mark.parametrize(("seed", "n_features"), [(0, 100), (1, 100), (0, 0)])
+def test_one_hot_observations_give_the_exact_meg(seed, n_features):
+    """One-hot observations make the linear model tabular (with or without random features:
+    ``n_features=0`` leaves ``[1, x]``): with deterministic dynamics the backward induction is
+    exact soft value iteration on the reached states, so the three fits, each on its own data,
+    give the same value on the same episodes (up to the ridge), the estimate is the exact MEG up
+    to those episodes' noise, and its interval holds it."""
     mdp, obs, table = _case(seed, branching=1)
     exact = im.meg(table, mdp).meg
     res = meg_approx(
@@ -85,10 +87,13 @@ def test_one_hot_observations_give_the_exact_meg(seed):
         lambda: TabularGymEnv(mdp, obs),
         seed=3,
         method="linear",
+        n_features=n_features,
         n_data_steps=12_000,
         n_eval_episodes=2_000,
     )
     assert res.method == "linear" and res.n_states == 0
+    values = [m["meg"] for m in res.models]
+    assert max(values) - min(values) < 1e-4
     assert res.meg == pytest.approx(exact, abs=0.03 * mdp.horizon * math.log(3))
     assert res.low <= exact <= res.high
     assert res.certificate >= res.meg
