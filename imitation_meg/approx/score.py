@@ -226,7 +226,11 @@ def score_approx(args: argparse.Namespace) -> int:
         "Q-networks",
         "linear": f"{n_models} linear soft Q-functions",
     }[kwargs.get("method", "soft_q")]
-    counts = "rounds of data" if kwargs.get("method") == "linear" else "soft Q-iterations"
+    counts = {
+        "linear": "rounds of data",
+        "empirical": "environment steps of data",
+        "auto": "environment steps of data (then soft Q-iterations, if it fits after all)",
+    }.get(kwargs.get("method", "soft_q"), "soft Q-iterations")
     print(
         f"Approximate known-utility MEG of {label} in {source.name} (|A|={source.n_actions}, "
         f"H={source.horizon}; utility: the environment reward; {how})\n"

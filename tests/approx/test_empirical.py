@@ -210,3 +210,20 @@ def test_the_progress_bar_counts_data_steps_then_the_fits_it_hands_over_to(monke
             pol, make, method="auto", refine=1, steps_per_iteration=10, progress=True, **small
         )
     assert res.method == "soft_q" and closed == [(2 * 2 * 2, 2 * 2 * 2)]
+
+
+def test_command_line_says_what_the_empirical_mdps_bar_counts(capsys):
+    """``imitation-meg score ... --approx-option method=empirical`` names the empirical MDP and
+    says that its bar counts data steps (not soft Q-iterations)."""
+    from imitation_meg.cli import main
+
+    argv = ["score", "--env", "FrozenLake-v1", "--policy", "uniform", "--approx"]
+    for opt in ("method=empirical", "n_data_steps=7000"):
+        argv += ["--approx-option", opt]
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ApproxMEGWarning)  # printed as a line, if any
+        assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "the empirical MDP of the observations" in printed
+    assert "The bar counts environment steps of data" in printed
+    assert "soft Q-iterations" not in printed
