@@ -889,22 +889,29 @@ def test_a_config_outside_the_checkout_finds_its_driver(tmp_path, capsys):
     assert "no driver no_such_study.py in" in err and "--experiments DIR" in err
 
 
+def _validation_table(
+    name: str, tmp_path: pathlib.Path, method: str
+) -> tuple[list[dict[str, Any]], dict[tuple[str, str], dict[str, Any]]]:
+    """Rebuild a published run of the 120 validation units (its four tables byte-identical),
+    check that every unit is there once and was scored by ``method``, and return its rows and
+    its summary by ``(case, policy)``."""
+    run = _rebuild(
+        name, tmp_path / name, ("results.csv", "summary.csv", "stages.csv", "ordering.csv")
+    )
+    rows = run["results"]
+    assert len(rows) == len({(r["case"], r["policy"], r["seed"]) for r in rows}) == 120
+    assert all(r["method"] == method for r in rows)
+    return rows, {(s["case"], s["policy"]): s for s in run["summary"]}
+
+
 def test_the_published_empirical_validation_table_rebuilds_and_holds_its_claims(tmp_path):
     """docs/results/approx_validation_empirical (the empirical MDP on the validation cases, all
     120 units) merges back into the same tables, and its rows are what docs/approx.md says:
     FrozenLake's PPO row misses, every unit of it and of FrozenLake at epsilon 0.1 is unsettled,
     and every settled unit is within the stricter yardstick (two of them outside their
     interval)."""
-    run = _rebuild(
-        "approx_validation_empirical",
-        tmp_path / "ave",
-        ("results.csv", "summary.csv", "stages.csv", "ordering.csv"),
-    )
-    rows = run["results"]
-    assert len(rows) == len({(r["case"], r["policy"], r["seed"]) for r in rows}) == 120
-    assert all(r["method"] == "empirical" for r in rows)
+    rows, summary = _validation_table("approx_validation_empirical", tmp_path, "empirical")
     within_strict = load_driver("approx_validation", ROOT / "experiments").within_strict
-    summary = {(s["case"], s["policy"]): s for s in run["summary"]}
     failing = {
         k
         for k, s in summary.items()
@@ -932,16 +939,8 @@ def test_the_published_linear_validation_table_rebuilds_and_holds_its_claims(tmp
     rows are what docs/approx.md says: CliffWorld at epsilon 0.1 and 0.3 miss on coverage (a low
     bias the fits share), FrozenLake's PPO row misses on accuracy; 90 units settled, all but one
     within the stricter yardstick, 72 inside their interval."""
-    run = _rebuild(
-        "approx_validation_linear",
-        tmp_path / "avl",
-        ("results.csv", "summary.csv", "stages.csv", "ordering.csv"),
-    )
-    rows = run["results"]
-    assert len(rows) == len({(r["case"], r["policy"], r["seed"]) for r in rows}) == 120
-    assert all(r["method"] == "linear" for r in rows)
+    rows, summary = _validation_table("approx_validation_linear", tmp_path, "linear")
     within_strict = load_driver("approx_validation", ROOT / "experiments").within_strict
-    summary = {(s["case"], s["policy"]): s for s in run["summary"]}
     within = {
         k: sum(abs(r["error_rel"]) <= 0.05 for r in rows if (r["case"], r["policy"]) == k)
         for k in summary
