@@ -209,3 +209,34 @@ def test_approximate_meg_leaves_the_callers_thread_counts(caller):
         assert _numba_count() == numba_before or numba_before is None
     finally:
         th.set_num_threads(before)
+
+
+@pytest.mark.parametrize("caller", [1, 2])
+def test_parallel_map_runs_each_task_on_one_torch_thread_and_keeps_the_order(caller):
+    """Tasks see one torch thread, on up to the caller's count of Python threads; the results
+    come back in the items' order; the caller's count is put back, also when a task raises."""
+    import threading
+
+    seen: list[tuple[int, int]] = []
+
+    def task(i: int) -> int:
+        seen.append((th.get_num_threads(), threading.get_ident()))
+        return i * i
+
+    before = th.get_num_threads()
+    try:
+        th.set_num_threads(caller)
+        assert _threads.parallel_map(task, range(7)) == [i * i for i in range(7)]
+        assert th.get_num_threads() == caller
+        assert {n for n, _ in seen} == {1}
+        assert len({ident for _, ident in seen}) <= caller
+
+        def fail(i: int) -> int:
+            raise RuntimeError(f"task {i}")
+
+        with pytest.raises(RuntimeError, match="task"):
+            _threads.parallel_map(fail, [0, 1, 2])
+        assert th.get_num_threads() == caller
+        assert _threads.parallel_map(task, []) == []
+    finally:
+        th.set_num_threads(before)

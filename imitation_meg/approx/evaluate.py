@@ -19,6 +19,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import torch as th
 
+from imitation_meg import _threads
 from imitation_meg._validation import ImitationMEGWarning
 from imitation_meg.approx.rollouts import Rollouts
 from imitation_meg.approx.soft_q import SoftQModel, bellman_residual
@@ -461,9 +462,10 @@ def summarise(
     k_best = int(np.argmax(mean_curve(mats)))
     beta = float(betas[k_best])
     infos = []
-    for k, m in enumerate(models):
+    # the fits' residuals are independent (one more induction each for linear fits)
+    residuals = _threads.parallel_map(lambda m: bellman_residual(m, ev, beta * m.q_scale), models)
+    for k, (m, (res_mean, res_rms)) in enumerate(zip(models, residuals, strict=True)):
         col = mats[str(k)].mean(0)
-        res_mean, res_rms = bellman_residual(m, ev, beta * m.q_scale)
         infos.append(
             {
                 "meg": float(max(col.max(), 0.0)),

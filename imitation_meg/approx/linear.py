@@ -32,6 +32,7 @@ import numpy as np
 import torch as th
 from scipy.special import stdtrit
 
+from imitation_meg import _threads
 from imitation_meg.approx.core import Run, collect_data, evaluation_episodes
 from imitation_meg.approx.evaluate import (
     ApproxMEGResult,
@@ -260,7 +261,7 @@ def _columns(models: list[LinearSoftQ], ev: Rollouts, betas: np.ndarray) -> dict
         out[:, b == 0] = 0.0  # the uniform model: exactly 0
         return out.numpy()
 
-    qs = [m.q_values(m.tables(betas), ev.x, ev.t).double() for m in models]
+    qs = _threads.parallel_map(lambda m: m.q_values(m.tables(betas), ev.x, ev.t).double(), models)
     cols = {
         str(k): np.zeros((ev.n_episodes, b.shape[0])) if m.null else per_episode(q)
         for k, (m, q) in enumerate(zip(models, qs, strict=True))
@@ -375,18 +376,18 @@ def linear_estimate(run: Run) -> ApproxMEGResult:
                 )
             )
         have = size
-        models = [
-            LinearSoftQ(
-                Rollouts.concat(part),
+        models = _threads.parallel_map(
+            lambda fit: LinearSoftQ(
+                Rollouts.concat(fit[0]),
                 A,
                 H,
                 n_features=opts.n_features,
                 bandwidth=BANDWIDTH,
                 ridge=RIDGE,
-                seed=mseed,
-            )
-            for part, mseed in zip(parts, run.model_seeds, strict=True)
-        ]
+                seed=fit[1],
+            ),
+            list(zip(parts, run.model_seeds, strict=True)),
+        )
         q_ref = float(np.median([m.q_scale for m in models]))
         around = stages[-1][0][_best(*stages[-1])] if stages else 0.0
         betas, mats = scan(models, ev, q_ref, around=around)

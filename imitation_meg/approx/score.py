@@ -202,7 +202,7 @@ def score_approx(args: argparse.Namespace) -> int:
 
     if settings.get("method") != "linear":
         # 64-unit networks train fastest on one thread; more only contend on small machines (the
-        # linear method's large matrix products use torch's default threads)
+        # linear method's fits run side by side, one per torch thread, _threads.parallel_map)
         th.set_num_threads(1)
     source = EnvSource(args.env, horizon=args.horizon)
     policy, label = _policy(args, source.n_actions)

@@ -119,6 +119,27 @@ def test_stochastic_case_is_covered_and_repeats_itself():
     assert a.stages[-1] == pytest.approx(a.meg) or a.meg in (0.0, a.certificate)
 
 
+def test_the_fits_on_two_threads_give_the_one_thread_result_to_the_last_bit():
+    """The fits run side by side on the caller's threads (one torch thread each), so the thread
+    count changes the time only: the same estimate, interval, stages and residuals, and the
+    caller's count afterwards."""
+    mdp, obs, table = _case(5, branching=3)
+    kw = {"method": "linear", "n_data_steps": 6_000, "n_eval_episodes": 200, "n_models": 3}
+    out = {}
+    try:
+        for n in (1, 2):
+            th.set_num_threads(n)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ApproxMEGWarning)
+                r = meg_approx(TablePolicy(table, obs), lambda: TabularGymEnv(mdp, obs), **kw)
+            assert th.get_num_threads() == n
+            out[n] = (r.meg, r.low, r.high, r.stages, [m["residual_rms"] for m in r.models])
+    finally:
+        th.set_num_threads(1)
+    assert out[1] == out[2]
+    assert out[1][0] > 0.0
+
+
 def test_a_budget_of_one_round_is_unsettled_and_says_so():
     """One round of data leaves nothing to compare: ``settled`` is False, with a warning that
     names the budget."""
