@@ -33,12 +33,14 @@ import numpy as np
 import torch as th
 
 import imitation_meg as im
-from imitation_meg.approx import ApproxOptions, meg_approx
+from imitation_meg.approx import ApproxOptions, as_policy_fn, meg_approx
 from imitation_meg.approx.envs import (
     CASES,
+    CONTINUOUS_HELD_OUT_CASES,
     EMPIRICAL_HELD_OUT_CASES,
     HELD_OUT_CASES,
     TablePolicy,
+    state_policy,
     stationary_epsilon_greedy,
     validation_case,
 )
@@ -124,10 +126,10 @@ def _check(cfg: Config) -> None:
     if len(cfg.horizons) != len(cfg.cases):
         raise ValueError(f"horizons {cfg.horizons} must give one horizon per case {cfg.cases}.")
     for c in cfg.cases:
-        if c not in CASES + HELD_OUT_CASES + EMPIRICAL_HELD_OUT_CASES:
+        if c not in CASES + HELD_OUT_CASES + EMPIRICAL_HELD_OUT_CASES + CONTINUOUS_HELD_OUT_CASES:
             raise ValueError(
-                f"unknown case {c!r}; choose from {CASES} or the held-out {HELD_OUT_CASES} or "
-                f"{EMPIRICAL_HELD_OUT_CASES}."
+                f"unknown case {c!r}; choose from {CASES} or the held-out {HELD_OUT_CASES}, "
+                f"{EMPIRICAL_HELD_OUT_CASES} or {CONTINUOUS_HELD_OUT_CASES}."
             )
     if cfg.case_policies and len(cfg.case_policies) != len(cfg.cases):
         raise ValueError(
@@ -203,7 +205,11 @@ def scored_policy(cfg: Config, unit: dict[str, Any]) -> tuple[Any, Any, Any]:
             algo, unit["case"], unit["horizon"], steps, cfg.ppo_seed, cfg.dqn_epsilon
         )
         eps = scored_epsilon(cfg, algo)
-        table = policy_table(policy, case.mdp, observations=case.observations, epsilon=eps)
+        if case.variants is None:
+            table = policy_table(policy, case.mdp, observations=case.observations, epsilon=eps)
+        else:  # the mean over each state's observation variants, as the estimator acts
+            acts = as_policy_fn(policy, n_actions=case.mdp.n_actions, epsilon=eps)
+            table = th.as_tensor(state_policy(case, acts.probs))
     else:
         eps = float(unit["policy"][3:])
         table = stationary_epsilon_greedy(case.mdp, eps)

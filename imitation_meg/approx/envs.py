@@ -14,14 +14,20 @@ environments are tabular underneath, so :func:`imitation_meg.meg` on the matchin
   its observation row), for epsilon-greedy policies with exact answers.
 - :class:`TaxiObservation`: Taxi's state index decoded into one-hot taxi row, column,
   passenger location and destination.
+- :class:`JitteredObservation`: a ``Discrete`` state seen through one of many fixed variants of
+  its observation (the observation plus a small offset), drawn anew at every step: observations
+  that take as many values as CartPole's while the state stays tabular. The scored policy's
+  state-level table is the mean over the variants (:func:`state_policy`), exactly.
 - :func:`validation_case`: the environments of the validation study and their MDPs: the cases
   the defaults were tuned on (:data:`CASES`) and the held-out families run only after the
-  defaults were frozen (:data:`HELD_OUT_CASES`).
+  defaults were frozen (:data:`HELD_OUT_CASES`, :data:`EMPIRICAL_HELD_OUT_CASES`,
+  :data:`CONTINUOUS_HELD_OUT_CASES`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -33,14 +39,21 @@ from imitation_meg.mdp import TabularMDP
 
 __all__ = [
     "CASES",
+    "CONTINUOUS_HELD_OUT_CASES",
     "EMPIRICAL_HELD_OUT_CASES",
+    "FROZENLAKE6_MAP",
     "HELD_OUT_CASES",
+    "JITTER_SHARE",
+    "JITTER_VARIANTS",
     "CoordinateObservation",
+    "JitteredObservation",
     "OneHotObservation",
     "TablePolicy",
     "TabularGymEnv",
     "TaxiObservation",
     "ValidationCase",
+    "jitter_variants",
+    "state_policy",
     "stationary_epsilon_greedy",
     "validation_case",
 ]
@@ -53,6 +66,23 @@ HELD_OUT_CASES = ("taxi_onehot", "cliffwalking_coords", "seals_random_obs", "bra
 #: Environment families added for the empirical MDP (``method="empirical"``) after its settings
 #: were frozen, and run only with them (``configs/approx_heldout_empirical_new.yaml``).
 EMPIRICAL_HELD_OUT_CASES = ("frozenlake8_coords", "riskypath_onehot", "initshift_onehot")
+#: Environment families whose observations take as many values as a continuous state's
+#: (:class:`JitteredObservation`), added for the settings that score such observations; no
+#: estimator has run on them.
+CONTINUOUS_HELD_OUT_CASES = (
+    "cliffwalking_jitter",
+    "taxi_jitter",
+    "frozenlake6_jitter",
+    "randomtrans_jitter",
+)
+#: Observation variants per state of the jittered families.
+JITTER_VARIANTS = 4096
+#: Their offsets: uniform per entry within this share of the grid's spacing (of the nearest
+#: other observation's distance over ``sqrt(F)`` off a grid), so that the nearest state's
+#: observation is still the state's own.
+JITTER_SHARE = 0.45
+#: The jittered FrozenLake's map: 6 x 6, slippery, one start, holes on every route.
+FROZENLAKE6_MAP = ("SFFFHF", "FHFFFF", "FFFHFH", "HFFFFF", "FFHFHF", "FHFFFG")
 
 
 class TabularGymEnv(gym.Env):
@@ -184,6 +214,96 @@ class TaxiObservation(gym.ObservationWrapper):
         return self._matrix.copy()
 
 
+def jitter_variants(
+    observations: np.ndarray, spread: np.ndarray | float, *, n_variants: int, seed: int
+) -> np.ndarray:
+    """``(S, K, F)`` variants of each state's observation ``(S, F)``: the observation plus an
+    offset drawn uniformly within ``+- spread`` per entry (``spread`` a number or ``(F,)``)."""
+    obs = np.asarray(observations, dtype=np.float64)
+    width = np.broadcast_to(np.asarray(spread, dtype=np.float64), obs.shape[1:])
+    gen = np.random.default_rng([seed, 3])
+    offsets = gen.uniform(-1.0, 1.0, (obs.shape[0], n_variants, obs.shape[1])) * width
+    return (obs[:, None, :] + offsets).astype(np.float32)
+
+
+def _grid_spread(observations: np.ndarray) -> np.ndarray:
+    """``(F,)``: :data:`JITTER_SHARE` of each entry's spacing on a grid of observations."""
+    spacing = []
+    for col in np.asarray(observations, dtype=np.float64).T:
+        steps = np.diff(np.unique(col))
+        spacing.append(float(steps.min()) if steps.size else 1.0)
+    return JITTER_SHARE * np.asarray(spacing)
+
+
+def _point_spread(observations: np.ndarray) -> float:
+    """:data:`JITTER_SHARE` of the nearest two observations' distance over ``sqrt(F)``: no
+    offset then takes an observation nearer to another state's."""
+    obs = np.asarray(observations, dtype=np.float64)
+    d = np.sqrt(((obs[:, None, :] - obs[None]) ** 2).sum(-1))
+    np.fill_diagonal(d, np.inf)
+    return JITTER_SHARE * float(d.min()) / math.sqrt(obs.shape[1])
+
+
+class JitteredObservation(gym.ObservationWrapper):
+    """A tabular environment's state ``s`` seen as ``variants[s, k]``, ``k`` drawn uniformly at
+    every step (from the wrapper's own generator, seeded by ``reset(seed=...)``, so the
+    environment's dynamics draw what they would without it).
+
+    A policy of the observation then acts in state ``s`` with the mean of its probabilities over
+    ``s``'s variants (:func:`state_policy`), and the soft-optimal models, whose values depend on
+    the state alone, are the tabular ones: the exact MEG of that mean table in the tabular MDP
+    is the MEG of the policy here.
+
+    Args:
+        env: an environment whose observation identifies the state: a ``Discrete`` index, or
+            anything ``state_of`` maps to one.
+        variants: ``(S, K, F)`` observations (:func:`jitter_variants`).
+        state_of: the state index of ``env``'s observation (default ``int(observation)``).
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        variants: np.ndarray,
+        state_of: Callable[[Any], int] | None = None,
+    ) -> None:
+        super().__init__(env)
+        self.variants = np.asarray(variants, dtype=np.float32)
+        if self.variants.ndim != 3:
+            raise ValueError(f"variants must be (S, K, F), got shape {self.variants.shape}.")
+        self._state_of = state_of if state_of is not None else int
+        self._rng = np.random.default_rng(0)
+        flat = self.variants.reshape(-1, self.variants.shape[2])
+        self.observation_space = gym.spaces.Box(
+            flat.min(0), flat.max(0), (self.variants.shape[2],), dtype=np.float32
+        )
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        if seed is not None:
+            self._rng = np.random.default_rng([seed, 5])
+        return super().reset(seed=seed, options=options)
+
+    def observation(self, observation: Any) -> np.ndarray:
+        s = self._state_of(observation)
+        return self.variants[s, int(self._rng.integers(self.variants.shape[1]))].copy()
+
+
+def state_policy(case: ValidationCase, probs: Callable[[np.ndarray], Any]) -> np.ndarray:
+    """``(S, A)``: the state-level policy in ``case``'s MDP of ``probs`` (a batch of
+    observations ``(n, F)`` to ``(n, A)`` probabilities): the mean over each state's observation
+    variants where the case has them (each is drawn with the same probability, so this is
+    exact), else its probabilities at each state's observation."""
+    if case.variants is None:
+        return np.asarray(probs(case.observations), dtype=np.float64)
+    S = case.variants.shape[0]
+    out = np.zeros((S, case.mdp.n_actions))
+    for s in range(S):
+        out[s] = np.asarray(probs(case.variants[s]), dtype=np.float64).mean(0)
+    return out
+
+
 class TablePolicy:
     """An ``(S, A)`` policy table acting on observations: the state is the nearest observation row.
 
@@ -230,6 +350,8 @@ class ValidationCase:
     make: Callable[[], gym.Env]
     mdp: TabularMDP
     observations: np.ndarray
+    #: ``(S, K, F)`` observation variants of each state (:class:`JitteredObservation`), or None
+    variants: np.ndarray | None = None
 
 
 def validation_case(name: str, *, horizon: int, seed: int = 0) -> ValidationCase:
@@ -262,6 +384,23 @@ def validation_case(name: str, *, horizon: int, seed: int = 0) -> ValidationCase
       risky one that pays -100 with some probability) through :class:`OneHotObservation`.
     - ``initshift_onehot``: seals' ``InitShiftTrainEnv`` (a depth-2 binary tree of 7 states with
       rewards at the leaves, starting at the root) through :class:`OneHotObservation`.
+
+    Added for observations that take as many values as a continuous state's, each state seen
+    through :data:`JITTER_VARIANTS` variants of its observation (:class:`JitteredObservation`;
+    ``variants`` holds them, ``observations`` their centres):
+
+    - ``cliffwalking_jitter``: gymnasium's CliffWalking (48 states, 4 actions, one start,
+      deterministic moves) through its cell's ``(row, column)`` scaled to ``[0, 1]``, offsets
+      within 0.45 of a cell.
+    - ``taxi_jitter``: gymnasium's Taxi (500 states, 6 actions, a random start) through the taxi's
+      row and column, the passenger's location and the destination, each scaled to ``[0, 1]``,
+      offsets within 0.45 of a step.
+    - ``frozenlake6_jitter``: ``FrozenLake-v1`` on :data:`FROZENLAKE6_MAP` (slippery, 36
+      states, one start) through ``(row, column)`` as the CliffWalking case.
+    - ``randomtrans_jitter``: seals' ``RandomTransitionEnv`` (60 states, 3 actions, 2
+      successors, a start among 2 states; its generator seeded with ``seed``) through 3
+      standard-normal random features per state (drawn with ``seed``), offsets within 0.45 of
+      the nearest two states' distance over ``sqrt(3)``.
 
     Raises:
         ValueError: an unknown name.
@@ -297,9 +436,12 @@ def validation_case(name: str, *, horizon: int, seed: int = 0) -> ValidationCase
     held_out = _held_out_case(name, horizon, seed)
     if held_out is not None:
         return held_out
+    jittered = _jittered_case(name, horizon, seed)
+    if jittered is not None:
+        return jittered
     raise ValueError(
-        f"unknown validation case {name!r}; choose from {CASES} or the held-out {HELD_OUT_CASES} "
-        f"or {EMPIRICAL_HELD_OUT_CASES}."
+        f"unknown validation case {name!r}; choose from {CASES} or the held-out {HELD_OUT_CASES}, "
+        f"{EMPIRICAL_HELD_OUT_CASES} or {CONTINUOUS_HELD_OUT_CASES}."
     )
 
 
@@ -376,3 +518,58 @@ def _held_out_case(name: str, horizon: int, seed: int) -> ValidationCase | None:
         mdp = TabularMDP.from_env(branching())
         return ValidationCase(name, make, mdp, OneHotObservation(branching()).matrix())
     return None
+
+
+def _jittered_case(name: str, horizon: int, seed: int) -> ValidationCase | None:
+    """The jittered case ``name`` (:data:`CONTINUOUS_HELD_OUT_CASES`; None for another name)."""
+    from imitation_meg.envs import registered_id
+
+    state_of: Callable[[Any], int] | None = None
+    if name in ("cliffwalking_jitter", "frozenlake6_jitter"):
+        if name == "cliffwalking_jitter":
+            env_id, shape = registered_id("CliffWalking"), (4, 12)
+            kwargs: dict[str, Any] = {}
+        else:
+            env_id, shape = "FrozenLake-v1", (6, 6)
+            kwargs = {"desc": list(FROZENLAKE6_MAP)}
+
+        def plain(steps: int | None = None) -> gym.Env:
+            return gym.make(env_id, max_episode_steps=steps, **kwargs)
+
+        centres = CoordinateObservation(plain(), shape=shape).matrix()
+        spread: Any = _grid_spread(centres)
+    elif name == "taxi_jitter":
+        env_id = registered_id("Taxi")
+
+        def plain(steps: int | None = None) -> gym.Env:
+            return gym.make(env_id, max_episode_steps=steps)
+
+        taxi: Any = plain().unwrapped
+        parts = np.array([list(taxi.decode(s)) for s in range(500)], dtype=np.float64)
+        centres = (parts / np.array([4.0, 4.0, 4.0, 3.0])).astype(np.float32)
+        spread = _grid_spread(centres)
+    elif name == "randomtrans_jitter":
+        from seals.diagnostics.random_trans import RandomTransitionEnv
+
+        def plain(steps: int | None = None) -> gym.Env:
+            return RandomTransitionEnv(
+                n_states=60,
+                n_actions=3,
+                branch_factor=2,
+                horizon=horizon if steps is None else steps,
+                random_obs=False,
+                generator_seed=seed,
+            )
+
+        centres = np.random.default_rng([seed, 4]).standard_normal((60, 3)).astype(np.float32)
+        spread = _point_spread(centres)
+        state_of = lambda obs: int(np.argmax(obs))  # noqa: E731  (seals' one-hot state)
+    else:
+        return None
+    variants = jitter_variants(centres, spread, n_variants=JITTER_VARIANTS, seed=seed)
+
+    def make() -> gym.Env:
+        return JitteredObservation(plain(horizon), variants, state_of)
+
+    mdp = TabularMDP.from_env(plain(horizon), horizon=horizon)
+    return ValidationCase(name, make, mdp, centres, variants)

@@ -18,6 +18,7 @@ import imitation_meg as im
 from imitation_meg.approx import EnvSource, as_policy_fn, collect, meg_approx, soft_mean
 from imitation_meg.approx.core import uniform_behaviour
 from imitation_meg.approx.envs import (
+    FROZENLAKE6_MAP,
     CoordinateObservation,
     OneHotObservation,
     TablePolicy,
@@ -643,6 +644,109 @@ def test_held_out_cases_are_the_environments_they_name(name, horizon, shape, sta
         s = nxt
         if terminated or truncated:
             break
+
+
+@pytest.mark.parametrize(
+    ("name", "horizon", "shape", "starts"),
+    [
+        ("cliffwalking_jitter", 25, (48, 4, 2), 1),
+        ("taxi_jitter", 25, (500, 6, 4), 300),
+        ("frozenlake6_jitter", 30, (36, 4, 2), 1),
+        ("randomtrans_jitter", 15, (60, 3, 3), 2),
+    ],
+)
+def test_jittered_cases_are_tabular_underneath_and_continuous_on_top(name, horizon, shape, starts):
+    """Each jittered case: the MDP has the environment's size, horizon and starts; every
+    variant of a state's observation is nearer to that state's centre than to any other (so
+    epsilon-greedy tables act on them); an episode emits, at each step, a variant of the state
+    the MDP's table allows; and 1 000 uniform steps see more distinct observations than the
+    empirical MDP's probe accepts (the route of continuous observations)."""
+    from imitation_meg.approx.empirical import PROBE_NEW
+    from imitation_meg.approx.envs import (
+        CASES,
+        CONTINUOUS_HELD_OUT_CASES,
+        EMPIRICAL_HELD_OUT_CASES,
+        HELD_OUT_CASES,
+        JITTER_VARIANTS,
+    )
+
+    assert name in CONTINUOUS_HELD_OUT_CASES
+    assert name not in CASES + HELD_OUT_CASES + EMPIRICAL_HELD_OUT_CASES
+    case = validation_case(name, horizon=horizon)
+    S, A, F = shape
+    assert (case.mdp.n_states, case.mdp.n_actions, case.mdp.horizon) == (S, A, horizon)
+    assert case.observations.shape == (S, F) and case.variants.shape == (S, JITTER_VARIANTS, F)
+    assert int((case.mdp.initial_state_dist > 0).sum()) == starts
+    centres = TablePolicy(th.full((S, A), 1.0 / A), case.observations)
+    for s in range(S):  # a sample of each state's variants (all of them: 40 s on Taxi)
+        assert (centres.states(case.variants[s, :: 64 if S > 100 else 1]) == s).all(), s
+
+    def state_of(obs: np.ndarray) -> int:
+        s = int(centres.states(obs[None])[0])
+        assert (case.variants[s] == obs).all(1).any()  # one of s's variants, exactly
+        return s
+
+    env = case.make()
+    obs, _ = env.reset(seed=1)
+    s = state_of(obs)
+    assert case.mdp.initial_state_dist[s] > 0
+    rng = np.random.default_rng(0)
+    seen = [obs.tobytes()]
+    while len(seen) < 1_000:
+        a = int(rng.integers(A))
+        obs, _, terminated, truncated, _ = env.step(a)
+        nxt = state_of(obs)
+        succ = case.mdp.next_state[s, a][case.mdp.prob[s, a] > 0]
+        assert nxt in succ.tolist() or terminated, (s, a, nxt)
+        s = nxt
+        seen.append(obs.tobytes())
+        if terminated or truncated:
+            obs, _ = env.reset(seed=len(seen))
+            s = state_of(obs)
+            seen.append(obs.tobytes())
+    assert len(set(seen)) > PROBE_NEW * len(seen)
+
+
+def test_jittered_observation_draws_each_variant_alike_and_keeps_the_dynamics():
+    """The state-level policy of an observation policy is the mean over the state's variants
+    (the wrapper draws them uniformly: a 50 000-draw mean agrees within its sampling error);
+    the wrapper draws from its own generator, so the plain environment's states, step for step,
+    are those it has unwrapped; the same seed repeats the observations."""
+    from imitation_meg.approx.envs import state_policy
+
+    case = validation_case("frozenlake6_jitter", horizon=30)
+    w = np.array([[3.0, -1.0, 0.5, 0.0], [-2.0, 4.0, 0.0, 1.0]])
+
+    def probs(obs: np.ndarray) -> np.ndarray:
+        z = np.asarray(obs, dtype=np.float64) @ w
+        e = np.exp(z - z.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+
+    table = state_policy(case, probs)
+    assert table.shape == (36, 4) and np.allclose(table.sum(1), 1.0)
+    env = case.make()
+    env.reset(seed=3)
+    draws = np.stack([env.observation(7) for _ in range(50_000)])
+    mc = probs(draws)
+    se = mc.std(0) / math.sqrt(len(mc))
+    assert (np.abs(mc.mean(0) - table[7]) < 5 * se + 1e-12).all()
+    assert not np.allclose(table[7], probs(case.observations[7:8])[0])  # the mean, not the centre
+
+    def states(wrapped: bool, seed: int) -> tuple[list[int], list[bytes]]:
+        e = case.make() if wrapped else gym.make("FrozenLake-v1", desc=list(FROZENLAKE6_MAP))
+        o, _ = e.reset(seed=seed)
+        out, obs = [], [np.asarray(o).tobytes()]
+        for a in [1, 2, 2, 1, 0, 3, 2, 1, 1, 2] * 3:
+            o, _, term, trunc, _ = e.step(a)
+            out.append(int(e.unwrapped.s))
+            obs.append(np.asarray(o).tobytes())
+            if term or trunc:
+                break
+        return out, obs
+
+    assert states(True, 11)[0] == states(False, 11)[0]
+    assert states(True, 11) == states(True, 11)
+    assert states(True, 11)[1] != states(True, 12)[1]
 
 
 def test_taxi_observation_decodes_the_state():

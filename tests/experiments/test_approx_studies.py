@@ -8,6 +8,7 @@ import pathlib
 from typing import Any
 
 import numpy as np
+import pytest
 
 from imitation_meg.config import load_config, load_yaml
 from imitation_meg.runners import load_driver
@@ -98,6 +99,34 @@ def test_approx_heldout_fast(tmp_path):
     ]:
         with pytest.raises(ValueError, match=match):
             _cfg("approx_heldout", tmp_path, **over)
+
+
+def test_a_jittered_cases_agent_is_scored_exactly_by_the_mean_over_its_variants(tmp_path):
+    """On a jittered case (observations that vary at every visit) the exact value of a DQN
+    unit is that of the agent's epsilon-greedy table averaged over each state's observation
+    variants, computed here from the agent's own Q-network (no estimator runs)."""
+    import torch as th
+
+    from imitation_meg import meg
+
+    module, cfg = _cfg(
+        "approx_heldout",
+        tmp_path,
+        cases=["frozenlake6_jitter"],
+        horizons=[30],
+        case_policies=["dqn"],
+        dqn_steps=2_000,
+    )
+    (unit,) = module.units(cfg)[:1]
+    case, agent, exact = module.scored_policy(cfg, unit)
+    S, K, F = case.variants.shape
+    with th.no_grad():
+        q = agent.q_net(th.as_tensor(case.variants.reshape(S * K, F)))
+    greedy = th.nn.functional.one_hot(q.argmax(1), 4).double().reshape(S, K, 4)
+    table = (0.95 * greedy + 0.05 / 4).mean(1)
+    assert exact.meg == pytest.approx(meg(table, case.mdp).meg, rel=1e-9, abs=1e-12)
+    # the variants matter: some state's greedy action changes across them
+    assert ((greedy.amax(1) < 1.0).any(1)).any()
 
 
 def _clip(x: float, cert: float) -> float:
