@@ -36,6 +36,7 @@ import imitation_meg as im
 from imitation_meg.approx import ApproxOptions, as_policy_fn, meg_approx
 from imitation_meg.approx.envs import (
     CASES,
+    CONTINUOUS_CASES,
     CONTINUOUS_HELD_OUT_CASES,
     EMPIRICAL_HELD_OUT_CASES,
     HELD_OUT_CASES,
@@ -122,14 +123,19 @@ class Config:
         _check(self)
 
 
+KNOWN_CASES = (
+    CASES + CONTINUOUS_CASES + HELD_OUT_CASES + EMPIRICAL_HELD_OUT_CASES + CONTINUOUS_HELD_OUT_CASES
+)
+
+
 def _check(cfg: Config) -> None:
     if len(cfg.horizons) != len(cfg.cases):
         raise ValueError(f"horizons {cfg.horizons} must give one horizon per case {cfg.cases}.")
     for c in cfg.cases:
-        if c not in CASES + HELD_OUT_CASES + EMPIRICAL_HELD_OUT_CASES + CONTINUOUS_HELD_OUT_CASES:
+        if c not in KNOWN_CASES:
             raise ValueError(
-                f"unknown case {c!r}; choose from {CASES} or the held-out {HELD_OUT_CASES}, "
-                f"{EMPIRICAL_HELD_OUT_CASES} or {CONTINUOUS_HELD_OUT_CASES}."
+                f"unknown case {c!r}; choose from {CASES}, {CONTINUOUS_CASES} or the held-out "
+                f"{HELD_OUT_CASES}, {EMPIRICAL_HELD_OUT_CASES} or {CONTINUOUS_HELD_OUT_CASES}."
             )
     if cfg.case_policies and len(cfg.case_policies) != len(cfg.cases):
         raise ValueError(

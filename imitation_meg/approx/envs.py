@@ -39,6 +39,7 @@ from imitation_meg.mdp import TabularMDP
 
 __all__ = [
     "CASES",
+    "CONTINUOUS_CASES",
     "CONTINUOUS_HELD_OUT_CASES",
     "EMPIRICAL_HELD_OUT_CASES",
     "FROZENLAKE6_MAP",
@@ -75,6 +76,11 @@ CONTINUOUS_HELD_OUT_CASES = (
     "frozenlake6_jitter",
     "randomtrans_jitter",
 )
+#: The tuning cases seen through jittered observations (:class:`JitteredObservation`): the
+#: cases of :data:`CASES` as observations that take as many values as a continuous state's, for
+#: choosing the settings that score such observations (tuning on them is allowed; the families
+#: of :data:`CONTINUOUS_HELD_OUT_CASES` then judge the choice).
+CONTINUOUS_CASES = tuple(f"{c}_jitter" for c in CASES)
 #: Observation variants per state of the jittered families.
 JITTER_VARIANTS = 4096
 #: Their offsets: uniform per entry within this share of the grid's spacing (of the nearest
@@ -385,6 +391,11 @@ def validation_case(name: str, *, horizon: int, seed: int = 0) -> ValidationCase
     - ``initshift_onehot``: seals' ``InitShiftTrainEnv`` (a depth-2 binary tree of 7 states with
       rewards at the leaves, starting at the root) through :class:`OneHotObservation`.
 
+    ``<case>_jitter`` for each of :data:`CASES` (:data:`CONTINUOUS_CASES`): that case, each
+    state seen through :data:`JITTER_VARIANTS` variants of its observation (offsets within 0.45
+    of the grid's spacing per entry; for ``random_features``, of the nearest two states'
+    distance over ``sqrt(6)``).
+
     Added for observations that take as many values as a continuous state's, each state seen
     through :data:`JITTER_VARIANTS` variants of its observation (:class:`JitteredObservation`;
     ``variants`` holds them, ``observations`` their centres):
@@ -439,9 +450,12 @@ def validation_case(name: str, *, horizon: int, seed: int = 0) -> ValidationCase
     jittered = _jittered_case(name, horizon, seed)
     if jittered is not None:
         return jittered
+    if name in CONTINUOUS_CASES:
+        plain = validation_case(name.removesuffix("_jitter"), horizon=horizon, seed=seed)
+        return _jittered(plain, seed)
     raise ValueError(
-        f"unknown validation case {name!r}; choose from {CASES} or the held-out {HELD_OUT_CASES}, "
-        f"{EMPIRICAL_HELD_OUT_CASES} or {CONTINUOUS_HELD_OUT_CASES}."
+        f"unknown validation case {name!r}; choose from {CASES}, {CONTINUOUS_CASES} or the "
+        f"held-out {HELD_OUT_CASES}, {EMPIRICAL_HELD_OUT_CASES} or {CONTINUOUS_HELD_OUT_CASES}."
     )
 
 
@@ -573,3 +587,23 @@ def _jittered_case(name: str, horizon: int, seed: int) -> ValidationCase | None:
 
     mdp = TabularMDP.from_env(plain(horizon), horizon=horizon)
     return ValidationCase(name, make, mdp, centres, variants)
+
+
+def _jittered(case: ValidationCase, seed: int) -> ValidationCase:
+    """``case`` with each state seen through :data:`JITTER_VARIANTS` variants of its observation
+    (the wrapped environment's observation names the state; grid-like observations get offsets
+    within :data:`JITTER_SHARE` of the grid's spacing per entry, others within that share of the
+    nearest two observations' distance over ``sqrt(F)``)."""
+    centres = np.asarray(case.observations, dtype=np.float32)
+    index = {row.tobytes(): i for i, row in enumerate(centres)}
+    on_grid = all(len(np.unique(col)) <= 20 for col in centres.T)
+    spread: Any = _grid_spread(centres) if on_grid else _point_spread(centres)
+    variants = jitter_variants(centres, spread, n_variants=JITTER_VARIANTS, seed=seed)
+
+    def state_of(obs: Any) -> int:
+        return index[np.asarray(obs, dtype=np.float32).tobytes()]
+
+    def make() -> gym.Env:
+        return JitteredObservation(case.make(), variants, state_of)
+
+    return ValidationCase(f"{case.name}_jitter", make, case.mdp, centres, variants)

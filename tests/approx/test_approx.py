@@ -749,6 +749,35 @@ def test_jittered_observation_draws_each_variant_alike_and_keeps_the_dynamics():
     assert states(True, 11)[1] != states(True, 12)[1]
 
 
+@pytest.mark.parametrize("name", ["cliffworld_xy", "random_features"])
+def test_a_tuning_case_jittered_is_the_same_case_seen_through_variants(name):
+    """``<case>_jitter``: the plain case's MDP and observations (as centres); with the same
+    seed and actions, each observation is a variant of the plain environment's (decoded by the
+    nearest centre), step for step."""
+    from imitation_meg.approx.envs import CONTINUOUS_CASES
+
+    assert f"{name}_jitter" in CONTINUOUS_CASES
+    plain = validation_case(name, horizon=10)
+    case = validation_case(f"{name}_jitter", horizon=10)
+    assert np.array_equal(case.observations, plain.observations)
+    assert th.equal(case.mdp.next_state, plain.mdp.next_state)
+    S, A = plain.mdp.n_states, plain.mdp.n_actions
+    centres = TablePolicy(th.full((S, A), 1.0 / A), case.observations)
+    for s in range(S):
+        assert (centres.states(case.variants[s]) == s).all()
+    a_env, b_env = plain.make(), case.make()
+    a, _ = a_env.reset(seed=4)
+    b, _ = b_env.reset(seed=4)
+    rng = np.random.default_rng(1)
+    for _ in range(10):
+        s = int(centres.states(np.asarray(a)[None])[0])
+        assert np.array_equal(plain.observations[s], a)
+        assert (case.variants[s] == b).all(1).any() and not np.array_equal(a, b)
+        act = int(rng.integers(A))
+        a, *_ = a_env.step(act)
+        b, *_ = b_env.step(act)
+
+
 def test_taxi_observation_decodes_the_state():
     from imitation_meg.approx.envs import TaxiObservation
     from imitation_meg.envs import registered_id
