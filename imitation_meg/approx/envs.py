@@ -87,7 +87,8 @@ JITTER_VARIANTS = 4096
 #: other observation's distance over ``sqrt(F)`` off a grid), so that the nearest state's
 #: observation is still the state's own.
 JITTER_SHARE = 0.45
-#: The jittered FrozenLake's map: 6 x 6, slippery, one start, holes on every route.
+#: The jittered FrozenLake's map: 6 x 6 (slippery), the start in one corner, the goal in the
+#: other, eight holes.
 FROZENLAKE6_MAP = ("SFFFHF", "FHFFFF", "FFFHFH", "HFFFFF", "FFHFHF", "FHFFFG")
 
 
