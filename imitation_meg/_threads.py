@@ -45,8 +45,8 @@ Independent tasks of many large operations (the approximate estimator's linear f
 backward induction of hundreds of matrix products) run side by side instead
 (:func:`parallel_map`): each task on its own Python thread with one torch thread, so the only
 barrier is the end of the tasks. Beside the load above a CartPole score of six such fits took
-148 s this way against 424 s on torch's two threads, and the same 50-52 s quiet, and the
-same result to the last bit as on one thread (docs/approx.md).
+148 s this way against 424 s on torch's two threads per operation (50-52 s quiet either way),
+with the one-thread result to the last bit (docs/approx.md).
 
 The public entry points run under :func:`entry_point`: torch's thread count
 (``torch.get_num_threads()``) and numba's (``numba.get_num_threads()``, of the calling thread)

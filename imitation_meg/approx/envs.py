@@ -552,7 +552,6 @@ def _jittered_case(name: str, horizon: int, seed: int) -> ValidationCase | None:
             return gym.make(env_id, max_episode_steps=steps, **kwargs)
 
         centres = CoordinateObservation(plain(), shape=shape).matrix()
-        spread: Any = _grid_spread(centres)
     elif name == "taxi_jitter":
         env_id = registered_id("Taxi")
 
@@ -562,7 +561,6 @@ def _jittered_case(name: str, horizon: int, seed: int) -> ValidationCase | None:
         taxi: Any = plain().unwrapped
         parts = np.array([list(taxi.decode(s)) for s in range(500)], dtype=np.float64)
         centres = (parts / np.array([4.0, 4.0, 4.0, 3.0])).astype(np.float32)
-        spread = _grid_spread(centres)
     elif name == "randomtrans_jitter":
         from seals.diagnostics.random_trans import RandomTransitionEnv
 
@@ -577,34 +575,42 @@ def _jittered_case(name: str, horizon: int, seed: int) -> ValidationCase | None:
             )
 
         centres = np.random.default_rng([seed, 4]).standard_normal((60, 3)).astype(np.float32)
-        spread = _point_spread(centres)
         state_of = lambda obs: int(np.argmax(obs))  # noqa: E731  (seals' one-hot state)
     else:
         return None
-    variants = jitter_variants(centres, spread, n_variants=JITTER_VARIANTS, seed=seed)
-
-    def make() -> gym.Env:
-        return JitteredObservation(plain(horizon), variants, state_of)
-
     mdp = TabularMDP.from_env(plain(horizon), horizon=horizon)
-    return ValidationCase(name, make, mdp, centres, variants)
+    return _jitter(name, lambda: plain(horizon), mdp, centres, seed, state_of)
 
 
 def _jittered(case: ValidationCase, seed: int) -> ValidationCase:
-    """``case`` with each state seen through :data:`JITTER_VARIANTS` variants of its observation
-    (the wrapped environment's observation names the state; grid-like observations get offsets
-    within :data:`JITTER_SHARE` of the grid's spacing per entry, others within that share of the
-    nearest two observations' distance over ``sqrt(F)``)."""
+    """``case`` with each state seen through variants of its observation (the wrapped
+    environment's observation names the state)."""
     centres = np.asarray(case.observations, dtype=np.float32)
     index = {row.tobytes(): i for i, row in enumerate(centres)}
-    on_grid = all(len(np.unique(col)) <= 20 for col in centres.T)
-    spread: Any = _grid_spread(centres) if on_grid else _point_spread(centres)
-    variants = jitter_variants(centres, spread, n_variants=JITTER_VARIANTS, seed=seed)
 
     def state_of(obs: Any) -> int:
         return index[np.asarray(obs, dtype=np.float32).tobytes()]
 
-    def make() -> gym.Env:
-        return JitteredObservation(case.make(), variants, state_of)
+    return _jitter(f"{case.name}_jitter", case.make, case.mdp, centres, seed, state_of)
 
-    return ValidationCase(f"{case.name}_jitter", make, case.mdp, centres, variants)
+
+def _jitter(
+    name: str,
+    plain: Callable[[], gym.Env],
+    mdp: TabularMDP,
+    centres: np.ndarray,
+    seed: int,
+    state_of: Callable[[Any], int] | None,
+) -> ValidationCase:
+    """The case whose environment shows each state of ``plain()`` through
+    :data:`JITTER_VARIANTS` variants of its row of ``centres`` ``(S, F)``: offsets within
+    :data:`JITTER_SHARE` of the grid's spacing per entry where every entry takes few values (a
+    grid), else within that share of the nearest two rows' distance over ``sqrt(F)``."""
+    on_grid = all(len(np.unique(col)) <= 20 for col in centres.T)
+    spread: Any = _grid_spread(centres) if on_grid else _point_spread(centres)
+    variants = jitter_variants(centres, spread, n_variants=JITTER_VARIANTS, seed=seed)
+
+    def make() -> gym.Env:
+        return JitteredObservation(plain(), variants, state_of)
+
+    return ValidationCase(name, make, mdp, centres, variants)
