@@ -225,9 +225,24 @@ def jitter_variants(
     observations: np.ndarray, spread: np.ndarray | float, *, n_variants: int, seed: int
 ) -> np.ndarray:
     """``(S, K, F)`` variants of each state's observation ``(S, F)``: the observation plus an
-    offset drawn uniformly within ``+- spread`` per entry (``spread`` a number or ``(F,)``)."""
+    offset drawn uniformly within ``+- spread`` per entry (``spread`` a number or ``(F,)``).
+
+    Raises:
+        ValueError: observations that are not ``(S, F)``, a ``spread`` of another length or
+            negative, or ``n_variants`` below 1.
+    """
     obs = np.asarray(observations, dtype=np.float64)
-    width = np.broadcast_to(np.asarray(spread, dtype=np.float64), obs.shape[1:])
+    if obs.ndim != 2:
+        raise ValueError(f"observations must be (S, F), got shape {obs.shape}.")
+    if not isinstance(n_variants, (int, np.integer)) or n_variants < 1:
+        raise ValueError(f"n_variants must be an integer >= 1, got {n_variants!r}.")
+    raw = np.asarray(spread, dtype=np.float64)
+    if raw.ndim > 1 or (raw.ndim == 1 and raw.shape[0] != obs.shape[1]) or (raw < 0).any():
+        raise ValueError(
+            f"spread must be a number >= 0 or {obs.shape[1]} of them (one per entry), got "
+            f"{spread!r}."
+        )
+    width = np.broadcast_to(raw, obs.shape[1:])
     gen = np.random.default_rng([seed, 3])
     offsets = gen.uniform(-1.0, 1.0, (obs.shape[0], n_variants, obs.shape[1])) * width
     return (obs[:, None, :] + offsets).astype(np.float32)

@@ -778,6 +778,25 @@ def test_a_tuning_case_jittered_is_the_same_case_seen_through_variants(name):
         b, *_ = b_env.step(act)
 
 
+def test_jitter_variants_refuse_bad_shapes_and_spreads():
+    from imitation_meg.approx.envs import JitteredObservation, jitter_variants
+
+    obs = np.zeros((3, 2))
+    v = jitter_variants(obs, [0.1, 0.2], n_variants=5, seed=0)
+    assert v.shape == (3, 5, 2) and (np.abs(v[..., 1]) <= 0.2).all() and np.abs(v).max() > 0
+    for kwargs, match in [
+        ({"observations": np.zeros(3)}, r"must be \(S, F\)"),
+        ({"spread": [0.1, 0.2, 0.3]}, "one per entry"),
+        ({"spread": -0.1}, "spread must be"),
+        ({"n_variants": 0}, "n_variants must be"),
+    ]:
+        args = {"observations": obs, "spread": 0.1, "n_variants": 5, **kwargs}
+        with pytest.raises(ValueError, match=match):
+            jitter_variants(args.pop("observations"), args.pop("spread"), seed=0, **args)
+    with pytest.raises(ValueError, match=r"\(S, K, F\)"):
+        JitteredObservation(gym.make("FrozenLake-v1"), np.zeros((16, 2)))
+
+
 def test_taxi_observation_decodes_the_state():
     from imitation_meg.approx.envs import TaxiObservation
     from imitation_meg.envs import registered_id
