@@ -11,6 +11,7 @@ import pathlib
 
 import numpy as np
 import pytest
+import torch as th
 
 import imitation_meg
 from imitation_meg import _fused
@@ -317,3 +318,24 @@ def test_empirical_applies_reports_the_estimate_or_why_not():
     assert rows[0]["meg"] == pytest.approx(rows[0]["exact"], abs=1e-9)
     (cliff,) = applies(config, "cliffwalking_coords")
     assert cliff["meg"] == pytest.approx(cliff["exact"], abs=1e-9) and cliff["settled"]
+
+
+def test_the_unknown_split_script_times_every_call_of_the_solve_and_restores_the_library():
+    """``benchmarks/unknown_split.py`` at a small size: the same MEG as the library, each pass
+    counted once in its part, and the library's class, thread count and threshold as before."""
+    from imitation_meg import _threads, unknown
+
+    script = _script("unknown_split")
+    cls, floor, before = unknown.ClassObjective, _threads.PARALLEL_MIN_WORK, th.get_num_threads()
+    out = script.split(3000, 20)
+    assert unknown.ClassObjective is cls
+    mdp = imitation_meg.envs.random_mdp(3000, 4, 20, branching=4, seed=0)
+    ref = imitation_meg.meg_unknown(script.bench.goal_directed_policy(mdp), mdp)
+    assert out["meg"] == ref.meg and out["converged"]
+    assert out["hvp_calls"] > 0 and out["grad_calls"] > 0 and out["value_calls"] > out["grad_calls"]
+    assert out["passes"] == out["value_calls"] + out["grad_calls"] + 2 * out["hvp_calls"]
+    assert 0 < out["value_s"] + out["grad_s"] + out["hvp_s"] < out["seconds"]
+    times = script.threads(3000, 20, repeats=2)
+    assert [len(times["1"]), len(times["2"])] == [2, 2] and min(times["1"] + times["2"]) > 0
+    assert unknown.ClassObjective is cls and floor == _threads.PARALLEL_MIN_WORK
+    assert th.get_num_threads() == before

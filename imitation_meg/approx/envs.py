@@ -326,6 +326,11 @@ def state_policy(case: ValidationCase, probs: Callable[[np.ndarray], Any]) -> np
     return out
 
 
+#: :meth:`TablePolicy.states` computes at most this many ``(row, state, feature)`` differences
+#: at once (128 MiB of float64).
+_DISTANCE_BLOCK = 1 << 24
+
+
 class TablePolicy:
     """An ``(S, A)`` policy table acting on observations: the state is the nearest observation row.
 
@@ -344,9 +349,16 @@ class TablePolicy:
             )
 
     def states(self, obs: Any) -> np.ndarray:
+        """``(n,)`` the nearest observation row of each of ``obs (n, F)`` (the first at a tie),
+        in blocks of rows that keep the distance array under :data:`_DISTANCE_BLOCK` entries."""
         o = np.asarray(obs, dtype=np.float64).reshape(len(obs), -1)
-        d = ((o[:, None, :] - self.obs[None]) ** 2).sum(-1)
-        return d.argmin(1)
+        S, F = self.obs.shape
+        step = max(1, _DISTANCE_BLOCK // max(1, S * F))
+        out = np.empty(len(o), dtype=np.int64)
+        for lo in range(0, len(o), step):
+            d = ((o[lo : lo + step, None, :] - self.obs[None]) ** 2).sum(-1)
+            out[lo : lo + step] = d.argmin(1)
+        return out
 
     def __call__(self, obs: Any) -> np.ndarray:
         return self.table[self.states(obs)]

@@ -140,6 +140,22 @@ def test_table_policy_finds_states_by_observation():
     assert out.tolist() == [[0.0, 1.0], [1.0, 0.0]]
 
 
+def test_table_policy_states_in_blocks_are_the_nearest_rows(monkeypatch):
+    """Blocks of rows (here 7 at a time) give each row its nearest state, the first at a tie."""
+    import imitation_meg.approx.envs as envs_mod
+
+    gen = np.random.default_rng(0)
+    obs = gen.normal(size=(5, 3))
+    pol = TablePolicy(np.full((5, 2), 0.5), obs)
+    rows = np.concatenate([gen.normal(size=(40, 3)), obs[[4, 2]], (obs[[0]] + obs[[1]]) / 2])
+    whole = ((rows[:, None] - obs[None]) ** 2).sum(-1).argmin(1)
+    monkeypatch.setattr(envs_mod, "_DISTANCE_BLOCK", 7 * 5 * 3)
+    got = pol.states(rows)
+    assert got.tolist() == whole.tolist()
+    assert got[40:42].tolist() == [4, 2] and got[42] == 0  # halfway between 0 and 1: the first
+    assert len(set(got.tolist())) > 1
+
+
 # ------------------------------------------------------------------------------ rollouts
 def test_env_source_checks_spaces_and_horizon():
     with pytest.raises(TypeError, match="Discrete actions"):
