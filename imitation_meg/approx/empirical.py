@@ -34,7 +34,8 @@ milliseconds. This is what :func:`~imitation_meg.approx.meg_approx` does by defa
    policy, and the replicates, which add that noise once more, measure by how much. The interval
    is the estimate plus or minus ``z`` standard deviations of the replicates (at least
    :data:`ROUNDING` of ``max(1, |estimate|)``, the solver's rounding), clipped to
-   ``[0, certificate]``.
+   ``[0, certificate]``. The replicates are solved side by side on the caller's torch threads
+   (:func:`imitation_meg._threads.parallel_map`): the same values as one after another.
 5. **Stopping**: after each round, when coverage holds and the half-width is at most
    :data:`PRECISION_SHARE` of the estimate or :data:`PRECISION_BOUND` of ``H log|A|``, whichever
    is larger (``settled=True``); a call that reaches the data budget first reports
@@ -60,6 +61,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch as th
 
+from imitation_meg import _threads
 from imitation_meg.approx.core import Run, collect_data, policy_behaviour
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
 from imitation_meg.approx.rollouts import Rollouts, collect
@@ -100,6 +102,8 @@ ROUND_BOOT = 200
 #: The interval's least half-width, relative to ``max(1, |estimate|)``: the exact solver's
 #: rounding (with deterministic dynamics and start every replicate is the same MDP).
 ROUNDING = 1e-9
+#: Bootstrap replicates whose episode weights are held at once (solved side by side).
+_BOOT_BLOCK = 32
 
 
 class NotTabular(Exception):
@@ -280,12 +284,14 @@ def _solve(model: EmpiricalMDP, run: Run, n_boot: int, rng: np.random.Generator)
     z = statistics.NormalDist().inv_cdf(0.5 + run.opts.confidence / 2)
     plain = meg(model.policy, model.mdp())
     value = plain.meg
-    reps = np.array(
-        [
-            meg(model.policy, model.mdp(rng.poisson(1.0, model.n_episodes).astype(float))).meg
-            for _ in range(n_boot)
-        ]
-    )
+    # independent solves: side by side on the caller's torch threads, each on one (the same
+    # bits as one after another), the weights drawn in the same order in blocks
+    out: list[float] = []
+    while len(out) < n_boot:
+        block = min(_BOOT_BLOCK, n_boot - len(out))
+        weights = [rng.poisson(1.0, model.n_episodes).astype(float) for _ in range(block)]
+        out += _threads.parallel_map(lambda w: meg(model.policy, model.mdp(w)).meg, weights)
+    reps = np.array(out)
     if n_boot < 2:  # no spread to measure: no bias correction and no interval
         return _Round(value, math.nan, math.nan, math.nan, reps, plain)
     se = float(reps.std(ddof=1))

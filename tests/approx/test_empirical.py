@@ -77,6 +77,32 @@ def test_stochastic_case_is_covered_and_repeats_itself():
     assert a.n_eval_episodes == 0 and a.models == []
 
 
+def test_the_replicates_solved_side_by_side_are_the_one_thread_replicates(monkeypatch):
+    """The bootstrap's solves run on the caller's torch threads (here 2, in blocks of 3 so that
+    blocks and a short last one occur): the same replicates, in the same order, to the last bit
+    as on one thread, and torch's thread count is put back."""
+    import imitation_meg.approx.empirical as emp
+
+    mdp, obs, table = _case(4, branching=3, start="four")
+    kw = {"method": "empirical", "n_data_steps": 7000, "n_boot": 8}
+    monkeypatch.setattr(emp, "_BOOT_BLOCK", 3)
+    runs = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ApproxMEGWarning)
+        for n in (1, 2):
+            th.set_num_threads(n)
+            try:
+                runs[n] = meg_approx(
+                    TablePolicy(table, obs), lambda: TabularGymEnv(mdp, obs), seed=1, **kw
+                )
+                assert th.get_num_threads() == n
+            finally:
+                th.set_num_threads(1)
+    assert runs[1].replicates.shape == (8,) and np.unique(runs[1].replicates).size > 1
+    assert np.array_equal(runs[1].replicates, runs[2].replicates)
+    assert runs[1].meg == runs[2].meg and runs[1].low == runs[2].low
+
+
 def test_untried_actions_are_found():
     """Data that never try an action leave the pairs the MDP needs, named."""
     mdp, obs, table = _case(0, branching=2, start="four")
