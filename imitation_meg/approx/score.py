@@ -200,9 +200,10 @@ def score_approx(args: argparse.Namespace) -> int:
             raise ValueError(f"--{opt.replace('_', '-')} is not available with --approx.")
     import torch as th
 
-    if settings.get("method") != "linear":
+    if settings.get("method") not in ("linear", "empirical"):
         # 64-unit networks train fastest on one thread; more only contend on small machines (the
-        # linear method's fits run side by side, one per torch thread, _threads.parallel_map)
+        # linear method's fits and the empirical MDP's bootstrap solves run side by side, one
+        # per torch thread, _threads.parallel_map; "auto" may hand over to the networks)
         th.set_num_threads(1)
     source = EnvSource(args.env, horizon=args.horizon)
     policy, label = _policy(args, source.n_actions)

@@ -246,9 +246,15 @@ def test_command_line_says_what_the_empirical_mdps_bar_counts(capsys):
     argv = ["score", "--env", "FrozenLake-v1", "--policy", "uniform", "--approx"]
     for opt in ("method=empirical", "n_data_steps=7000"):
         argv += ["--approx-option", opt]
-    with warnings.catch_warnings():
-        warnings.simplefilter("always", ApproxMEGWarning)  # printed as a line, if any
-        assert main(argv) == 0
+    th.set_num_threads(2)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", ApproxMEGWarning)  # printed as a line, if any
+            assert main(argv) == 0
+        # the empirical MDP's replicates are solved side by side on the caller's threads
+        assert th.get_num_threads() == 2
+    finally:
+        th.set_num_threads(1)
     printed = capsys.readouterr().out
     assert "the empirical MDP of the observations" in printed
     assert "The bar counts environment steps of data" in printed
