@@ -11,6 +11,10 @@ The held-out families (``configs/approx_heldout.yaml``: environments never used 
 with the defaults frozen before them) name one policy per case instead (``case_policies``:
 ``eps<e>``, ``ppo`` or ``dqn``, a DQN agent scored as its epsilon-greedy policy).
 
+``utility: observation`` (``configs/approx_validation_unknown.yaml``) scores every utility of
+the observation through the empirical MDP (``meg_approx_unknown(..., utility="observation")``)
+against the exact unknown-utility MEG over every state utility (:func:`imitation_meg.meg_unknown`).
+
 Acceptance: error within 5% of ``H log|A|``, the ordering across epsilon preserved,
 the exact value inside the reported interval in at least 9 of 10 seeds. The held-out families are
 judged by the stricter yardstick (:func:`within_strict`: 5% of the exact value or 1% of
@@ -33,7 +37,7 @@ import numpy as np
 import torch as th
 
 import imitation_meg as im
-from imitation_meg.approx import ApproxOptions, as_policy_fn, meg_approx
+from imitation_meg.approx import ApproxOptions, as_policy_fn, meg_approx, meg_approx_unknown
 from imitation_meg.approx.envs import (
     CASES,
     CONTINUOUS_CASES,
@@ -76,7 +80,14 @@ ADDED_FIELDS = {
     "dqn_epsilon": 0.05,
     "method": "soft_q",
     "max_states": MAX_STATES,
+    "utility": "known",
 }
+
+#: The utilities a study scores: the environment's reward (``meg_approx``), or every utility of
+#: the observation (``meg_approx_unknown(..., utility="observation")`` against the exact
+#: ``meg_unknown`` over every state utility: the same class where each state shows one
+#: observation).
+UTILITIES = ("known", "observation")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +119,7 @@ class Config:
     n_boot: int = 500
     method: str = "soft_q"
     max_states: int = MAX_STATES
+    utility: str = "known"
     tolerance: float = 0.05
     progress: bool = False
 
@@ -136,6 +148,16 @@ def _check(cfg: Config) -> None:
             raise ValueError(
                 f"unknown case {c!r}; choose from {CASES}, {CONTINUOUS_CASES} or the held-out "
                 f"{HELD_OUT_CASES}, {EMPIRICAL_HELD_OUT_CASES} or {CONTINUOUS_HELD_OUT_CASES}."
+            )
+    if cfg.utility not in UTILITIES:
+        raise ValueError(f"utility must be one of {UTILITIES}, got {cfg.utility!r}.")
+    if cfg.utility == "observation":
+        jittered = [c for c in cfg.cases if c in CONTINUOUS_CASES + CONTINUOUS_HELD_OUT_CASES]
+        if jittered or cfg.method not in ("empirical", "auto"):
+            raise ValueError(
+                "utility: observation scores every utility of the observation through the "
+                "empirical MDP: it needs method: empirical (or auto) and cases whose states show "
+                f"one observation each (not {jittered}); got method {cfg.method!r}."
             )
     if cfg.case_policies and len(cfg.case_policies) != len(cfg.cases):
         raise ValueError(
@@ -200,7 +222,8 @@ def scored_epsilon(cfg: Config, policy: str) -> float | None:
 
 def scored_policy(cfg: Config, unit: dict[str, Any]) -> tuple[Any, Any, Any]:
     """A unit's validation case, its scored policy (epsilon-greedy on observations, or the PPO
-    or DQN agent) and the policy's exact MEG result."""
+    or DQN agent) and the policy's exact MEG result (with ``utility: observation``, the exact
+    unknown-utility MEG over every utility of the state)."""
     case = validation_case(unit["case"], horizon=unit["horizon"])
     if unit["policy"] in ("ppo", "dqn"):
         from imitation_meg.adapters import policy_table
@@ -220,6 +243,8 @@ def scored_policy(cfg: Config, unit: dict[str, Any]) -> tuple[Any, Any, Any]:
         eps = float(unit["policy"][3:])
         table = stationary_epsilon_greedy(case.mdp, eps)
         policy = TablePolicy(table, case.observations)
+    if cfg.utility == "observation":
+        return case, policy, im.meg_unknown(table, case.mdp)
     return case, policy, im.meg(table, case.mdp)
 
 
@@ -228,9 +253,13 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     th.set_num_threads(1)
     case, policy, exact = scored_policy(cfg, unit)
     options = ApproxOptions.from_fields(cfg, seed=unit["seed"])
-    res = meg_approx(
-        policy, case.make, epsilon=scored_epsilon(cfg, unit["policy"]), options=options
-    )
+    eps = scored_epsilon(cfg, unit["policy"])
+    if cfg.utility == "observation":
+        res = meg_approx_unknown(
+            policy, case.make, utility="observation", epsilon=eps, options=options
+        ).result
+    else:
+        res = meg_approx(policy, case.make, epsilon=eps, options=options)
     bound = exact.upper_bound
     return {
         **unit,

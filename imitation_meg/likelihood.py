@@ -773,6 +773,10 @@ def _pcg(
             break
         z = precondition(r)
         rz_new = _dot(r, z)
+        if not rz_new > 0:
+            # the preconditioned residual has no component along the residual (it fell into
+            # the projected-out direction, or below rounding): no further CG direction exists
+            break
         p = z.add_(p, alpha=rz_new / rz)
         rz = rz_new
     return x, Bx, n

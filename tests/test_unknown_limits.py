@@ -341,3 +341,23 @@ def test_reproducible_within_a_process_for_a_new_mdp_object():
     pi = policies.epsilon_greedy(mdp1, 0.2)
     r1, r2 = im.meg_unknown(pi, mdp1), im.meg_unknown(pi, mdp2)
     assert r1.meg == r2.meg and th.equal(r1.extra["utility"], r2.extra["utility"])
+
+
+def test_conjugate_gradients_stop_when_the_preconditioned_residual_is_orthogonal_to_it():
+    """A projected, preconditioned residual orthogonal to the residual (``r . z = 0`` with
+    ``z != 0``) leaves no CG direction: the solve stops there instead of dividing by zero (an
+    empirical MDP's replicate of FrozenLake hit this inside ``meg_unknown``)."""
+    from imitation_meg.likelihood import _pcg
+
+    d = th.tensor([1.0, 1.0], dtype=th.float64)
+
+    def keep_out(v: th.Tensor) -> th.Tensor:  # removes d (exact in binary for these values)
+        return v.sub_(d * (th.dot(d, v) / th.dot(d, d)))
+
+    g = th.tensor([1.0, 1.0], dtype=th.float64)
+    diag = th.tensor([1.0, 4.0], dtype=th.float64)
+    # z = keep_out(g / diag) = (0.375, -0.375): non-zero, and orthogonal to g
+    assert float(th.dot(g, keep_out(g / diag))) == 0.0
+    x, bx, n = _pcg(lambda p: p.clone(), g, diag, 1e-8, 50, keep_out=keep_out)
+    assert th.isfinite(x).all() and th.isfinite(bx).all()
+    assert n <= 2

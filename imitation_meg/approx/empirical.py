@@ -55,6 +55,7 @@ import math
 import statistics
 import time
 import warnings
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -68,6 +69,7 @@ from imitation_meg.approx.rollouts import Rollouts, collect
 from imitation_meg.known import MEGResult, meg
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.soft_vi import occupancy_measures
+from imitation_meg.unknown import meg_unknown
 
 __all__ = [
     "FIRST_STEPS",
@@ -78,10 +80,13 @@ __all__ = [
     "PROBE_STEPS",
     "ROUNDING",
     "ROUND_BOOT",
+    "EmpiricalFit",
     "EmpiricalMDP",
     "NotTabular",
     "data_budget",
     "empirical_estimate",
+    "empirical_fit",
+    "observation_features",
 ]
 
 #: Steps of the scored policy that decide first whether the observations repeat at all ...
@@ -137,20 +142,32 @@ class EmpiricalMDP:
             (``probs (N, A)``; collected with ``scored=``).
         n_actions: ``|A|``.
         horizon: ``H``.
+        terminal_states: one absorbing state per distinct observation that a terminated
+            episode ends on (what a utility of the observation needs: a goal and a hole then
+            differ), instead of one absorbing state for all of them (what the known utility
+            needs: every absorbing state is worth 0 there).
 
     Raises:
         ValueError: ``data`` without the scored policy's probabilities.
 
     Attributes:
-        n_states: distinct observations ``S`` (the MDP has ``S + 1`` states, the last absorbing).
-        policy: ``(S + 1, A)`` the scored policy at each observation (uniform where no decision
-            was seen, and in the absorbing state).
+        n_states: distinct observations ``S`` (the MDP has ``S + n_absorbing`` states, the last
+            ``n_absorbing`` absorbing).
+        n_absorbing: absorbing states (1 without ``terminal_states``, else the distinct
+            terminal observations, at least 1).
+        absorbing_obs: ``(n_absorbing,)`` the observation index of each absorbing state (-1:
+            none, for the single shared one).
+        observations: ``(S, d)`` the distinct flat observations, in state order.
+        policy: ``(S + n_absorbing, A)`` the scored policy at each observation (uniform where no
+            decision was seen, and in the absorbing states).
         missing: ``(state, action)`` pairs the empirical MDP can reach before the horizon but
             the data never tried (or never saw a transition of, where a decision follows).
         reward_varies: some transition ``(s, a, s')`` paid different rewards at two visits.
     """
 
-    def __init__(self, data: Rollouts, n_actions: int, horizon: int) -> None:
+    def __init__(
+        self, data: Rollouts, n_actions: int, horizon: int, *, terminal_states: bool = False
+    ) -> None:
         if data.probs is None:
             raise ValueError(
                 "the empirical MDP needs the scored policy's probabilities at every row: collect "
@@ -159,19 +176,29 @@ class EmpiricalMDP:
         A, H = n_actions, horizon
         s, s_next, S = _observation_index(data.x, data.x_next)
         self.n_states, self.n_actions, self.horizon = S, A, H
+        first = np.unique(np.concatenate([s, s_next]), return_index=True)[1]
+        self.observations = np.concatenate([data.x, data.x_next])[first]
         self.episode = data.episode
         self.n_episodes = data.n_episodes
         self.sa = s * A + data.a
         self.r = data.r
         # transitions: every decision but an episode's last one at the horizon (whose `done`
-        # only says the horizon came); a terminated episode enters the absorbing state S
+        # only says the horizon came); a terminated episode enters an absorbing state (S, or
+        # with terminal_states the one of its last observation)
         self.trans = data.t < H - 1
         terminal = data.done & self.trans
-        target = np.where(terminal, S, s_next)
-        key = self.sa[self.trans] * (S + 1) + target[self.trans]
+        if terminal_states:
+            ends = np.unique(s_next[terminal])
+            self.absorbing_obs = ends if ends.size else np.full(1, -1)
+            target = np.where(terminal, S + np.searchsorted(ends, s_next), s_next)
+        else:
+            self.absorbing_obs = np.full(1, -1)
+            target = np.where(terminal, S, s_next)
+        self.n_absorbing = N = len(self.absorbing_obs)
+        key = self.sa[self.trans] * (S + N) + target[self.trans]
         support, self.key_of_row = np.unique(key, return_inverse=True)
         self.key_of_row = self.key_of_row.reshape(-1)
-        self.key_sa, self.key_next = support // (S + 1), support % (S + 1)
+        self.key_sa, self.key_next = support // (S + N), support % (S + N)
         # slots: each (s, a)'s observed successors side by side, padded to the widest (the
         # support is sorted by key, so by (s, a) first: a pair's successors are consecutive)
         per_sa = np.bincount(self.key_sa, minlength=S * A)
@@ -191,7 +218,7 @@ class EmpiricalMDP:
         self.first = data.t == 0
         self.s0 = s[self.first]
         self.ep0 = data.episode[self.first]
-        policy = np.full((S + 1, A), 1.0 / A)
+        policy = np.full((S + N, A), 1.0 / A)
         seen, at = np.unique(s, return_index=True)
         policy[seen] = np.asarray(data.probs, dtype=np.float64)[at]
         self.policy = policy / policy.sum(1, keepdims=True)
@@ -207,27 +234,28 @@ class EmpiricalMDP:
         wt = w[self.trans]
         n_key = np.bincount(self.key_of_row, weights=wt, minlength=len(self.key_sa))
         n_trans = np.bincount(self.key_sa, weights=n_key, minlength=S * A)
-        p0 = np.bincount(self.s0, weights=w_ep[self.ep0], minlength=S + 1)
+        p0 = np.bincount(self.s0, weights=w_ep[self.ep0], minlength=S + self.n_absorbing)
         return {"n_sa": n_sa, "r_sum": r_sum, "n_key": n_key, "n_trans": n_trans, "p0": p0}
 
     def _missing(self) -> list[tuple[int, int]]:
         """Pairs the empirical MDP needs and the data lack (see the class docstring)."""
         S, A, H = self.n_states, self.n_actions, self.horizon
+        n = S + self.n_absorbing
         est = self.full
         adj = sp.csr_matrix(
-            (np.ones(len(self.key_sa)), (self.key_sa // A, self.key_next)), shape=(S + 1, S + 1)
+            (np.ones(len(self.key_sa)), (self.key_sa // A, self.key_next)), shape=(n, n)
         )
         adjt = adj.T.tocsr()
         reach = est["p0"] > 0
         decide = reach.copy()  # reachable at some t <= H - 1
-        follow = reach.copy() if H >= 2 else np.zeros(S + 1, dtype=bool)  # some t <= H - 2
+        follow = reach.copy() if H >= 2 else np.zeros(n, dtype=bool)  # some t <= H - 2
         for t in range(1, H):
             reach = (adjt @ reach.astype(np.float64)) > 0
-            reach[S] = False
+            reach[S:] = False
             decide |= reach
             if t <= H - 2:
                 follow |= reach
-        decide[S] = follow[S] = False
+        decide[S:] = follow[S:] = False
         tried = (est["n_sa"] > 0).reshape(S, A)
         moved = (est["n_trans"] > 0).reshape(S, A)
         need = ~tried & decide[:S, None] | ~moved & follow[:S, None]
@@ -237,23 +265,24 @@ class EmpiricalMDP:
         """The empirical MDP (under episode weights ``w_ep``; pairs they leave without data keep
         the full data's frequencies)."""
         S, A, H, B = self.n_states, self.n_actions, self.horizon, self.width
+        n = S + self.n_absorbing
         est = self.full if w_ep is None else self._estimates(w_ep)
         full = self.full
         n_sa = np.where(est["n_sa"] > 0, est["n_sa"], full["n_sa"])
         r_sum = np.where(est["n_sa"] > 0, est["r_sum"], full["r_sum"])
-        utility = np.zeros((S + 1, A))
+        utility = np.zeros((n, A))
         utility[:S] = (r_sum / np.maximum(n_sa, 1e-300)).reshape(S, A)
         # replicate's transition counts, or the full data's where the replicate has none
         has = est["n_trans"][self.key_sa] > 0
         n_key = np.where(has, est["n_key"], full["n_key"])
         tot = np.bincount(self.key_sa, weights=n_key, minlength=S * A)
-        nxt = np.zeros((S + 1, A, B), dtype=np.int64)
-        prob = np.zeros((S + 1, A, B))
+        nxt = np.zeros((n, A, B), dtype=np.int64)
+        prob = np.zeros((n, A, B))
         idle = tot == 0  # never moved (needed by no decision): stays put
         nxt[:S, :, 0] = np.repeat(np.arange(S), A).reshape(S, A)
         prob[:S, :, 0] = idle.reshape(S, A)
-        nxt[S, :, 0] = S
-        prob[S, :, 0] = 1.0
+        nxt[S:, :, 0] = np.arange(S, n)[:, None]
+        prob[S:, :, 0] = 1.0
         si, ai = self.key_sa // A, self.key_sa % A
         nxt[si, ai, self.key_slot] = self.key_next
         prob[si, ai, self.key_slot] = n_key / tot[self.key_sa]
@@ -279,10 +308,38 @@ class _Round(NamedTuple):
     plain: MEGResult
 
 
-def _solve(model: EmpiricalMDP, run: Run, n_boot: int, rng: np.random.Generator) -> _Round:
-    """The empirical MDP's MEG, bias-corrected by its bootstrap replicates, and its interval."""
+def observation_features(model: EmpiricalMDP) -> np.ndarray:
+    """``(S + n_absorbing, S)`` features of the class of every utility of the observation: each
+    state's observation as a one-hot (an absorbing state has its terminal observation's, the
+    shared absorbing state none)."""
+    S = model.n_states
+    phi = np.zeros((S + model.n_absorbing, S))
+    phi[np.arange(S), np.arange(S)] = 1.0
+    ends = np.flatnonzero(model.absorbing_obs >= 0)
+    phi[S + ends, model.absorbing_obs[ends]] = 1.0
+    return phi
+
+
+def _solver(model: EmpiricalMDP, unknown: bool) -> Callable[[TabularMDP], MEGResult]:
+    """The exact MEG of the scored policy in an empirical MDP: known (the observed reward) or
+    unknown over every utility of the observation."""
+    if not unknown:
+        return lambda mdp: meg(model.policy, mdp)
+    phi = observation_features(model)
+    return lambda mdp: meg_unknown(model.policy, mdp, features=phi)
+
+
+def _solve(
+    model: EmpiricalMDP,
+    run: Run,
+    n_boot: int,
+    rng: np.random.Generator,
+    solve: Callable[[TabularMDP], MEGResult],
+) -> _Round:
+    """The empirical MDP's MEG (``solve``), bias-corrected by its bootstrap replicates, and its
+    interval."""
     z = statistics.NormalDist().inv_cdf(0.5 + run.opts.confidence / 2)
-    plain = meg(model.policy, model.mdp())
+    plain = solve(model.mdp())
     value = plain.meg
     # independent solves: side by side on the caller's torch threads, each on one (the same
     # bits as one after another), the weights drawn in the same order in blocks
@@ -290,7 +347,7 @@ def _solve(model: EmpiricalMDP, run: Run, n_boot: int, rng: np.random.Generator)
     while len(out) < n_boot:
         block = min(_BOOT_BLOCK, n_boot - len(out))
         weights = [rng.poisson(1.0, model.n_episodes).astype(float) for _ in range(block)]
-        out += _threads.parallel_map(lambda w: meg(model.policy, model.mdp(w)).meg, weights)
+        out += _threads.parallel_map(lambda w: solve(model.mdp(w)).meg, weights)
     reps = np.array(out)
     if n_boot < 2:  # no spread to measure: no bias correction and no interval
         return _Round(value, math.nan, math.nan, math.nan, reps, plain)
@@ -306,6 +363,16 @@ def data_budget(n_models: int, n_data_steps: int) -> int:
     return max(FIRST_STEPS, n_models * n_data_steps)
 
 
+class EmpiricalFit(NamedTuple):
+    """An empirical-MDP estimate with what it was solved on: the result, the last empirical MDP,
+    and the exact solve of that MDP (for an unknown utility its ``extra["theta"]`` is the
+    fitted utility of each observation)."""
+
+    result: ApproxMEGResult
+    model: EmpiricalMDP
+    plain: MEGResult
+
+
 def empirical_estimate(run: Run) -> ApproxMEGResult:
     """Known-utility MEG of ``run``'s policy through the empirical MDP (module docstring).
 
@@ -317,6 +384,22 @@ def empirical_estimate(run: Run) -> ApproxMEGResult:
         NotTabular: more than ``max_states`` distinct observations, fewer than
             :data:`MIN_VISITS` data steps per observation, or untried pairs left when the
             data budget is spent (the message says which).
+    """
+    return empirical_fit(run).result
+
+
+def empirical_fit(run: Run, *, unknown: bool = False) -> EmpiricalFit:
+    """:func:`empirical_estimate`, or with ``unknown`` the unknown-utility MEG over every
+    utility of the observation (the exact :func:`imitation_meg.meg_unknown` of each empirical
+    MDP, whose terminal observations are absorbing states of their own; the same rounds,
+    bootstrap and stopping rule), with the last empirical MDP and its exact solve.
+
+    Args:
+        run: as :func:`empirical_estimate`.
+        unknown: the unknown-utility MEG instead of the known.
+
+    Raises:
+        NotTabular: as :func:`empirical_estimate`.
     """
     opts = run.opts
     assert opts.n_data_steps is not None
@@ -359,7 +442,7 @@ def empirical_estimate(run: Run) -> ApproxMEGResult:
         total += part.n_steps
         run.bar.update(part.n_steps)
         data = Rollouts.concat(parts)
-        model = EmpiricalMDP(data, A, H)
+        model = EmpiricalMDP(data, A, H, terminal_states=unknown)
         if model.n_states > opts.max_states or data.n_steps < MIN_VISITS * model.n_states:
             raise NotTabular(
                 f"{data.n_steps} data steps met {model.n_states} distinct observations "
@@ -376,7 +459,8 @@ def empirical_estimate(run: Run) -> ApproxMEGResult:
         if model.missing:
             continue
         last = total >= budget
-        rnd = _solve(model, run, opts.n_boot if last else min(opts.n_boot, ROUND_BOOT), rng)
+        solve = _solver(model, unknown)
+        rnd = _solve(model, run, opts.n_boot if last else min(opts.n_boot, ROUND_BOOT), rng, solve)
         rounds.append(rnd)
         half = (rnd.high - rnd.low) / 2  # NaN without replicates: the rounds run to the budget
         if half <= max(PRECISION_SHARE * rnd.meg, PRECISION_BOUND * bound):
@@ -392,9 +476,12 @@ def empirical_estimate(run: Run) -> ApproxMEGResult:
             few=True,
         )
     if rounds[-1].replicates.size < opts.n_boot:  # the rounds' rule used ROUND_BOOT of them
-        rounds[-1] = _solve(model, run, opts.n_boot, rng)
+        rounds[-1] = _solve(model, run, opts.n_boot, rng, _solver(model, unknown))
     # without replicates (n_boot < 2) nothing says whether the rounds settled
-    return _result(run, model, data, rounds, settled if opts.n_boot >= 2 else None, bound)
+    result = _result(
+        run, model, data, rounds, settled if opts.n_boot >= 2 else None, bound, unknown=unknown
+    )
+    return EmpiricalFit(result, model, rounds[-1].plain)
 
 
 def _result(
@@ -404,13 +491,16 @@ def _result(
     rounds: list[_Round],
     settled: bool | None,
     bound: float,
+    *,
+    unknown: bool = False,
 ) -> ApproxMEGResult:
-    """The estimate of the last round as an :class:`ApproxMEGResult`."""
+    """The estimate of the last round as an :class:`ApproxMEGResult` (``expected_return`` is
+    the observed reward's, also for an unknown utility)."""
     opts = run.opts
     last = rounds[-1]
     exact = last.plain
     pi = th.as_tensor(model.policy)
-    occ = occupancy_measures(model.mdp(), pi)[:-1].double()  # (H, S + 1)
+    occ = occupancy_measures(model.mdp(), pi)[:-1].double()  # (H, S + n_absorbing)
     ent = -(pi * th.log(pi.clamp_min(1e-300))).sum(1)
     log_a = math.log(model.n_actions)
     certificate = float((occ * (log_a - ent)).sum())
@@ -434,7 +524,11 @@ def _result(
             f"{PRECISION_BOUND:.1%} of H log|A|. On the validation cases such estimates were "
             "the ones off by more than that (near-deterministic optima, where small errors in "
             "the estimated dynamics move the estimate): raise n_data_steps=, or score with "
-            "method='soft_q' (docs/approx.md).",
+            + (
+                "utility='mlp' (a lower bound from soft Q-fits; docs/approx.md)."
+                if unknown
+                else "method='soft_q' (docs/approx.md)."
+            ),
             ApproxMEGWarning,
             stacklevel=4,
         )
@@ -452,7 +546,9 @@ def _result(
         certificate=certificate,
         horizon=run.source.horizon,
         mean_length=mean_length,
-        expected_return=float(exact.expected_utility),
+        expected_return=float(
+            meg(model.policy, model.mdp()).expected_utility if unknown else exact.expected_utility
+        ),
         n_env_steps=run.n_env_steps,
         n_eval_episodes=0,
         ensemble=math.nan,

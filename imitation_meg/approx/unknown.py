@@ -19,6 +19,14 @@ episodes and fits) on evaluation episodes not used in the ascent, and the better
 of the class gives a valid value, so the result is a lower bound on the class's MEG (up to the
 estimation error its interval and diagnostics describe; choosing the better of two adds a small
 upward selection bias); the class's supremum is not certified.
+
+``utility="observation"``, for environments whose observations take few distinct values, is the
+class of *every* utility of the observation, solved exactly instead: the empirical MDP of the
+observations (:mod:`imitation_meg.approx.empirical`, each distinct observation a state, each
+observation a terminated episode ends on an absorbing state of its own) and its exact
+unknown-utility MEG (:func:`imitation_meg.meg_unknown` with the observations' one-hot
+features), bias-corrected and given an interval by the same bootstrap over episodes as the
+known-utility estimate. That is an estimate of the class's supremum, not a lower bound.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from imitation_meg.approx.core import (
     model_data,
     policy_behaviour,
 )
+from imitation_meg.approx.empirical import NotTabular, data_budget, empirical_fit
 from imitation_meg.approx.evaluate import ApproxMEGResult
 from imitation_meg.approx.options import ApproxOptions
 from imitation_meg.approx.policy import PolicyFn, as_policy_fn
@@ -58,9 +67,9 @@ from imitation_meg.approx.soft_q import (
 )
 from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
 
-__all__ = ["ApproxUnknownResult", "meg_approx_unknown"]
+__all__ = ["ApproxUnknownResult", "ObservationUtility", "meg_approx_unknown"]
 
-UTILITY_CLASSES = ("mlp", "agent")
+UTILITY_CLASSES = ("mlp", "agent", "observation")
 #: Adam's learning rate of the utility's ascent by default.
 UTILITY_LR = 0.05
 #: Ascent steps whose sampled episodes are kept as extra fitting data.
@@ -72,14 +81,18 @@ _ASCENT_COPIES = 2.0
 
 @dataclasses.dataclass(frozen=True)
 class ApproxUnknownResult:
-    """A lower bound on unknown-utility MEG over a utility class.
+    """Unknown-utility MEG over a utility class: a lower bound (``"mlp"``, ``"agent"``) or the
+    estimate of an empirical MDP (``"observation"``).
 
     Attributes:
         result: the known-utility estimate for the fitted utility (:class:`ApproxMEGResult`:
-            ``meg``, ``low``, ``high``, ``beta``, diagnostics).
-        utility_class: ``"mlp"`` (network on observations) or ``"agent"`` (linear in the agent's
-            hidden features).
-        utility: the fitted utility module (on standardised inputs).
+            ``meg``, ``low``, ``high``, ``beta``, diagnostics); for ``"observation"`` the
+            empirical MDP's unknown-utility estimate (``beta`` is then the fitted utility's
+            spread, ``+inf`` at a limit, as :func:`imitation_meg.meg_unknown` reports it).
+        utility_class: ``"mlp"`` (network on observations), ``"agent"`` (linear in the agent's
+            hidden features) or ``"observation"`` (every utility of the observation).
+        utility: the fitted utility module (on standardised inputs; for ``"observation"`` a
+            lookup of the empirical MDP's observations, NaN for an observation it never saw).
         trace: per ascent step, the sampled objective gap ``E_pi[sum U] - E_{pi_theta}[sum U]``
             (it tends to 0 at a stationary point, Theorem 5.1's matching of expected utility).
         n_env_steps: environment steps used in all.
@@ -113,7 +126,7 @@ class ApproxUnknownResult:
             "utility_class": self.utility_class,
             "trace": list(self.trace),
             "n_env_steps_total": self.n_env_steps,
-            "lower_bound": True,
+            "lower_bound": self.utility_class != "observation",
             "candidates": dict(self.candidates),
         }
 
@@ -140,6 +153,29 @@ class _Utility(nn.Module):
     def forward(self, z: th.Tensor) -> th.Tensor:
         mean, std = self.get_buffer("mean"), self.get_buffer("std")
         return self.net((z - mean) / std).squeeze(-1)
+
+
+class ObservationUtility(nn.Module):
+    """``U(x)``: a utility given per distinct flat observation (``observations (S, d)``,
+    ``values (S,)``); NaN for an observation not among them (compared as float32, as the
+    empirical MDP tells observations apart)."""
+
+    def __init__(self, observations: np.ndarray, values: np.ndarray) -> None:
+        super().__init__()
+        obs = np.ascontiguousarray(np.asarray(observations, dtype=np.float32) + 0.0)
+        self.register_buffer("observations", th.as_tensor(obs))
+        self.register_buffer("values", th.as_tensor(np.asarray(values, dtype=np.float64)))
+        self._index = {row.tobytes(): i for i, row in enumerate(obs)}
+
+    def forward(self, x: th.Tensor) -> th.Tensor:
+        rows = np.ascontiguousarray(np.asarray(x.detach().cpu(), dtype=np.float32) + 0.0)
+        rows = rows.reshape(rows.shape[0], -1)
+        idx = [self._index.get(r.tobytes(), -1) for r in rows]
+        vals = self.get_buffer("values")
+        out = th.full((len(idx),), math.nan, dtype=vals.dtype)
+        found = [i for i, k in enumerate(idx) if k >= 0]
+        out[found] = vals[[idx[i] for i in found]]
+        return out
 
 
 def _features_fn(source: EnvSource, pol: PolicyFn) -> Any:
@@ -181,8 +217,11 @@ def meg_approx_unknown(
 
     Args:
         policy, env, horizon, algo, epsilon: as in :func:`~imitation_meg.approx.meg_approx`.
-        utility: ``"mlp"`` (a one-hidden-layer network on the flat observation) or ``"agent"``
-            (linear in the scored SB3 agent's last hidden layer).
+        utility: ``"mlp"`` (a one-hidden-layer network on the flat observation), ``"agent"``
+            (linear in the scored SB3 agent's last hidden layer), or ``"observation"`` (every
+            utility of the observation, through the empirical MDP: for observations that take
+            few values; needs ``method="empirical"`` or ``"auto"``, and ignores the settings
+            of the ascent).
         ascent_steps: gradient steps on the utility.
         episodes_per_step: episodes of ``pi_theta`` sampled per step.
         utility_lr: Adam's learning rate for the utility (``lr``, as in ``meg_approx``, is the
@@ -204,6 +243,7 @@ def meg_approx_unknown(
 
     Raises:
         ValueError: an unknown ``utility`` class, ``"agent"`` for a policy without hidden layer,
+            ``"observation"`` with another method or where the empirical MDP cannot be built,
             bad settings.
 
     Warns:
@@ -222,11 +262,20 @@ def meg_approx_unknown(
     ):
         raise ValueError(f"utility_lr must be a positive finite number, got {utility_lr!r}.")
     opts = ApproxOptions.of(options, **settings)
+    if utility == "observation":
+        if opts.method not in ("empirical", "auto"):
+            raise ValueError(
+                f"utility='observation' (every utility of the observation) is solved through "
+                f"the empirical MDP, not with method={opts.method!r}: pass method='empirical' "
+                "(or 'auto'), or use utility='mlp' for a lower bound from soft Q-fits."
+            )
+        return _observation_class(policy, env, horizon, algo, epsilon, opts, t_start)
     if opts.method in ("empirical", "linear"):
         raise ValueError(
-            f"method={opts.method!r} is not available for the unknown-utility bound: its class "
-            "is a function of the observation fitted by soft Q-fits; use method='auto' or "
-            "'soft_q'."
+            f"method={opts.method!r} is not available for the unknown-utility bound of "
+            f"utility={utility!r}: its class is a function of the observation fitted by soft "
+            "Q-fits; use method='auto' or 'soft_q', or utility='observation' with "
+            "method='empirical' for every utility of the observation."
         )
     source = EnvSource(env, horizon=horizon)
     pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)
@@ -314,6 +363,48 @@ def meg_approx_unknown(
         trace=trace,
         n_env_steps=run.n_env_steps,
         candidates=candidates,
+    )
+
+
+def _observation_class(
+    policy: PolicySource,
+    env: EnvLike | Callable[[], GymEnv],
+    horizon: int | None,
+    algo: str | None,
+    epsilon: float | None,
+    opts: ApproxOptions,
+    t_start: float,
+) -> ApproxUnknownResult:
+    """``utility="observation"``: the empirical MDP's exact unknown-utility MEG (module
+    docstring), on the data, rounds and seeds of ``meg_approx(..., method="empirical")``."""
+    source = EnvSource(env, horizon=horizon)
+    pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)
+    opts = opts.resolved(source)
+    assert opts.n_data_steps is not None
+    run = Run(
+        source,
+        pol,
+        opts,
+        bar_total=data_budget(opts.n_models, opts.n_data_steps),
+        desc="MEG (empirical MDP, every utility of the observation)",
+        bar_unit="step",
+        t_start=t_start,
+    )
+    try:
+        fit = empirical_fit(run, unknown=True)
+    except NotTabular as e:
+        raise ValueError(
+            f"utility='observation' needs an empirical MDP of the observations, but {e}. Use "
+            "utility='mlp' (a lower bound from soft Q-fits) for this environment."
+        ) from None
+    finally:
+        run.bar.close()
+    theta = np.asarray(fit.plain.extra["theta"], dtype=np.float64)
+    return ApproxUnknownResult(
+        result=fit.result,
+        utility_class="observation",
+        utility=ObservationUtility(fit.model.observations, theta),
+        n_env_steps=fit.result.n_env_steps,
     )
 
 
