@@ -203,6 +203,10 @@ def test_score_builtins_known(capsys):
         # not tabular: the approximate path (issue 14), whose unsupported options exit 2
         (
             ["--env", "CartPole-v1", "--policy", "uniform", "--mode", "unknown"],
+            "add --approx-option method=empirical",
+        ),
+        (
+            ["--env", "CartPole-v1", "--policy", "uniform", "--mode", "target", "--target", "row"],
             "not available with the approximate estimator",
         ),
         (["--env", "NoSuchEnv-v0", "--policy", "uniform"], "could not make environment"),

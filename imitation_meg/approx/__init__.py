@@ -6,7 +6,9 @@ an SB3 object has to be handled.
 - :func:`meg_approx`: known-utility MEG (the environment's reward) of a policy in any
   gymnasium environment with ``Discrete`` actions, from ``reset`` / ``step`` only.
 - :func:`meg_approx_unknown`: a lower bound on unknown-utility MEG over a utility network on
-  observations, or over linear utilities of the scored agent's own hidden features.
+  observations, or over linear utilities of the scored agent's own hidden features; or, for
+  observations that take few values, the estimate over every utility of the observation
+  through the empirical MDP (``utility="observation"``).
 - :class:`ApproxOptions`: the settings both take (one record, the same defaults).
 - :mod:`imitation_meg.approx.envs`: tabular environments seen through non-index observations,
   with their exact MEG, for validation.

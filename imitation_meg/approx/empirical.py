@@ -43,6 +43,12 @@ milliseconds. This is what :func:`~imitation_meg.approx.meg_approx` does by defa
    ``n_boot`` below 2 there is no interval (NaN ends, the plain value as the estimate), the
    rounds run to the budget and ``settled`` is None, as the soft Q-fits report without one.
 
+The same rounds, bootstrap and stopping rule give unknown-utility MEG over every utility of the
+observation (:func:`empirical_fit` with ``unknown=True``, behind
+``meg_approx_unknown(..., utility="observation")``): every observation a terminated episode ends
+on is then an absorbing state of its own, and each empirical MDP is solved by
+:func:`imitation_meg.meg_unknown` with the observations' one-hot features.
+
 What the interval does not cover: states the data never reached (the empirical MDP has no
 transition to them, so no model there can use them), and observations that do not determine the
 state (two states with one observation merge into one empirical state, which averages their

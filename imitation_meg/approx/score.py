@@ -165,11 +165,34 @@ def _empirical_lines(res: Any) -> list[str]:
     ]
 
 
+def _checked_mode(args: argparse.Namespace, settings: dict[str, Any]) -> bool:
+    """Refuse what the approximate path does not support (named in the message); True for
+    ``--mode unknown`` (every utility of the observation, through the empirical MDP)."""
+    if args.env is None:
+        raise ValueError("--approx needs --env ENV_ID (a gymnasium id), not --cliff-world.")
+    if args.mode not in ("known", "unknown"):
+        raise ValueError(
+            f"--mode {args.mode} is not available with the approximate estimator (--mode known, "
+            "or --mode unknown with --approx-option method=empirical)."
+        )
+    if args.mode == "unknown" and settings.get("method") not in ("empirical", "auto"):
+        raise ValueError(
+            "--mode unknown with --approx scores every utility of the observation through the "
+            "empirical MDP: add --approx-option method=empirical (observations that take few "
+            "values), or use imitation_meg.approx.meg_approx_unknown from Python for a lower "
+            "bound from soft Q-fits."
+        )
+    for opt in ("signed", "rollouts", "target", "vec_normalize"):
+        if getattr(args, opt, None):
+            raise ValueError(f"--{opt.replace('_', '-')} is not available with --approx.")
+    return args.mode == "unknown"
+
+
 def score_approx(args: argparse.Namespace) -> int:
     """Score ``args.policy`` in ``args.env`` with the approximate estimator and print the result.
 
-    Reads ``env``, ``policy``, ``algo``, ``epsilon``, ``horizon``, ``seed``, ``mode`` (``known``
-    only), ``json``, ``approx_options`` (``--approx-option KEY=VALUE`` items: any
+    Reads ``env``, ``policy``, ``algo``, ``epsilon``, ``horizon``, ``seed``, ``mode`` (``known``, or
+    ``unknown`` with ``method=empirical``: every utility of the observation), ``json``, ``approx_options`` (``--approx-option KEY=VALUE`` items: any
     :class:`~imitation_meg.approx.ApproxOptions` field but ``seed`` and ``progress``) and the
     optional ``approx_models`` / ``approx_episodes`` / ``approx_iterations`` / ``approx_steps``
     (set from Python; not command-line flags).
@@ -183,21 +206,13 @@ def score_approx(args: argparse.Namespace) -> int:
     from imitation_meg.approx.known import meg_approx
     from imitation_meg.approx.options import DATA_STEPS, ApproxOptions
     from imitation_meg.approx.rollouts import EnvSource
+    from imitation_meg.approx.unknown import meg_approx_unknown
 
     names = {f.name for f in dataclasses.fields(ApproxOptions)}
     settings = estimator_settings(getattr(args, "approx_options", None), names - set(_OWN_FLAGS))
     ApproxOptions.of(None, **settings)  # bad values end here, before any work
 
-    if args.env is None:
-        raise ValueError("--approx needs --env ENV_ID (a gymnasium id), not --cliff-world.")
-    if args.mode != "known":
-        raise ValueError(
-            f"--mode {args.mode} is not available with the approximate estimator (use "
-            "imitation_meg.approx.meg_approx_unknown from Python for a lower bound)."
-        )
-    for opt in ("signed", "rollouts", "target", "vec_normalize"):
-        if getattr(args, opt, None):
-            raise ValueError(f"--{opt.replace('_', '-')} is not available with --approx.")
+    unknown = _checked_mode(args, settings)
     import torch as th
 
     if settings.get("method") not in ("linear", "empirical"):
@@ -227,27 +242,28 @@ def score_approx(args: argparse.Namespace) -> int:
         "Q-networks",
         "linear": f"{n_models} linear soft Q-functions",
     }[kwargs.get("method", "soft_q")]
+    if unknown:
+        how = "the empirical MDP of the observations"
     counts = {
         "linear": "rounds of data",
         "empirical": "environment steps of data",
         "auto": "environment steps of data (then soft Q-iterations, if it fits after all)",
     }.get(kwargs.get("method", "soft_q"), "soft Q-iterations")
+    what = "every utility of the observation" if unknown else "the environment reward"
     print(
-        f"Approximate known-utility MEG of {label} in {source.name} (|A|={source.n_actions}, "
-        f"H={source.horizon}; utility: the environment reward; {how})\n"
+        f"Approximate {args.mode}-utility MEG of {label} in {source.name} "
+        f"(|A|={source.n_actions}, H={source.horizon}; utility: {what}; {how})\n"
         f"The bar counts {counts}; its remaining time is the time estimate.",
         flush=True,
     )
     t0 = time.perf_counter()
-    res = meg_approx(
-        policy,
-        source.make,
-        horizon=source.horizon,
-        n_models=n_models,
-        seed=args.seed,
-        progress=True,
-        **kwargs,
-    )
+    common = {"horizon": source.horizon, "n_models": n_models, "seed": args.seed, "progress": True}
+    if unknown:
+        res = meg_approx_unknown(
+            policy, source.make, utility="observation", **common, **kwargs
+        ).result
+    else:
+        res = meg_approx(policy, source.make, **common, **kwargs)
     wall = time.perf_counter() - t0
     pct = f"{res.confidence:.0%}"
     lines = [
@@ -258,7 +274,11 @@ def score_approx(args: argparse.Namespace) -> int:
         ),
         f"bound H log|A|      {res.upper_bound:.4f}   (normalized {res.normalized:.4f})",
         f"Gibbs certificate   {res.certificate:.4f}   (no model family can exceed it)",
-        f"beta*               {res.beta:.4g}   (utility units)",
+        (
+            f"utility spread      {res.beta:.4g}   (max - min of the fitted utility; inf: a limit)"
+            if unknown
+            else f"beta*               {res.beta:.4g}   (utility units)"
+        ),
         f"mean return         {res.expected_return:.4f}",
         *{"empirical": _empirical_lines, "linear": _linear_lines}.get(res.method, _fit_lines)(res),
         f"environment steps   {res.n_env_steps}",
@@ -281,7 +301,7 @@ def score_approx(args: argparse.Namespace) -> int:
         config = {k: v for k, v in vars(args).items() if k != "func"}
         payload = {
             "meg": res.meg,
-            "mode": "known (approximate)",
+            "mode": f"{args.mode} (approximate)",
             "policy": label,
             "env": source.name,
             "config": config,

@@ -259,3 +259,101 @@ def test_command_line_says_what_the_empirical_mdps_bar_counts(capsys):
     assert "the empirical MDP of the observations" in printed
     assert "The bar counts environment steps of data" in printed
     assert "soft Q-iterations" not in printed
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_utility_of_the_observation_is_the_exact_unknown_meg_with_deterministic_dynamics(
+    seed,
+):
+    """``utility="observation"``: with deterministic dynamics and start, the empirical MDP of
+    the reached states is the MDP there, so the estimate is the exact unknown-utility MEG over
+    every state utility; it is an estimate of the class's supremum, not a lower bound, and its
+    utility gives each observation seen its fitted value (NaN for one never seen)."""
+    mdp, obs, table = _case(seed, branching=1, start="one")
+    exact = im.meg_unknown(table, mdp)
+    res = meg_approx_unknown(
+        TablePolicy(table, obs),
+        lambda: TabularGymEnv(mdp, obs),
+        utility="observation",
+        method="empirical",
+        seed=3,
+        n_boot=20,
+    )
+    assert res.utility_class == "observation" and res.result.method == "empirical"
+    assert res.meg == pytest.approx(exact.meg, abs=1e-6)
+    assert res.low <= exact.meg <= res.high
+    assert res.meg > im.meg(table, mdp).meg  # the class holds more than the reward
+    out = res.to_dict()
+    assert out["lower_bound"] is False and out["utility_class"] == "observation"
+    seen = res.utility(th.as_tensor(obs[:1]))
+    assert seen.shape == (1,) and bool(th.isfinite(seen).all())
+    assert bool(th.isnan(res.utility(th.full((1, 10), 0.5))).all())
+
+
+def test_terminal_observations_are_absorbing_states_of_their_own():
+    """FrozenLake ends on holes and the goal: for a utility of the observation each of them is
+    an absorbing state of its own (a goal worth more than a hole), and the estimate covers the
+    exact unknown-utility MEG; with one shared absorbing state the class cannot tell them apart
+    and the same data give less."""
+    from imitation_meg.approx.empirical import observation_features
+    from imitation_meg.approx.envs import stationary_epsilon_greedy, validation_case
+
+    case = validation_case("frozenlake_onehot", horizon=8)
+    table = stationary_epsilon_greedy(case.mdp, 0.3)
+    pol = TablePolicy(table, case.observations)
+    exact = im.meg_unknown(table, case.mdp).meg
+    res = meg_approx_unknown(
+        pol, case.make, utility="observation", method="empirical", seed=0, n_boot=50
+    )
+    assert res.low <= exact <= res.high
+    assert res.high - res.low < 0.05 * res.result.upper_bound
+    source = EnvSource(case.make)
+    scored = as_policy_fn(pol, n_actions=4)
+    data = collect(source, uniform_behaviour(4), 20_000, np.random.default_rng(0), scored=scored)
+    split = EmpiricalMDP(data, 4, 8, terminal_states=True)
+    ends = np.unique(data.x_next[data.done & (data.t < 7)], axis=0)
+    assert split.n_absorbing == len(ends) >= 2  # holes and the goal
+    assert {tuple(r) for r in split.observations[split.absorbing_obs]} == {tuple(r) for r in ends}
+    m = split.mdp()
+    absorbing = np.arange(split.n_states, split.n_states + split.n_absorbing)
+    assert th.equal(m.next_state[absorbing, :, 0], th.as_tensor(absorbing)[:, None].expand(-1, 4))
+    shared = EmpiricalMDP(data, 4, 8)
+    assert shared.n_absorbing == 1 and shared.absorbing_obs.tolist() == [-1]
+    one = im.meg_unknown(shared.policy, shared.mdp(), features=observation_features(shared)).meg
+    both = im.meg_unknown(split.policy, m, features=observation_features(split)).meg
+    assert one < both - 0.01  # 2.344 against 2.366 on these data
+
+
+def test_the_observation_class_says_what_it_needs():
+    """``utility="observation"`` needs the empirical MDP (another method, or observations that
+    never repeat, is refused with the way out); the fitted classes refuse the empirical MDP."""
+    uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
+    with pytest.raises(ValueError, match="pass method='empirical'"):
+        meg_approx_unknown(uniform, "CartPole-v1", utility="observation")
+    with pytest.raises(ValueError, match=r"distinct observations.*utility='mlp'"):
+        meg_approx_unknown(uniform, "CartPole-v1", utility="observation", method="empirical")
+    with pytest.raises(ValueError, match="utility='observation' with method='empirical'"):
+        meg_approx_unknown(uniform, "CartPole-v1", method="empirical")
+
+
+def test_command_line_scores_every_utility_of_the_observation(capsys, tmp_path):
+    """``imitation-meg score --approx --mode unknown --approx-option method=empirical``: every
+    utility of the observation through the empirical MDP. The uniform policy is the model of
+    the zero utility, so its unknown-utility MEG is 0 (the data's noise leaves it near 0)."""
+    import json
+
+    from imitation_meg.cli import main
+
+    argv = ["score", "--env", "FrozenLake-v1", "--policy", "uniform", "--approx"]
+    argv += ["--mode", "unknown", "--horizon", "10", "--json", str(tmp_path / "u.json")]
+    for opt in ("method=empirical", "n_data_steps=7000", "n_boot=20"):
+        argv += ["--approx-option", opt]
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ApproxMEGWarning)
+        assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "Approximate unknown-utility MEG" in printed
+    assert "every utility of the observation" in printed and "utility spread" in printed
+    out = json.loads((tmp_path / "u.json").read_text())
+    assert out["mode"] == "unknown (approximate)" and out["result"]["method"] == "empirical"
+    assert 0.0 <= out["meg"] < 0.05

@@ -373,3 +373,27 @@ def test_study_configs_refuse_what_the_estimator_refuses(tmp_path):
             assert "fix it in the config file or with --set" in str(caught.value)
     with pytest.raises(ValueError, match="seeds"):
         _cfg("approx_training", tmp_path, seeds=[-1])
+
+
+def test_the_observation_class_study_refuses_what_it_cannot_judge(tmp_path):
+    """``utility: observation`` needs the empirical MDP and cases whose states show one
+    observation each (the exact reference is the class of every state utility)."""
+    import pytest
+
+    for over, match in [
+        ({"utility": "agent"}, "utility must be one of"),
+        ({"utility": "observation", "method": "soft_q"}, "method: empirical"),
+        (
+            {
+                "utility": "observation",
+                "method": "empirical",
+                "cases": ["frozenlake_coords_jitter"],
+                "horizons": [15],
+            },
+            "frozenlake_coords_jitter",
+        ),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            _cfg("approx_validation", tmp_path, **over)
+    module, cfg = _cfg("approx_validation", tmp_path, utility="observation", method="empirical")
+    assert cfg.utility == "observation" and module.units(cfg)
