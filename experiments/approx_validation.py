@@ -56,6 +56,7 @@ from imitation_meg.approx.options import (
     LR,
     MAX_STATES,
     N_EVAL_EPISODES,
+    N_FEATURES,
     check_config,
 )
 from imitation_meg.config import check_values
@@ -81,6 +82,7 @@ ADDED_FIELDS = {
     "method": "soft_q",
     "max_states": MAX_STATES,
     "utility": "known",
+    "n_features": N_FEATURES,
 }
 
 #: The utilities a study scores: the environment's reward (``meg_approx``), or every utility of
@@ -119,6 +121,7 @@ class Config:
     n_boot: int = 500
     method: str = "soft_q"
     max_states: int = MAX_STATES
+    n_features: int = N_FEATURES
     utility: str = "known"
     tolerance: float = 0.05
     progress: bool = False
