@@ -512,7 +512,11 @@ def _result(
     certificate = float((occ * (log_a - ent)).sum())
     mean_length = float(occ[:, : model.n_states].sum())
     cert = max(certificate, 0.0)
-    low, high = (v if math.isnan(v) else min(max(v, 0.0), cert) for v in (last.low, last.high))
+    # the interval's ends are clipped to [0, certificate] less the solver's rounding: where MEG
+    # attains the certificate (every policy of a tree MDP is soft-optimal for some utility of the
+    # state), the certificate, summed another way, can lie an ulp below the exact value
+    top = cert + ROUNDING * max(1.0, cert)
+    low, high = (v if math.isnan(v) else min(max(v, 0.0), top) for v in (last.low, last.high))
     estimate = min(max(last.meg, 0.0), cert)
     if data.truncated_early:
         warnings.warn(

@@ -357,3 +357,29 @@ def test_command_line_scores_every_utility_of_the_observation(capsys, tmp_path):
     out = json.loads((tmp_path / "u.json").read_text())
     assert out["mode"] == "unknown (approximate)" and out["result"]["method"] == "empirical"
     assert 0.0 <= out["meg"] < 0.05
+
+
+def test_an_interval_at_the_certificate_keeps_the_solvers_rounding():
+    """On seals' InitShift tree every policy is soft-optimal for some utility of the state, so
+    unknown-utility MEG is the Gibbs certificate and the interval's upper end is clipped there;
+    the clip keeps the solver's rounding, so the exact value (the certificate summed another
+    way, an ulp away) stays inside (before, the held-out row missed it by 1.1e-16 in every
+    seed)."""
+    from imitation_meg.approx.empirical import ROUNDING
+    from imitation_meg.approx.envs import stationary_epsilon_greedy, validation_case
+
+    case = validation_case("initshift_onehot", horizon=3)
+    table = stationary_epsilon_greedy(case.mdp, 0.3)
+    exact = im.meg_unknown(table, case.mdp).meg
+    res = meg_approx_unknown(
+        TablePolicy(table, case.observations),
+        case.make,
+        utility="observation",
+        method="empirical",
+        seed=0,
+        n_boot=20,
+    )
+    cert = res.result.certificate
+    assert res.meg == pytest.approx(exact, abs=1e-12) and res.meg == pytest.approx(cert, abs=1e-12)
+    assert res.low <= exact <= res.high
+    assert res.high == pytest.approx(cert + ROUNDING * max(1.0, cert), abs=1e-15)
