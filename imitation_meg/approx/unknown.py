@@ -213,7 +213,8 @@ def meg_approx_unknown(
     options: ApproxOptions | None = None,
     **settings: Any,
 ) -> ApproxUnknownResult:
-    """A lower bound on unknown-utility MEG of ``policy`` in ``env`` (see the module docstring).
+    """Unknown-utility MEG of ``policy`` in ``env`` (see the module docstring): a lower bound over
+    a fitted class, or the empirical MDP's estimate over every utility of the observation.
 
     Args:
         policy, env, horizon, algo, epsilon: as in :func:`~imitation_meg.approx.meg_approx`.

@@ -879,8 +879,8 @@ def test_score_function_prints_an_estimate(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "MEG estimate" in out and "interval" in out and "wall time" in out
     assert (tmp_path / "out.json").stat().st_size > 0
-    args.mode = "unknown"
-    with pytest.raises(ValueError, match="--mode unknown is not available"):
+    args.mode = "unknown"  # only through the empirical MDP (every utility of the observation)
+    with pytest.raises(ValueError, match="add --approx-option method=empirical"):
         score_approx(args)
 
 
@@ -1014,7 +1014,7 @@ def test_cli_score_dispatches_to_the_approximate_estimator(capsys):
         )
         == 2
     )
-    assert "--mode unknown is not available" in capsys.readouterr().err
+    assert "add --approx-option method=empirical" in capsys.readouterr().err
     assert main(["score", "--env", "NoSuchEnv-v9", "--policy", "uniform"]) == 2
     assert "could not make environment" in capsys.readouterr().err
 
