@@ -92,7 +92,8 @@ class ApproxUnknownResult:
         utility_class: ``"mlp"`` (network on observations), ``"agent"`` (linear in the agent's
             hidden features) or ``"observation"`` (every utility of the observation).
         utility: the fitted utility module (on standardised inputs; for ``"observation"`` a
-            lookup of the empirical MDP's observations, NaN for an observation it never saw).
+            lookup of the empirical MDP's observations, NaN for an observation it never saw:
+            ``meg_unknown``'s ``extra["theta"]`` of the last empirical MDP).
         trace: per ascent step, the sampled objective gap ``E_pi[sum U] - E_{pi_theta}[sum U]``
             (it tends to 0 at a stationary point, Theorem 5.1's matching of expected utility).
         n_env_steps: environment steps used in all.
