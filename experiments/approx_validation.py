@@ -59,6 +59,7 @@ from imitation_meg.approx.options import (
     N_FEATURES,
     check_config,
 )
+from imitation_meg.approx.unknown import OBSERVATION_METHODS
 from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
@@ -156,7 +157,7 @@ def _check(cfg: Config) -> None:
         raise ValueError(f"utility must be one of {UTILITIES}, got {cfg.utility!r}.")
     if cfg.utility == "observation":
         jittered = [c for c in cfg.cases if c in CONTINUOUS_CASES + CONTINUOUS_HELD_OUT_CASES]
-        if jittered or cfg.method not in ("empirical", "auto"):
+        if jittered or cfg.method not in OBSERVATION_METHODS:
             raise ValueError(
                 "utility: observation scores every utility of the observation through the "
                 "empirical MDP: it needs method: empirical (or auto) and cases whose states show "

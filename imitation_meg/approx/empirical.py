@@ -89,6 +89,7 @@ __all__ = [
     "EmpiricalFit",
     "EmpiricalMDP",
     "NotTabular",
+    "canonical_observations",
     "data_budget",
     "empirical_estimate",
     "empirical_fit",
@@ -129,9 +130,15 @@ class NotTabular(Exception):
         self.few = few
 
 
+def canonical_observations(x: np.ndarray) -> np.ndarray:
+    """``(N, d)`` flat observations as the empirical MDP tells them apart: contiguous float32,
+    ``-0`` as ``0`` (each row's bytes are then its key)."""
+    return np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(len(x), -1) + 0.0)
+
+
 def _observation_index(x: np.ndarray, x_next: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """Indices of distinct flat observations: ``(index of x (N,), index of x_next (N,), S)``."""
-    both = np.ascontiguousarray(np.concatenate([x, x_next]).astype(np.float32) + 0.0)  # -0 -> 0
+    both = canonical_observations(np.concatenate([x, x_next]))
     keys = both.view(np.dtype((np.void, both.dtype.itemsize * both.shape[1]))).ravel()
     _, inverse = np.unique(keys, return_inverse=True)
     inverse = inverse.reshape(-1)
@@ -506,7 +513,8 @@ def _result(
     last = rounds[-1]
     exact = last.plain
     pi = th.as_tensor(model.policy)
-    occ = occupancy_measures(model.mdp(), pi)[:-1].double()  # (H, S + n_absorbing)
+    mdp = model.mdp()
+    occ = occupancy_measures(mdp, pi)[:-1].double()  # (H, S + n_absorbing)
     ent = -(pi * th.log(pi.clamp_min(1e-300))).sum(1)
     log_a = math.log(model.n_actions)
     certificate = float((occ * (log_a - ent)).sum())
@@ -556,8 +564,11 @@ def _result(
         certificate=certificate,
         horizon=run.source.horizon,
         mean_length=mean_length,
+        # the observed reward's: the known solve's, or (unknown) from the occupancy above
         expected_return=float(
-            meg(model.policy, model.mdp()).expected_utility if unknown else exact.expected_utility
+            (occ * (pi * mdp.reward_sa().double()).sum(1)).sum()
+            if unknown
+            else exact.expected_utility
         ),
         n_env_steps=run.n_env_steps,
         n_eval_episodes=0,

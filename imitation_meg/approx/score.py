@@ -168,6 +168,8 @@ def _empirical_lines(res: Any) -> list[str]:
 def _checked_mode(args: argparse.Namespace, settings: dict[str, Any]) -> bool:
     """Refuse what the approximate path does not support (named in the message); True for
     ``--mode unknown`` (every utility of the observation, through the empirical MDP)."""
+    from imitation_meg.approx.unknown import OBSERVATION_METHODS
+
     if args.env is None:
         raise ValueError("--approx needs --env ENV_ID (a gymnasium id), not --cliff-world.")
     if args.mode not in ("known", "unknown"):
@@ -175,7 +177,7 @@ def _checked_mode(args: argparse.Namespace, settings: dict[str, Any]) -> bool:
             f"--mode {args.mode} is not available with the approximate estimator (--mode known, "
             "or --mode unknown with --approx-option method=empirical)."
         )
-    if args.mode == "unknown" and settings.get("method") not in ("empirical", "auto"):
+    if args.mode == "unknown" and settings.get("method") not in OBSERVATION_METHODS:
         raise ValueError(
             "--mode unknown with --approx scores every utility of the observation through the "
             "empirical MDP: add --approx-option method=empirical (observations that take few "
@@ -191,8 +193,9 @@ def _checked_mode(args: argparse.Namespace, settings: dict[str, Any]) -> bool:
 def score_approx(args: argparse.Namespace) -> int:
     """Score ``args.policy`` in ``args.env`` with the approximate estimator and print the result.
 
-    Reads ``env``, ``policy``, ``algo``, ``epsilon``, ``horizon``, ``seed``, ``mode`` (``known``, or
-    ``unknown`` with ``method=empirical``: every utility of the observation), ``json``, ``approx_options`` (``--approx-option KEY=VALUE`` items: any
+    Reads ``env``, ``policy``, ``algo``, ``epsilon``, ``horizon``, ``seed``, ``mode``
+    (``known``, or ``unknown`` with ``method=empirical``: every utility of the observation),
+    ``json``, ``approx_options`` (``--approx-option KEY=VALUE`` items: any
     :class:`~imitation_meg.approx.ApproxOptions` field but ``seed`` and ``progress``) and the
     optional ``approx_models`` / ``approx_episodes`` / ``approx_iterations`` / ``approx_steps``
     (set from Python; not command-line flags).
@@ -242,13 +245,13 @@ def score_approx(args: argparse.Namespace) -> int:
         "Q-networks",
         "linear": f"{n_models} linear soft Q-functions",
     }[kwargs.get("method", "soft_q")]
-    if unknown:
-        how = "the empirical MDP of the observations"
     counts = {
         "linear": "rounds of data",
         "empirical": "environment steps of data",
         "auto": "environment steps of data (then soft Q-iterations, if it fits after all)",
     }.get(kwargs.get("method", "soft_q"), "soft Q-iterations")
+    if unknown:  # the empirical MDP, "auto" too: there is nothing to hand over to
+        how, counts = "the empirical MDP of the observations", "environment steps of data"
     what = "every utility of the observation" if unknown else "the environment reward"
     print(
         f"Approximate {args.mode}-utility MEG of {label} in {source.name} "

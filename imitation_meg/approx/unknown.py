@@ -53,7 +53,12 @@ from imitation_meg.approx.core import (
     model_data,
     policy_behaviour,
 )
-from imitation_meg.approx.empirical import NotTabular, data_budget, empirical_fit
+from imitation_meg.approx.empirical import (
+    NotTabular,
+    canonical_observations,
+    data_budget,
+    empirical_fit,
+)
 from imitation_meg.approx.evaluate import ApproxMEGResult
 from imitation_meg.approx.options import ApproxOptions
 from imitation_meg.approx.policy import PolicyFn, as_policy_fn
@@ -67,9 +72,12 @@ from imitation_meg.approx.soft_q import (
 )
 from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
 
-__all__ = ["ApproxUnknownResult", "ObservationUtility", "meg_approx_unknown"]
+__all__ = ["OBSERVATION_METHODS", "ApproxUnknownResult", "ObservationUtility", "meg_approx_unknown"]
 
 UTILITY_CLASSES = ("mlp", "agent", "observation")
+#: The methods ``utility="observation"`` accepts (both mean the empirical MDP: nothing to hand
+#: over to).
+OBSERVATION_METHODS = ("empirical", "auto")
 #: Adam's learning rate of the utility's ascent by default.
 UTILITY_LR = 0.05
 #: Ascent steps whose sampled episodes are kept as extra fitting data.
@@ -163,14 +171,13 @@ class ObservationUtility(nn.Module):
 
     def __init__(self, observations: np.ndarray, values: np.ndarray) -> None:
         super().__init__()
-        obs = np.ascontiguousarray(np.asarray(observations, dtype=np.float32) + 0.0)
+        obs = canonical_observations(observations)
         self.register_buffer("observations", th.as_tensor(obs))
         self.register_buffer("values", th.as_tensor(np.asarray(values, dtype=np.float64)))
         self._index = {row.tobytes(): i for i, row in enumerate(obs)}
 
     def forward(self, x: th.Tensor) -> th.Tensor:
-        rows = np.ascontiguousarray(np.asarray(x.detach().cpu(), dtype=np.float32) + 0.0)
-        rows = rows.reshape(rows.shape[0], -1)
+        rows = canonical_observations(x.detach().cpu().numpy())
         idx = [self._index.get(r.tobytes(), -1) for r in rows]
         vals = self.get_buffer("values")
         out = th.full((len(idx),), math.nan, dtype=vals.dtype)
@@ -265,7 +272,7 @@ def meg_approx_unknown(
         raise ValueError(f"utility_lr must be a positive finite number, got {utility_lr!r}.")
     opts = ApproxOptions.of(options, **settings)
     if utility == "observation":
-        if opts.method not in ("empirical", "auto"):
+        if opts.method not in OBSERVATION_METHODS:
             raise ValueError(
                 f"utility='observation' (every utility of the observation) is solved through "
                 f"the empirical MDP, not with method={opts.method!r}: pass method='empirical' "
