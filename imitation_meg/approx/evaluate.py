@@ -131,13 +131,24 @@ class ApproxMEGResult:
             (mean over the evaluation episodes): the curves whose maxima give ``stages``, for
             plotting ``L(beta)`` or trying another way of combining the fits.
         method: how the estimate was made: ``"soft_q"`` (fitted soft Q-networks, the fields
-            above) or ``"empirical"`` (the exact MEG of the empirical MDP of the data's distinct
+            above), ``"paths"`` (below) or ``"empirical"`` (the exact MEG of the empirical MDP of the data's distinct
             observations, :mod:`imitation_meg.approx.empirical`: then ``stages`` and
             ``stage_intervals`` are the estimate and interval after each round of data,
             ``settled`` says whether the rounds reached their precision target,
             ``bootstrap_se`` is over data episodes, and the fields of fitted networks are NaN or
             empty).
         n_states: distinct observations of the empirical MDP (0 for ``"soft_q"``).
+        n_particles, n_starts: ``"paths"`` (:mod:`imitation_meg.approx.paths`): random action
+            sequences followed from each start, and the starts (0 for the other methods).
+            There ``bootstrap_se`` is over the policy's episodes and the starts, ``stages``
+            holds the estimate before clipping, ``settled`` says whether the splitting carried
+            enough particles to the optimum, ``q_scale`` is the largest return seen, and the
+            fields of fitted networks are NaN or empty.
+        particle_bias: ``"paths"``: the allowance in the interval for the splitting's bias
+            (the log of an unbiased estimate of ``Z`` is low by about half its variance,
+            measured by two independent populations per start; NaN for the other methods).
+        particle_steps: ``"paths"``: steps the particles took on the simulator (not counted in
+            ``n_env_steps``, which counts the policy's steps there and in the environment).
     """
 
     meg: float
@@ -176,6 +187,10 @@ class ApproxMEGResult:
     )
     method: str = "soft_q"
     n_states: int = 0
+    n_particles: int = 0
+    n_starts: int = 0
+    particle_bias: float = math.nan
+    particle_steps: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (replicates as a list)."""

@@ -52,6 +52,7 @@ from imitation_meg.approx.empirical import NotTabular, data_budget, empirical_es
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
 from imitation_meg.approx.linear import FIRST_STEPS, linear_estimate, rounds
 from imitation_meg.approx.options import ApproxOptions
+from imitation_meg.approx.paths import paths_estimate, simulator
 from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource
 from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
@@ -120,9 +121,26 @@ def meg_approx(
     opts = opts.resolved(source)
     assert opts.iterations is not None and opts.n_data_steps is not None
     fit_total = opts.n_models * opts.iterations * (1 + opts.refine)
-    # the bar counts fits per round (linear), data steps (the empirical MDP) or iterations
+    dyn = None
+    if opts.method in ("paths", "auto"):
+        dyn, why = simulator(source)
+        if dyn is None and opts.method == "paths":
+            raise ValueError(
+                f"method='paths' needs a deterministic environment the library simulates, but "
+                f"{why}. Use method='soft_q' (or 'auto', which falls back by itself)."
+            )
+    # the bar counts fits per round (linear), data steps (the empirical MDP, the paths) or
+    # iterations
     bar: dict[str, Any] = {"bar_total": fit_total, "desc": "MEG (approx)"}
-    if opts.method == "linear":
+    if dyn is not None:
+        particles = opts.n_starts * (opts.n_particles // 2) * 2
+        bar.update(
+            bar_total=(opts.n_eval_episodes + particles) * source.horizon,
+            desc="MEG (paths)",
+            bar_unit="step",
+            n_streams=1,
+        )
+    elif opts.method == "linear":
         bar["bar_total"] = opts.n_models * len(rounds(FIRST_STEPS, opts.n_data_steps))
     elif opts.method != "soft_q":
         bar.update(
@@ -131,6 +149,10 @@ def meg_approx(
             bar_unit="step",
         )
     run = Run(source, pol, opts, t_start=t_start, **bar)
+    if dyn is not None:
+        result = paths_estimate(run, dyn)
+        run.bar.close()
+        return result
     if opts.method == "linear":
         result = linear_estimate(run)
         run.bar.close()

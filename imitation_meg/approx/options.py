@@ -39,6 +39,8 @@ __all__ = [
     "METHODS",
     "N_EVAL_EPISODES",
     "N_FEATURES",
+    "N_PARTICLES",
+    "N_STARTS",
     "REFIT_LR",
     "STEP_BUDGET",
     "ApproxOptions",
@@ -62,10 +64,15 @@ N_EVAL_EPISODES = 1000
 #: Adam steps per fitting stage (split over the iterations, at least 20 each). Fewer leave the
 #: fits short of their targets, a bias the fits share (docs/approx.md).
 STEP_BUDGET = 48_000
-#: How a score is made: soft Q-fits (the default), linear soft Q-functions by backward
-#: induction ("linear"), the empirical MDP of the observations, or the empirical MDP where the
-#: observations take few values and soft Q-fits elsewhere ("auto").
-METHODS = ("auto", "empirical", "linear", "soft_q")
+#: How a score is made: soft Q-fits, linear soft Q-functions by backward induction
+#: ("linear"), the empirical MDP of the observations, the paths of a deterministic environment
+#: ("paths", where the library simulates it), or the first of paths, empirical MDP and soft
+#: Q-fits that applies ("auto"). The default (``None``) is paths where they apply, else soft
+#: Q-fits.
+METHODS = ("auto", "empirical", "linear", "paths", "soft_q")
+#: Particles per start of the paths method's splitting, and its starts.
+N_PARTICLES = 1024
+N_STARTS = 32
 #: Random Fourier features of the linear soft Q-functions.
 N_FEATURES = 100
 #: The most distinct observations an empirical MDP may have.
@@ -145,13 +152,20 @@ class ApproxOptions:
             decisions (``0``: none, the smooth time features only). The soft-optimal values
             change most from one of the last decisions to the next; smooth features let a fit
             blur that change.
-        method: ``"soft_q"`` (the default, the validated setting): soft Q-fits whatever the
-            observations; ``"empirical"``: the exact MEG of the empirical MDP of the data's
+        method: ``None`` (the default): ``"paths"`` where it applies, else ``"soft_q"``.
+            ``"paths"``: in a deterministic environment the library simulates (gymnasium's
+            CartPole), the exact identity ``sum_t log pi_beta = beta R - log Z_beta(s0)`` with
+            ``Z`` estimated by splitting random action sequences
+            (:mod:`imitation_meg.approx.paths`: seconds, validated against exact values in
+            docs/approx.md; only ``n_eval_episodes``, ``n_particles``, ``n_starts``,
+            ``n_boot``, ``confidence``, ``seed`` and ``progress`` apply), or a ``ValueError``
+            saying why not. ``"soft_q"`` (the validated setting elsewhere): soft Q-fits
+            whatever the observations; ``"empirical"``: the exact MEG of the empirical MDP of the data's
             distinct observations (:mod:`imitation_meg.approx.empirical`: seconds where the
             observations take few values, with its own validation in docs/approx.md), or a
             ``ValueError`` saying why it cannot be built; ``"auto"``: the empirical MDP when the
             data show at most ``max_states`` distinct observations (each met 5 times on
-            average), else soft Q-fits. :func:`~imitation_meg.approx.meg_approx_unknown` always
+            average), else soft Q-fits, and paths before both where they apply. :func:`~imitation_meg.approx.meg_approx_unknown` always
             fits (its class is a function of the observation; it refuses ``"empirical"`` and
             ``"linear"``). ``"linear"``: linear soft Q-functions of random Fourier features of the
             observation, computed by backward induction on data that double in rounds until the
@@ -162,6 +176,9 @@ class ApproxOptions:
             ``hidden``, ``iterations``, ``steps_per_iteration``, ``refine``, ``average``,
             ``lr``, ``last_steps`` and ``device`` do not apply).
         max_states: the most distinct observations the empirical MDP may have.
+        n_particles: ``"paths"``: random action sequences followed from each start (in two
+            independent populations, whose disagreement measures the noise).
+        n_starts: ``"paths"``: start states at which ``Z_beta`` is estimated.
         n_features: random Fourier features of the observation in ``"linear"``'s soft
             Q-functions (besides a constant and the observation itself).
         device: where the soft Q-networks are trained: ``"cpu"`` (the default) or a torch
@@ -189,9 +206,11 @@ class ApproxOptions:
     lr: float = LR
     last_steps: int = LAST_STEPS
     device: str = "cpu"
-    method: str = "soft_q"
+    method: str | None = None
     max_states: int = MAX_STATES
     n_features: int = N_FEATURES
+    n_particles: int = N_PARTICLES
+    n_starts: int = N_STARTS
 
     def __post_init__(self) -> None:
         if self.n_data_steps is not None:
@@ -223,8 +242,10 @@ class ApproxOptions:
         check_lr(self.lr)
         _check_int("last_steps", self.last_steps, 0)
         object.__setattr__(self, "device", check_device(self.device))
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}.")
+        if self.method is not None and self.method not in METHODS:
+            raise ValueError(f"method must be None or one of {METHODS}, got {self.method!r}.")
+        _check_int("n_particles", self.n_particles, 2)
+        _check_int("n_starts", self.n_starts, 2)
         _check_int("max_states", self.max_states, 1)
         _check_int("n_features", self.n_features, 0)
 
@@ -265,11 +286,19 @@ class ApproxOptions:
         """Soft Q-iterations and Adam steps per iteration for ``horizon`` decisions."""
         return default_schedule(horizon, self.iterations, self.steps_per_iteration)
 
-    def resolved(self, source: EnvSource, *, extra_copies: float = 0.0) -> ApproxOptions:
-        """The record with every ``None`` filled in for ``source``: ``iterations`` and
-        ``steps_per_iteration`` from the horizon, ``n_data_steps`` from :data:`DATA_STEPS`
-        capped to ``data_memory_gib`` (with an :class:`ApproxMEGWarning` when the cap bites;
-        ``extra_copies`` further data sets are stored beside the models')."""
+    def resolved(
+        self, source: EnvSource, *, extra_copies: float = 0.0, paths: bool = True
+    ) -> ApproxOptions:
+        """The record with every ``None`` filled in for ``source``: ``method`` (``"paths"``
+        where ``paths`` and the library simulates the environment, else ``"soft_q"``),
+        ``iterations`` and ``steps_per_iteration`` from the horizon, ``n_data_steps`` from
+        :data:`DATA_STEPS` capped to ``data_memory_gib`` (with an :class:`ApproxMEGWarning` when
+        the cap bites; ``extra_copies`` further data sets are stored beside the models')."""
+        method = self.method
+        if method is None:
+            from imitation_meg.approx.paths import simulator
+
+            method = "paths" if paths and simulator(source)[0] is not None else "soft_q"
         n_iter, n_steps = self.schedule(source.horizon)
         n_data = self.n_data_steps
         if n_data is None:
@@ -288,7 +317,11 @@ class ApproxOptions:
                     stacklevel=4,
                 )
         return dataclasses.replace(
-            self, iterations=n_iter, steps_per_iteration=n_steps, n_data_steps=int(n_data)
+            self,
+            method=method,
+            iterations=n_iter,
+            steps_per_iteration=n_steps,
+            n_data_steps=int(n_data),
         )
 
 

@@ -165,6 +165,21 @@ def _empirical_lines(res: Any) -> list[str]:
     ]
 
 
+def _paths_lines(res: Any) -> list[str]:
+    """The paths method's diagnostics for the printed result."""
+    return [
+        (
+            f"random paths        {res.n_particles} from each of {res.n_starts} starts "
+            f"({res.particle_steps} simulated steps); their bias allowance "
+            f"{res.particle_bias:.4f}"
+        ),
+        (
+            f"bootstrap se        {res.bootstrap_se:.4f}   (over the policy's "
+            f"{res.n_eval_episodes} episodes and the starts)"
+        ),
+    ]
+
+
 def _checked_mode(args: argparse.Namespace, settings: dict[str, Any]) -> bool:
     """Refuse what the approximate path does not support (named in the message); True for
     ``--mode unknown`` (every utility of the observation, through the empirical MDP)."""
@@ -208,6 +223,7 @@ def score_approx(args: argparse.Namespace) -> int:
     from imitation_meg.approx.evaluate import UNSETTLED_NOTE
     from imitation_meg.approx.known import meg_approx
     from imitation_meg.approx.options import DATA_STEPS, ApproxOptions
+    from imitation_meg.approx.paths import simulator
     from imitation_meg.approx.rollouts import EnvSource
     from imitation_meg.approx.unknown import meg_approx_unknown
 
@@ -227,10 +243,12 @@ def score_approx(args: argparse.Namespace) -> int:
     policy, label = _policy(args, source.n_actions)
     n_models = getattr(args, "approx_models", None) or 3
     n_episodes = getattr(args, "approx_episodes", None)
+    method = settings.get("method")
+    paths = not unknown and method in (None, "auto", "paths") and simulator(source)[0] is not None
     kwargs: dict[str, Any] = {}
     if n_episodes is not None:
         kwargs = {"n_data_steps": 30 * n_episodes, "n_eval_episodes": n_episodes}
-    elif source.horizon >= 200:  # long episodes: fewer of them carry as many steps
+    elif source.horizon >= 200 and not paths:  # long episodes: fewer carry as many steps
         kwargs = {"n_eval_episodes": 60}
     # settings that only the Python caller (and the tests) set, not command-line flags
     for attr, key in (("approx_iterations", "iterations"), ("approx_steps", "steps_per_iteration")):
@@ -244,12 +262,15 @@ def score_approx(args: argparse.Namespace) -> int:
         "auto": f"the empirical MDP if the observations take few values, else {n_models} soft "
         "Q-networks",
         "linear": f"{n_models} linear soft Q-functions",
-    }[kwargs.get("method", "soft_q")]
+    }.get(method or "soft_q", "")
     counts = {
         "linear": "rounds of data",
         "empirical": "environment steps of data",
         "auto": "environment steps of data (then soft Q-iterations, if it fits after all)",
-    }.get(kwargs.get("method", "soft_q"), "soft Q-iterations")
+    }.get(method or "soft_q", "soft Q-iterations")
+    if paths:
+        how = "the soft-optimal model's paths in the simulated, deterministic environment"
+        counts = "steps of the policy's episodes and of the random action sequences"
     if unknown:  # the empirical MDP, "auto" too: there is nothing to hand over to
         how, counts = "the empirical MDP of the observations", "environment steps of data"
     what = "every utility of the observation" if unknown else "the environment reward"
@@ -283,7 +304,9 @@ def score_approx(args: argparse.Namespace) -> int:
             else f"beta*               {res.beta:.4g}   (utility units)"
         ),
         f"mean return         {res.expected_return:.4f}",
-        *{"empirical": _empirical_lines, "linear": _linear_lines}.get(res.method, _fit_lines)(res),
+        *{"empirical": _empirical_lines, "linear": _linear_lines, "paths": _paths_lines}.get(
+            res.method, _fit_lines
+        )(res),
         f"environment steps   {res.n_env_steps}",
         f"wall time           {wall:.1f} s",
     ]

@@ -272,6 +272,8 @@ def meg_approx_unknown(
         raise ValueError(f"utility_lr must be a positive finite number, got {utility_lr!r}.")
     opts = ApproxOptions.of(options, **settings)
     if utility == "observation":
+        if opts.method is None:  # the default: the one method this class has
+            opts = dataclasses.replace(opts, method="empirical")
         if opts.method not in OBSERVATION_METHODS:
             raise ValueError(
                 f"utility='observation' (every utility of the observation) is solved through "
@@ -279,7 +281,7 @@ def meg_approx_unknown(
                 "(or 'auto'), or use utility='mlp' for a lower bound from soft Q-fits."
             )
         return _observation_class(policy, env, horizon, algo, epsilon, opts, t_start)
-    if opts.method in ("empirical", "linear"):
+    if opts.method in ("empirical", "linear", "paths"):
         raise ValueError(
             f"method={opts.method!r} is not available for the unknown-utility bound of "
             f"utility={utility!r}: its class is a function of the observation fitted by soft "
@@ -293,7 +295,7 @@ def meg_approx_unknown(
             f"utility='agent' needs the agent's hidden layer; {pol.name} exposes none (pass an "
             "SB3 model, or use utility='mlp')."
         )
-    opts = opts.resolved(source, extra_copies=_ASCENT_COPIES)
+    opts = opts.resolved(source, extra_copies=_ASCENT_COPIES, paths=False)
     assert opts.iterations is not None and opts.n_data_steps is not None
     run = Run(
         source,

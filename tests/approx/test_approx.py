@@ -889,6 +889,7 @@ def test_approx_options_reach_the_estimator_from_the_command_line(tmp_path, caps
 
     out = tmp_path / "o.json"
     opts = ["n_models=2", "refine=1", "n_data_steps=300", "n_eval_episodes=8", "iterations=2"]
+    opts += ["method=soft_q"]  # CartPole scores by its paths by default
     opts += ["steps_per_iteration=5", "hidden=[16, 16]"]
     argv = ["score", "--env", "CartPole-v1", "--policy", "uniform", "--horizon", "10"]
     argv += [a for o in opts for a in ("--approx-option", o)]

@@ -1,0 +1,659 @@
+"""Known-utility MEG in a deterministic environment, from the soft-optimal model's paths.
+
+Where every transition is deterministic (the next state a function of the state and the
+action), the finite-horizon soft-optimal model of rationality ``beta`` (terminal states worth 0,
+no discount, the uniform policy at ``beta = 0``; :mod:`imitation_meg.approx.known`) gives the
+actions of a whole episode from its start ``s0`` the probability
+``|A|^-T exp(beta R) / Z_beta(s0)``, where ``R`` is the episode's return, ``T`` its number of
+decisions (until it terminates or reaches ``H``) and
+
+    Z_beta(s0) = E_uniform[ exp(beta R) | s0 ]
+
+the mean over uniformly random actions (the soft value: ``log Z_beta = beta V_beta``). So along
+every episode of every policy ``sum_t (log pi_beta(a_t | s_t) + log|A|) = beta R -
+log Z_beta(s0)``, exactly, and
+
+    MEG = sup_beta  beta E_pi[R] - E_s0[ log Z_beta(s0) ].
+
+The scored policy enters only through its mean return; everything else is a property of the
+environment: the upper tail of the returns of uniformly random actions. Where surviving is what
+the reward pays for (CartPole), long episodes of random actions are rare (for a policy that
+always balances, ``Z`` is dominated by the sequences that survive all ``H`` steps, a share
+``e^-40`` of them or less at ``H = 500``), so ``Z`` is estimated by splitting: ``n_particles``
+copies of the start take uniformly random actions in lockstep, those that terminate leave, and
+the survivors are copied back up to the population's size at every step (a sequential Monte
+Carlo estimate, unbiased for ``Z`` at every ``beta`` at once). The curve above is concave in
+``beta`` (``log Z`` is a log-sum-exp of lines), so its maximum is found by a scan and golden
+sections.
+
+This needs a simulator of the environment that steps many states at once and whose dynamics are
+known to be deterministic: :func:`dynamics_for` has one for gymnasium's ``CartPoleEnv`` (its
+equations of motion, on arrays; every score checks it against the environment by replaying
+episodes there). Environments whose goal is a rare early end (Acrobot, MountainCar: random
+actions almost never reach the goal) are not covered: splitting on survival does not sample
+them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from imitation_meg.approx.empirical import ROUNDING
+from imitation_meg.approx.evaluate import SETTLE_SHARE, ApproxMEGResult, ApproxMEGWarning
+
+__all__ = [
+    "CartPoleDynamics",
+    "Dynamics",
+    "PathSums",
+    "PathsCurve",
+    "agent_episodes",
+    "dynamics_for",
+    "log_partition",
+    "paths_curve",
+    "paths_estimate",
+    "simulator",
+    "split_paths",
+]
+
+#: Decades of the scan of rationalities (times ``1 / q_scale``) on each side of 0, and its step.
+_DECADES = (-4.0, 6.0)
+_STEP = 0.125
+#: Golden-section steps after the scan.
+_GOLDEN_STEPS = 60
+#: Agent episodes replayed in the real environment to check the simulator.
+_REPLAYS = 3
+#: Largest difference between a simulated and a real observation the check accepts.
+_REPLAY_TOL = 1e-5
+#: Fewest particles that must carry the weight of ``Z`` at the optimum (its effective sample
+#: size, summed over the starts' populations) before the estimate counts as settled.
+_MIN_ESS = 100.0
+#: Wrappers between a gymnasium id's environment and its core that change nothing the
+#: simulator needs (the time limit is the horizon, which the simulator applies itself).
+_PLAIN_WRAPPERS = ("TimeLimit", "OrderEnforcing", "PassiveEnvChecker", "EnvChecker")
+
+
+# ------------------------------------------------------------------------------- simulators
+class Dynamics(Protocol):
+    """A deterministic environment on arrays of states.
+
+    Attributes:
+        n_actions: ``|A|``.
+        name: the environment's class name.
+    """
+
+    n_actions: int
+    name: str
+
+    def start(self, env: Any) -> np.ndarray:
+        """The state ``(d,)`` of ``env`` right after its ``reset``."""
+        ...
+
+    def step(self, s: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(n, d)`` states and ``(n,)`` actions to next states, rewards and terminations."""
+        ...
+
+    def observe(self, s: np.ndarray) -> np.ndarray:
+        """The observations ``(n, ...)`` the agent sees in states ``(n, d)``."""
+        ...
+
+
+class CartPoleDynamics:
+    """gymnasium's ``CartPoleEnv`` (any version since 0.26) on arrays of states.
+
+    The constants are read from the environment itself, so a changed pole length or force
+    carries over. Its rewards: 1 per step, also on the step that drops the pole, or, with
+    ``sutton_barto_reward=True`` (gymnasium >= 1.0), 0 per step and -1 on that step.
+
+    Args:
+        env: the unwrapped ``CartPoleEnv``.
+    """
+
+    n_actions = 2
+    name = "CartPoleEnv"
+
+    def __init__(self, env: Any) -> None:
+        self.gravity = float(env.gravity)
+        self.masspole = float(env.masspole)
+        self.total_mass = float(env.total_mass)
+        self.length = float(env.length)
+        self.polemass_length = float(env.polemass_length)
+        self.force_mag = float(env.force_mag)
+        self.tau = float(env.tau)
+        self.euler = env.kinematics_integrator == "euler"
+        self.theta_limit = float(env.theta_threshold_radians)
+        self.x_limit = float(env.x_threshold)
+        self.sutton_barto = bool(getattr(env, "_sutton_barto_reward", False))
+
+    def start(self, env: Any) -> np.ndarray:
+        return np.array(env.unwrapped.state, dtype=np.float64)
+
+    def step(self, s: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        x, x_dot, theta, theta_dot = s.T
+        force = np.where(a == 1, self.force_mag, -self.force_mag)
+        cos, sin = np.cos(theta), np.sin(theta)
+        temp = (force + self.polemass_length * theta_dot**2 * sin) / self.total_mass
+        theta_acc = (self.gravity * sin - cos * temp) / (
+            self.length * (4.0 / 3.0 - self.masspole * cos**2 / self.total_mass)
+        )
+        x_acc = temp - self.polemass_length * theta_acc * cos / self.total_mass
+        if self.euler:
+            x, x_dot = x + self.tau * x_dot, x_dot + self.tau * x_acc
+            theta, theta_dot = theta + self.tau * theta_dot, theta_dot + self.tau * theta_acc
+        else:  # semi-implicit Euler
+            x_dot = x_dot + self.tau * x_acc
+            x = x + self.tau * x_dot
+            theta_dot = theta_dot + self.tau * theta_acc
+            theta = theta + self.tau * theta_dot
+        nxt = np.stack([x, x_dot, theta, theta_dot], axis=1)
+        term = (np.abs(x) > self.x_limit) | (np.abs(theta) > self.theta_limit)
+        if self.sutton_barto:
+            reward = np.where(term, -1.0, 0.0)
+        else:
+            reward = np.ones(len(s))
+        return nxt, reward, term
+
+    def observe(self, s: np.ndarray) -> np.ndarray:
+        return s.astype(np.float32)
+
+
+#: The simulators, by the class name of the environment's core, with what they need of it.
+_SIMULATORS: dict[str, Callable[[Any], Dynamics]] = {"CartPoleEnv": CartPoleDynamics}
+
+
+def dynamics_for(env: Any) -> tuple[Dynamics | None, str]:
+    """The simulator of ``env``, or ``None`` and why there is none.
+
+    Only an environment whose core is exactly a class with a simulator (not a subclass, which
+    may change the dynamics) and whose wrappers change neither observations, actions nor
+    rewards (a time limit, gymnasium's checks) qualifies.
+    """
+    core = env.unwrapped
+    name = type(core).__name__
+    maker = _SIMULATORS.get(name)
+    if maker is None or type(core).__module__.split(".")[0] != "gymnasium":
+        known = ", ".join(sorted(_SIMULATORS))
+        return None, f"{name} has no simulator here (there is one for {known})"
+    layer = env
+    while layer is not core:
+        kind = type(layer).__name__
+        if kind not in _PLAIN_WRAPPERS:
+            return None, f"its wrapper {kind} may change what the simulator computes"
+        layer = layer.env
+    return maker(core), ""
+
+
+def simulator(source: Any) -> tuple[Dynamics | None, str]:
+    """:func:`dynamics_for` a fresh copy of ``source``'s environment (an
+    :class:`~imitation_meg.approx.rollouts.EnvSource`)."""
+    env = source.make()
+    try:
+        return dynamics_for(env)
+    finally:
+        env.close()
+
+
+# ------------------------------------------------------------------------------ splitting
+class PathSums(NamedTuple):
+    """What splitting found from each start: the weighted ends of the particles' paths.
+
+    ``Z_beta`` of population ``g`` is ``sum_i exp(log_weight_i + beta * ret_i)`` over the items
+    ``i`` with ``group_i == g`` (:func:`log_partition`).
+
+    Attributes:
+        group: ``(n,)`` the population of each item (``start * n_split + split``).
+        ret: ``(n,)`` the return of the paths the item stands for.
+        log_weight: ``(n,)`` ``log`` of their probability mass under uniform actions.
+        n_paths: ``(n,)`` the particles the item gathers.
+        n_groups: populations (``starts * n_split``).
+        extinct: ``(n_groups,)`` populations in which every particle terminated before ``H``.
+        steps: particle steps taken.
+    """
+
+    group: np.ndarray
+    ret: np.ndarray
+    log_weight: np.ndarray
+    n_paths: np.ndarray
+    n_groups: int
+    extinct: np.ndarray
+    steps: int
+
+
+def split_paths(
+    dyn: Dynamics,
+    starts: np.ndarray,
+    horizon: int,
+    n_particles: int,
+    rng: np.random.Generator,
+    *,
+    n_split: int = 2,
+    on_step: Callable[[int], None] | None = None,
+) -> PathSums:
+    """Estimate ``Z_beta(s0)`` for each start by splitting on survival (module docstring).
+
+    Each start gets ``n_split`` independent populations of ``n_particles // n_split`` particles
+    (their disagreement measures the estimate's noise). At each of the ``H`` steps every
+    particle takes a uniformly random action; the paths that terminate become items, and the
+    survivors are copied back to the population's size (systematic resampling), each now
+    standing for ``survivors / size`` of the mass one stood for before. The survivors at ``H``
+    are items too.
+
+    Args:
+        dyn: the simulator.
+        starts: ``(K, d)`` start states.
+        horizon: ``H``.
+        n_particles: particles per start (at least ``n_split``).
+        rng: draws the actions and the resampling.
+        n_split: independent populations per start.
+        on_step: called with the particles stepped (progress bars).
+
+    Returns:
+        :class:`PathSums` with ``K * n_split`` populations.
+    """
+    size = n_particles // n_split
+    n_groups = len(starts) * n_split
+    group = np.repeat(np.arange(n_groups), size)
+    state = np.repeat(np.asarray(starts, dtype=np.float64), n_split * size, axis=0)
+    ret = np.zeros(len(group))
+    log_mass = np.full(n_groups, -math.log(size))  # each particle's share of the mass
+    extinct = np.zeros(n_groups, dtype=bool)
+    items: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    steps = 0
+    for t in range(1, horizon + 1):
+        if len(group) == 0:
+            break
+        steps += len(group)
+        acts = rng.integers(0, dyn.n_actions, size=len(group))
+        state, r, term = dyn.step(state, acts)
+        ret = ret + r
+        if on_step is not None:
+            on_step(len(group))
+        ended = term if t < horizon else np.ones(len(group), dtype=bool)
+        if ended.any():
+            items.append(_items(group[ended], ret[ended], log_mass))
+        if t == horizon:
+            break
+        alive = ~ended
+        counts = np.bincount(group[alive], minlength=n_groups)
+        lost = (counts == 0) & ~extinct
+        lost &= np.isin(np.arange(n_groups), group)
+        extinct |= lost
+        with np.errstate(divide="ignore"):
+            log_mass = log_mass + np.log(counts / size)
+        keep = np.flatnonzero(alive)
+        pick = _systematic(group[keep], counts, size, rng)
+        idx = keep[pick]
+        group, state, ret = group[idx], state[idx], ret[idx]
+    g, rr, lw, c = (np.concatenate(p) for p in zip(*items, strict=True))
+    return PathSums(g, rr, lw, c, n_groups, extinct, steps)
+
+
+def _items(
+    group: np.ndarray, ret: np.ndarray, log_mass: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One item per (population, return) among paths that just ended."""
+    keys, counts = np.unique(np.stack([group.astype(np.float64), ret]), axis=1, return_counts=True)
+    g = keys[0].astype(np.int64)
+    return g, keys[1], log_mass[g] + np.log(counts), counts
+
+
+def _systematic(
+    group: np.ndarray, counts: np.ndarray, size: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Indices into ``group`` (sorted by population) that copy each population back to
+    ``size`` particles, each survivor ``size / count`` times up to one (systematic)."""
+    order = np.argsort(group, kind="stable")
+    live = np.flatnonzero(counts)
+    first = np.concatenate([[0], np.cumsum(counts[live])[:-1]])
+    u = (np.arange(size)[None, :] + rng.random((len(live), 1))) / size  # (G, size) in [0, 1)
+    pick = first[:, None] + np.floor(u * counts[live][:, None]).astype(np.int64)
+    return order[pick.ravel()]
+
+
+def log_partition(sums: PathSums, betas: np.ndarray) -> np.ndarray:
+    """``log Z_beta`` ``(n_groups, G)`` of every population at every rationality ``(G,)``
+    (``-inf`` for an extinct population)."""
+    betas = np.asarray(betas, dtype=np.float64)
+    out = np.full((sums.n_groups, len(betas)), -np.inf)
+    order = np.argsort(sums.group, kind="stable")
+    g, r, w = sums.group[order], sums.ret[order], sums.log_weight[order]
+    bounds = np.searchsorted(g, np.arange(sums.n_groups + 1))
+    for k in range(sums.n_groups):
+        lo, hi = bounds[k], bounds[k + 1]
+        if hi > lo:
+            z = w[lo:hi, None] + r[lo:hi, None] * betas[None, :]
+            top = z.max(0)
+            out[k] = top + np.log(np.exp(z - top).sum(0))
+    return out
+
+
+# --------------------------------------------------------------------------- the agent
+class AgentEpisodes(NamedTuple):
+    """The scored policy's episodes on the simulator.
+
+    Attributes:
+        returns, lengths: ``(n,)`` each episode's return and decisions ``T``.
+        terminated: ``(n,)`` whether it terminated (else it reached ``H``).
+        certificate: ``(n,)`` each episode's ``sum_t (log|A| - H(pi(.|s_t)))``.
+        actions: ``(r, H)`` the actions of the first ``r`` episodes (``-1`` after their end).
+        observations: ``(r, H, ...)`` what the agent saw after each of those actions.
+    """
+
+    returns: np.ndarray
+    lengths: np.ndarray
+    terminated: np.ndarray
+    certificate: np.ndarray
+    actions: np.ndarray
+    observations: np.ndarray
+
+
+def agent_episodes(
+    dyn: Dynamics,
+    probs: Callable[[np.ndarray], np.ndarray],
+    starts: np.ndarray,
+    horizon: int,
+    rng: np.random.Generator,
+    *,
+    keep: int = _REPLAYS,
+    on_step: Callable[[int], None] | None = None,
+) -> AgentEpisodes:
+    """Run the policy ``probs`` (observations ``(n, ...)`` to ``(n, A)``) from each start, all
+    episodes in lockstep on the simulator, for at most ``horizon`` decisions."""
+    n, A = len(starts), dyn.n_actions
+    state = np.asarray(starts, dtype=np.float64).copy()
+    live = np.arange(n)
+    returns, lengths, cert = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n)
+    terminated = np.zeros(n, dtype=bool)
+    keep = min(keep, n)
+    actions = np.full((keep, horizon), -1, dtype=np.int64)
+    seen: list[np.ndarray] = []
+    for t in range(horizon):
+        p = probs(dyn.observe(state))
+        ent = -(p * np.log(np.where(p > 0, p, 1.0))).sum(1)
+        cert[live] += math.log(A) - ent
+        cdf = np.cumsum(p, axis=1)
+        u = rng.random(len(live)) * cdf[:, -1]
+        a = np.minimum((cdf < u[:, None]).sum(1), A - 1)
+        state, r, term = dyn.step(state, a)
+        returns[live] += r
+        lengths[live] += 1
+        first = live < keep
+        actions[live[first], t] = a[first]
+        obs = np.zeros((keep, *dyn.observe(state[:1]).shape[1:]), dtype=np.float32)
+        obs[live[first]] = dyn.observe(state[first])
+        seen.append(obs)
+        if on_step is not None:
+            on_step(len(live))
+        terminated[live[term]] = True
+        go = ~term
+        state, live = state[go], live[go]
+        if len(live) == 0:
+            break
+    observations = np.stack(seen, axis=1) if seen else np.zeros((keep, 0))
+    return AgentEpisodes(returns, lengths, terminated, cert, actions, observations)
+
+
+def replay(env: Any, seed: int, episodes: AgentEpisodes, i: int) -> str:
+    """Replay simulated episode ``i`` (started by ``reset(seed=seed)``) in the real environment:
+    ``""`` where it agrees (the same observations within :data:`_REPLAY_TOL`, the same end and
+    return), else what differs."""
+    env.reset(seed=seed)
+    total, returned = 0.0, float(episodes.returns[i])
+    steps = int(episodes.lengths[i])
+    for t in range(steps):
+        obs, r, term, trunc, _ = env.step(int(episodes.actions[i, t]))
+        total += float(r)
+        gap = float(np.abs(np.asarray(obs, dtype=np.float64) - episodes.observations[i, t]).max())
+        if gap > _REPLAY_TOL:
+            return f"step {t + 1}'s observation differs by {gap:.3g}"
+        if bool(term) != (t == steps - 1 and bool(episodes.terminated[i])):
+            return f"the episode {'ends' if term else 'goes on'} at step {t + 1} there"
+        if trunc:  # the environment's own time limit, shorter than H: compared up to it
+            return ""
+    if abs(total - returned) > 1e-9 * max(1.0, abs(total)):
+        return f"its return is {total:g} there, {returned:g} on the simulator"
+    return ""
+
+
+def effective_particles(sums: PathSums, beta: float) -> np.ndarray:
+    """``(n_groups,)`` the effective sample size of each population's weights at ``beta``:
+    ``(sum w)^2 / sum w^2`` over its particles (0 for an extinct one)."""
+    z = sums.log_weight + beta * sums.ret
+    out = np.zeros(sums.n_groups)
+    for k in range(sums.n_groups):
+        sel = sums.group == k
+        if sel.any():
+            w = np.exp(z[sel] - z[sel].max())  # an item's particles share its weight
+            out[k] = w.sum() ** 2 / (w**2 / sums.n_paths[sel]).sum()
+    return out
+
+
+# ------------------------------------------------------------------------------ the estimate
+def _pooled(sums: PathSums, betas: np.ndarray, n_split: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per start, ``log`` of the mean of its populations' ``Z`` ``(K, G)``, and the variance of
+    the mean over starts of that pooled ``log Z`` ``(G,)`` (from the populations'
+    disagreement)."""
+    lz = log_partition(sums, betas).reshape(-1, n_split, len(betas))
+    top = lz.max(1)
+    finite = np.isfinite(top)
+    safe = np.where(finite, top, 0.0)
+    with np.errstate(invalid="ignore"):
+        pooled = np.where(finite, safe + np.log(np.exp(lz - safe[:, None]).mean(1)), -np.inf)
+        per_start = lz.var(1, ddof=1) / n_split  # variance of the pooled estimate, each start
+    return pooled, per_start.mean(0) / len(pooled)
+
+
+class PathsCurve(NamedTuple):
+    """``L(beta) + E[T] log|A| = beta E_pi[R] - E_s0[log Z_beta(s0)]`` and its maximum.
+
+    Attributes:
+        betas: ``(G,)`` the scanned rationalities (0 and both signs).
+        log_z: ``(K, G)`` each start's ``log Z`` (its populations pooled).
+        noise: ``(G,)`` the variance of ``log_z.mean(0)`` from the populations' disagreement.
+        values: ``(G,)`` the curve on ``betas``.
+        meg: its maximum (the scan's best point refined by golden sections).
+        beta: the maximiser.
+        best: the index of the best scanned point.
+        at_boundary: the best point is the scan's largest ``|beta|`` (the supremum is a limit).
+    """
+
+    betas: np.ndarray
+    log_z: np.ndarray
+    noise: np.ndarray
+    values: np.ndarray
+    meg: float
+    beta: float
+    best: int
+    at_boundary: bool
+
+
+def paths_curve(sums: PathSums, mean_return: float, *, n_split: int = 2) -> PathsCurve:
+    """The curve of the module docstring from :func:`split_paths`' sums and the scored policy's
+    mean return, maximised over ``beta`` (it is concave: a scan over 0 and both signs,
+    ``1e-4 / q`` to ``1e6 / q`` each way with ``q`` the largest return, then golden sections
+    between the best point's neighbours)."""
+    scale = float(max(np.abs(sums.ret).max(initial=0.0), abs(mean_return), 1e-12))
+    ups = 10.0 ** np.arange(_DECADES[0], _DECADES[1] + _STEP / 2, _STEP) / scale
+    betas = np.concatenate([-ups[::-1], [0.0], ups])
+    log_z, noise = _pooled(sums, betas, n_split)
+    values = betas * mean_return - log_z.mean(0)
+    best = int(np.nanargmax(values))
+    meg, beta = float(values[best]), float(betas[best])
+    at_boundary = best in (0, len(betas) - 1)
+
+    def value(b: float) -> float:
+        lz = _pooled(sums, np.array([b]), n_split)[0].mean()
+        return float(b * mean_return - lz)
+
+    if not at_boundary:  # golden sections on the concave curve between the neighbours
+        lo, hi = float(betas[best - 1]), float(betas[best + 1])
+        g = (math.sqrt(5.0) - 1.0) / 2.0
+        c, d = hi - g * (hi - lo), lo + g * (hi - lo)
+        fc, fd = value(c), value(d)
+        for _ in range(_GOLDEN_STEPS):
+            if fc >= fd:
+                hi, d, fd = d, c, fc
+                c = hi - g * (hi - lo)
+                fc = value(c)
+            else:
+                lo, c, fc = c, d, fd
+                d = lo + g * (hi - lo)
+                fd = value(d)
+        b, f = (c, fc) if fc >= fd else (d, fd)
+        if f > meg:
+            meg, beta = f, b
+    return PathsCurve(betas, log_z, noise, values, meg, beta, best, at_boundary)
+
+
+def paths_estimate(run: Any, dyn: Dynamics) -> ApproxMEGResult:
+    """Known-utility MEG of ``run``'s policy (a :class:`~imitation_meg.approx.core.Run`) by the
+    paths of the soft-optimal model (module docstring), as an :class:`ApproxMEGResult` with
+    ``method="paths"``: the policy's ``n_eval_episodes`` episodes on the simulator (the first
+    :data:`_REPLAYS` replayed in the environment), ``Z`` by splitting at ``n_starts`` fresh
+    starts, and a bootstrap over both. The interval adds to ``z`` bootstrap standard errors an
+    allowance for the splitting's bias (``particle_bias``).
+
+    Raises:
+        ValueError: the simulator disagrees with the environment on a replayed episode.
+    """
+    opts, source = run.opts, run.source
+    H, A = source.horizon, source.n_actions
+    rng_eval = np.random.default_rng(run.s_eval)
+    rng_paths = np.random.default_rng(run.streams[0])
+    rng_boot = np.random.default_rng(run.s_boot)
+    env = source.make()
+
+    def starts_of(seeds: np.ndarray) -> np.ndarray:
+        rows = []
+        for seed in seeds:
+            env.reset(seed=int(seed))
+            rows.append(dyn.start(env))
+        return np.stack(rows)
+
+    # the scored policy's episodes, then a few of them replayed in the environment
+    seeds = rng_eval.integers(0, 2**31 - 1, size=opts.n_eval_episodes)
+    eps = agent_episodes(dyn, run.pol.probs, starts_of(seeds), H, rng_eval, on_step=run.bar.update)
+    run.count(int(eps.lengths.sum()))
+    for i in range(len(eps.actions)):
+        differs = replay(env, int(seeds[i]), eps, i)
+        run.count(int(eps.lengths[i]))
+        if differs:
+            env.close()
+            raise ValueError(
+                f"the simulator of {dyn.name} disagrees with {source.name}: replayed there, "
+                f"episode {i}'s {differs}. Score it with method='soft_q'."
+            )
+    # the environment's side: Z_beta at fresh starts, by splitting
+    starts = starts_of(rng_paths.integers(0, 2**31 - 1, size=opts.n_starts))
+    env.close()
+    sums = split_paths(dyn, starts, H, opts.n_particles, rng_paths, on_step=run.bar.update)
+    mean_r, mean_t = float(eps.returns.mean()), float(eps.lengths.mean())
+    cur = paths_curve(sums, mean_r)
+    # bootstrap: the policy's episodes and the starts drawn again, independently
+    n, k, log_a = len(eps.returns), len(starts), math.log(A)
+    reps = np.empty(opts.n_boot)
+    for b in range(opts.n_boot):
+        ie, ik = rng_boot.integers(0, n, size=n), rng_boot.integers(0, k, size=k)
+        reps[b] = np.nanmax(cur.betas * eps.returns[ie].mean() - cur.log_z[ik].mean(0))
+    se = float(reps.std(ddof=1)) if opts.n_boot > 1 else math.nan
+    # the log of an unbiased estimate of Z is low by about half its variance: an allowance
+    bias = float(cur.noise[cur.best]) / 2.0
+    z = statistics.NormalDist().inv_cdf(0.5 + opts.confidence / 2.0)
+    certificate = float(eps.certificate.mean())
+    top = max(certificate, 0.0)
+    estimate = min(max(cur.meg, 0.0), top)
+    # the curve at beta sums terms as large as |beta| q: their rounding is part of its error
+    scale = float(max(np.abs(sums.ret).max(initial=0.0), abs(mean_r)))
+    rounding = 64 * np.finfo(np.float64).eps * (1.0 + abs(cur.beta) * scale)
+    half = float(z * se + (bias if np.isfinite(bias) else math.inf) + rounding)
+    # the ends are clipped to [0, certificate] less rounding (a policy that is soft-optimal
+    # attains the certificate)
+    ceiling = top + ROUNDING * max(1.0, top)
+    low, high = (float(min(max(v, 0.0), ceiling)) for v in (cur.meg - half, cur.meg + half))
+    bound, length_bound = H * log_a, mean_t * log_a
+    settled = _check(sums, cur, mean_r, half, top, bound)
+    return ApproxMEGResult(
+        meg=estimate,
+        low=low,
+        high=high,
+        confidence=opts.confidence,
+        beta=cur.beta,
+        upper_bound=bound,
+        normalized=estimate / bound if bound > 0 else 0.0,
+        length_bound=length_bound,
+        length_normalized=estimate / length_bound if length_bound > 0 else 0.0,
+        certificate=certificate,
+        horizon=H,
+        mean_length=mean_t,
+        expected_return=mean_r,
+        n_env_steps=run.n_env_steps,
+        n_eval_episodes=n,
+        ensemble=math.nan,
+        models=[],
+        seed_std=math.nan,
+        model_se=math.nan,
+        bootstrap_se=se,
+        residual_rms=math.nan,
+        at_boundary=cur.at_boundary,
+        q_scale=scale,
+        replicates=reps,
+        wall_time_s=time.perf_counter() - run.t_start,
+        stages=(cur.meg,),
+        stage_intervals=((estimate, low, high),),
+        settled=settled,
+        method="paths",
+        n_particles=opts.n_particles,
+        n_starts=k,
+        particle_bias=bias,
+        particle_steps=sums.steps,
+    )
+
+
+def _check(
+    sums: PathSums,
+    cur: PathsCurve,
+    mean_return: float,
+    half: float,
+    certificate: float,
+    bound: float,
+) -> bool:
+    """Whether the splitting can be trusted at the optimum; warns why not."""
+    problems = []
+    if sums.extinct.any():
+        problems.append(
+            f"{int(sums.extinct.sum())} of {sums.n_groups} particle populations died out "
+            "before H (no random action sequence found that goes on)"
+        )
+    best = np.full(sums.n_groups, -np.inf)
+    np.maximum.at(best, sums.group, sums.ret)
+    if mean_return > best.min():
+        problems.append(
+            f"the policy's mean return {mean_return:.6g} exceeds the best return "
+            f"{best.min():.6g} that the random action sequences of some start found (there the "
+            "estimate has no upper limit)"
+        )
+    ess = float(effective_particles(sums, cur.beta).sum())
+    if ess < _MIN_ESS:
+        problems.append(
+            f"only {ess:.0f} particles carry the weight of Z at the optimum (fewer than "
+            f"{_MIN_ESS:.0f})"
+        )
+    if cur.meg > certificate + max(half, SETTLE_SHARE * bound):
+        problems.append(
+            f"the estimate {cur.meg:.4g} exceeds the Gibbs certificate {certificate:.4g} by more "
+            "than its interval: the random action sequences never did as well as the policy"
+        )
+    if problems:
+        warnings.warn(
+            "the paths estimate is not reliable: " + "; ".join(problems) + ". Raise "
+            "n_particles= (and n_starts=), or score with method='soft_q'.",
+            ApproxMEGWarning,
+            stacklevel=4,
+        )
+    return not problems
