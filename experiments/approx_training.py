@@ -61,6 +61,7 @@ class Config:
     lr: float = LR
     last_steps: int = LAST_STEPS
     n_boot: int = 300
+    method: str | None = None  # the library's default: the paths on CartPole, else soft Q-fits
     progress: bool = False
 
     def __post_init__(self) -> None:

@@ -1,7 +1,7 @@
 """Validation of the paths method (``meg_approx(..., method="paths")``) against exact answers.
 
 CartPole families (gymnasium's ``CartPoleEnv``, its own physics or changed: a pole twice as
-long, a weaker push, the semi-implicit integrator) at horizons short enough to follow every
+long or half as long, a weaker or a stronger push, the semi-implicit integrator) at horizons short enough to follow every
 action sequence: the exact value comes from complete enumeration. From each of ``ref_starts``
 start states (``reset(seed=ref_seed + i)``) every sequence of actions is followed to its end,
 which gives ``Z_beta(s0) = E_uniform[exp(beta R)]`` exactly and the policy's exact expected
@@ -38,7 +38,7 @@ import torch as th
 
 from imitation_meg.approx import ApproxOptions, as_policy_fn, meg_approx
 from imitation_meg.approx.options import N_EVAL_EPISODES, N_PARTICLES, N_STARTS
-from imitation_meg.approx.paths import CartPoleDynamics
+from imitation_meg.approx.simulators import CartPoleDynamics
 from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
@@ -53,6 +53,8 @@ CASES: dict[str, dict[str, Any]] = {
     "cartpole_semi_implicit": {"kinematics_integrator": "semi-implicit euler"},
     "cartpole_long_pole": {"length": 1.0},
     "cartpole_weak_push": {"force_mag": 5.0},
+    "cartpole_short_pole": {"length": 0.25},
+    "cartpole_strong_push": {"force_mag": 20.0},
 }
 
 

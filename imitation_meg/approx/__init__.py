@@ -1,10 +1,14 @@
-"""MEG beyond tabular environments: estimates from rollouts with learned soft Q-functions.
+"""MEG beyond tabular environments: estimates from rollouts (soft Q-fits, or the paths of a
+deterministic environment).
 
 Nothing in the core imports this subpackage; it imports the core, and stable-baselines3 only when
 an SB3 object has to be handled.
 
 - :func:`meg_approx`: known-utility MEG (the environment's reward) of a policy in any
-  gymnasium environment with ``Discrete`` actions, from ``reset`` / ``step`` only.
+  gymnasium environment with ``Discrete`` actions, from ``reset`` / ``step`` only; on
+  CartPole by default through :mod:`imitation_meg.approx.paths` (no fitting: the exact
+  likelihood of a deterministic environment's paths, with the simulators of
+  :mod:`imitation_meg.approx.simulators`).
 - :func:`meg_approx_unknown`: a lower bound on unknown-utility MEG over a utility network on
   observations, or over linear utilities of the scored agent's own hidden features; or, for
   observations that take few values, the estimate over every utility of the observation

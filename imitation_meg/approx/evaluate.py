@@ -149,6 +149,9 @@ class ApproxMEGResult:
             measured by two independent populations per start; NaN for the other methods).
         particle_steps: ``"paths"``: steps the particles took on the simulator (not counted in
             ``n_env_steps``, which counts the policy's steps there and in the environment).
+        timings: ``"paths"``: seconds of each part of the score (the policy's episodes, their
+            replays in the environment, the splitting, the maximum and the bootstrap); empty
+            for the other methods.
     """
 
     meg: float
@@ -191,6 +194,7 @@ class ApproxMEGResult:
     n_starts: int = 0
     particle_bias: float = math.nan
     particle_steps: int = 0
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (replicates as a list)."""

@@ -12,7 +12,10 @@ no discount). With full-length episodes this is the paper's ``L(beta*) + H log|A
 end early, ``E_pi[T] log|A|`` plays the role of ``H log|A|`` (it is the bound), exactly as in the
 tabular code, where a terminated episode continues in an absorbing state whose steps contribute 0.
 
-Steps:
+Where the environment is deterministic and the library simulates it (gymnasium's CartPole), the
+default is instead :mod:`imitation_meg.approx.paths`: the same quantity from the exact identity
+``sum_t (log pi_beta + log|A|) = beta R - log Z_beta(s0)``, with no fitting. Elsewhere, the soft
+Q-fits' steps:
 
 1. ``n_models`` soft Q-networks, each fitted (:func:`~imitation_meg.approx.soft_q.fit_soft_q`)
    on its own off-policy data: episodes of the scored policy, of the scored policy mixed
@@ -52,9 +55,10 @@ from imitation_meg.approx.empirical import NotTabular, data_budget, empirical_es
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
 from imitation_meg.approx.linear import FIRST_STEPS, linear_estimate, rounds
 from imitation_meg.approx.options import ApproxOptions
-from imitation_meg.approx.paths import paths_estimate, simulator
+from imitation_meg.approx.paths import paths_estimate
 from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource
+from imitation_meg.approx.simulators import simulator
 from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
 
 __all__ = ["ApproxMEGResult", "ApproxMEGWarning", "meg_approx"]
@@ -83,8 +87,10 @@ def meg_approx(
         algo: the algorithm of a saved model (``"ppo"``, ``"dqn"``, ...).
         epsilon: DQN, QR-DQN: score its epsilon-greedy policy.
         options: the estimator's settings (:class:`~imitation_meg.approx.options.ApproxOptions`;
-            default its defaults, the validated setting; ``method=`` chooses between the soft
-            Q-fits and the empirical MDP of few-valued observations).
+            default its defaults, the validated setting; ``method=`` chooses between the paths
+            of a deterministic environment the library simulates (the default where they
+            apply: CartPole), the soft Q-fits (the default elsewhere), linear soft
+            Q-functions and the empirical MDP of few-valued observations).
         **settings: fields of :class:`~imitation_meg.approx.options.ApproxOptions` replacing
             those of ``options`` (``n_models=2``, ``seed=3``, ``progress=True``, ...).
 
@@ -102,7 +108,9 @@ def meg_approx(
             ``method="empirical"`` / ``"auto"`` (:mod:`imitation_meg.approx.empirical`): an
             empirical MDP whose interval did not reach its precision target (``settled=False``),
             or (``"auto"``) few-valued observations from which it could not be built (then the
-            soft Q-fits score, and ``method`` says so).
+            soft Q-fits score, and ``method`` says so). With ``"paths"``
+            (:mod:`imitation_meg.approx.paths`): a splitting that could not be trusted at the
+            optimum (``settled=False``).
 
     Example:
         >>> import numpy as np
@@ -110,7 +118,7 @@ def meg_approx(
         >>> uniform = lambda obs: np.full((len(obs), 2), 0.5)
         >>> res = meg_approx(uniform, "CartPole-v1", horizon=30, n_data_steps=300,
         ...                  n_eval_episodes=10, n_models=2, iterations=2,
-        ...                  steps_per_iteration=10, refine=False)
+        ...                  steps_per_iteration=10, refine=False, method="soft_q")
         >>> res.meg, res.certificate  # the uniform policy is the beta = 0 model: MEG 0
         (0.0, 0.0)
     """

@@ -296,7 +296,7 @@ class ApproxOptions:
         the cap bites; ``extra_copies`` further data sets are stored beside the models')."""
         method = self.method
         if method is None:
-            from imitation_meg.approx.paths import simulator
+            from imitation_meg.approx.simulators import simulator
 
             method = "paths" if paths and simulator(source)[0] is not None else "soft_q"
         n_iter, n_steps = self.schedule(source.horizon)

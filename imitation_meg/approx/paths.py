@@ -27,7 +27,7 @@ Carlo estimate, unbiased for ``Z`` at every ``beta`` at once). The curve above i
 sections.
 
 This needs a simulator of the environment that steps many states at once and whose dynamics are
-known to be deterministic: :func:`dynamics_for` has one for gymnasium's ``CartPoleEnv`` (its
+known to be deterministic: :func:`~imitation_meg.approx.simulators.dynamics_for` has one for gymnasium's ``CartPoleEnv`` (its
 equations of motion, on arrays; every score checks it against the environment by replaying
 episodes there). Environments whose goal is a rare early end (Acrobot, MountainCar: random
 actions almost never reach the goal) are not covered: splitting on survival does not sample
@@ -41,24 +41,21 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from imitation_meg.approx.empirical import ROUNDING
 from imitation_meg.approx.evaluate import SETTLE_SHARE, ApproxMEGResult, ApproxMEGWarning
+from imitation_meg.approx.simulators import Dynamics
 
 __all__ = [
-    "CartPoleDynamics",
-    "Dynamics",
     "PathSums",
     "PathsCurve",
     "agent_episodes",
-    "dynamics_for",
     "log_partition",
     "paths_curve",
     "paths_estimate",
-    "simulator",
     "split_paths",
 ]
 
@@ -74,129 +71,6 @@ _REPLAY_TOL = 1e-5
 #: Fewest particles that must carry the weight of ``Z`` at the optimum (its effective sample
 #: size, summed over the starts' populations) before the estimate counts as settled.
 _MIN_ESS = 100.0
-#: Wrappers between a gymnasium id's environment and its core that change nothing the
-#: simulator needs (the time limit is the horizon, which the simulator applies itself).
-_PLAIN_WRAPPERS = ("TimeLimit", "OrderEnforcing", "PassiveEnvChecker", "EnvChecker")
-
-
-# ------------------------------------------------------------------------------- simulators
-class Dynamics(Protocol):
-    """A deterministic environment on arrays of states.
-
-    Attributes:
-        n_actions: ``|A|``.
-        name: the environment's class name.
-    """
-
-    n_actions: int
-    name: str
-
-    def start(self, env: Any) -> np.ndarray:
-        """The state ``(d,)`` of ``env`` right after its ``reset``."""
-        ...
-
-    def step(self, s: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(n, d)`` states and ``(n,)`` actions to next states, rewards and terminations."""
-        ...
-
-    def observe(self, s: np.ndarray) -> np.ndarray:
-        """The observations ``(n, ...)`` the agent sees in states ``(n, d)``."""
-        ...
-
-
-class CartPoleDynamics:
-    """gymnasium's ``CartPoleEnv`` (any version since 0.26) on arrays of states.
-
-    The constants are read from the environment itself, so a changed pole length or force
-    carries over. Its rewards: 1 per step, also on the step that drops the pole, or, with
-    ``sutton_barto_reward=True`` (gymnasium >= 1.0), 0 per step and -1 on that step.
-
-    Args:
-        env: the unwrapped ``CartPoleEnv``.
-    """
-
-    n_actions = 2
-    name = "CartPoleEnv"
-
-    def __init__(self, env: Any) -> None:
-        self.gravity = float(env.gravity)
-        self.masspole = float(env.masspole)
-        self.total_mass = float(env.total_mass)
-        self.length = float(env.length)
-        self.polemass_length = float(env.polemass_length)
-        self.force_mag = float(env.force_mag)
-        self.tau = float(env.tau)
-        self.euler = env.kinematics_integrator == "euler"
-        self.theta_limit = float(env.theta_threshold_radians)
-        self.x_limit = float(env.x_threshold)
-        self.sutton_barto = bool(getattr(env, "_sutton_barto_reward", False))
-
-    def start(self, env: Any) -> np.ndarray:
-        return np.array(env.unwrapped.state, dtype=np.float64)
-
-    def step(self, s: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        x, x_dot, theta, theta_dot = s.T
-        force = np.where(a == 1, self.force_mag, -self.force_mag)
-        cos, sin = np.cos(theta), np.sin(theta)
-        temp = (force + self.polemass_length * theta_dot**2 * sin) / self.total_mass
-        theta_acc = (self.gravity * sin - cos * temp) / (
-            self.length * (4.0 / 3.0 - self.masspole * cos**2 / self.total_mass)
-        )
-        x_acc = temp - self.polemass_length * theta_acc * cos / self.total_mass
-        if self.euler:
-            x, x_dot = x + self.tau * x_dot, x_dot + self.tau * x_acc
-            theta, theta_dot = theta + self.tau * theta_dot, theta_dot + self.tau * theta_acc
-        else:  # semi-implicit Euler
-            x_dot = x_dot + self.tau * x_acc
-            x = x + self.tau * x_dot
-            theta_dot = theta_dot + self.tau * theta_acc
-            theta = theta + self.tau * theta_dot
-        nxt = np.stack([x, x_dot, theta, theta_dot], axis=1)
-        term = (np.abs(x) > self.x_limit) | (np.abs(theta) > self.theta_limit)
-        if self.sutton_barto:
-            reward = np.where(term, -1.0, 0.0)
-        else:
-            reward = np.ones(len(s))
-        return nxt, reward, term
-
-    def observe(self, s: np.ndarray) -> np.ndarray:
-        return s.astype(np.float32)
-
-
-#: The simulators, by the class name of the environment's core, with what they need of it.
-_SIMULATORS: dict[str, Callable[[Any], Dynamics]] = {"CartPoleEnv": CartPoleDynamics}
-
-
-def dynamics_for(env: Any) -> tuple[Dynamics | None, str]:
-    """The simulator of ``env``, or ``None`` and why there is none.
-
-    Only an environment whose core is exactly a class with a simulator (not a subclass, which
-    may change the dynamics) and whose wrappers change neither observations, actions nor
-    rewards (a time limit, gymnasium's checks) qualifies.
-    """
-    core = env.unwrapped
-    name = type(core).__name__
-    maker = _SIMULATORS.get(name)
-    if maker is None or type(core).__module__.split(".")[0] != "gymnasium":
-        known = ", ".join(sorted(_SIMULATORS))
-        return None, f"{name} has no simulator here (there is one for {known})"
-    layer = env
-    while layer is not core:
-        kind = type(layer).__name__
-        if kind not in _PLAIN_WRAPPERS:
-            return None, f"its wrapper {kind} may change what the simulator computes"
-        layer = layer.env
-    return maker(core), ""
-
-
-def simulator(source: Any) -> tuple[Dynamics | None, str]:
-    """:func:`dynamics_for` a fresh copy of ``source``'s environment (an
-    :class:`~imitation_meg.approx.rollouts.EnvSource`)."""
-    env = source.make()
-    try:
-        return dynamics_for(env)
-    finally:
-        env.close()
 
 
 # ------------------------------------------------------------------------------ splitting
@@ -536,10 +410,17 @@ def paths_estimate(run: Any, dyn: Dynamics) -> ApproxMEGResult:
             rows.append(dyn.start(env))
         return np.stack(rows)
 
+    clock = {"start": time.perf_counter()}
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        clock[name], clock["start"] = now - clock["start"], now
+
     # the scored policy's episodes, then a few of them replayed in the environment
     seeds = rng_eval.integers(0, 2**31 - 1, size=opts.n_eval_episodes)
     eps = agent_episodes(dyn, run.pol.probs, starts_of(seeds), H, rng_eval, on_step=run.bar.update)
     run.count(int(eps.lengths.sum()))
+    lap("policy episodes")
     for i in range(len(eps.actions)):
         differs = replay(env, int(seeds[i]), eps, i)
         run.count(int(eps.lengths[i]))
@@ -549,10 +430,12 @@ def paths_estimate(run: Any, dyn: Dynamics) -> ApproxMEGResult:
                 f"the simulator of {dyn.name} disagrees with {source.name}: replayed there, "
                 f"episode {i}'s {differs}. Score it with method='soft_q'."
             )
+    lap("replays")
     # the environment's side: Z_beta at fresh starts, by splitting
     starts = starts_of(rng_paths.integers(0, 2**31 - 1, size=opts.n_starts))
     env.close()
     sums = split_paths(dyn, starts, H, opts.n_particles, rng_paths, on_step=run.bar.update)
+    lap("splitting")
     mean_r, mean_t = float(eps.returns.mean()), float(eps.lengths.mean())
     cur = paths_curve(sums, mean_r)
     # bootstrap: the policy's episodes and the starts drawn again, independently
@@ -562,6 +445,7 @@ def paths_estimate(run: Any, dyn: Dynamics) -> ApproxMEGResult:
         ie, ik = rng_boot.integers(0, n, size=n), rng_boot.integers(0, k, size=k)
         reps[b] = np.nanmax(cur.betas * eps.returns[ie].mean() - cur.log_z[ik].mean(0))
     se = float(reps.std(ddof=1)) if opts.n_boot > 1 else math.nan
+    lap("maximum and bootstrap")
     # the log of an unbiased estimate of Z is low by about half its variance: an allowance
     bias = float(cur.noise[cur.best]) / 2.0
     z = statistics.NormalDist().inv_cdf(0.5 + opts.confidence / 2.0)
@@ -572,8 +456,8 @@ def paths_estimate(run: Any, dyn: Dynamics) -> ApproxMEGResult:
     scale = float(max(np.abs(sums.ret).max(initial=0.0), abs(mean_r)))
     rounding = 64 * np.finfo(np.float64).eps * (1.0 + abs(cur.beta) * scale)
     half = float(z * se + (bias if np.isfinite(bias) else math.inf) + rounding)
-    # the ends are clipped to [0, certificate] less rounding (a policy that is soft-optimal
-    # attains the certificate)
+    # the ends are clipped to [0, certificate] widened by the certificate's rounding (a policy
+    # that is soft-optimal attains the certificate)
     ceiling = top + ROUNDING * max(1.0, top)
     low, high = (float(min(max(v, 0.0), ceiling)) for v in (cur.meg - half, cur.meg + half))
     bound, length_bound = H * log_a, mean_t * log_a
@@ -612,6 +496,7 @@ def paths_estimate(run: Any, dyn: Dynamics) -> ApproxMEGResult:
         n_starts=k,
         particle_bias=bias,
         particle_steps=sums.steps,
+        timings={k: v for k, v in clock.items() if k != "start"},
     )
 
 

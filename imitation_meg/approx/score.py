@@ -177,6 +177,7 @@ def _paths_lines(res: Any) -> list[str]:
             f"bootstrap se        {res.bootstrap_se:.4f}   (over the policy's "
             f"{res.n_eval_episodes} episodes and the starts)"
         ),
+        "time split          " + ", ".join(f"{k} {v:.2f} s" for k, v in res.timings.items()),
     ]
 
 
@@ -223,8 +224,8 @@ def score_approx(args: argparse.Namespace) -> int:
     from imitation_meg.approx.evaluate import UNSETTLED_NOTE
     from imitation_meg.approx.known import meg_approx
     from imitation_meg.approx.options import DATA_STEPS, ApproxOptions
-    from imitation_meg.approx.paths import simulator
     from imitation_meg.approx.rollouts import EnvSource
+    from imitation_meg.approx.simulators import simulator
     from imitation_meg.approx.unknown import meg_approx_unknown
 
     names = {f.name for f in dataclasses.fields(ApproxOptions)}

@@ -126,16 +126,22 @@ def test_untried_actions_are_found():
 
 
 def test_continuous_observations_fall_back_and_explicit_method_refuses():
-    """CartPole's observations never repeat: ``auto`` fits soft Q-networks, ``empirical`` says
-    why it cannot run; bad settings are refused by name."""
+    """MountainCar's observations never repeat (and the library does not simulate it): ``auto``
+    fits soft Q-networks, ``empirical`` says why it cannot run; bad settings are refused by
+    name. (On CartPole ``auto`` takes the paths, tests/approx/test_paths.py.)"""
     uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
+    uniform3 = lambda obs: np.full((len(obs), 3), 1 / 3)  # noqa: E731
     small = {"n_data_steps": 300, "n_eval_episodes": 10, "n_models": 2, "iterations": 2}
     small["method"] = "auto"
-    res = meg_approx(uniform, "CartPole-v1", horizon=30, steps_per_iteration=10, refine=0, **small)
+    with pytest.warns(ApproxMEGWarning, match="same reward on every step"):  # -1 each step
+        res = meg_approx(
+            uniform3, "MountainCar-v0", horizon=30, steps_per_iteration=10, refine=0, **small
+        )
     assert res.method == "soft_q" and res.n_states == 0 and res.meg == 0.0
+    assert meg_approx(uniform, "CartPole-v1", horizon=30, method="auto").method == "paths"
     with pytest.raises(ValueError, match=r"distinct observations.*method='soft_q'"):
         meg_approx(uniform, "CartPole-v1", horizon=30, method="empirical")
-    with pytest.raises(ValueError, match="method must be one of"):
+    with pytest.raises(ValueError, match="method must be None or one of"):
         ApproxOptions(method="tabular")
     with pytest.raises(ValueError, match="max_states"):
         ApproxOptions(max_states=0)
@@ -326,14 +332,19 @@ def test_terminal_observations_are_absorbing_states_of_their_own():
 
 def test_the_observation_class_says_what_it_needs():
     """``utility="observation"`` needs the empirical MDP (another method, or observations that
-    never repeat, is refused with the way out); the fitted classes refuse the empirical MDP."""
+    never repeat, is refused with the way out); the fitted classes refuse the empirical MDP and
+    the paths."""
     uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
     with pytest.raises(ValueError, match="pass method='empirical'"):
-        meg_approx_unknown(uniform, "CartPole-v1", utility="observation")
+        meg_approx_unknown(uniform, "CartPole-v1", utility="observation", method="soft_q")
+    with pytest.raises(ValueError, match=r"distinct observations.*utility='mlp'"):
+        meg_approx_unknown(uniform, "CartPole-v1", utility="observation")  # None: empirical
     with pytest.raises(ValueError, match=r"distinct observations.*utility='mlp'"):
         meg_approx_unknown(uniform, "CartPole-v1", utility="observation", method="empirical")
     with pytest.raises(ValueError, match="utility='observation' with method='empirical'"):
         meg_approx_unknown(uniform, "CartPole-v1", method="empirical")
+    with pytest.raises(ValueError, match="method='paths' is not available"):
+        meg_approx_unknown(uniform, "CartPole-v1", method="paths")
 
 
 def test_command_line_scores_every_utility_of_the_observation(capsys, tmp_path):

@@ -18,15 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import imitation_meg as im
-from imitation_meg.approx import ApproxMEGWarning, meg_approx
-from imitation_meg.approx import paths as paths_mod
-from imitation_meg.approx.paths import (
-    CartPoleDynamics,
-    dynamics_for,
-    log_partition,
-    paths_curve,
-    split_paths,
-)
+from imitation_meg.approx import ApproxMEGWarning, meg_approx, simulators
+from imitation_meg.approx.paths import log_partition, paths_curve, split_paths
+from imitation_meg.approx.simulators import CartPoleDynamics, dynamics_for
 
 
 def _cartpole_starts(n: int, seed: int = 0) -> np.ndarray:
@@ -200,13 +194,22 @@ def test_paths_refuses_what_it_cannot_simulate() -> None:
     assert dyn is None and "TransformReward" in why
 
 
+def test_rl_zoos_patched_time_limit_is_a_time_limit() -> None:
+    """RL Zoo replaces gymnasium's TimeLimit by its own subclass when imported (only the
+    ``truncated`` flag differs): CartPole behind it is still simulated."""
+    patches = pytest.importorskip("rl_zoo3.gym_patches")
+    env = patches.PatchedTimeLimit(gym.make("CartPole-v1").env, max_episode_steps=500)
+    dyn, why = dynamics_for(env)
+    assert isinstance(dyn, CartPoleDynamics), why
+
+
 def test_a_simulator_that_disagrees_with_the_environment_is_caught(monkeypatch) -> None:
     class Heavier(CartPoleDynamics):
         def __init__(self, env):
             super().__init__(env)
             self.gravity *= 1.01
 
-    monkeypatch.setitem(paths_mod._SIMULATORS, "CartPoleEnv", Heavier)
+    monkeypatch.setitem(simulators._SIMULATORS, "CartPoleEnv", Heavier)
     with pytest.raises(ValueError, match="disagrees with CartPole-v1"):
         meg_approx(
             lambda o: np.full((len(o), 2), 0.5),
@@ -271,3 +274,52 @@ def test_splitting_finds_rare_long_survival_as_the_exact_solver_does() -> None:
     assert exact.meg > 5.0  # a long survival is worth many nats here
     assert cur.meg == pytest.approx(exact.meg, rel=0.01)
     assert not sums.extinct.any()
+
+
+def test_the_default_is_the_soft_q_fits_where_nothing_is_simulated() -> None:
+    """``method=None`` on an environment the library does not simulate is the soft Q-fits, the
+    same draws as ``method="soft_q"`` (so the published tables describe the default)."""
+    from imitation_meg.approx.envs import TablePolicy, stationary_epsilon_greedy, validation_case
+
+    case = validation_case("cliffworld_xy", horizon=6)
+    pol = TablePolicy(stationary_epsilon_greedy(case.mdp, 0.3), case.observations)
+    small = {"n_data_steps": 400, "n_eval_episodes": 20, "n_models": 2, "iterations": 2}
+    small.update(steps_per_iteration=5, refine=1, seed=4)
+    default = meg_approx(pol, case.make, **small)
+    fits = meg_approx(pol, case.make, method="soft_q", **small)
+    assert default.method == fits.method == "soft_q"
+    assert (default.meg, default.low, default.high) == (fits.meg, fits.low, fits.high)
+
+
+def test_command_line_scores_a_cartpole_agent_by_its_paths(tmp_path, capsys) -> None:
+    """``imitation-meg score --env CartPole-v1 --policy ppo.zip --algo ppo`` takes the paths by
+    default: the diagnostics and the time split are printed, ``--json`` keeps them."""
+    import json
+
+    import stable_baselines3 as sb3
+    import torch as th
+
+    from imitation_meg.cli import main
+
+    th.manual_seed(0)
+    model = sb3.PPO("MlpPolicy", "CartPole-v1", seed=0, device="cpu", n_steps=256, batch_size=64)
+    model.learn(1024)
+    model.save(tmp_path / "ppo.zip")
+    argv = ["score", "--env", "CartPole-v1", "--policy", str(tmp_path / "ppo.zip"), "--algo", "ppo"]
+    argv += ["--approx-option", "n_eval_episodes=200", "--json", str(tmp_path / "r.json")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert (
+        "the soft-optimal model's paths" in out
+        and "random paths        1024 from each of 32" in out
+    )
+    assert "time split          policy episodes" in out
+    res = json.loads((tmp_path / "r.json").read_text())["result"]
+    assert res["method"] == "paths" and res["n_eval_episodes"] == 200
+    assert 0.0 < res["low"] <= res["meg"] <= res["high"] <= res["certificate"]
+    assert set(res["timings"]) == {
+        "policy episodes",
+        "replays",
+        "splitting",
+        "maximum and bootstrap",
+    }
