@@ -306,12 +306,13 @@ def test_command_line_scores_a_cartpole_agent_by_its_paths(tmp_path, capsys) -> 
     model.learn(1024)
     model.save(tmp_path / "ppo.zip")
     argv = ["score", "--env", "CartPole-v1", "--policy", str(tmp_path / "ppo.zip"), "--algo", "ppo"]
-    argv += ["--approx-option", "n_eval_episodes=200", "--json", str(tmp_path / "r.json")]
+    for opt in ("n_eval_episodes=200", "n_particles=256", "n_starts=8"):
+        argv += ["--approx-option", opt]
+    argv += ["--json", str(tmp_path / "r.json")]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert (
-        "the soft-optimal model's paths" in out
-        and "random paths        1024 from each of 32" in out
+        "the soft-optimal model's paths" in out and "random paths        256 from each of 8" in out
     )
     assert "time split          policy episodes" in out
     res = json.loads((tmp_path / "r.json").read_text())["result"]
