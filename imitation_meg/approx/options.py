@@ -154,27 +154,27 @@ class ApproxOptions:
             blur that change.
         method: ``None`` (the default): ``"paths"`` where it applies, else ``"soft_q"``.
             ``"paths"``: in a deterministic environment the library simulates (gymnasium's
-            CartPole), the exact identity ``sum_t log pi_beta = beta R - log Z_beta(s0)`` with
-            ``Z`` estimated by splitting random action sequences
+            CartPole), the exact identity ``sum_t (log pi_beta + log|A|) = beta R -
+            log Z_beta(s0)`` with ``Z`` estimated by splitting random action sequences
             (:mod:`imitation_meg.approx.paths`: seconds, validated against exact values in
             docs/approx.md; only ``n_eval_episodes``, ``n_particles``, ``n_starts``,
             ``n_boot``, ``confidence``, ``seed`` and ``progress`` apply), or a ``ValueError``
             saying why not. ``"soft_q"`` (the validated setting elsewhere): soft Q-fits
-            whatever the observations; ``"empirical"``: the exact MEG of the empirical MDP of the data's
-            distinct observations (:mod:`imitation_meg.approx.empirical`: seconds where the
-            observations take few values, with its own validation in docs/approx.md), or a
-            ``ValueError`` saying why it cannot be built; ``"auto"``: the empirical MDP when the
-            data show at most ``max_states`` distinct observations (each met 5 times on
-            average), else soft Q-fits, and paths before both where they apply. :func:`~imitation_meg.approx.meg_approx_unknown` always
-            fits (its class is a function of the observation; it refuses ``"empirical"`` and
-            ``"linear"``). ``"linear"``: linear soft Q-functions of random Fourier features of the
-            observation, computed by backward induction on data that double in rounds until the
-            estimate settles (:mod:`imitation_meg.approx.linear`: seconds to a minute on small
-            tabular cases, about a third of the soft Q-fits' time on CartPole; with its own
-            validation, misses included, in docs/approx.md; ``n_data_steps`` is its data budget
-            per fit, and
-            ``hidden``, ``iterations``, ``steps_per_iteration``, ``refine``, ``average``,
-            ``lr``, ``last_steps`` and ``device`` do not apply).
+            whatever the observations; ``"empirical"``: the exact MEG of the empirical MDP of
+            the data's distinct observations (:mod:`imitation_meg.approx.empirical`: seconds
+            where the observations take few values, with its own validation in
+            docs/approx.md), or a ``ValueError`` saying why it cannot be built; ``"auto"``: the
+            paths where they apply, else the empirical MDP when the data show at most
+            ``max_states`` distinct observations (each met 5 times on average), else soft
+            Q-fits. :func:`~imitation_meg.approx.meg_approx_unknown` fits for its ``"mlp"`` and
+            ``"agent"`` classes (it refuses ``"empirical"``, ``"linear"`` and ``"paths"``
+            there) and takes the empirical MDP for ``utility="observation"``. ``"linear"``: linear soft Q-functions of random Fourier features of
+            the observation, computed by backward induction on data that double in rounds until
+            the estimate settles (:mod:`imitation_meg.approx.linear`: seconds to a minute on
+            small tabular cases, about a third of the soft Q-fits' time on CartPole; with its
+            own validation, misses included, in docs/approx.md; ``n_data_steps`` is its data
+            budget per fit, and ``hidden``, ``iterations``, ``steps_per_iteration``,
+            ``refine``, ``average``, ``lr``, ``last_steps`` and ``device`` do not apply).
         max_states: the most distinct observations the empirical MDP may have.
         n_particles: ``"paths"``: random action sequences followed from each start (in two
             independent populations, whose disagreement measures the noise).

@@ -27,9 +27,9 @@ Carlo estimate, unbiased for ``Z`` at every ``beta`` at once). The curve above i
 sections.
 
 This needs a simulator of the environment that steps many states at once and whose dynamics are
-known to be deterministic: :func:`~imitation_meg.approx.simulators.dynamics_for` has one for gymnasium's ``CartPoleEnv`` (its
-equations of motion, on arrays; every score checks it against the environment by replaying
-episodes there). Environments whose goal is a rare early end (Acrobot, MountainCar: random
+known to be deterministic: :func:`~imitation_meg.approx.simulators.dynamics_for` has one for
+gymnasium's ``CartPoleEnv`` (its equations of motion, on arrays; every score checks it against
+the environment by replaying episodes there). Environments whose goal is a rare early end (Acrobot, MountainCar: random
 actions almost never reach the goal) are not covered: splitting on survival does not sample
 them.
 """
