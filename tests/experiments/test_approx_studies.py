@@ -410,6 +410,7 @@ def test_paths_heldout_fast(tmp_path):
     assert lean["exact_return"] == pytest.approx(10.0, abs=1e-6)
     assert res["acceptance"]["rows_passing"] == res["acceptance"]["rows"] == 2
     assert (tmp_path / "summary.csv").stat().st_size > 0
+    assert (tmp_path / "paths_vs_exact.png").stat().st_size > 0
 
 
 def test_paths_reference_enumerates_every_sequence():
