@@ -126,17 +126,17 @@ def meg_approx(
     opts = ApproxOptions.of(options, **settings)
     source = EnvSource(env, horizon=horizon)
     pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)
-    opts = opts.resolved(source)
-    assert opts.iterations is not None and opts.n_data_steps is not None
-    fit_total = opts.n_models * opts.iterations * (1 + opts.refine)
-    dyn = None
-    if opts.method in ("paths", "auto"):
+    dyn = None  # the simulator, for the methods that take the paths where they apply
+    if opts.method in (None, "paths", "auto"):
         dyn, why = simulator(source)
         if dyn is None and opts.method == "paths":
             raise ValueError(
                 f"method='paths' needs a deterministic environment the library simulates, but "
                 f"{why}. Use method='soft_q' (or 'auto', which falls back by itself)."
             )
+    opts = opts.resolved(source, simulated=dyn is not None)
+    assert opts.iterations is not None and opts.n_data_steps is not None
+    fit_total = opts.n_models * opts.iterations * (1 + opts.refine)
     # the bar counts fits per round (linear), data steps (the empirical MDP, the paths) or
     # iterations
     bar: dict[str, Any] = {"bar_total": fit_total, "desc": "MEG (approx)"}

@@ -287,18 +287,17 @@ class ApproxOptions:
         return default_schedule(horizon, self.iterations, self.steps_per_iteration)
 
     def resolved(
-        self, source: EnvSource, *, extra_copies: float = 0.0, paths: bool = True
+        self, source: EnvSource, *, extra_copies: float = 0.0, simulated: bool = False
     ) -> ApproxOptions:
         """The record with every ``None`` filled in for ``source``: ``method`` (``"paths"``
-        where ``paths`` and the library simulates the environment, else ``"soft_q"``),
-        ``iterations`` and ``steps_per_iteration`` from the horizon, ``n_data_steps`` from
-        :data:`DATA_STEPS` capped to ``data_memory_gib`` (with an :class:`ApproxMEGWarning` when
-        the cap bites; ``extra_copies`` further data sets are stored beside the models')."""
+        where the caller has a simulator of the environment, ``simulated``, else
+        ``"soft_q"``), ``iterations`` and ``steps_per_iteration`` from the horizon,
+        ``n_data_steps`` from :data:`DATA_STEPS` capped to ``data_memory_gib`` (with an
+        :class:`ApproxMEGWarning` when the cap bites; ``extra_copies`` further data sets are
+        stored beside the models')."""
         method = self.method
         if method is None:
-            from imitation_meg.approx.simulators import simulator
-
-            method = "paths" if paths and simulator(source)[0] is not None else "soft_q"
+            method = "paths" if simulated else "soft_q"
         n_iter, n_steps = self.schedule(source.horizon)
         n_data = self.n_data_steps
         if n_data is None:

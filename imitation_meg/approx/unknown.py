@@ -295,7 +295,7 @@ def meg_approx_unknown(
             f"utility='agent' needs the agent's hidden layer; {pol.name} exposes none (pass an "
             "SB3 model, or use utility='mlp')."
         )
-    opts = opts.resolved(source, extra_copies=_ASCENT_COPIES, paths=False)
+    opts = opts.resolved(source, extra_copies=_ASCENT_COPIES)
     assert opts.iterations is not None and opts.n_data_steps is not None
     run = Run(
         source,
