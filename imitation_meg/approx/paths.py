@@ -155,9 +155,7 @@ def split_paths(
             break
         alive = ~ended
         counts = np.bincount(group[alive], minlength=n_groups)
-        lost = (counts == 0) & ~extinct
-        lost &= np.isin(np.arange(n_groups), group)
-        extinct |= lost
+        extinct |= (counts == 0) & (np.bincount(group, minlength=n_groups) > 0)
         with np.errstate(divide="ignore"):
             log_mass = log_mass + np.log(counts / size)
         keep = np.flatnonzero(alive)
@@ -241,35 +239,34 @@ def agent_episodes(
     episodes in lockstep on the simulator, for at most ``horizon`` decisions."""
     n, A = len(starts), dyn.n_actions
     state = np.asarray(starts, dtype=np.float64).copy()
+    obs = dyn.observe(state)
     live = np.arange(n)
     returns, lengths, cert = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n)
     terminated = np.zeros(n, dtype=bool)
     keep = min(keep, n)
     actions = np.full((keep, horizon), -1, dtype=np.int64)
-    seen: list[np.ndarray] = []
+    observations = np.zeros((keep, horizon, *obs.shape[1:]), dtype=np.float32)
     for t in range(horizon):
-        p = probs(dyn.observe(state))
+        p = probs(obs)
         ent = -(p * np.log(np.where(p > 0, p, 1.0))).sum(1)
         cert[live] += math.log(A) - ent
         cdf = np.cumsum(p, axis=1)
         u = rng.random(len(live)) * cdf[:, -1]
         a = np.minimum((cdf < u[:, None]).sum(1), A - 1)
         state, r, term = dyn.step(state, a)
+        obs = dyn.observe(state)
         returns[live] += r
         lengths[live] += 1
         first = live < keep
         actions[live[first], t] = a[first]
-        obs = np.zeros((keep, *dyn.observe(state[:1]).shape[1:]), dtype=np.float32)
-        obs[live[first]] = dyn.observe(state[first])
-        seen.append(obs)
+        observations[live[first], t] = obs[first]
         if on_step is not None:
             on_step(len(live))
         terminated[live[term]] = True
         go = ~term
-        state, live = state[go], live[go]
+        state, obs, live = state[go], obs[go], live[go]
         if len(live) == 0:
             break
-    observations = np.stack(seen, axis=1) if seen else np.zeros((keep, 0))
     return AgentEpisodes(returns, lengths, terminated, cert, actions, observations)
 
 
