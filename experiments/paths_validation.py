@@ -38,6 +38,7 @@ import torch as th
 
 from imitation_meg.approx import ApproxOptions, as_policy_fn, meg_approx
 from imitation_meg.approx.options import N_EVAL_EPISODES, N_PARTICLES, N_STARTS
+from imitation_meg.approx.paths import MAX_ENUMERATED, enumerate_paths
 from imitation_meg.approx.simulators import CartPoleDynamics
 from imitation_meg.config import check_values
 from imitation_meg.results import write_results
@@ -98,9 +99,10 @@ class Config:
             if c not in CASES:
                 raise ValueError(f"unknown case {c!r}; choose from {sorted(CASES)}.")
         for h in self.horizons:
-            if h > 24:
+            if h > MAX_ENUMERATED:
                 raise ValueError(
-                    f"horizon {h} is too long to follow every action sequence (at most 24)."
+                    f"horizon {h} is too long to follow every action sequence (at most "
+                    f"{MAX_ENUMERATED})."
                 )
         for p in self.case_policies:
             if p not in ("ppo", "dqn", "lean") and _mix(p) is None:
@@ -195,19 +197,15 @@ def exact_reference(
 
     env = make_env(case)
     dyn = CartPoleDynamics(env.unwrapped)
-    returns, terms = [], []
+    paths = []
     for i in range(n_starts):
         env.reset(seed=seed + i)
-        r, t = _enumerate(dyn, np.array(env.unwrapped.state, dtype=np.float64), horizon, probs)
-        returns.append(r)
-        terms.append(t)
+        paths.append(enumerate_paths(dyn, dyn.start(env), horizon, probs))
     env.close()
-    returns_arr = np.array(returns)
+    returns_arr = np.array([p.expected_return for p in paths])
 
     def log_z(beta: float, idx: np.ndarray) -> float:
-        # terms[k]: (log probability under uniform actions, return) of each distinct end
-        vals = [np.logaddexp.reduce(terms[k][:, 0] + beta * terms[k][:, 1]) for k in idx]
-        return float(np.mean(vals))
+        return float(np.mean([paths[k].log_partition(np.array([beta]))[0] for k in idx]))
 
     ups = 10.0 ** np.linspace(-4.0, 4.0, 81)
     grid = np.concatenate([-ups[::-1], [0.0], ups])
@@ -237,40 +235,6 @@ def exact_reference(
         "exact_se": float(np.std(boots, ddof=1)),
         "exact_return": float(returns_arr.mean()),
     }
-
-
-def _enumerate(
-    dyn: CartPoleDynamics, start: np.ndarray, horizon: int, probs: Any
-) -> tuple[float, np.ndarray]:
-    """Every action sequence from ``start``: the policy's expected return, and
-    ``(log uniform probability, return)`` of each distinct (length, return) end, the sequences
-    of an end pooled (``(n, 2)``)."""
-    states = start[None].copy()
-    log_pi = np.zeros(1)  # the policy's log-probability of each live sequence
-    ret = np.zeros(1)
-    expected, mass = 0.0, 0.0
-    ends: dict[tuple[int, float], int] = {}
-    for t in range(1, horizon + 1):
-        p = probs(dyn.observe(states))
-        with np.errstate(divide="ignore"):
-            log_p = np.log(p)
-        states = np.repeat(states, 2, axis=0)
-        ret = np.repeat(ret, 2)
-        log_pi = np.repeat(log_pi, 2) + log_p.ravel()
-        acts = np.tile([0, 1], len(states) // 2)
-        states, r, term = dyn.step(states, acts)
-        ret = ret + r
-        ended = term if t < horizon else np.ones(len(ret), dtype=bool)
-        expected += float((np.exp(log_pi[ended]) * ret[ended]).sum())
-        mass += float(np.exp(log_pi[ended]).sum())
-        for value, count in zip(*np.unique(ret[ended], return_counts=True), strict=True):
-            ends[(t, float(value))] = ends.get((t, float(value)), 0) + int(count)
-        keep = ~ended
-        states, ret, log_pi = states[keep], ret[keep], log_pi[keep]
-    rows = np.array([[math.log(c) - t * math.log(2), v] for (t, v), c in ends.items()])
-    # the policy's probabilities of all sequences sum to 1 up to rounding: divided out, so that
-    # a constant return is exactly the horizon
-    return expected / mass, rows
 
 
 def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:

@@ -50,9 +50,12 @@ from imitation_meg.approx.evaluate import SETTLE_SHARE, ApproxMEGResult, ApproxM
 from imitation_meg.approx.simulators import Dynamics
 
 __all__ = [
+    "MAX_ENUMERATED",
+    "EnumeratedPaths",
     "PathSums",
     "PathsCurve",
     "agent_episodes",
+    "enumerate_paths",
     "log_partition",
     "paths_curve",
     "paths_estimate",
@@ -68,6 +71,8 @@ _GOLDEN_STEPS = 60
 _REPLAYS = 3
 #: Largest difference between a simulated and a real observation the check accepts.
 _REPLAY_TOL = 1e-5
+#: The longest horizon :func:`enumerate_paths` follows (``|A|^H`` sequences at most).
+MAX_ENUMERATED = 24
 #: Fewest particles that must carry the weight of ``Z`` at the optimum (its effective sample
 #: size, summed over the starts' populations) before the estimate counts as settled.
 _MIN_ESS = 100.0
@@ -129,7 +134,16 @@ def split_paths(
 
     Returns:
         :class:`PathSums` with ``K * n_split`` populations.
+
+    Raises:
+        ValueError: fewer particles than populations, no start, or a horizon below 1.
     """
+    if n_particles < n_split or len(starts) == 0 or horizon < 1:
+        raise ValueError(
+            f"split_paths needs at least n_split={n_split} particles per start, a start and a "
+            f"horizon >= 1; got n_particles={n_particles}, {len(starts)} starts, "
+            f"horizon={horizon}."
+        )
     size = n_particles // n_split
     n_groups = len(starts) * n_split
     group = np.repeat(np.arange(n_groups), size)
@@ -203,6 +217,78 @@ def log_partition(sums: PathSums, betas: np.ndarray) -> np.ndarray:
             top = z.max(0)
             out[k] = top + np.log(np.exp(z - top).sum(0))
     return out
+
+
+class EnumeratedPaths(NamedTuple):
+    """Every action sequence from one start, followed to its end (:func:`enumerate_paths`).
+
+    Attributes:
+        expected_return: the policy's expected return (NaN when no policy was given).
+        ends: ``(n, 2)`` one row per distinct (length, return) end: ``log`` of the probability
+            of reaching it with uniformly random actions, and the return.
+    """
+
+    expected_return: float
+    ends: np.ndarray
+
+    def log_partition(self, betas: np.ndarray) -> np.ndarray:
+        """``log Z_beta = log E_uniform[exp(beta R)]`` exactly, ``(G,)`` for ``betas (G,)``."""
+        b = np.asarray(betas, dtype=np.float64)
+        z = self.ends[:, :1] + self.ends[:, 1:] * b[None, :]  # (n, G)
+        return np.logaddexp.reduce(z, axis=0)
+
+
+def enumerate_paths(
+    dyn: Dynamics,
+    start: np.ndarray,
+    horizon: int,
+    probs: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> EnumeratedPaths:
+    """Follow every action sequence from ``start`` (``(d,)``) to its end or ``horizon``: the
+    exact ``Z_beta`` of the start, and with ``probs`` (observations ``(n, ...)`` to ``(n, A)``)
+    the policy's exact expected return. An exact reference for the splitting, at horizons where
+    the live sequences fit in memory.
+
+    Raises:
+        ValueError: a horizon outside ``1 .. MAX_ENUMERATED``, or a start that is not one state.
+    """
+    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)):
+        raise TypeError(f"horizon must be an integer, got {horizon!r}.")
+    if not 1 <= horizon <= MAX_ENUMERATED:
+        raise ValueError(
+            f"horizon must be between 1 and {MAX_ENUMERATED} to follow every action sequence "
+            f"(|A|^H of them), got {horizon}."
+        )
+    states = np.asarray(start, dtype=np.float64)
+    if states.ndim != 1:
+        raise ValueError(f"start must be one state of shape (d,), got shape {states.shape}.")
+    A = dyn.n_actions
+    states = states[None].copy()
+    log_pi = np.zeros(1)  # the policy's log-probability of each live sequence
+    ret = np.zeros(1)
+    expected, mass = 0.0, 0.0
+    ends: dict[tuple[int, float], int] = {}
+    for t in range(1, horizon + 1):
+        if probs is not None:
+            with np.errstate(divide="ignore"):
+                log_pi = np.repeat(log_pi, A) + np.log(probs(dyn.observe(states))).ravel()
+        states = np.repeat(states, A, axis=0)
+        ret = np.repeat(ret, A)
+        states, r, term = dyn.step(states, np.tile(np.arange(A), len(states) // A))
+        ret = ret + r
+        ended = term if t < horizon else np.ones(len(ret), dtype=bool)
+        if probs is not None:
+            weight = np.exp(log_pi[ended])
+            expected += float((weight * ret[ended]).sum())
+            mass += float(weight.sum())
+            log_pi = log_pi[~ended]
+        for value, count in zip(*np.unique(ret[ended], return_counts=True), strict=True):
+            ends[(t, float(value))] = ends.get((t, float(value)), 0) + int(count)
+        states, ret = states[~ended], ret[~ended]
+    rows = np.array([[math.log(c) - t * math.log(A), v] for (t, v), c in ends.items()])
+    # the policy's probabilities of all sequences sum to 1 up to rounding: divided out, so that
+    # a constant return is exactly that return
+    return EnumeratedPaths(expected / mass if probs is not None else math.nan, rows)
 
 
 # --------------------------------------------------------------------------- the agent

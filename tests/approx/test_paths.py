@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import imitation_meg as im
 from imitation_meg.approx import ApproxMEGWarning, meg_approx, simulators
-from imitation_meg.approx.paths import log_partition, paths_curve, split_paths
+from imitation_meg.approx.paths import enumerate_paths, log_partition, paths_curve, split_paths
 from imitation_meg.approx.simulators import CartPoleDynamics, dynamics_for
 
 
@@ -57,28 +57,6 @@ def test_cartpole_simulator_steps_as_gymnasium_does(integrator: str) -> None:
     assert ends == 20  # random actions drop the pole: the terminations were compared too
 
 
-def _exact_log_z(dyn: CartPoleDynamics, start: np.ndarray, horizon: int, betas: np.ndarray):
-    """``log Z_beta(s0)`` by following every action sequence (those that end, to their end)."""
-    states, ret = start[None].copy(), np.zeros(1)
-    terms: list[tuple[float, int, int]] = []  # (return, decisions, number of sequences)
-    for t in range(1, horizon + 1):
-        states = np.repeat(states, 2, axis=0)
-        ret = np.repeat(ret, 2)
-        acts = np.tile([0, 1], len(states) // 2)
-        states, r, term = dyn.step(states, acts)
-        ret = ret + r
-        ended = term if t < horizon else np.ones(len(ret), dtype=bool)
-        for value in np.unique(ret[ended]):
-            terms.append((float(value), t, int((ret[ended] == value).sum())))
-        states, ret = states[~ended], ret[~ended]
-    # Z = E_uniform[exp(beta R)]: a sequence of T decisions has probability 2^-T
-    out = []
-    for b in betas:
-        logs = [math.log(c) - t * math.log(2) + b * v for v, t, c in terms]
-        out.append(float(np.logaddexp.reduce(logs)))
-    return np.array(out)
-
-
 def test_splitting_estimates_z_as_complete_enumeration_gives_it() -> None:
     env = gym.make("CartPole-v1")
     dyn, _ = dynamics_for(env)
@@ -88,11 +66,13 @@ def test_splitting_estimates_z_as_complete_enumeration_gives_it() -> None:
     sums = split_paths(dyn, starts, horizon, 4000, np.random.default_rng(1))
     est = log_partition(sums, betas).reshape(3, 2, -1)
     for k, start in enumerate(starts):
-        exact = _exact_log_z(dyn, start, horizon, betas)
+        exact = enumerate_paths(dyn, start, horizon).log_partition(betas)
         # each population of 2 000 particles alone: within 0.1 nats of the truth
         assert np.abs(est[k] - exact).max() < 0.1, (k, est[k], exact)
+    with pytest.raises(ValueError, match="at least n_split=2 particles"):
+        split_paths(dyn, starts, horizon, 1, np.random.default_rng(1))
     # and the estimate is not the same thing at another horizon (the check can fail)
-    other = _exact_log_z(dyn, starts[0], horizon - 4, betas)
+    other = enumerate_paths(dyn, starts[0], horizon - 4).log_partition(betas)
     assert np.abs(est[0] - other).max() > 0.5
 
 
@@ -240,15 +220,27 @@ def test_too_few_particles_warn_and_say_unsettled() -> None:
     )
 
 
-def test_enumeration_helper_counts_every_sequence() -> None:
-    """The reference above is itself checked where Z is known in closed form: one decision
-    (Z = exp(beta), a reward of 1 either way), four (none ends so soon from near upright)."""
+def test_enumeration_counts_every_sequence() -> None:
+    """The exact reference is itself checked where Z is known in closed form: one decision
+    (Z = exp(beta), a reward of 1 either way), four (none ends so soon from near upright); with
+    a policy, its expected return; and it refuses what it cannot follow."""
     env = gym.make("CartPole-v1")
     dyn, _ = dynamics_for(env)
+    assert dyn is not None
     start = _cartpole_starts(1)[0]
-    assert _exact_log_z(dyn, start, 1, np.array([0.0, 1.5])) == pytest.approx([0.0, 1.5])
+    one = enumerate_paths(dyn, start, 1)
+    assert one.log_partition(np.array([0.0, 1.5])) == pytest.approx([0.0, 1.5])
+    assert math.isnan(one.expected_return)
     # every sequence of 4 decisions survives from near upright: Z_beta = exp(4 beta)
-    assert _exact_log_z(dyn, start, 4, np.array([0.7])) == pytest.approx([2.8])
+    four = enumerate_paths(dyn, start, 4, lambda o: np.full((len(o), 2), 0.5))
+    assert four.log_partition(np.array([0.7])) == pytest.approx([2.8])
+    assert four.expected_return == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="between 1 and 24"):
+        enumerate_paths(dyn, start, 25)
+    with pytest.raises(ValueError, match="one state of shape"):
+        enumerate_paths(dyn, start[None], 3)
+    with pytest.raises(TypeError, match="horizon must be an integer"):
+        enumerate_paths(dyn, start, 3.0)  # type: ignore[arg-type]
 
 
 def test_splitting_finds_rare_long_survival_as_the_exact_solver_does() -> None:
