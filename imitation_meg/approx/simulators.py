@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from imitation_meg.approx.spaces import ActionSpace, DiscreteActions
+
 __all__ = ["CartPoleDynamics", "Dynamics", "dynamics_for", "simulator"]
 
 #: Wrappers between a gymnasium id's environment and its core that change nothing the
@@ -25,10 +27,12 @@ class Dynamics(Protocol):
     """A deterministic environment on arrays of states.
 
     Attributes:
-        n_actions: ``|A|``.
+        actions: the action space and its uniform reference.
+        n_actions: ``|A|`` (0 for a box).
         name: the environment's class name.
     """
 
+    actions: ActionSpace
     n_actions: int
     name: str
 
@@ -37,7 +41,8 @@ class Dynamics(Protocol):
         ...
 
     def step(self, s: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(n, d)`` states and ``(n,)`` actions to next states, rewards and terminations."""
+        """``(n, d)`` states and actions (``(n,)`` integers, or ``(n, k)`` points of a box) to
+        next states ``(n, d)``, rewards ``(n,)`` and terminations ``(n,)``."""
         ...
 
     def observe(self, s: np.ndarray) -> np.ndarray:
@@ -56,6 +61,7 @@ class CartPoleDynamics:
         env: the unwrapped ``CartPoleEnv``.
     """
 
+    actions = DiscreteActions(2)
     n_actions = 2
     name = "CartPoleEnv"
 
