@@ -51,16 +51,17 @@ __all__ = [
     "meg_unknown",
     "occupancy_measures",
     "policies",
+    "soft_value_curve",
     "soft_value_iteration",
     "soft_vi",
 ]
 
 #: Names served lazily from :mod:`imitation_meg.approx` (which imports gymnasium's machinery).
-_APPROX = ("meg_approx", "meg_approx_unknown")
+_APPROX = ("meg_approx", "meg_approx_unknown", "soft_value_curve")
 
 
 def __getattr__(name: str) -> Any:
-    """``meg_approx`` / ``meg_approx_unknown`` and the ``approx`` and ``continuous``
+    """``meg_approx`` / ``meg_approx_unknown`` / ``soft_value_curve`` and the ``approx`` and ``continuous``
     subpackages, imported on use."""
     if name in _APPROX or name in ("approx", "continuous"):
         import importlib

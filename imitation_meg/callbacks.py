@@ -12,6 +12,14 @@ it has one) and records to SB3's logger, so TensorBoard, CSV, stdout and W&B see
 - ``meg/unknown``: unknown-utility MEG over every utility of the state (``unknown=True``);
 - ``meg/converged``: 1 when every solver converged, else 0.
 
+In an environment that is not tabular (CartPole and the other classic-control tasks the library
+simulates) it scores through the environment's soft-value curve
+(:mod:`imitation_meg.approx.curve`): known-utility MEG is ``sup_beta beta J - Lambda(beta)``, so
+the curve ``Lambda`` is computed once when training starts (or read from ``curve=FILE``, written
+by ``imitation-meg curve``) and each evaluation costs only ``n_eval_episodes`` episodes of the
+current policy (on the simulator). It then also records ``meg/low`` and ``meg/high`` (the
+interval) and ``meg/converged`` is whether the curve was reliable at the policy's optimum.
+
 With ``history=PATH`` each evaluation is also appended to a JSON-lines file that
 ``imitation-meg plot`` reads. Usable from RL Baselines3 Zoo through its callback import path::
 
@@ -41,6 +49,34 @@ from imitation_meg.type_aliases import PathLike
 __all__ = ["MEGCallback"]
 
 
+def _has_tables(env: Any) -> bool:
+    """Whether a gymnasium environment exposes tables for an exact MDP (seals' matrices,
+    toy-text's ``P``: what :meth:`TabularMDP.from_env` reads)."""
+    u = env.unwrapped
+    return (hasattr(u, "transition_matrix") and hasattr(u, "reward_matrix")) or isinstance(
+        getattr(u, "P", None), dict
+    )
+
+
+def _writable(path: PathLike) -> pathlib.Path:
+    """``path`` as a Path whose folder exists (created) and which can be appended to.
+
+    Raises:
+        ValueError: the folder cannot be created or the file cannot be written.
+    """
+    p = pathlib.Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with p.open("a"):
+            pass
+    except OSError as e:
+        raise ValueError(
+            f"history={str(path)!r} cannot be written ({e.strerror or e}); pass a path in a "
+            "folder you can write to."
+        ) from None
+    return p
+
+
 class MEGCallback(BaseCallback):
     """Log exact MEG of the policy being trained to SB3's logger every ``eval_freq`` calls.
 
@@ -60,13 +96,22 @@ class MEGCallback(BaseCallback):
             environment built on one, whose MEG is exact): score TD3 / DDPG smoothed by this
             Gaussian noise (see :mod:`imitation_meg.continuous.densities`). There
             ``meg/normalized`` is MEG over the policy's certificate (no ``H log|A|``).
-        history: a JSON-lines file to append one record per evaluation to.
+        history: a JSON-lines file to append one record per evaluation to (its folder is
+            created, and the file checked writable, here).
         eval_at_start: also evaluate before the first step (timestep 0).
         verbose: 1 prints each evaluation.
+        curve: an environment that is not tabular: its soft-value curve (a
+            :class:`~imitation_meg.approx.curve.SoftValueCurve` or the path of its file);
+            default computed when training starts (seconds on CartPole).
+        n_eval_episodes: an environment that is not tabular: episodes of the current policy
+            per evaluation (default 200).
+        seed: an environment that is not tabular: the seed of the curve and the episodes.
 
     Raises:
         ValueError: ``eval_freq < 1``, an environment id gymnasium cannot make (checked here,
-            not at ``learn()``), or an MDP without a utility.
+            not at ``learn()``), an MDP without a utility, an environment that is neither
+            tabular nor one a soft-value curve can be computed for, a curve computed for
+            another environment, or a history file that cannot be written.
     """
 
     def __init__(
@@ -82,6 +127,9 @@ class MEGCallback(BaseCallback):
         history: PathLike | None = None,
         eval_at_start: bool = False,
         verbose: int = 0,
+        curve: Any = None,
+        n_eval_episodes: int = 200,
+        seed: int = 0,
     ) -> None:
         super().__init__(verbose=verbose)
         if isinstance(eval_freq, bool) or not isinstance(eval_freq, int) or eval_freq < 1:
@@ -92,15 +140,25 @@ class MEGCallback(BaseCallback):
         self.unknown = bool(unknown)
         self.epsilon = epsilon
         self.noise_std = noise_std
-        self.history = None if history is None else pathlib.Path(history)
+        self.history = None if history is None else _writable(history)
         self.eval_at_start = bool(eval_at_start)
         self.mdp: Any = None  # a TabularMDP, or a ContinuousMDP (Box actions)
         self._env: Any = None  # the gymnasium env the MDP came from (MaskablePPO's masks)
+        #: The soft-value curve of an environment that is not tabular (None: tabular).
+        self.curve: Any = curve
+        self._curve_env: Any = None
+        if isinstance(n_eval_episodes, bool) or not isinstance(n_eval_episodes, int):
+            raise TypeError(f"n_eval_episodes must be an integer, got {n_eval_episodes!r}.")
+        if n_eval_episodes < 2:
+            raise ValueError(f"n_eval_episodes must be at least 2, got {n_eval_episodes}.")
+        self.n_eval_episodes, self.seed = n_eval_episodes, int(seed)
         #: One dict per evaluation (what is logged), in order.
         self.records: list[dict[str, Any]] = []
         self.eval_seconds = 0.0
         if env is not None:
             self.mdp = self._build_mdp(env)
+        elif curve is not None:
+            raise ValueError("curve= needs env= (the environment the curve was computed for).")
 
     # ------------------------------------------------------------------ set-up
     def _build_mdp(self, env: Any) -> Any:
@@ -112,13 +170,53 @@ class MEGCallback(BaseCallback):
         if isinstance(env, TabularMDP):
             mdp = env if self.horizon is None else env.with_horizon(self.horizon)
         else:
-            if isinstance(env, str):  # an id gymnasium cannot make is refused here, not in learn()
-                env = make_env(env, self.env_kwargs)
-            self._env = env
-            mdp = TabularMDP.from_env(env, horizon=self.horizon)
+            made = make_env(env, self.env_kwargs)  # an id gymnasium cannot make: refused here
+            if not _has_tables(made):
+                self._prepare_curve(env, made)
+                return None
+            self._env = made
+            mdp = TabularMDP.from_env(made, horizon=self.horizon)
         if mdp.utility is None:
             raise ValueError(f"{mdp.name} has no utility to measure MEG against.")
         return mdp
+
+    def _prepare_curve(self, env: Any, made: Any) -> None:
+        """An environment that is not tabular: check now that a curve can serve it (a given
+        one for this environment, or a simulator to compute one when training starts)."""
+        from imitation_meg.approx.known import as_curve
+        from imitation_meg.approx.rollouts import EnvSource
+        from imitation_meg.approx.simulators import dynamics_for
+
+        if self.unknown:
+            raise ValueError(
+                "unknown=True needs a tabular environment; an environment that is not tabular is "
+                "scored with its known utility through its soft-value curve."
+            )
+        key = env if isinstance(env, str) else made.spec.id if made.spec is not None else None
+        if key is None:
+            raise ValueError(
+                "MEGCallback scores an environment that is not tabular by its registered id: "
+                "pass env='CartPole-v1' (or the id of yours)."
+            )
+        source = EnvSource(key, horizon=self.horizon, env_kwargs=self.env_kwargs)
+        self.curve = as_curve(self.curve)
+        if self.curve is not None:
+            self.curve.check_for(
+                env=source.name,
+                horizon=source.horizon,
+                actions={"kind": "discrete", "n": source.n_actions},
+                env_kwargs=source.env_kwargs,
+            )
+        else:
+            dyn, why = dynamics_for(made)
+            if dyn is None:
+                raise ValueError(
+                    f"MEGCallback scores {source.name}, which is not tabular, through its "
+                    f"soft-value curve, and none can be computed for it: {why}. Pass curve=FILE "
+                    "(imitation-meg curve), or score saved checkpoints with imitation-meg score."
+                )
+        made.close()
+        self._curve_env = source
 
     def _training_env_source(self) -> Any:
         from stable_baselines3.common.vec_env import VecEnvWrapper
@@ -138,10 +236,17 @@ class MEGCallback(BaseCallback):
         return spec.id
 
     def _init_callback(self) -> None:
-        if self.mdp is None:
+        if self.mdp is None and self._curve_env is None:
             self.mdp = self._build_mdp(self._training_env_source())
-        if self.history is not None:
-            self.history.parent.mkdir(parents=True, exist_ok=True)
+        if self._curve_env is not None and self.curve is None:
+            from imitation_meg.approx.known import soft_value_curve
+
+            src = self._curve_env
+            t0 = time.perf_counter()
+            self.curve = soft_value_curve(
+                src.name, horizon=src.horizon, env_kwargs=src.env_kwargs, seed=self.seed
+            )
+            self.eval_seconds += time.perf_counter() - t0
 
     def _on_training_start(self) -> None:
         if self.eval_at_start:
@@ -168,8 +273,12 @@ class MEGCallback(BaseCallback):
         import imitation_meg as im
         from imitation_meg.adapters import policy_table
 
-        assert self.mdp is not None, "MEGCallback is not initialised (call model.learn)."
+        assert self.mdp is not None or self.curve is not None, (
+            "MEGCallback is not initialised (call model.learn)."
+        )
         t0 = time.perf_counter()
+        if self.mdp is None:
+            return self._log(self._curve_record(), t0)
         if not isinstance(self.mdp, TabularMDP):  # Box actions: exact continuous MEG
             from imitation_meg.continuous.score import exact_record
 
@@ -202,6 +311,37 @@ class MEGCallback(BaseCallback):
             record["converged"] = record["converged"] and bool(res.converged)
         return self._log(record, t0)
 
+    def _curve_record(self) -> dict[str, Any]:
+        """MEG of the current policy from its episodes and the environment's curve."""
+        from imitation_meg.approx.known import meg_approx
+
+        src = self._curve_env
+        epsilon = self._epsilon()
+        res = meg_approx(
+            self.model,
+            src.name,
+            horizon=src.horizon,
+            env_kwargs=src.env_kwargs or None,
+            epsilon=epsilon,
+            curve=self.curve,
+            n_eval_episodes=self.n_eval_episodes,
+            seed=self.seed + len(self.records),
+        )
+        record: dict[str, Any] = {
+            "timesteps": int(self.num_timesteps),
+            "meg": res.meg,
+            "low": res.low,
+            "high": res.high,
+            "normalized": res.normalized,
+            "beta": res.beta,
+            "expected_return": res.expected_return,
+            "upper_bound": res.upper_bound,
+            "converged": bool(res.settled),
+        }
+        if epsilon is not None:
+            record["epsilon"] = epsilon
+        return record
+
     def _log(self, record: dict[str, Any], t0: float) -> dict[str, Any]:
         """Record an evaluation to the logger (and the history), and return it."""
         seconds = time.perf_counter() - t0
@@ -209,6 +349,9 @@ class MEGCallback(BaseCallback):
         record["eval_seconds"] = seconds
 
         self.logger.record("meg/known", record["meg"])
+        if "low" in record:  # an estimate: its interval
+            self.logger.record("meg/low", record["low"])
+            self.logger.record("meg/high", record["high"])
         self.logger.record("meg/normalized", record["normalized"])
         self.logger.record("meg/beta", record["beta"])
         self.logger.record("meg/expected_return", record["expected_return"])

@@ -320,12 +320,17 @@ def _score_once(args: argparse.Namespace) -> int:
         return score_continuous(args)
     if args.noise_std is not None:
         raise ValueError("--noise-std applies to deterministic agents in Box action spaces.")
-    if args.approx or (
-        args.env is not None and not _is_minigrid(args.env) and not _env_is_tabular(args.env)
+    if (
+        args.approx
+        or args.curve is not None
+        or (args.env is not None and not _is_minigrid(args.env) and not _env_is_tabular(args.env))
     ):
         from imitation_meg.approx.score import score_approx
 
-        _check_single_policy_outputs(args)
+        if args.curve is None and len(args.policy) == 1 and "*" not in args.policy[0]:
+            _check_single_policy_outputs(args)
+        else:
+            _check_outputs(args)
         return score_approx(args)
     if getattr(args, "approx_options", None):
         raise ValueError(
@@ -638,6 +643,12 @@ def _add_score_parser(sub: Any) -> None:
         "environments that are not tabular; forces it on tabular ones)",
     )
     score.add_argument(
+        "--curve",
+        metavar="FILE",
+        help="the environment's soft-value curve (imitation-meg curve --out FILE): each policy "
+        "is then scored from its episodes alone",
+    )
+    score.add_argument(
         "--approx-option",
         dest="approx_options",
         action="append",
@@ -662,6 +673,37 @@ def _add_score_parser(sub: Any) -> None:
     score.add_argument("--csv", metavar="FILE", help="write one CSV row per policy")
     score.add_argument("--jsonl", metavar="FILE", help="write one JSON line per policy")
     score.set_defaults(func=_score)
+
+
+def _curve(args: argparse.Namespace) -> int:
+    from imitation_meg.approx.score import curve_command
+
+    return curve_command(args)
+
+
+def _add_curve_parser(sub: Any) -> None:
+    curve = sub.add_parser(
+        "curve",
+        help="compute an environment's soft-value curve once, to score many policies with it",
+        description=(
+            "Known-utility MEG is sup_beta beta J - Lambda(beta): the policy enters only through "
+            "its expected return J, and Lambda, the soft-value curve, belongs to the "
+            "environment. Compute it once and save it; `score --curve FILE` and MEGCallback "
+            "then score each policy or checkpoint from its episodes alone."
+        ),
+    )
+    curve.add_argument("--env", required=True, metavar="ENV_ID", help="gymnasium / seals id")
+    curve.add_argument("--horizon", type=int, help="horizon H (default: the environment's)")
+    curve.add_argument("--out", required=True, metavar="FILE", help="the curve file (.npz)")
+    curve.add_argument("--seed", type=int, default=0, help="seed of the random paths (default 0)")
+    curve.add_argument(
+        "--approx-option",
+        dest="approx_options",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a setting of the curve's estimator (n_particles, n_starts); repeatable",
+    )
+    curve.set_defaults(func=_curve)
 
 
 # ---------------------------------------------------------------------------------- intervene
@@ -976,6 +1018,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_reproduce_parsers(sub)
 
     _add_score_parser(sub)
+    _add_curve_parser(sub)
     _add_intervene_parser(sub)
     _add_plot_parser(sub)
     return parser

@@ -4,6 +4,10 @@ deterministic environment).
 Nothing in the core imports this subpackage; it imports the core, and stable-baselines3 only when
 an SB3 object has to be handled.
 
+- :func:`soft_value_curve` / :class:`SoftValueCurve`: the environment's soft-value curve
+  ``Lambda(beta)``, computed once (exactly for a :class:`~imitation_meg.TabularMDP`, by the
+  paths of a simulated deterministic environment), saved with its provenance, and scoring any
+  policy from its expected return (``meg_approx(..., curve=...)``).
 - :func:`meg_approx`: known-utility MEG (the environment's reward) of a policy in any
   gymnasium environment with ``Discrete`` actions, from ``reset`` / ``step`` only; on
   CartPole by default through :mod:`imitation_meg.approx.paths` (no fitting: the exact
@@ -20,8 +24,9 @@ an SB3 object has to be handled.
   methods ``method="empirical"`` / ``"auto"`` and ``method="linear"`` (docs/approx.md).
 """
 
+from imitation_meg.approx.curve import CurveInfo, SoftValueCurve, exact_curve
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
-from imitation_meg.approx.known import meg_approx
+from imitation_meg.approx.known import meg_approx, soft_value_curve
 from imitation_meg.approx.options import ApproxOptions
 from imitation_meg.approx.policy import PolicyFn, as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
@@ -40,15 +45,19 @@ __all__ = [
     "ApproxOptions",
     "ApproxUnknownResult",
     "BetaPrior",
+    "CurveInfo",
     "EnvSource",
     "PolicyFn",
     "Rollouts",
     "SoftQModel",
+    "SoftValueCurve",
     "as_policy_fn",
     "collect",
+    "exact_curve",
     "fit_soft_q",
     "fit_soft_q_ensemble",
     "meg_approx",
     "meg_approx_unknown",
     "soft_mean",
+    "soft_value_curve",
 ]

@@ -34,6 +34,7 @@ __all__ = [
     "ProgressBar",
     "Run",
     "collect_data",
+    "curve_rng",
     "estimate",
     "evaluation_episodes",
     "fit_ensemble",
@@ -159,6 +160,13 @@ class Run:
     def count(self, n: int) -> None:
         """Add ``n`` environment steps to the count."""
         self.n_env_steps += n
+
+
+def curve_rng(seed: int) -> np.random.Generator:
+    """The generator of a curve's splitting for ``seed``: the stream :class:`Run` gives its
+    first caller-requested stream, so that :func:`~imitation_meg.approx.soft_value_curve` and
+    :func:`~imitation_meg.approx.meg_approx` compute the same curve from the same seed."""
+    return np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(4)[3])
 
 
 def collect_data(

@@ -152,6 +152,11 @@ class ApproxMEGResult:
         timings: ``"paths"``: seconds of each part of the score (the policy's episodes, their
             replays in the environment, the splitting, the maximum and the bootstrap); empty
             for the other methods.
+        curve: ``"paths"``: the environment's soft-value curve the score used
+            (:class:`~imitation_meg.approx.curve.SoftValueCurve`; pass it as ``curve=`` to score
+            further policies of the same environment from their episodes alone, or save it);
+            None for the other methods. ``to_dict`` keeps its provenance only.
+        return_se: the standard error of ``expected_return`` (NaN where not computed).
     """
 
     meg: float
@@ -195,12 +200,15 @@ class ApproxMEGResult:
     particle_bias: float = math.nan
     particle_steps: int = 0
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    curve: Any = dataclasses.field(default=None, repr=False, compare=False)
+    return_se: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (replicates as a list)."""
-        return to_jsonable(  # type: ignore[return-value]
-            {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        )
+        """JSON-ready dict (replicates as a list; of the curve, its provenance)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.curve is not None:
+            out["curve"] = self.curve.info.to_dict()
+        return to_jsonable(out)  # type: ignore[return-value]
 
 
 def add_episode_values(out: th.Tensor, episode: th.Tensor, p: th.Tensor, logits: th.Tensor) -> None:

@@ -44,24 +44,35 @@ Q-fits' steps:
 
 from __future__ import annotations
 
+import math
+import os
 import time
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 from imitation_meg import _threads
-from imitation_meg.approx.core import Run, estimate, evaluation_episodes, model_data
+from imitation_meg.approx.agent import curve_result, episodes_of
+from imitation_meg.approx.core import (
+    ProgressBar,
+    Run,
+    curve_rng,
+    estimate,
+    evaluation_episodes,
+    model_data,
+)
+from imitation_meg.approx.curve import SoftValueCurve
 from imitation_meg.approx.empirical import NotTabular, data_budget, empirical_estimate
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
 from imitation_meg.approx.linear import FIRST_STEPS, linear_estimate, rounds
-from imitation_meg.approx.options import ApproxOptions
-from imitation_meg.approx.paths import paths_estimate
+from imitation_meg.approx.options import APPLIES, ApproxOptions
+from imitation_meg.approx.paths import paths_curve, paths_estimate
 from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource
 from imitation_meg.approx.simulators import simulator
 from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
 
-__all__ = ["ApproxMEGResult", "ApproxMEGWarning", "meg_approx"]
+__all__ = ["ApproxMEGResult", "ApproxMEGWarning", "as_curve", "meg_approx", "soft_value_curve"]
 
 
 @_threads.entry_point
@@ -73,6 +84,8 @@ def meg_approx(
     algo: str | None = None,
     epsilon: float | None = None,
     options: ApproxOptions | None = None,
+    curve: SoftValueCurve | str | os.PathLike[str] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
     **settings: Any,
 ) -> ApproxMEGResult:
     """Approximate known-utility MEG of ``policy`` in ``env`` (see the module docstring).
@@ -91,8 +104,17 @@ def meg_approx(
             of a deterministic environment the library simulates (the default where they
             apply: CartPole), the soft Q-fits (the default elsewhere), linear soft
             Q-functions and the empirical MDP of few-valued observations).
+        curve: the environment's soft-value curve
+            (:class:`~imitation_meg.approx.curve.SoftValueCurve`, or the path of its file): the
+            score is then ``sup_beta beta J - Lambda(beta)`` from the policy's episodes alone
+            (on the simulator where the library has one, else in the environment), with no
+            fitting or splitting. It must have been computed for this environment and horizon
+            (else a ``ValueError`` says what differs). Only ``n_eval_episodes``, ``n_boot``,
+            ``confidence``, ``seed``, ``progress`` and ``n_envs`` apply then.
+        env_kwargs: keyword arguments of ``gymnasium.make`` (with an id).
         **settings: fields of :class:`~imitation_meg.approx.options.ApproxOptions` replacing
-            those of ``options`` (``n_models=2``, ``seed=3``, ``progress=True``, ...).
+            those of ``options`` (``n_models=2``, ``seed=3``, ``progress=True``, ...); a
+            setting the chosen method does not use is a ``ValueError``.
 
     Returns:
         :class:`ApproxMEGResult`.
@@ -124,68 +146,193 @@ def meg_approx(
     """
     t_start = time.perf_counter()
     opts = ApproxOptions.of(options, **settings)
-    source = EnvSource(env, horizon=horizon)
+    source = EnvSource(env, horizon=horizon, env_kwargs=env_kwargs)
     pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)
+    curve = as_curve(curve)
+    if curve is not None:
+        curve.check_for(
+            env=source.name,
+            horizon=source.horizon,
+            actions={"kind": "discrete", "n": source.n_actions},
+            env_kwargs=getattr(source, "env_kwargs", {}),
+        )
     dyn = None  # the simulator, for the methods that take the paths where they apply
-    if opts.method in (None, "paths", "auto"):
+    if curve is not None or opts.method in (None, "paths", "auto"):
         dyn, why = simulator(source)
-        if dyn is None and opts.method == "paths":
+        if dyn is None and opts.method == "paths" and curve is None:
             raise ValueError(
                 f"method='paths' needs a deterministic environment the library simulates, but "
                 f"{why}. Use method='soft_q' (or 'auto', which falls back by itself)."
             )
-    opts = opts.resolved(source, simulated=dyn is not None)
+    if curve is not None:
+        opts = opts.for_curve(curve.info.method)
+    else:
+        opts = opts.resolved(source, simulated=dyn is not None)
+    opts.check_applies(settings, options, allowed=APPLIES["curve"] if curve is not None else None)
+    run = Run(source, pol, opts, t_start=t_start, **_bar(opts, source, dyn, curve))
+    try:
+        return _estimate(run, dyn, curve)
+    finally:
+        run.bar.close()
+
+
+@_threads.entry_point
+def soft_value_curve(
+    env: Any,
+    *,
+    horizon: int | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    options: ApproxOptions | None = None,
+    **settings: Any,
+) -> SoftValueCurve:
+    """The soft-value curve ``Lambda(beta)`` of an environment, computed once to score any
+    number of policies (:mod:`imitation_meg.approx.curve`; pass it to :func:`meg_approx` as
+    ``curve=``, or save it).
+
+    Args:
+        env: a :class:`~imitation_meg.TabularMDP` or the id of a tabular environment (seals,
+            toy-text: the exact curve), or a gymnasium id, ``gymnasium.Env`` or factory of a
+            deterministic environment the library simulates (the paths: splitting random
+            action sequences at ``n_starts`` fresh starts).
+        horizon: decisions per episode ``H`` (default the environment's time limit).
+        env_kwargs: keyword arguments of ``gymnasium.make`` (with an id).
+        options: :class:`~imitation_meg.approx.options.ApproxOptions`; only ``n_particles``,
+            ``n_starts``, ``seed`` and ``progress`` apply.
+        **settings: those fields by name.
+
+    Returns:
+        :class:`~imitation_meg.approx.curve.SoftValueCurve`; with the same ``seed`` it is the
+        curve :func:`meg_approx` computes for itself.
+
+    Raises:
+        ValueError: an environment the library has no way to compute a curve of (the message
+            says why: today a simulator is needed), or settings that do not apply.
+    """
+    from imitation_meg.approx.curve import exact_curve
+    from imitation_meg.approx.score import is_tabular
+    from imitation_meg.mdp import TabularMDP
+
+    tabular = isinstance(env, str) and is_tabular(env)
+    if isinstance(env, TabularMDP) or tabular:
+        if settings or options is not None:
+            raise ValueError(
+                f"the exact curve of a tabular environment takes no settings, got "
+                f"{sorted(settings) + (['options'] if options is not None else [])}."
+            )
+        if tabular:
+            from imitation_meg._env_tables import make_env
+
+            mdp = TabularMDP.from_env(make_env(env, dict(env_kwargs or {})), horizon=horizon)
+            return exact_curve(mdp, env=env, env_kwargs=env_kwargs)
+        if env_kwargs:
+            raise TypeError("env_kwargs apply to an environment id, not to a TabularMDP.")
+        return exact_curve(env if horizon is None else env.with_horizon(horizon))
+    opts = ApproxOptions.of(options, **settings)
+    source = EnvSource(env, horizon=horizon, env_kwargs=env_kwargs)
+    dyn, why = simulator(source)
+    if dyn is None:
+        raise ValueError(
+            f"no soft-value curve can be computed for {source.name}: {why}, and the curve "
+            "needs a simulator of a deterministic environment (or a TabularMDP). Score its "
+            "policies with meg_approx(..., method='soft_q')."
+        )
+    opts = opts.resolved(source, simulated=True)
+    opts.check_applies(settings, options, allowed=("n_particles", "n_starts", "seed", "progress"))
+    bar = ProgressBar(
+        opts.progress,
+        total=opts.n_starts * (opts.n_particles // 2) * 2 * source.horizon,
+        desc="soft-value curve",
+        unit="step",
+    )
+    try:
+        return paths_curve(source, dyn, opts, curve_rng(opts.seed), on_step=bar.update)
+    finally:
+        bar.close()
+
+
+def as_curve(curve: Any) -> SoftValueCurve | None:
+    """``curve`` as a :class:`SoftValueCurve`: itself, or read from a file path.
+
+    Raises:
+        TypeError: neither a curve nor a path.
+        FileNotFoundError / ValueError: a path to no curve file.
+    """
+    if curve is None or isinstance(curve, SoftValueCurve):
+        return curve
+    if isinstance(curve, (str, os.PathLike)):
+        return SoftValueCurve.load(curve)
+    raise TypeError(
+        f"curve must be a SoftValueCurve or the path of a file written by SoftValueCurve.save, "
+        f"got {type(curve).__name__}."
+    )
+
+
+def _bar(opts: ApproxOptions, source: EnvSource, dyn: Any, curve: Any) -> dict[str, Any]:
+    """The progress bar's total, label and unit for the method that will run, and the seed
+    streams it needs: fits per round (linear), data steps (the empirical MDP, the paths) or
+    soft Q-iterations."""
+    if curve is not None or dyn is not None:
+        particles = 0 if curve is not None else opts.n_starts * (opts.n_particles // 2) * 2
+        return {
+            "bar_total": (opts.n_eval_episodes + particles) * source.horizon,
+            "desc": "MEG (paths)" if dyn is not None else "MEG (curve)",
+            "bar_unit": "step",
+            "n_streams": 1,
+        }
     assert opts.iterations is not None and opts.n_data_steps is not None
-    fit_total = opts.n_models * opts.iterations * (1 + opts.refine)
-    # the bar counts fits per round (linear), data steps (the empirical MDP, the paths) or
-    # iterations
-    bar: dict[str, Any] = {"bar_total": fit_total, "desc": "MEG (approx)"}
-    if dyn is not None:
-        particles = opts.n_starts * (opts.n_particles // 2) * 2
-        bar.update(
-            bar_total=(opts.n_eval_episodes + particles) * source.horizon,
-            desc="MEG (paths)",
-            bar_unit="step",
-            n_streams=1,
-        )
-    elif opts.method == "linear":
-        bar["bar_total"] = opts.n_models * len(rounds(FIRST_STEPS, opts.n_data_steps))
-    elif opts.method != "soft_q":
-        bar.update(
-            bar_total=data_budget(opts.n_models, opts.n_data_steps),
-            desc="MEG (empirical MDP)",
-            bar_unit="step",
-        )
-    run = Run(source, pol, opts, t_start=t_start, **bar)
-    if dyn is not None:
-        result = paths_estimate(run, dyn)
-        run.bar.close()
-        return result
     if opts.method == "linear":
-        result = linear_estimate(run)
-        run.bar.close()
-        return result
+        return {
+            "bar_total": opts.n_models * len(rounds(FIRST_STEPS, opts.n_data_steps)),
+            "desc": "MEG (approx)",
+        }
+    if opts.method != "soft_q":
+        return {
+            "bar_total": data_budget(opts.n_models, opts.n_data_steps),
+            "desc": "MEG (empirical MDP)",
+            "bar_unit": "step",
+        }
+    return {"bar_total": _fit_total(opts), "desc": "MEG (approx)"}
+
+
+def _fit_total(opts: ApproxOptions) -> int:
+    assert opts.iterations is not None
+    return opts.n_models * opts.iterations * (1 + opts.refine)
+
+
+def _estimate(run: Run, dyn: Any, curve: SoftValueCurve | None) -> ApproxMEGResult:
+    """Run the method ``run.opts.method`` says (the paths, or the environment's given curve
+    scored from the policy's episodes, the linear soft Q-functions, the empirical MDP, the soft
+    Q-fits)."""
+    opts = run.opts
+    if curve is not None and dyn is None:  # a curve, and episodes in the environment itself
+        ev = evaluation_episodes(run)
+        return curve_result(
+            run,
+            curve,
+            episodes_of(ev, math.log(run.source.n_actions)),
+            log_measure=math.log(run.source.n_actions),
+            method=curve.info.method,
+        )
+    if dyn is not None:
+        return paths_estimate(run, dyn, curve)
+    if opts.method == "linear":
+        return linear_estimate(run)
     if opts.method != "soft_q":
         try:
-            result = empirical_estimate(run)
-            run.bar.close()
-            return result
+            return empirical_estimate(run)
         except NotTabular as e:
             if opts.method == "empirical":
-                run.bar.close()
                 raise ValueError(
                     f"method='empirical' needs an empirical MDP, but {e}. Use method='soft_q' "
                     "(or 'auto', which fits where it cannot be built) for this environment."
                 ) from None
-            run.bar.restart(total=fit_total, desc="MEG (approx)")
+            run.bar.restart(total=_fit_total(opts), desc="MEG (approx)")
             if e.few:
                 warnings.warn(
                     f"the observations take few values but {e}, so the empirical MDP is not "
                     "used: fitting soft Q-networks instead (slower).",
                     ApproxMEGWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
     ev = evaluation_episodes(run)
-    result = estimate(run, ev, model_data(run))
-    run.bar.close()
-    return result
+    return estimate(run, ev, model_data(run))

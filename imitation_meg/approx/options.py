@@ -18,6 +18,7 @@ act that needs new held-out families (docs/approx.md).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from imitation_meg.approx.rollouts import EnvSource
 
 __all__ = [
+    "APPLIES",
     "AVERAGE",
     "DATA_STEPS",
     "LAST_STEPS",
@@ -73,6 +75,30 @@ METHODS = ("auto", "empirical", "linear", "paths", "soft_q")
 #: Particles per start of the paths method's splitting, and its starts.
 N_PARTICLES = 1024
 N_STARTS = 32
+#: The settings each method uses (besides ``method`` itself); a score from a given curve
+#: (``"curve"``) uses only the policy's episodes and the bootstrap.
+_SCORING = ("n_eval_episodes", "n_boot", "confidence", "seed", "progress", "n_envs")
+_FITS = ("n_data_steps", "data_memory_gib", "n_models", "n_envs", "n_boot", "confidence", "seed")
+APPLIES: dict[str, tuple[str, ...]] = {
+    "curve": _SCORING,
+    "paths": (*_SCORING, "n_particles", "n_starts"),
+    "soft_q": (
+        *_FITS,
+        "n_eval_episodes",
+        "progress",
+        "hidden",
+        "iterations",
+        "steps_per_iteration",
+        "refine",
+        "average",
+        "lr",
+        "last_steps",
+        "device",
+    ),
+    "empirical": (*_FITS, "progress", "max_states"),
+    "linear": (*_FITS, "n_eval_episodes", "progress", "n_features"),
+}
+APPLIES["auto"] = tuple(dict.fromkeys(APPLIES["paths"] + APPLIES["empirical"] + APPLIES["soft_q"]))
 #: Random Fourier features of the linear soft Q-functions.
 N_FEATURES = 100
 #: The most distinct observations an empirical MDP may have.
@@ -322,6 +348,69 @@ class ApproxOptions:
             steps_per_iteration=n_steps,
             n_data_steps=int(n_data),
         )
+
+    def for_curve(self, method: str) -> ApproxOptions:
+        """The record for a score from a given curve computed by ``method``: the policy's
+        episodes and the bootstrap only (the other fields are filled so the record is
+        complete, and unused)."""
+        return dataclasses.replace(
+            self, method=method, iterations=1, steps_per_iteration=1, n_data_steps=3
+        )
+
+    def check_applies(
+        self,
+        settings: dict[str, Any],
+        options: ApproxOptions | None,
+        *,
+        allowed: tuple[str, ...] | None = None,
+    ) -> None:
+        """Refuse settings the resolved method does not use (``allowed``: the caller's list
+        instead of the method's): those named in ``settings`` and those of ``options`` that
+        differ from the defaults.
+
+        Raises:
+            ValueError: the settings that do not apply, the method, and the ones that do.
+        """
+        method = self.method or "soft_q"
+        used = set(APPLIES.get(method, APPLIES["curve"]) if allowed is None else allowed)
+        used.add("method")
+        given = set(settings)
+        if options is not None:
+            default = ApproxOptions()
+            given |= {
+                f.name
+                for f in dataclasses.fields(self)
+                if getattr(options, f.name) != getattr(default, f.name)
+            }
+        unused = sorted(given - used)
+        if unused:
+            raise ValueError(
+                f"the setting(s) {unused} do not apply to method={method!r}, which uses "
+                f"{sorted(used - {'method'})}; drop them (or choose the method that uses them "
+                "with method=...)."
+            )
+
+
+def _init_naming_unknown_settings() -> None:
+    """Make ``ApproxOptions(name=...)`` with a name that is no field a ``TypeError`` that lists
+    the fields (the dataclass's own message names only the argument)."""
+    made = ApproxOptions.__init__
+
+    @functools.wraps(made)
+    def init(self: ApproxOptions, *args: Any, **kwargs: Any) -> None:
+        names = {f.name for f in dataclasses.fields(ApproxOptions)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise TypeError(
+                f"unknown setting(s) {unknown} of the approximate estimator; the settings are "
+                f"{sorted(names)}."
+            )
+        made(self, *args, **kwargs)
+
+    ApproxOptions.__init__ = init  # type: ignore[method-assign]
+
+
+_init_naming_unknown_settings()
 
 
 def check_config(config: Any) -> None:

@@ -37,24 +37,23 @@ them.
 from __future__ import annotations
 
 import math
-import statistics
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from imitation_meg.approx.empirical import ROUNDING
-from imitation_meg.approx.evaluate import SETTLE_SHARE, ApproxMEGResult, ApproxMEGWarning
+from imitation_meg.approx.agent import Episodes, curve_result
+from imitation_meg.approx.curve import CurveInfo, SoftValueCurve, beta_grid
+from imitation_meg.approx.evaluate import ApproxMEGResult
 from imitation_meg.approx.simulators import Dynamics
 
 __all__ = [
     "MAX_ENUMERATED",
     "EnumeratedPaths",
     "PathSums",
-    "PathsCurve",
     "agent_episodes",
+    "curve_from_sums",
     "enumerate_paths",
     "log_partition",
     "paths_curve",
@@ -62,11 +61,6 @@ __all__ = [
     "split_paths",
 ]
 
-#: Decades of the scan of rationalities (times ``1 / q_scale``) on each side of 0, and its step.
-_DECADES = (-4.0, 6.0)
-_STEP = 0.125
-#: Golden-section steps after the scan.
-_GOLDEN_STEPS = 60
 #: Agent episodes replayed in the real environment to check the simulator.
 _REPLAYS = 3
 #: Largest difference between a simulated and a real observation the check accepts.
@@ -378,121 +372,125 @@ def replay(env: Any, seed: int, episodes: AgentEpisodes, i: int) -> str:
     return ""
 
 
-def effective_particles(sums: PathSums, beta: float) -> np.ndarray:
-    """``(n_groups,)`` the effective sample size of each population's weights at ``beta``:
-    ``(sum w)^2 / sum w^2`` over its particles (0 for an extinct one)."""
-    z = sums.log_weight + beta * sums.ret
-    out = np.zeros(sums.n_groups)
+# ------------------------------------------------------------------------------ the curve
+def _group_curves(sums: PathSums, betas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per population, at every rationality ``(G,)``: ``log Z_beta`` (``-inf`` for none), the
+    tilted mean return (the slope of ``log Z``) and the effective sample size of the weights
+    ``(sum w)^2 / sum w^2`` over its particles; each ``(n_groups, G)``."""
+    G = len(betas)
+    log_z = np.full((sums.n_groups, G), -np.inf)
+    slope = np.zeros((sums.n_groups, G))
+    ess = np.zeros((sums.n_groups, G))
+    order = np.argsort(sums.group, kind="stable")
+    g, r, w, n = (a[order] for a in (sums.group, sums.ret, sums.log_weight, sums.n_paths))
+    bounds = np.searchsorted(g, np.arange(sums.n_groups + 1))
     for k in range(sums.n_groups):
-        sel = sums.group == k
-        if sel.any():
-            w = np.exp(z[sel] - z[sel].max())  # an item's particles share its weight
-            out[k] = w.sum() ** 2 / (w**2 / sums.n_paths[sel]).sum()
-    return out
+        lo, hi = bounds[k], bounds[k + 1]
+        if hi > lo:
+            z = w[lo:hi, None] + r[lo:hi, None] * betas[None, :]
+            top = z.max(0)
+            e = np.exp(z - top)  # an item's weight; its particles share it
+            total = e.sum(0)
+            log_z[k] = top + np.log(total)
+            slope[k] = (e * r[lo:hi, None]).sum(0) / total
+            ess[k] = total**2 / (e**2 / n[lo:hi, None]).sum(0)
+    return log_z, slope, ess
+
+
+def curve_from_sums(sums: PathSums, info: CurveInfo, *, n_split: int = 2) -> SoftValueCurve:
+    """The environment's soft-value curve from :func:`split_paths`' sums: per start, ``log`` of
+    the mean of its populations' ``Z`` and its slope; the bias allowance half the variance of a
+    start's pooled ``log Z`` (the log of an unbiased estimate is low by about that), measured by
+    its populations' disagreement; the effective sample size summed over the populations; the
+    highest return found the least any start found (the curve has no upper limit beyond it)."""
+    scale = float(max(np.abs(sums.ret).max(initial=0.0), 1e-12))
+    betas = beta_grid(scale)
+    lz, sl, ess = _group_curves(sums, betas)
+    K, G = sums.n_groups // n_split, len(betas)
+    lz, sl = lz.reshape(K, n_split, G), sl.reshape(K, n_split, G)
+    top = lz.max(1)
+    weight = np.exp(lz - top[:, None])  # (K, n_split, G) each population's share of the mean
+    pooled = top + np.log(weight.mean(1))
+    slope = (weight * sl).sum(1) / weight.sum(1)
+    per_start = lz.var(1, ddof=1) / n_split  # variance of each start's pooled log Z
+    best = np.full(sums.n_groups, -np.inf)
+    np.maximum.at(best, sums.group, sums.ret)
+    worst = np.full(sums.n_groups, np.inf)
+    np.minimum.at(worst, sums.group, sums.ret)
+    problems = []
+    if sums.extinct.any():
+        problems.append(
+            f"{int(sums.extinct.sum())} of {sums.n_groups} particle populations died out "
+            "before H (no random action sequence found that goes on)"
+        )
+    return SoftValueCurve(
+        betas,
+        pooled,
+        slope,
+        info,
+        bias=per_start.mean(0) / 2.0,
+        ess=ess.sum(0),
+        returns_found=(float(worst.max()), float(best.min())),
+        min_ess=_MIN_ESS,
+        problems=tuple(problems),
+    )
+
+
+def paths_curve(
+    source: Any,
+    dyn: Dynamics,
+    opts: Any,
+    rng: np.random.Generator,
+    *,
+    on_step: Callable[[int], None] | None = None,
+) -> SoftValueCurve:
+    """The curve of ``source``'s environment (an :class:`~imitation_meg.approx.rollouts.
+    EnvSource`) by splitting at ``opts.n_starts`` fresh starts drawn with ``rng``."""
+    env = source.make()
+    try:
+        starts = _starts(env, dyn, rng.integers(0, 2**31 - 1, size=opts.n_starts))
+    finally:
+        env.close()
+    sums = split_paths(dyn, starts, source.horizon, opts.n_particles, rng, on_step=on_step)
+    info = CurveInfo(
+        env=source.name,
+        env_kwargs=getattr(source, "env_kwargs", {}),
+        horizon=source.horizon,
+        actions=dyn.actions.to_dict(),
+        method="paths",
+        settings={"n_particles": opts.n_particles, "n_starts": opts.n_starts},
+        seed=int(opts.seed),
+    )
+    curve = curve_from_sums(sums, info)
+    curve.particle_steps = sums.steps  # type: ignore[attr-defined]
+    return curve
+
+
+def _starts(env: Any, dyn: Dynamics, seeds: np.ndarray) -> np.ndarray:
+    """The states ``(n, d)`` right after ``env.reset(seed=...)`` for each seed."""
+    rows = []
+    for seed in seeds:
+        env.reset(seed=int(seed))
+        rows.append(dyn.start(env))
+    return np.stack(rows)
 
 
 # ------------------------------------------------------------------------------ the estimate
-def _pooled(sums: PathSums, betas: np.ndarray, n_split: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per start, ``log`` of the mean of its populations' ``Z`` ``(K, G)``, and the variance of
-    the mean over starts of that pooled ``log Z`` ``(G,)`` (from the populations'
-    disagreement)."""
-    lz = log_partition(sums, betas).reshape(-1, n_split, len(betas))
-    top = lz.max(1)
-    finite = np.isfinite(top)
-    safe = np.where(finite, top, 0.0)
-    with np.errstate(invalid="ignore"):
-        pooled = np.where(finite, safe + np.log(np.exp(lz - safe[:, None]).mean(1)), -np.inf)
-        per_start = lz.var(1, ddof=1) / n_split  # variance of the pooled estimate, each start
-    return pooled, per_start.mean(0) / len(pooled)
-
-
-class PathsCurve(NamedTuple):
-    """``L(beta) + E[T] log|A| = beta E_pi[R] - E_s0[log Z_beta(s0)]`` and its maximum.
-
-    Attributes:
-        betas: ``(G,)`` the scanned rationalities (0 and both signs).
-        log_z: ``(K, G)`` each start's ``log Z`` (its populations pooled).
-        noise: ``(G,)`` the variance of ``log_z.mean(0)`` from the populations' disagreement.
-        values: ``(G,)`` the curve on ``betas``.
-        meg: its maximum (the scan's best point refined by golden sections).
-        beta: the maximiser.
-        best: the index of the best scanned point.
-        at_boundary: the best point is the scan's largest ``|beta|`` (the supremum is a limit).
-    """
-
-    betas: np.ndarray
-    log_z: np.ndarray
-    noise: np.ndarray
-    values: np.ndarray
-    meg: float
-    beta: float
-    best: int
-    at_boundary: bool
-
-
-def paths_curve(sums: PathSums, mean_return: float, *, n_split: int = 2) -> PathsCurve:
-    """The curve of the module docstring from :func:`split_paths`' sums and the scored policy's
-    mean return, maximised over ``beta`` (it is concave: a scan over 0 and both signs,
-    ``1e-4 / q`` to ``1e6 / q`` each way with ``q`` the largest return, then golden sections
-    between the best point's neighbours)."""
-    scale = float(max(np.abs(sums.ret).max(initial=0.0), abs(mean_return), 1e-12))
-    ups = 10.0 ** np.arange(_DECADES[0], _DECADES[1] + _STEP / 2, _STEP) / scale
-    betas = np.concatenate([-ups[::-1], [0.0], ups])
-    log_z, noise = _pooled(sums, betas, n_split)
-    values = betas * mean_return - log_z.mean(0)
-    best = int(np.nanargmax(values))
-    meg, beta = float(values[best]), float(betas[best])
-    at_boundary = best in (0, len(betas) - 1)
-
-    def value(b: float) -> float:
-        lz = _pooled(sums, np.array([b]), n_split)[0].mean()
-        return float(b * mean_return - lz)
-
-    if not at_boundary:  # golden sections on the concave curve between the neighbours
-        lo, hi = float(betas[best - 1]), float(betas[best + 1])
-        g = (math.sqrt(5.0) - 1.0) / 2.0
-        c, d = hi - g * (hi - lo), lo + g * (hi - lo)
-        fc, fd = value(c), value(d)
-        for _ in range(_GOLDEN_STEPS):
-            if fc >= fd:
-                hi, d, fd = d, c, fc
-                c = hi - g * (hi - lo)
-                fc = value(c)
-            else:
-                lo, c, fc = c, d, fd
-                d = lo + g * (hi - lo)
-                fd = value(d)
-        b, f = (c, fc) if fc >= fd else (d, fd)
-        if f > meg:
-            meg, beta = f, b
-    return PathsCurve(betas, log_z, noise, values, meg, beta, best, at_boundary)
-
-
-def paths_estimate(run: Any, dyn: Dynamics) -> ApproxMEGResult:
+def paths_estimate(run: Any, dyn: Dynamics, curve: SoftValueCurve | None = None) -> ApproxMEGResult:
     """Known-utility MEG of ``run``'s policy (a :class:`~imitation_meg.approx.core.Run`) by the
     paths of the soft-optimal model (module docstring), as an :class:`ApproxMEGResult` with
     ``method="paths"``: the policy's ``n_eval_episodes`` episodes on the simulator (the first
-    :data:`_REPLAYS` replayed in the environment), ``Z`` by splitting at ``n_starts`` fresh
-    starts, and a bootstrap over both. The interval adds to ``z`` bootstrap standard errors an
-    allowance for the splitting's bias (``particle_bias``).
+    :data:`_REPLAYS` replayed in the environment), the environment's curve (``curve``, or one
+    computed here by splitting at ``n_starts`` fresh starts) and a bootstrap over both. The
+    interval adds to ``z`` bootstrap standard errors the curve's bias allowance.
 
     Raises:
         ValueError: the simulator disagrees with the environment on a replayed episode.
     """
     opts, source = run.opts, run.source
-    H, A = source.horizon, source.n_actions
+    H = source.horizon
     rng_eval = np.random.default_rng(run.s_eval)
-    rng_paths = np.random.default_rng(run.streams[0])
-    rng_boot = np.random.default_rng(run.s_boot)
-    env = source.make()
-
-    def starts_of(seeds: np.ndarray) -> np.ndarray:
-        rows = []
-        for seed in seeds:
-            env.reset(seed=int(seed))
-            rows.append(dyn.start(env))
-        return np.stack(rows)
-
+    rng_paths = np.random.default_rng(run.streams[0])  # the stream of core.curve_rng
     clock = {"start": time.perf_counter()}
 
     def lap(name: str) -> None:
@@ -500,8 +498,11 @@ def paths_estimate(run: Any, dyn: Dynamics) -> ApproxMEGResult:
         clock[name], clock["start"] = now - clock["start"], now
 
     # the scored policy's episodes, then a few of them replayed in the environment
+    env = source.make()
     seeds = rng_eval.integers(0, 2**31 - 1, size=opts.n_eval_episodes)
-    eps = agent_episodes(dyn, run.pol.probs, starts_of(seeds), H, rng_eval, on_step=run.bar.update)
+    eps = agent_episodes(
+        dyn, run.pol.probs, _starts(env, dyn, seeds), H, rng_eval, on_step=run.bar.update
+    )
     run.count(int(eps.lengths.sum()))
     lap("policy episodes")
     for i in range(len(eps.actions)):
@@ -513,115 +514,21 @@ def paths_estimate(run: Any, dyn: Dynamics) -> ApproxMEGResult:
                 f"the simulator of {dyn.name} disagrees with {source.name}: replayed there, "
                 f"episode {i}'s {differs}. Score it with method='soft_q'."
             )
-    lap("replays")
-    # the environment's side: Z_beta at fresh starts, by splitting
-    starts = starts_of(rng_paths.integers(0, 2**31 - 1, size=opts.n_starts))
     env.close()
-    sums = split_paths(dyn, starts, H, opts.n_particles, rng_paths, on_step=run.bar.update)
-    lap("splitting")
-    mean_r, mean_t = float(eps.returns.mean()), float(eps.lengths.mean())
-    cur = paths_curve(sums, mean_r)
-    # bootstrap: the policy's episodes and the starts drawn again, independently
-    n, k, log_a = len(eps.returns), len(starts), math.log(A)
-    reps = np.empty(opts.n_boot)
-    for b in range(opts.n_boot):
-        ie, ik = rng_boot.integers(0, n, size=n), rng_boot.integers(0, k, size=k)
-        reps[b] = np.nanmax(cur.betas * eps.returns[ie].mean() - cur.log_z[ik].mean(0))
-    se = float(reps.std(ddof=1)) if opts.n_boot > 1 else math.nan
-    lap("maximum and bootstrap")
-    # the log of an unbiased estimate of Z is low by about half its variance: an allowance
-    bias = float(cur.noise[cur.best]) / 2.0
-    z = statistics.NormalDist().inv_cdf(0.5 + opts.confidence / 2.0)
-    certificate = float(eps.certificate.mean())
-    top = max(certificate, 0.0)
-    estimate = min(max(cur.meg, 0.0), top)
-    # the curve at beta sums terms as large as |beta| q: their rounding is part of its error
-    scale = float(max(np.abs(sums.ret).max(initial=0.0), abs(mean_r)))
-    rounding = 64 * np.finfo(np.float64).eps * (1.0 + abs(cur.beta) * scale)
-    half = float(z * se + (bias if np.isfinite(bias) else math.inf) + rounding)
-    # the ends are clipped to [0, certificate] widened by the certificate's rounding (a policy
-    # that is soft-optimal attains the certificate)
-    ceiling = top + ROUNDING * max(1.0, top)
-    low, high = (float(min(max(v, 0.0), ceiling)) for v in (cur.meg - half, cur.meg + half))
-    bound, length_bound = H * log_a, mean_t * log_a
-    settled = _check(sums, cur, mean_r, half, top, bound)
-    return ApproxMEGResult(
-        meg=estimate,
-        low=low,
-        high=high,
-        confidence=opts.confidence,
-        beta=cur.beta,
-        upper_bound=bound,
-        normalized=estimate / bound if bound > 0 else 0.0,
-        length_bound=length_bound,
-        length_normalized=estimate / length_bound if length_bound > 0 else 0.0,
-        certificate=certificate,
-        horizon=H,
-        mean_length=mean_t,
-        expected_return=mean_r,
-        n_env_steps=run.n_env_steps,
-        n_eval_episodes=n,
-        ensemble=math.nan,
-        models=[],
-        seed_std=math.nan,
-        model_se=math.nan,
-        bootstrap_se=se,
-        residual_rms=math.nan,
-        at_boundary=cur.at_boundary,
-        q_scale=scale,
-        replicates=reps,
-        wall_time_s=time.perf_counter() - run.t_start,
-        stages=(cur.meg,),
-        stage_intervals=((estimate, low, high),),
-        settled=settled,
+    lap("replays")
+    # the environment's side: its curve, by splitting at fresh starts
+    particle_steps = 0
+    if curve is None:
+        curve = paths_curve(source, dyn, opts, rng_paths, on_step=run.bar.update)
+        particle_steps = curve.particle_steps  # type: ignore[attr-defined]
+        lap("splitting")
+    timings = {k: v for k, v in clock.items() if k != "start"}
+    return curve_result(
+        run,
+        curve,
+        Episodes(eps.returns, eps.lengths, eps.certificate),
+        log_measure=dyn.actions.log_measure,
         method="paths",
-        n_particles=opts.n_particles,
-        n_starts=k,
-        particle_bias=bias,
-        particle_steps=sums.steps,
-        timings={k: v for k, v in clock.items() if k != "start"},
+        particle_steps=particle_steps,
+        timings=timings,
     )
-
-
-def _check(
-    sums: PathSums,
-    cur: PathsCurve,
-    mean_return: float,
-    half: float,
-    certificate: float,
-    bound: float,
-) -> bool:
-    """Whether the splitting can be trusted at the optimum; warns why not."""
-    problems = []
-    if sums.extinct.any():
-        problems.append(
-            f"{int(sums.extinct.sum())} of {sums.n_groups} particle populations died out "
-            "before H (no random action sequence found that goes on)"
-        )
-    best = np.full(sums.n_groups, -np.inf)
-    np.maximum.at(best, sums.group, sums.ret)
-    if mean_return > best.min():
-        problems.append(
-            f"the policy's mean return {mean_return:.6g} exceeds the best return "
-            f"{best.min():.6g} that the random action sequences of some start found (there the "
-            "estimate has no upper limit)"
-        )
-    ess = float(effective_particles(sums, cur.beta).sum())
-    if ess < _MIN_ESS:
-        problems.append(
-            f"only {ess:.0f} particles carry the weight of Z at the optimum (fewer than "
-            f"{_MIN_ESS:.0f})"
-        )
-    if cur.meg > certificate + max(half, SETTLE_SHARE * bound):
-        problems.append(
-            f"the estimate {cur.meg:.4g} exceeds the Gibbs certificate {certificate:.4g} by more "
-            "than its interval: the random action sequences never did as well as the policy"
-        )
-    if problems:
-        warnings.warn(
-            "the paths estimate is not reliable: " + "; ".join(problems) + ". Raise "
-            "n_particles= (and n_starts=), or score with method='soft_q'.",
-            ApproxMEGWarning,
-            stacklevel=4,
-        )
-    return not problems

@@ -36,6 +36,7 @@ class EnvSource:
         env: a registered gymnasium id, a ``gymnasium.Env`` (copied with ``copy.deepcopy``),
             or a zero-argument factory returning one.
         horizon: number of decisions ``H`` per episode; default the environment's time limit.
+        env_kwargs: keyword arguments of ``gymnasium.make`` (with an id only).
 
     Attributes:
         observation_space: the environment's observation space.
@@ -43,24 +44,38 @@ class EnvSource:
         horizon: ``H``.
         name: the environment's id (or its class name).
         obs_dim: the flat observation size ``d``.
+        env_kwargs: the keyword arguments the environment is made with.
 
     Raises:
-        TypeError: a non-Discrete action space or an argument that is not an environment.
+        TypeError: a non-Discrete action space, an argument that is not an environment, or
+            ``env_kwargs`` with something other than an id.
         ValueError: no horizon can be found (pass ``horizon=``), or a non-positive horizon.
     """
 
-    def __init__(self, env: EnvLike | Callable[[], GymEnv], *, horizon: int | None = None) -> None:
+    def __init__(
+        self,
+        env: EnvLike | Callable[[], GymEnv],
+        *,
+        horizon: int | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         import gymnasium as gym
 
+        self.env_kwargs = dict(env_kwargs or {})
+        if self.env_kwargs and not isinstance(env, str):
+            raise TypeError(
+                f"env_kwargs {sorted(self.env_kwargs)} apply to an environment id, not to a "
+                f"{type(env).__name__}; pass the id, or make the environment yourself."
+            )
         if isinstance(env, str):
-            env_id = env
+            env_id, kwargs = env, self.env_kwargs
             if env_id.startswith("seals/"):
                 import seals  # noqa: F401 (registers the seals environment ids)
             try:
                 gym.spec(env_id)
             except gym.error.Error as e:
                 raise ValueError(f"could not make environment {env_id!r}: {e}") from e
-            self._factory: Callable[[], Any] = lambda: gym.make(env_id)
+            self._factory: Callable[[], Any] = lambda: gym.make(env_id, **kwargs)
             self.name = env_id
         elif isinstance(env, gym.Env):
             proto = env
@@ -73,7 +88,14 @@ class EnvSource:
             raise TypeError(
                 f"env must be a gymnasium id, a gymnasium.Env or a factory, got {type(env).__name__}."
             )
-        probe = self._factory()
+        try:
+            probe = self._factory()
+        except (TypeError, gym.error.Error) as e:
+            if not self.env_kwargs:
+                raise
+            raise ValueError(
+                f"could not make {self.name} with env_kwargs {self.env_kwargs}: {e}"
+            ) from None
         if not isinstance(probe, gym.Env):
             raise TypeError(
                 f"the env factory returned {type(probe).__name__}, not a gymnasium.Env."

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["estimator_settings", "is_tabular", "score_approx"]
+__all__ = ["curve_command", "estimator_settings", "is_tabular", "score_approx"]
 
 #: Built-in policies the approximate path can score (it has no tabular MDP for the others).
 APPROX_POLICIES = ("uniform",)
@@ -84,14 +84,15 @@ def is_tabular(env_id: str) -> bool:
         env.close()
 
 
-def _policy(args: argparse.Namespace, n_actions: int) -> tuple[Any, str]:
+def _sources(args: argparse.Namespace) -> list[str]:
+    """The policies named by ``--policy`` (globs expanded in natural order)."""
+    from imitation_meg.scoring import expand_sources
+
     names = args.policy if isinstance(args.policy, list) else [args.policy]
-    if len(names) != 1:
-        raise ValueError(
-            f"the approximate estimator scores one policy at a time, got {len(names)}; run one "
-            "`imitation-meg score --approx` per model."
-        )
-    name = names[0]
+    return expand_sources(names)
+
+
+def _policy(args: argparse.Namespace, n_actions: int, name: str) -> tuple[Any, str]:
     if name in APPROX_POLICIES:
         if args.algo is not None or args.epsilon is not None:
             raise ValueError(f"--algo / --epsilon apply to a saved model, not to {name!r}.")
@@ -206,6 +207,152 @@ def _checked_mode(args: argparse.Namespace, settings: dict[str, Any]) -> bool:
     return args.mode == "unknown"
 
 
+def _score_with_curve(
+    args: argparse.Namespace,
+    source: Any,
+    sources: list[str],
+    curve_file: str | None,
+    kwargs: dict[str, Any],
+) -> int:
+    """Several policies (checkpoints) of one environment, or one with ``--curve FILE``: the
+    environment's curve read or computed once, then each policy from its episodes alone; one
+    row per policy (``--csv`` / ``--jsonl``)."""
+    from imitation_meg.approx.known import as_curve, meg_approx, soft_value_curve
+    from imitation_meg.approx.simulators import simulator
+    from imitation_meg.results import library_versions, write_csv, write_json, write_jsonl
+
+    t0 = time.perf_counter()
+    curve_settings = {k: kwargs.pop(k) for k in ("n_particles", "n_starts") if k in kwargs}
+    if curve_file is not None:
+        if curve_settings:
+            raise ValueError(
+                f"--approx-option {sorted(curve_settings)} set how a curve is computed; with "
+                "--curve FILE the curve is read. Drop one of them."
+            )
+        curve = as_curve(curve_file)
+        assert curve is not None
+        curve.check_for(
+            env=source.name,
+            horizon=source.horizon,
+            actions={"kind": "discrete", "n": source.n_actions},
+            env_kwargs=source.env_kwargs,
+        )
+        how = f"read from {curve_file}"
+    else:
+        if simulator(source)[0] is None and not is_tabular(source.name):
+            raise ValueError(
+                f"several policies are scored with one soft-value curve of the environment, and "
+                f"no curve can be computed for {source.name} (no simulator of it); score them "
+                "one at a time with --approx."
+            )
+        print(f"Computing the soft-value curve of {source.name} (H={source.horizon}) once ...")
+        curve = soft_value_curve(
+            source.name, horizon=source.horizon, seed=args.seed, progress=True, **curve_settings
+        )
+        how = f"computed in {time.perf_counter() - t0:.1f} s"
+    lo, hi = curve.trusted_returns()
+    print(
+        f"Soft-value curve of {source.name}: {curve.info.method}, {curve.n_units} unit(s), "
+        f"trusted for mean returns in [{lo:.6g}, {hi:.6g}]; {how}.\n"
+    )
+    kwargs.pop("n_models", None)
+    rows = []
+    for name in sources:
+        policy, label = _policy(args, source.n_actions, name)
+        t1 = time.perf_counter()
+        res = meg_approx(
+            policy, source.make, horizon=source.horizon, seed=args.seed, curve=curve, **kwargs
+        )
+        rows.append(_curve_row(name, label, res, time.perf_counter() - t1))
+    columns = ["policy", "timesteps", "meg", "low", "high", "beta", "expected_return", "settled"]
+    shown = [{c: ("" if r.get(c) is None else r[c]) for c in columns} for r in rows]
+    from imitation_meg.cli import format_table
+
+    print(format_table(shown, columns))
+    print(f"\n{len(rows)} policies in {time.perf_counter() - t0:.1f} s.")
+    if any(r["settled"] is False for r in rows):
+        print(
+            "\n(settled = False: the curve is not reliable at that policy's optimum; the "
+            "warning says why.)"
+        )
+    if args.csv:
+        print(f"\nWrote {write_csv(args.csv, rows)}.")
+    if args.jsonl:
+        print(f"\nWrote {write_jsonl(args.jsonl, rows)}.")
+    if args.json:
+        config = {k: v for k, v in vars(args).items() if k != "func"}
+        payload = {
+            "env": source.name,
+            "curve": curve.info.to_dict(),
+            "config": config,
+            "library_versions": library_versions(),
+            "rows": rows,
+        }
+        print(f"\nWrote {write_json(args.json, payload)}.")
+    return 0
+
+
+def _curve_row(source: str, label: str, res: Any, seconds: float) -> dict[str, Any]:
+    """One flat row of a curve score, with the training steps of a saved model."""
+    timesteps = None
+    if source.endswith(".zip"):
+        from imitation_meg.adapters.saved_models import read_model_info
+
+        timesteps = read_model_info(source).num_timesteps
+    return {
+        "policy": label,
+        "source": source,
+        "timesteps": timesteps,
+        "meg": res.meg,
+        "low": res.low,
+        "high": res.high,
+        "confidence": res.confidence,
+        "beta": res.beta,
+        "expected_return": res.expected_return,
+        "certificate": res.certificate,
+        "settled": res.settled,
+        "method": res.method,
+        "n_eval_episodes": res.n_eval_episodes,
+        "seconds": seconds,
+    }
+
+
+def curve_command(args: argparse.Namespace) -> int:
+    """``imitation-meg curve --env ENV --out FILE``: compute an environment's soft-value curve
+    once and save it (with its provenance) for ``score --curve FILE`` and ``MEGCallback``.
+
+    Raises:
+        ValueError: an environment no curve can be computed for, bad settings or output path.
+    """
+    from imitation_meg.approx.known import soft_value_curve
+    from imitation_meg.results import check_output_path
+
+    check_output_path(args.out, what="--out")
+    settings = estimator_settings(
+        getattr(args, "approx_options", None), {"n_particles", "n_starts"}
+    )
+    t0 = time.perf_counter()
+    print(f"Computing the soft-value curve of {args.env} ...", flush=True)
+    curve = soft_value_curve(
+        args.env,
+        horizon=args.horizon,
+        seed=args.seed,
+        **({"progress": True} if not is_tabular(args.env) else {}),
+        **settings,
+    )
+    seconds = time.perf_counter() - t0
+    path = curve.save(args.out)
+    lo, hi = curve.trusted_returns()
+    print(
+        f"{curve.info.env}, H={curve.info.horizon}, actions {curve.info.actions}: method "
+        f"{curve.info.method}, {curve.n_units} unit(s), trusted for mean returns in "
+        f"[{lo:.6g}, {hi:.6g}], in {seconds:.1f} s.\nWrote {path}."
+    )
+    for problem in curve.problems:
+        print(f"(Note: {problem}.)")
+    return 0
+
+
 def score_approx(args: argparse.Namespace) -> int:
     """Score ``args.policy`` in ``args.env`` with the approximate estimator and print the result.
 
@@ -219,44 +366,111 @@ def score_approx(args: argparse.Namespace) -> int:
     Raises:
         ValueError: options the approximate path does not support (named in the message).
     """
-    import dataclasses
-
-    from imitation_meg.approx.evaluate import UNSETTLED_NOTE
     from imitation_meg.approx.known import meg_approx
-    from imitation_meg.approx.options import DATA_STEPS, ApproxOptions
     from imitation_meg.approx.rollouts import EnvSource
     from imitation_meg.approx.simulators import simulator
     from imitation_meg.approx.unknown import meg_approx_unknown
 
-    names = {f.name for f in dataclasses.fields(ApproxOptions)}
-    settings = estimator_settings(getattr(args, "approx_options", None), names - set(_OWN_FLAGS))
-    ApproxOptions.of(None, **settings)  # bad values end here, before any work
-
+    settings = _command_settings(args)
     unknown = _checked_mode(args, settings)
-    import torch as th
-
     if settings.get("method") not in ("linear", "empirical"):
+        import torch as th
+
         # 64-unit networks train fastest on one thread; more only contend on small machines (the
         # linear method's fits and the empirical MDP's bootstrap solves run side by side, one
         # per torch thread, _threads.parallel_map; "auto" may hand over to the networks)
         th.set_num_threads(1)
     source = EnvSource(args.env, horizon=args.horizon)
-    policy, label = _policy(args, source.n_actions)
-    n_models = getattr(args, "approx_models", None) or 3
-    n_episodes = getattr(args, "approx_episodes", None)
+    sources = _sources(args)
+    curve_file = getattr(args, "curve", None)
+    if (curve_file is not None or len(sources) > 1) and unknown:
+        raise ValueError("--mode unknown scores one policy, without --curve.")
     method = settings.get("method")
     paths = not unknown and method in (None, "auto", "paths") and simulator(source)[0] is not None
+    kwargs = _run_settings(args, source, settings, paths)
+    n_models = kwargs.pop("n_models", getattr(args, "approx_models", None) or 3)
+    if curve_file is not None or len(sources) > 1:
+        return _score_with_curve(args, source, sources, curve_file, kwargs)
+    policy, label = _policy(args, source.n_actions, sources[0])
+    how, counts = _how(method, n_models, paths=paths, unknown=unknown)
+    what = "every utility of the observation" if unknown else "the environment reward"
+    print(
+        f"Approximate {args.mode}-utility MEG of {label} in {source.name} "
+        f"(|A|={source.n_actions}, H={source.horizon}; utility: {what}; {how})\n"
+        f"The bar counts {counts}; its remaining time is the time estimate.",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    common = {"horizon": source.horizon, "seed": args.seed, "progress": True}
+    if not paths:
+        common["n_models"] = n_models
+    if unknown:
+        res = meg_approx_unknown(
+            policy, source.make, utility="observation", **common, **kwargs
+        ).result
+    else:
+        res = meg_approx(policy, source.make, **common, **kwargs)
+    _print_result(res, time.perf_counter() - t0, unknown=unknown, kwargs=kwargs)
+    if args.json:
+        from imitation_meg.results import library_versions, write_json
+
+        config = {k: v for k, v in vars(args).items() if k != "func"}
+        payload = {
+            "meg": res.meg,
+            "mode": f"{args.mode} (approximate)",
+            "policy": label,
+            "env": source.name,
+            "config": config,
+            "library_versions": library_versions(),
+            "result": res.to_dict(),
+        }
+        path = write_json(args.json, payload)
+        print(f"\nWrote {path}.")
+    if not math.isfinite(res.meg):  # pragma: no cover - defensive
+        raise ValueError("the approximate estimate is not finite.")
+    return 0
+
+
+def _command_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--approx-option`` items, checked by the options record before any work."""
+    import dataclasses
+
+    from imitation_meg.approx.options import ApproxOptions
+
+    names = {f.name for f in dataclasses.fields(ApproxOptions)}
+    settings = estimator_settings(getattr(args, "approx_options", None), names - set(_OWN_FLAGS))
+    ApproxOptions.of(None, **settings)  # bad values end here, before any work
+    return settings
+
+
+def _run_settings(
+    args: argparse.Namespace, source: Any, settings: dict[str, Any], paths: bool
+) -> dict[str, Any]:
+    """The estimator's keyword arguments: the command's defaults (fewer evaluation episodes on
+    long horizons for the fits), the settings only Python callers set, then the
+    ``--approx-option`` items, which win."""
+    n_episodes = getattr(args, "approx_episodes", None)
     kwargs: dict[str, Any] = {}
     if n_episodes is not None:
         kwargs = {"n_data_steps": 30 * n_episodes, "n_eval_episodes": n_episodes}
     elif source.horizon >= 200 and not paths:  # long episodes: fewer carry as many steps
         kwargs = {"n_eval_episodes": 60}
-    # settings that only the Python caller (and the tests) set, not command-line flags
     for attr, key in (("approx_iterations", "iterations"), ("approx_steps", "steps_per_iteration")):
         if getattr(args, attr, None) is not None:
             kwargs[key] = getattr(args, attr)
-    kwargs.update(settings)  # --approx-option wins over the command's own defaults
-    n_models = kwargs.pop("n_models", n_models)
+    kwargs.update(settings)
+    return kwargs
+
+
+def _how(method: str | None, n_models: int, *, paths: bool, unknown: bool) -> tuple[str, str]:
+    """What scores, and what the progress bar counts, in words."""
+    if unknown:  # the empirical MDP, "auto" too: there is nothing to hand over to
+        return "the empirical MDP of the observations", "environment steps of data"
+    if paths:
+        return (
+            "the soft-optimal model's paths in the simulated, deterministic environment",
+            "steps of the policy's episodes and of the random action sequences",
+        )
     how = {
         "soft_q": f"{n_models} soft Q-networks",
         "empirical": "the empirical MDP of the observations",
@@ -269,27 +483,14 @@ def score_approx(args: argparse.Namespace) -> int:
         "empirical": "environment steps of data",
         "auto": "environment steps of data (then soft Q-iterations, if it fits after all)",
     }.get(method or "soft_q", "soft Q-iterations")
-    if paths:
-        how = "the soft-optimal model's paths in the simulated, deterministic environment"
-        counts = "steps of the policy's episodes and of the random action sequences"
-    if unknown:  # the empirical MDP, "auto" too: there is nothing to hand over to
-        how, counts = "the empirical MDP of the observations", "environment steps of data"
-    what = "every utility of the observation" if unknown else "the environment reward"
-    print(
-        f"Approximate {args.mode}-utility MEG of {label} in {source.name} "
-        f"(|A|={source.n_actions}, H={source.horizon}; utility: {what}; {how})\n"
-        f"The bar counts {counts}; its remaining time is the time estimate.",
-        flush=True,
-    )
-    t0 = time.perf_counter()
-    common = {"horizon": source.horizon, "n_models": n_models, "seed": args.seed, "progress": True}
-    if unknown:
-        res = meg_approx_unknown(
-            policy, source.make, utility="observation", **common, **kwargs
-        ).result
-    else:
-        res = meg_approx(policy, source.make, **common, **kwargs)
-    wall = time.perf_counter() - t0
+    return how, counts
+
+
+def _print_result(res: Any, wall: float, *, unknown: bool, kwargs: dict[str, Any]) -> None:
+    """The estimate, its interval, bounds and the method's diagnostics, then its notes."""
+    from imitation_meg.approx.evaluate import UNSETTLED_NOTE
+    from imitation_meg.approx.options import DATA_STEPS
+
     pct = f"{res.confidence:.0%}"
     lines = [
         f"MEG estimate        {res.meg:.4f} nats   {pct} interval [{res.low:.4f}, {res.high:.4f}]",
@@ -322,21 +523,3 @@ def score_approx(args: argparse.Namespace) -> int:
         print(f"\n({UNSETTLED_NOTE})")
     if res.at_boundary:
         print("\n(The optimum lies at the largest |beta| tried: the supremum may be a limit.)")
-    if args.json:
-        from imitation_meg.results import library_versions, write_json
-
-        config = {k: v for k, v in vars(args).items() if k != "func"}
-        payload = {
-            "meg": res.meg,
-            "mode": f"{args.mode} (approximate)",
-            "policy": label,
-            "env": source.name,
-            "config": config,
-            "library_versions": library_versions(),
-            "result": res.to_dict(),
-        }
-        path = write_json(args.json, payload)
-        print(f"\nWrote {path}.")
-    if not math.isfinite(res.meg):  # pragma: no cover - defensive
-        raise ValueError("the approximate estimate is not finite.")
-    return 0

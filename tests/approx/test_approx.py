@@ -288,7 +288,7 @@ def test_one_options_record_for_both_estimators():
         assert "options" in params and not fields & params, fn.__name__
     lean = lambda obs: np.tile([0.7, 0.3], (len(obs), 1))  # noqa: E731
     small = {"n_data_steps": 300, "n_eval_episodes": 10, "n_models": 2, "iterations": 2}
-    small.update(steps_per_iteration=5, refine=1, n_boot=10, hidden=(8,))
+    small.update(steps_per_iteration=5, refine=1, n_boot=10, hidden=(8,), method="soft_q")
     with warnings.catch_warnings():  # a fit this short may be flagged; only equality matters
         warnings.simplefilter("ignore")
         a = meg_approx(lean, "CartPole-v1", horizon=6, seed=2, **small)
