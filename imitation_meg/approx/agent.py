@@ -20,7 +20,15 @@ import numpy as np
 from imitation_meg.approx.curve import CurveScore, SoftValueCurve
 from imitation_meg.approx.evaluate import SETTLE_SHARE, ApproxMEGResult, ApproxMEGWarning
 
-__all__ = ["Episodes", "curve_problems", "curve_result", "episodes_of"]
+__all__ = [
+    "Actor",
+    "Episodes",
+    "SimulatedEpisodes",
+    "curve_problems",
+    "curve_result",
+    "episodes_of",
+    "simulate_episodes",
+]
 
 
 class Episodes(NamedTuple):
@@ -36,6 +44,95 @@ class Episodes(NamedTuple):
     returns: np.ndarray
     lengths: np.ndarray
     certificate: np.ndarray
+
+
+class Actor:
+    """The scored policy as a simulator runs it: actions for a batch of observations, and each
+    decision's term of the Gibbs certificate.
+
+    Args:
+        policy: a :class:`~imitation_meg.approx.policy.PolicyFn` (``Discrete`` actions: its
+            probabilities) or a :class:`~imitation_meg.continuous.densities.ContinuousPolicyFn`
+            (a box: its action laws).
+        actions: the action space.
+    """
+
+    def __init__(self, policy: Any, actions: Any) -> None:
+        self.policy, self.actions = policy, actions
+
+    def act(self, obs: Any, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Actions ``(n,)`` or ``(n, k)`` and certificate terms ``(n,)``: ``log|A| - H(pi(. |
+        s))``, or the law's KL divergence from the uniform density on the box."""
+        if self.actions.is_box:
+            law = self.policy.law(obs)
+            return law.sample(rng), law.rule().kl.double().numpy()
+        p = self.policy.probs(obs)
+        ent = -(p * np.log(np.where(p > 0, p, 1.0))).sum(1)
+        cdf = np.cumsum(p, axis=1)
+        u = rng.random(len(p)) * cdf[:, -1]
+        a = np.minimum((cdf < u[:, None]).sum(1), p.shape[1] - 1)
+        return a, self.actions.log_measure - ent
+
+
+class SimulatedEpisodes(NamedTuple):
+    """The scored policy's episodes on a simulator.
+
+    Attributes:
+        returns, lengths, certificate: per episode (see :class:`Episodes`).
+        states: ``(m, d)`` states of the first episodes, each followed by ``actions[i]``.
+        actions: ``(m,)`` or ``(m, k)`` the actions taken there (a check of the simulator
+            replays these pairs in the environment).
+    """
+
+    returns: np.ndarray
+    lengths: np.ndarray
+    certificate: np.ndarray
+    states: np.ndarray
+    actions: np.ndarray
+
+    def episodes(self) -> Episodes:
+        return Episodes(self.returns, self.lengths, self.certificate)
+
+
+def simulate_episodes(
+    dyn: Any,
+    actor: Actor,
+    starts: np.ndarray,
+    horizon: int,
+    rng: np.random.Generator,
+    *,
+    keep: int = 3,
+    on_step: Any = None,
+) -> SimulatedEpisodes:
+    """Run ``actor`` from each start ``(n, d)``, all episodes in lockstep on the simulator, for
+    at most ``horizon`` decisions; keep the (state, action) pairs of the first ``keep``."""
+    n = len(starts)
+    state = np.asarray(starts, dtype=np.float64).copy()
+    obs = dyn.observe(state)
+    live = np.arange(n)
+    returns, lengths, cert = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n)
+    kept_s: list[np.ndarray] = []
+    kept_a: list[np.ndarray] = []
+    for _ in range(horizon):
+        a, c = actor.act(obs, rng)
+        cert[live] += c
+        first = live < keep
+        if first.any():
+            kept_s.append(state[first])
+            kept_a.append(np.asarray(a)[first])
+        state, r, term = dyn.step(state, a)
+        obs = dyn.observe(state)
+        returns[live] += r
+        lengths[live] += 1
+        if on_step is not None:
+            on_step(len(live))
+        go = ~np.asarray(term, dtype=bool)
+        state, obs, live = state[go], obs[go], live[go]
+        if len(live) == 0:
+            break
+    states = np.concatenate(kept_s) if kept_s else np.zeros((0, starts.shape[1]))
+    acts = np.concatenate(kept_a) if kept_a else np.zeros(0)
+    return SimulatedEpisodes(returns, lengths, cert, states, acts)
 
 
 def episodes_of(ev: Any, log_a: float) -> Episodes:
