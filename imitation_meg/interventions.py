@@ -48,7 +48,7 @@ from imitation_meg.mdp import TabularMDP
 from imitation_meg.results import to_jsonable
 from imitation_meg.soft_vi import soft_value_iteration
 from imitation_meg.type_aliases import ArrayLike, PolicySource, UtilityLike
-from imitation_meg.unknown import meg_target, meg_unknown, target_features
+from imitation_meg.unknown import meg_target, meg_unknown
 
 __all__ = [
     "InterventionalMEG",
@@ -59,8 +59,6 @@ __all__ = [
 
 # Relative tolerance of the check that the shares add up to the joint log-likelihood.
 _SHARE_RTOL = 1e-7
-# Scale of the direction when a class's supremum is a limit (the model at theta0 + t d).
-_LIMIT_T = 1e7
 
 
 class ShareWarning(ImitationMEGWarning):
@@ -300,23 +298,13 @@ def _copy_log_likelihoods(
     mode: str,
     copies: list[tuple[TabularMDP, th.Tensor]],
     utils: list[th.Tensor],
-    base: list[th.Tensor] | None,
 ) -> list[list[float]]:
     """Candidate values of each copy's ``L_k`` at the joint model (one list per candidate);
     ``beta`` is the joint rationality in the units of ``utils``."""
-    attained = res.extra.get("attained_by", "interior")
     if mode != "known":
-        if attained == "interior":
-            return [[_finite_L(m, pi, u, 1.0) for (m, pi), u in zip(copies, utils, strict=True)]]
-        if attained == "limit":
-            assert base is not None
-            return [
-                [
-                    _finite_L(m, pi, u0 / _LIMIT_T + d, _LIMIT_T)
-                    for (m, pi), u0, d in zip(copies, base, utils, strict=True)
-                ]
-            ]
-        beta = math.inf
+        # The class's fitted utility attains the joint value (at a limit too, to the solver's
+        # tolerance: meg_unknown's extra["utility"]).
+        return [[_finite_L(m, pi, u, 1.0) for (m, pi), u in zip(copies, utils, strict=True)]]
     if math.isfinite(beta):
         return [[_finite_L(m, pi, u, beta) for (m, pi), u in zip(copies, utils, strict=True)]]
     sign = 1.0 if beta > 0 else -1.0
@@ -338,12 +326,11 @@ def _shares(
     mdps: list[TabularMDP],
     tables: list[th.Tensor],
     utils: list[th.Tensor],
-    base: list[th.Tensor] | None,
     w: np.ndarray,
 ) -> tuple[list[float], bool]:
     """Each copy's ``L_k`` at the joint model, checked against the joint log-likelihood."""
     copies = list(zip(mdps, tables, strict=True))
-    cands = _copy_log_likelihoods(res, beta, mode, copies, utils, base)
+    cands = _copy_log_likelihoods(res, beta, mode, copies, utils)
     L = res.log_likelihood
     tol = _SHARE_RTOL * max(1.0, abs(L))
     best = min(
@@ -360,17 +347,6 @@ def _shares(
             stacklevel=3,
         )
     return best, exact
-
-
-def _class_base(
-    res: MEGResult, union: TabularMDP, phi: th.Tensor, offs: list[int]
-) -> list[th.Tensor]:
-    """The finite part ``phi @ theta0`` of a class model at a limit ``theta0 + t d``, per copy,
-    as ``(S_k, A)`` utilities."""
-    theta = res.extra["theta"].to(th.float64)
-    u0 = phi.to(th.float64) @ theta
-    r0 = union.reward_sa(u0)
-    return [r0[offs[k] : offs[k + 1]] for k in range(len(offs) - 1)]
 
 
 # ----------------------------------------------------------------------------- the measure
@@ -437,7 +413,6 @@ def meg_interventional(
     w = _weights(weights, K)
     names = tuple(m.name for m in mdps) if names is None else tuple(_per_copy(names, K, "names"))
     tables = _policies(policy, mdps)
-    base: list[th.Tensor] | None = None
     if features is not None:
         mode = "features"
         phis = [
@@ -445,8 +420,7 @@ def meg_interventional(
             for f in _per_copy(features, K, "features")
         ]
         union = union_mdp(mdps, w)
-        phi_u = th.cat(phis)
-        res = meg_unknown(th.cat(tables, -2), union, features=phi_u, tol=tol)
+        res = meg_unknown(th.cat(tables, -2), union, features=th.cat(phis), tol=tol)
 
         def own(k: int) -> MEGResult:
             return meg_unknown(tables[k], mdps[k], features=phis[k], tol=tol)
@@ -454,7 +428,6 @@ def meg_interventional(
         mode = "target"
         labels = _target_labels(_per_copy(target, K, "target"), mdps)
         union = union_mdp(mdps, w)
-        phi_u = target_features(union, labels)
         res = meg_target(th.cat(tables, -2), union, labels, tol=tol)
         offs = union.metadata["offsets"]
 
@@ -486,10 +459,8 @@ def meg_interventional(
         beta = 1.0
         U = res.extra["utility"].to(th.float64)
         utils = [U[offs[k] : offs[k + 1]] for k in range(K)]
-        if res.extra.get("attained_by") == "limit":
-            base = _class_base(res, union, phi_u, offs)
     bound = meg_upper_bound(mdps[0])
-    Ls, exact = _shares(res, beta, mode, mdps, tables, utils, base, w)
+    Ls, exact = _shares(res, beta, mode, mdps, tables, utils, w)
     scores = tuple(L + bound for L in Ls)
     shares = tuple(float(wk) * s for wk, s in zip(w, scores, strict=True))
     own_results = tuple(own(k) for k in range(K)) if separate else None
