@@ -361,3 +361,17 @@ def test_hard_values_near_the_largest_discount_tie_only_what_ties():
         gap = V[:, None] - Q
         assert 0.005 < gap[gap > 1e-6].min() < 0.02  # the smallest real gap stays untied
         np.testing.assert_array_equal(discounted.ties(Q), ref > 0)
+
+
+def test_the_command_line_refuses_a_discount_it_cannot_solve_in_one_line(capsys):
+    # Formerly 411.07, normalized 0.0000, converged yes (cliff world at 1 - 1e-10).
+    from imitation_meg.cli import main
+
+    argv = ["score", "--cliff-world", "--policy", "epsilon-greedy", "--epsilon", "0.1"]
+    assert main([*argv, "--horizon", "inf", "--discount", "0.9999999999"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("imitation-meg score: error: discount 0.9999999999 is too close to 1")
+    assert "\n" not in err and "0.99999999 (1 - 1e-8)" in err
+    assert main([*argv, "--horizon", "inf", "--discount", "0.99999999"]) == 0
+    out = capsys.readouterr().out
+    assert "0.6933" in out and "yes" in out  # normalized 0.693, as at 1 - 1e-6
