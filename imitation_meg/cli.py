@@ -147,6 +147,17 @@ def _horizon_arg(text: str) -> int | str:
         ) from None
 
 
+def _seed(text: str) -> int:
+    """``--seed``: a non-negative integer (numpy, torch and gymnasium seeds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
 def _score_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
     """The MDP to score in; ``--horizon inf --discount G`` makes it the discounted
     infinite-horizon setting, ``--discount G`` alone discounts a finite horizon's utility."""
@@ -659,7 +670,7 @@ def _add_score_parser(sub: Any) -> None:
     )
     score.add_argument(
         "--seed",
-        type=int,
+        type=_seed,
         default=0,
         help="seed for --rollouts and --approx, and the reset seed that fixes a MiniGrid "
         "layout (default 0)",
@@ -1012,7 +1023,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--ppo-steps", type=int, default=16_384, help="PPO training steps (default 16384)"
     )
-    demo.add_argument("--seed", type=int, default=0, help="PPO seed (default 0)")
+    demo.add_argument("--seed", type=_seed, default=0, help="PPO seed (default 0)")
     demo.set_defaults(func=_demo)
 
     _add_reproduce_parsers(sub)

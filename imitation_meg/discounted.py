@@ -28,13 +28,21 @@ Newton solver as the finite-horizon classes.
 
 **Convergence.** Every fixed point is computed by Newton's method on the Bellman equations
 (soft policy iteration: each step a policy evaluation by a linear solve), which converges
-quadratically, and stopped when the Bellman residual ``max |B(V) - V|`` is at most
-``1e-12 * (1 + max |V|)``; since the Bellman operator is a ``gamma``-contraction, the values
+quadratically, and stopped when the Bellman residual ``max |B(V) - V|`` is at most ``1e-12``
+times one step's reward and entropy (``1 + log|A| + max |beta r|``) plus the rounding floor
+``16 eps (1 + max |V|)``; since the Bellman operator is a ``gamma``-contraction, the values
 are then within ``residual / (1 - gamma)`` of the fixed point. The largest residual reached,
 relative to ``1 + max |V|``, is reported as ``extra["bellman_residual"]``, and a result whose
 residual is above ``CONVERGED_RESIDUAL`` says ``converged=False``. Linear solves are sparse LU factorisations (up to
 ``LU_MAX_STATES`` states) or BiCGSTAB (GMRES, then plain sweeps, where it breaks down) to a
 relative residual of ``1e-13``.
+
+**Discounts near 1.** The values grow like ``max |r| / (1 - gamma)`` while the policies turn on
+differences of the size of one step's reward, which float64 resolves to about
+``eps / (1 - gamma)`` of the values. Hard values count as tied within ``TIE_TOL`` of the
+state's advantages plus that rounding floor (:func:`ties`), and an MDP is refused above
+``DISCOUNT_MAX = 1 - 1e-8`` (:class:`~imitation_meg.mdp.TabularMDP`), where the solves agree
+with an extended-precision solve to about 1e-7 relative.
 """
 
 from __future__ import annotations
@@ -49,11 +57,12 @@ import torch as th
 
 from imitation_meg import _threads
 from imitation_meg.beta_solver import BetaEvaluation, LimitValue
-from imitation_meg.mdp import TabularMDP
-from imitation_meg.soft_vi import TIE_TOL, limit_step, tie_set
+from imitation_meg.mdp import DISCOUNT_MAX, TabularMDP
+from imitation_meg.soft_vi import TIE_TOL, limit_step
 
 __all__ = [
     "CONVERGED_RESIDUAL",
+    "DISCOUNT_MAX",
     "LU_MAX_STATES",
     "DiscountedClassObjective",
     "DiscountedMEGObjective",
@@ -64,18 +73,26 @@ __all__ = [
     "occupancy",
     "policy_values",
     "soft_values",
+    "ties",
 ]
 
 #: Results whose relative Bellman residual exceeds this say ``converged=False``.
 CONVERGED_RESIDUAL = 1e-9
 #: Sparse LU factorisations up to this many states; Krylov solves beyond.
 LU_MAX_STATES = 2_000
-# Bellman residual (relative to 1 + max |V|) at which Newton's method stops.
+# Bellman residual (relative to one step's reward and entropy) at which Newton's method stops,
+# and its rounding floor (relative to 1 + max |V|).
 _RESIDUAL_RTOL = 1e-12
+_ROUNDING = 16 * float(np.finfo(np.float64).eps)
 # Newton (soft policy iteration) steps at most.
 _NEWTON_MAX = 200
 # Relative residual of the Krylov solves (BiCGSTAB, GMRES).
 _KRYLOV_RTOL = 1e-13
+# A Newton step that no longer halves a Bellman residual below this fraction of one step's
+# reward and entropy has reached the rounding floor.
+_STALL_STEP_RTOL = 1e-6
+# Hard values closer than this times max |Q| are tied: the rounding of policy evaluation.
+_TIE_ROUNDING = 1024 * float(np.finfo(np.float64).eps)
 
 
 @dataclasses.dataclass
@@ -220,14 +237,22 @@ def soft_values(
     V = np.full(dyn.S, math.log(dyn.A) / (1.0 - dyn.gamma)) if V0 is None else V0.copy()
     best: tuple[float, np.ndarray, np.ndarray, int] | None = None
     prev = math.inf
+    # Residuals are measured against one step's reward and entropy (the values themselves grow
+    # like 1 / (1 - gamma), and a residual relative to them would let log-probabilities be off by
+    # (1 - gamma)^-1 * 1e-12), down to the rounding floor of the values.
+    finite = base[np.isfinite(base)]
+    step_scale = 1.0 + math.log(dyn.A) + (float(np.abs(finite).max()) if finite.size else 0.0)
     for step in range(1, _NEWTON_MAX + 1):
         log_pi, BV = _log_softmax(base + dyn.gamma * dyn.expect(V))
         res = float(np.abs(BV - V).max())
         if best is None or res < best[0]:
             best = (res, BV, log_pi, step)
-        floor = _RESIDUAL_RTOL * (1.0 + float(np.abs(BV).max()))
-        # Done at the tolerance, or at the rounding floor (a Newton step no longer halves it).
-        if res <= floor or (step > 2 and res > 0.5 * prev and res <= 1e4 * floor):
+        floor = _RESIDUAL_RTOL * step_scale + _ROUNDING * (1.0 + float(np.abs(BV).max()))
+        # Done at the tolerance, or at the rounding floor: a Newton step no longer halves a
+        # residual that is already small next to one step's reward (in the global phase a step
+        # may fail to halve a residual of that order).
+        stall = min(1e4 * floor, _STALL_STEP_RTOL * step_scale)
+        if res <= floor or (step > 2 and res > 0.5 * prev and res <= stall):
             break
         prev = res
         pi = np.exp(log_pi)
@@ -251,10 +276,27 @@ def occupancy(dyn: Dynamics, pi: np.ndarray) -> np.ndarray:
     return dyn.solver(pi).solve(dyn.p0, transpose=True)
 
 
+def ties(Q: np.ndarray) -> np.ndarray:
+    """The tied best actions of stationary hard values ``Q (S, A)``: a ``(S, A)`` bool mask.
+
+    The stationary values carry a common part of order ``max |r| / (1 - gamma)`` that no choice
+    of action changes, so the tolerance is :data:`~imitation_meg.soft_vi.TIE_TOL` relative to the
+    state's advantages, ``TIE_TOL * (1 + max_a |Q(s, a) - max_a Q(s, a)|)`` (the finite-horizon
+    rule of :func:`~imitation_meg.soft_vi.tie_set` with the values measured from the state's
+    best), plus the rounding floor of values of size ``max |Q|``.
+    """
+    best = Q.max(-1, keepdims=True)
+    gap = best - Q
+    tol = TIE_TOL * (1.0 + gap.max(-1, keepdims=True))
+    tol = tol + _TIE_ROUNDING * float(np.abs(Q).max(initial=0.0))
+    return np.asarray(gap <= tol)
+
+
 @_threads.entry_point
 def hard_values(dyn: Dynamics, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Optimal values of ``r (S, A)`` by policy iteration (exact: finitely many improvements):
-    ``(Q* (S, A), V* (S,))``. Ties keep the current action, so the iteration cannot cycle."""
+    ``(Q* (S, A), V* (S,))``. Ties (:func:`ties`) keep the current action, so the iteration
+    cannot cycle."""
     act = r.argmax(-1)
     rows = np.arange(dyn.S)
     for _ in range(10_000):
@@ -262,8 +304,7 @@ def hard_values(dyn: Dynamics, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         pi[rows, act] = 1.0
         V = policy_values(dyn, pi, r)
         Q = r + dyn.gamma * dyn.expect(V)
-        ties, _ = tie_set(th.from_numpy(Q))
-        keep = ties.numpy()[rows, act]
+        keep = ties(Q)[rows, act]
         new = np.where(keep, act, Q.argmax(-1))
         if (new == act).all():
             return Q, Q.max(-1)
@@ -287,9 +328,12 @@ def limit_policy(
         ``sign * r``.
     """
     Q, V = hard_values(dyn, sign * r)
-    ties, _ = tie_set(th.from_numpy(Q), -1, TIE_TOL)
-    v1 = soft_values(dyn, np.zeros_like(r), 1.0, allowed=ties.numpy(), V0=np.zeros(dyn.S)).V
-    lp, _, _ = limit_step(th.from_numpy(Q), th.from_numpy(dyn.gamma * dyn.expect(v1)))
+    tied = ties(Q)
+    v1 = soft_values(dyn, np.zeros_like(r), 1.0, allowed=tied, V0=np.zeros(dyn.S)).V
+    # limit_step on the tie mask itself (0 on the ties, -1 elsewhere, no tolerance).
+    lp, _, _ = limit_step(
+        th.from_numpy(tied - 1.0), th.from_numpy(dyn.gamma * dyn.expect(v1)), -1, 0.0
+    )
     return lp.numpy(), Q, V
 
 

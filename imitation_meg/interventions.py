@@ -43,12 +43,14 @@ import torch as th
 
 from imitation_meg import _threads
 from imitation_meg._validation import ImitationMEGWarning, as_policy, as_tensor
+from imitation_meg.beta_solver import BetaObjective
+from imitation_meg.discounted import DiscountedMEGObjective
 from imitation_meg.known import MEGObjective, MEGResult, meg, meg_upper_bound, sa_occupancy_of
 from imitation_meg.mdp import TabularMDP
 from imitation_meg.results import to_jsonable
 from imitation_meg.soft_vi import soft_value_iteration
 from imitation_meg.type_aliases import ArrayLike, PolicySource, UtilityLike
-from imitation_meg.unknown import meg_target, meg_unknown, target_features
+from imitation_meg.unknown import _reduce_features, meg_target, meg_unknown
 
 __all__ = [
     "InterventionalMEG",
@@ -59,8 +61,6 @@ __all__ = [
 
 # Relative tolerance of the check that the shares add up to the joint log-likelihood.
 _SHARE_RTOL = 1e-7
-# Scale of the direction when a class's supremum is a limit (the model at theta0 + t d).
-_LIMIT_T = 1e7
 
 
 class ShareWarning(ImitationMEGWarning):
@@ -148,7 +148,13 @@ def _check_mdps(mdps: Sequence[TabularMDP]) -> list[TabularMDP]:
 def _weights(weights: Any, K: int) -> np.ndarray:
     if weights is None:
         return np.full(K, 1.0 / K)
-    w = np.asarray(as_tensor(weights, name="weights", dtype=th.float64).cpu()).reshape(-1)
+    w = np.asarray(as_tensor(weights, name="weights", dtype=th.float64).cpu())
+    if w.ndim > 1:
+        raise ValueError(
+            f"weights must be a flat list of {K} positive numbers (one per intervention), got "
+            f"an array of shape {w.shape}."
+        )
+    w = w.reshape(-1)
     if w.shape != (K,) or not np.isfinite(w).all() or (w <= 0).any():
         raise ValueError(
             f"weights must be {K} positive finite numbers (one per intervention), got "
@@ -267,13 +273,51 @@ def _policies(policy: Any, mdps: list[TabularMDP]) -> list[th.Tensor]:
     return [t.to(m.dtype) for t, m in zip(tables, mdps, strict=True)]
 
 
+_ENTRIES = {"target": "per-state label lists or callables", "names": "strings"}
+
+
 def _per_copy(arg: Any, K: int, what: str) -> list[Any]:
     if isinstance(arg, (str, bytes)) or not isinstance(arg, Sequence) or len(arg) != K:
         raise ValueError(
             f"{what} must give one entry per intervention ({K}): a list of {K} "
-            f"{'arrays' if what != 'target' else 'per-state label lists or callables'}."
+            f"{_ENTRIES.get(what, 'arrays')}."
         )
     return list(arg)
+
+
+def _features(features: Any, mdps: list[TabularMDP]) -> th.Tensor:
+    """The interventions' features stacked for the union: ``(sum S_k, F)`` state features, or
+    ``(sum S_k, A, F)`` per-step state-action features when one intervention has them
+    (transition features reduced to their expectation over the next state)."""
+    K = len(mdps)
+    phis = []
+    for k, (f, m) in enumerate(zip(_per_copy(features, K, "features"), mdps, strict=True)):
+        phi = as_tensor(f, name=f"features of intervention {k}", dtype=m.dtype, device=m.device)
+        S, A = m.n_states, m.n_actions
+        shapes = {2: (S,), 3: (S, A), 4: (S, A, S)}
+        if phi.ndim not in shapes or tuple(phi.shape[: phi.ndim - 1]) != shapes[phi.ndim]:
+            raise ValueError(
+                f"the features of intervention {k} ({m.name}) must have shape ({S}, F), "
+                f"({S}, {A}, F) or ({S}, {A}, {S}, F), got {tuple(phi.shape)}."
+            )
+        try:
+            phis.append(_reduce_features(m, phi))
+        except ValueError as e:
+            raise ValueError(f"the features of intervention {k} ({m.name}): {e}") from None
+    n_cols = {int(phi.shape[-1]) for phi in phis}
+    if len(n_cols) > 1:
+        cols = [int(phi.shape[-1]) for phi in phis]
+        raise ValueError(
+            f"the interventions' features have {cols} columns; every intervention needs the "
+            "same F columns, column j meaning the same thing in each (the utility is tied "
+            "across interventions): pad the missing features with zeros."
+        )
+    if any(phi.ndim == 3 for phi in phis):
+        phis = [
+            phi if phi.ndim == 3 else phi.unsqueeze(1).expand(-1, mdps[0].n_actions, -1)
+            for phi in phis
+        ]
+    return th.cat([phi.to(th.float64).cpu() for phi in phis])
 
 
 def _target_labels(target: Sequence[Any], mdps: list[TabularMDP]) -> list[Any]:
@@ -289,7 +333,15 @@ def _target_labels(target: Sequence[Any], mdps: list[TabularMDP]) -> list[Any]:
 
 
 # ----------------------------------------------------------------------------- the shares
-def _limit_L(obj: MEGObjective, sign: float) -> float:
+def _objective(m: TabularMDP, pi: th.Tensor, u: th.Tensor) -> BetaObjective:
+    """A copy's ``L(beta)`` for the utility ``u (S_k, A)`` (finite horizon or discounted)."""
+    if m.horizon is None:
+        r = m.reward_sa(u).double().cpu().numpy()
+        return DiscountedMEGObjective(m, pi.double().cpu().numpy(), r)
+    return MEGObjective(m, pi, u)
+
+
+def _limit_L(obj: BetaObjective, sign: float) -> float:
     """A copy's ``L`` at the joint model's ``beta = sign * inf``: the limit of ``L(beta)``."""
     return float(obj.evaluate_limit(sign).L)
 
@@ -300,32 +352,25 @@ def _copy_log_likelihoods(
     mode: str,
     copies: list[tuple[TabularMDP, th.Tensor]],
     utils: list[th.Tensor],
-    base: list[th.Tensor] | None,
 ) -> list[list[float]]:
     """Candidate values of each copy's ``L_k`` at the joint model (one list per candidate);
     ``beta`` is the joint rationality in the units of ``utils``."""
-    attained = res.extra.get("attained_by", "interior")
     if mode != "known":
-        if attained == "interior":
-            return [[_finite_L(m, pi, u, 1.0) for (m, pi), u in zip(copies, utils, strict=True)]]
-        if attained == "limit":
-            assert base is not None
-            return [
-                [
-                    _finite_L(m, pi, u0 / _LIMIT_T + d, _LIMIT_T)
-                    for (m, pi), u0, d in zip(copies, base, utils, strict=True)
-                ]
-            ]
-        beta = math.inf
+        # The class's fitted utility attains the joint value (at a limit too, to the solver's
+        # tolerance: meg_unknown's extra["utility"]).
+        return [[_finite_L(m, pi, u, 1.0) for (m, pi), u in zip(copies, utils, strict=True)]]
     if math.isfinite(beta):
         return [[_finite_L(m, pi, u, beta) for (m, pi), u in zip(copies, utils, strict=True)]]
     sign = 1.0 if beta > 0 else -1.0
     return [
-        [_limit_L(MEGObjective(m, pi, u), sign) for (m, pi), u in zip(copies, utils, strict=True)]
+        [_limit_L(_objective(m, pi, u), sign) for (m, pi), u in zip(copies, utils, strict=True)]
     ]
 
 
 def _finite_L(m: TabularMDP, pi: th.Tensor, u: th.Tensor, beta: float) -> float:
+    if m.horizon is None:
+        ev = _objective(m, pi, u).evaluate_batch(th.tensor([float(beta)]), second=False)
+        return float(ev.L[0])
     log_pi = soft_value_iteration(m, beta, utility=u).log_pi[0]
     w = sa_occupancy_of(m, pi)
     return float(th.where(w > 0, w * log_pi, th.zeros_like(w)).sum())
@@ -338,12 +383,11 @@ def _shares(
     mdps: list[TabularMDP],
     tables: list[th.Tensor],
     utils: list[th.Tensor],
-    base: list[th.Tensor] | None,
     w: np.ndarray,
 ) -> tuple[list[float], bool]:
     """Each copy's ``L_k`` at the joint model, checked against the joint log-likelihood."""
     copies = list(zip(mdps, tables, strict=True))
-    cands = _copy_log_likelihoods(res, beta, mode, copies, utils, base)
+    cands = _copy_log_likelihoods(res, beta, mode, copies, utils)
     L = res.log_likelihood
     tol = _SHARE_RTOL * max(1.0, abs(L))
     best = min(
@@ -362,15 +406,26 @@ def _shares(
     return best, exact
 
 
-def _class_base(
-    res: MEGResult, union: TabularMDP, phi: th.Tensor, offs: list[int]
-) -> list[th.Tensor]:
-    """The finite part ``phi @ theta0`` of a class model at a limit ``theta0 + t d``, per copy,
-    as ``(S_k, A)`` utilities."""
-    theta = res.extra["theta"].to(th.float64)
-    u0 = phi.to(th.float64) @ theta
-    r0 = union.reward_sa(u0)
-    return [r0[offs[k] : offs[k + 1]] for k in range(len(offs) - 1)]
+def _check_options(reference: Any, separate: Any, tol: Any, K: int) -> None:
+    if isinstance(reference, bool) or not isinstance(reference, (int, np.integer)):
+        raise TypeError(
+            f"reference must be the integer index of the on-distribution intervention (0 .. "
+            f"{K - 1}), got {reference!r} ({type(reference).__name__})."
+        )
+    if not 0 <= reference < K:
+        raise ValueError(f"reference must index one of the {K} interventions, got {reference!r}.")
+    if not isinstance(separate, (bool, np.bool_)):
+        raise TypeError(f"separate must be True or False, got {separate!r}.")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 1:
+        raise ValueError(f"tol must be a relative tolerance in (0, 1), got {tol!r}.")
+
+
+def _names(names: Any, K: int) -> tuple[str, ...]:
+    out = tuple(_per_copy(names, K, "names"))
+    bad = [n for n in out if not isinstance(n, str)]
+    if bad:
+        raise TypeError(f"names must be strings, got {bad[0]!r} ({type(bad[0]).__name__}).")
+    return out
 
 
 # ----------------------------------------------------------------------------- the measure
@@ -415,7 +470,10 @@ def meg_interventional(
 
     Raises:
         ValueError / TypeError: MDPs that do not fit together, bad weights, several kinds of
-            utility, per-intervention inputs of the wrong length, bad policies.
+            utility, per-intervention inputs of the wrong length, features whose shapes do not
+            fit their MDP or whose numbers of columns differ, a ``reference`` that is not an
+            integer index (a bool is refused), a non-bool ``separate``, a ``tol`` outside
+            ``(0, 1)``, bad policies.
 
     Warns:
         ShareWarning: the shares do not add up to the joint solution (then approximate).
@@ -432,29 +490,23 @@ def meg_interventional(
     K = len(mdps)
     if sum(x is not None for x in (utilities, features, target)) > 1:
         raise ValueError("pass at most one of utilities, features and target.")
-    if not (isinstance(reference, int) and 0 <= reference < K):
-        raise ValueError(f"reference must index one of the {K} interventions, got {reference!r}.")
+    _check_options(reference, separate, tol, K)
     w = _weights(weights, K)
-    names = tuple(m.name for m in mdps) if names is None else tuple(_per_copy(names, K, "names"))
+    names = tuple(m.name for m in mdps) if names is None else _names(names, K)
     tables = _policies(policy, mdps)
-    base: list[th.Tensor] | None = None
     if features is not None:
         mode = "features"
-        phis = [
-            as_tensor(f, name="features", dtype=th.float64)
-            for f in _per_copy(features, K, "features")
-        ]
+        phi_u = _features(features, mdps)
+        offs = np.cumsum([0] + [m.n_states for m in mdps])
         union = union_mdp(mdps, w)
-        phi_u = th.cat(phis)
         res = meg_unknown(th.cat(tables, -2), union, features=phi_u, tol=tol)
 
         def own(k: int) -> MEGResult:
-            return meg_unknown(tables[k], mdps[k], features=phis[k], tol=tol)
+            return meg_unknown(tables[k], mdps[k], features=phi_u[offs[k] : offs[k + 1]], tol=tol)
     elif target is not None:
         mode = "target"
         labels = _target_labels(_per_copy(target, K, "target"), mdps)
         union = union_mdp(mdps, w)
-        phi_u = target_features(union, labels)
         res = meg_target(th.cat(tables, -2), union, labels, tol=tol)
         offs = union.metadata["offsets"]
 
@@ -486,10 +538,8 @@ def meg_interventional(
         beta = 1.0
         U = res.extra["utility"].to(th.float64)
         utils = [U[offs[k] : offs[k + 1]] for k in range(K)]
-        if res.extra.get("attained_by") == "limit":
-            base = _class_base(res, union, phi_u, offs)
     bound = meg_upper_bound(mdps[0])
-    Ls, exact = _shares(res, beta, mode, mdps, tables, utils, base, w)
+    Ls, exact = _shares(res, beta, mode, mdps, tables, utils, w)
     scores = tuple(L + bound for L in Ls)
     shares = tuple(float(wk) * s for wk, s in zip(w, scores, strict=True))
     own_results = tuple(own(k) for k in range(K)) if separate else None

@@ -26,9 +26,16 @@ from imitation_meg._operators import TransitionOperator, promoted_dtype
 from imitation_meg._validation import as_tensor, check_finite
 from imitation_meg.type_aliases import ArrayLike, TransitionLike, UtilityLike
 
-__all__ = ["TabularMDP"]
+__all__ = ["DISCOUNT_MAX", "TabularMDP"]
 
 ROW_SUM_TOL = 1e-6
+#: The largest discount of the discounted infinite-horizon setting (``horizon=None``). Its
+#: values grow like ``max |r| / (1 - gamma)`` while the choices turn on differences of the size
+#: of one step's reward, which float64 resolves to about ``2e-16 / (1 - gamma)`` of the values:
+#: up to this discount the solvers agree with an extended-precision solve to about 1e-7
+#: relative; beyond it tied actions and MEG drift (at ``1 - 1e-13`` the optimal policy comes
+#: out uniform).
+DISCOUNT_MAX = 1.0 - 1e-8
 # Dense conversions above this many entries are refused (8 GiB in float64).
 MAX_DENSE_ENTRIES = 1 << 30
 
@@ -75,7 +82,8 @@ class TabularMDP:
             utility is attached (every MEG call must then pass one).
         horizon: number of decisions ``H >= 1``; ``None`` for the discounted infinite-horizon
             setting (stationary policies, the log-likelihood weighted by the discounted
-            occupancy; needs ``discount < 1``, see :mod:`imitation_meg.discounted`).
+            occupancy; needs ``discount <= DISCOUNT_MAX = 1 - 1e-8``, see
+            :mod:`imitation_meg.discounted`).
         initial_state_dist: ``p0 (S,)`` summing to 1. ``None`` means state 0 with probability 1.
         discount: ``gamma`` in ``[0, 1]`` used by the soft Bellman backup (with a finite
             horizon it discounts the utility only; every step's log-likelihood counts fully).
@@ -90,7 +98,8 @@ class TabularMDP:
     Raises:
         ValueError: on wrong shapes, NaN/inf, negative probabilities, rows not summing to 1
             (tolerance 1e-6), an initial distribution not summing to 1, a horizon below 1, a
-            discount outside ``[0, 1]``, or an infinite horizon without a discount below 1.
+            discount outside ``[0, 1]``, or an infinite horizon without a discount of at most
+            :data:`DISCOUNT_MAX`.
         TypeError: on non-numeric input or a non-integer horizon.
     """
 
@@ -125,6 +134,15 @@ class TabularMDP:
             raise ValueError(
                 f"an infinite horizon (horizon=None) needs a discount below 1, got {discount}; "
                 "pass e.g. discount=0.9, or a finite horizon."
+            )
+        # (A relative slack of 1e-6 on 1 - gamma admits the literal 0.99999999.)
+        if self.horizon is None and 1.0 - float(discount) < (1.0 - DISCOUNT_MAX) * (1 - 1e-6):
+            raise ValueError(
+                f"discount {discount} is too close to 1 for the discounted infinite-horizon "
+                f"setting (horizon=None): the largest discount solved reliably in float64 is "
+                f"{DISCOUNT_MAX!r} (1 - 1e-8); pass discount <= {DISCOUNT_MAX!r} (the "
+                "normalized MEG, (1 - gamma) * MEG, changes by O(1 - gamma) as gamma nears 1) "
+                "or a finite horizon (horizon=H, discount=1)."
             )
         self.discount = float(discount)
 

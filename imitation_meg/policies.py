@@ -20,7 +20,6 @@ from imitation_meg.soft_vi import (
     hard_value_iteration,
     limit_value_iteration,
     soft_value_iteration,
-    tie_set,
 )
 from imitation_meg.type_aliases import UtilityLike
 
@@ -80,9 +79,9 @@ def _stationary_hard_policy(
         lp = discounted.limit_policy(dyn, r, sign)[0]
     else:
         Q, _ = discounted.hard_values(dyn, sign * r)
-        ties, _ = tie_set(th.from_numpy(Q))
-        n = ties.sum(-1, keepdim=True)
-        lp = th.where(ties, -n.double().log(), -math.inf).numpy()
+        tied = th.from_numpy(discounted.ties(Q))
+        n = tied.sum(-1, keepdim=True)
+        lp = th.where(tied, -n.double().log(), -math.inf).numpy()
     return th.from_numpy(np.exp(lp)).to(dtype=mdp.dtype, device=mdp.device)
 
 

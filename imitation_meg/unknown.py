@@ -84,6 +84,10 @@ __all__ = [
 ]
 
 
+# Doublings of the direction's scale at most when looking for a member that attains a limit.
+_LIMIT_DOUBLINGS = 64
+
+
 class FaceWarning(ImitationMEGWarning):
     """The face at infinity of a linear class could not be determined; the value may be low."""
 
@@ -214,10 +218,16 @@ def meg_unknown(
         :class:`MEGResult`. ``beta`` is the spread (max - min) of the fitted utility, into which
         the rationality is absorbed (``+inf`` when the supremum is a limit); ``grad`` is the final
         gradient norm; ``converged`` says the solve met its tolerance; ``at_boundary`` that the
-        supremum lies at infinity. ``extra`` holds ``utility`` (the fitted ``(S, A)`` per-step
-        utility up to an additive constant; for a limit the direction's utility), ``theta`` (the
-        user's coordinates), ``attained_by`` (``"interior"`` or ``"limit"``), ``direction`` (``d`` for a limit), ``face_excluded`` (actions the face
-        excludes), ``certificate`` (the Gibbs upper bound), ``decrement`` (the last Newton
+        supremum lies at infinity. ``extra`` holds ``utility``, the fitted ``(S, A)`` per-step
+        utility up to an additive constant: a member of the class whose log-likelihood falls
+        short of the value by ``utility_gap`` (0 at an interior optimum; at most
+        ``tol * max(1, |L|)`` at a limit unless rounding stops the approach first), so
+        ``meg(policy, mdp, extra["utility"])`` gives ``meg`` to that tolerance; at a limit it is
+        ``theta0 + limit_scale * d``, far enough along the direction; the expected utilities
+        are those of this utility and of its soft-optimal model. Also ``theta`` (the optimum in
+        the user's coordinates; at a limit the finite part ``theta0``), ``attained_by``
+        (``"interior"`` or ``"limit"``), ``direction`` (``d`` for a limit), ``face_excluded``
+        (actions the face excludes), ``certificate`` (the Gibbs upper bound), ``decrement`` (the last Newton
         decrement; ``limit_tolerance`` is half of it at a limit), ``iterations``,
         ``cg_iterations``, ``passes``, ``trace`` and ``concave`` (False for an occupancy that is
         not a policy's, such as trajectories in a stochastic MDP: then the result is a stationary
@@ -307,12 +317,7 @@ def _meg_linear(
             face, face_ok = None, False
     allowed = face.allowed if face is not None and face.n_excluded > 0 else None
     restricted = allowed is not None
-    obj: ClassObjective | DiscountedClassObjective
-    if mdp.horizon is None:  # w is (1, S, A): the discounted occupancy
-        face_sa = None if allowed is None else allowed[0].cpu().numpy()
-        obj = DiscountedClassObjective(mdp, w[0].double().cpu().numpy(), feats, allowed=face_sa)
-    else:
-        obj = ClassObjective(mdp, w, feats, allowed=allowed)
+    obj = _objective(mdp, w, feats, allowed)
     sol = maximise(obj, tol=tol, max_iter=max_iter, progress=progress)
     S, A = mdp.n_states, mdp.n_actions
     extra: dict[str, Any] = {
@@ -333,24 +338,68 @@ def _meg_linear(
         converged = converged and obj.dyn.residual <= CONVERGED_RESIDUAL
     if restricted:
         assert face is not None
-        r = feats.reward(face.direction, S, A)
+        # A member of the class that attains the limit to the solver's tolerance.
+        full = _objective(mdp, w, feats, None)
+        t, L_t = _attaining_scale(
+            full, sol["theta"], face.direction, L_soft, tol * max(1.0, abs(L_soft))
+        )
+        theta_t = sol["theta"] + t * face.direction
         extra.update(
             attained_by="limit",
             direction=coords.to_user(face.direction).cpu(),
             limit_tolerance=max(sol["decrement"], 0.0) / 2,
+            limit_scale=t,
+            utility_gap=max(L_soft - L_t, 0.0),
         )
-        obj.value(sol["theta"])  # the model's policy at the optimum of the face
+        full.value(theta_t)  # the model's policy at that member
+        r = feats.reward(theta_t, S, A)
         return _result(
-            mdp, obj, w, r, obj.pi, L_soft, math.inf, sol["grad"], converged, True, extra
+            mdp, full, w, r, full.pi, L_soft, math.inf, sol["grad"], converged, True, extra
         )
     r = feats.reward(sol["theta"], S, A)
     obj.value(sol["theta"])
     spread = float(r.max() - r.min()) if r.numel() else 0.0
-    extra["attained_by"] = "interior"
+    extra.update(attained_by="interior", utility_gap=0.0)
     at_boundary = not face_ok
     return _result(
         mdp, obj, w, r, obj.pi, L_soft, spread, sol["grad"], converged, at_boundary, extra
     )
+
+
+def _objective(
+    mdp: TabularMDP, w: th.Tensor, feats: ClassFeatures, allowed: th.Tensor | None
+) -> ClassObjective | DiscountedClassObjective:
+    """The class's log-likelihood in ``mdp``, restricted to the face ``allowed`` when given."""
+    if mdp.horizon is None:  # w is (1, S, A): the discounted occupancy
+        face_sa = None if allowed is None else allowed[0].cpu().numpy()
+        return DiscountedClassObjective(mdp, w[0].double().cpu().numpy(), feats, allowed=face_sa)
+    return ClassObjective(mdp, w, feats, allowed=allowed)
+
+
+def _attaining_scale(
+    full: ClassObjective | DiscountedClassObjective,
+    theta0: th.Tensor,
+    d: th.Tensor,
+    L_sup: float,
+    target: float,
+) -> tuple[float, float]:
+    """``(t, L(theta0 + t d))`` for the first ``t = 1, 2, 4, ...`` whose log-likelihood in the
+    whole class is within ``target`` of the limit ``L_sup``.
+
+    ``L`` is concave along the ray and tends to ``L_sup``, so it rises with ``t`` (the actions
+    the face excludes lose probability like ``exp(-t * gap)``); where rounding stops the rise
+    first, the best point found.
+    """
+    t, best_t, best = 1.0, 1.0, -math.inf
+    for _ in range(_LIMIT_DOUBLINGS):
+        value = full.value(theta0 + t * d)
+        if math.isnan(value) or value <= best:
+            break
+        best_t, best = t, value
+        if L_sup - value <= target:
+            break
+        t *= 2.0
+    return best_t, best
 
 
 def _result(

@@ -362,3 +362,25 @@ def test_a_folder_that_is_no_rl_zoo_run_says_what_one_holds(tmp_path, capsys):
     assert "\n" not in err and f"'{folder}' is not an RL Zoo run folder" in err
     assert "no subfolder with config.yml or args.yml" in err and "<EnvName>.zip" in err
     assert "--env ENV_ID or --cliff-world" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["score", "--env", "MiniGrid-Empty-5x5-v0", "--policy", "uniform", "--seed", "-1"],
+        ["demo", "--no-ppo", "--seed", "-1"],
+        ["score", "--cliff-world", "--policy", "uniform", "--seed", "1.5"],
+    ],
+)
+def test_negative_or_fractional_seeds_are_refused_by_the_parser(argv, capsys):
+    # A negative seed reached numpy's SeedSequence (a 32-line traceback) on MiniGrid and demo.
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert re.fullmatch(
+        r"imitation-meg (score|demo): error: argument --seed: expected a non-negative integer, "
+        r"got '(-1|1\.5)'",
+        err[-1],
+    )
+    assert not any("Traceback" in line for line in err)

@@ -293,3 +293,85 @@ def test_a_fixed_point_short_of_its_tolerance_says_so(monkeypatch):
     monkeypatch.undo()
     full = im.meg(pi, mdp)
     assert full.converged and full.extra["bellman_residual"] <= 1e-11
+
+
+# ----------------------------------------------------------------------------- discounts near 1
+@pytest.mark.parametrize("gamma", [1 - 1e-9, 1 - 1e-10, 0.9999999999, 1 - 1e-12, 1 - 1e-13])
+def test_a_discount_closer_to_1_than_the_solvers_resolve_is_refused(gamma):
+    ng = notebook_grid()
+    with pytest.raises(ValueError, match=r"too close to 1.*0\.99999999.*finite horizon"):
+        im.TabularMDP(ng.dense_transition(), ng.utility, horizon=None, discount=gamma)
+    with pytest.raises(ValueError, match=rf"discount {gamma} is too close to 1"):
+        ng.with_horizon(None, gamma)
+    # A finite horizon discounts only the utility: any discount in [0, 1] stays allowed.
+    assert ng.with_horizon(50, gamma).discount == gamma
+
+
+def test_the_largest_discount_is_accepted_as_the_literal_and_as_1_minus_1e_8():
+    ng = notebook_grid()
+    assert discounted.DISCOUNT_MAX == 0.99999999
+    for gamma in (0.99999999, 1 - 1e-8, discounted.DISCOUNT_MAX):
+        assert ng.with_horizon(None, gamma).discount == gamma
+
+
+def test_the_normalized_meg_keeps_its_trend_up_to_the_largest_discount():
+    # (1 - gamma) MEG is smooth in gamma and changes by O(1 - gamma): 3.5e-7 from 1 - 1e-6 to
+    # 1 - 1e-7, so about 3.5e-8 more at 1 - 1e-8 (a Newton stop short of the fixed point gave a
+    # jump of 5e-7 there, beta 1.13714 instead of 1.13741).
+    ng = notebook_grid()
+    f, beta = [], []
+    for k in (6, 7, 8):
+        mdp = ng.with_horizon(None, 1 - 10.0**-k)
+        res = im.meg(policies.epsilon_greedy(mdp, 0.3), mdp)
+        assert res.converged and not res.at_boundary
+        f.append(res.normalized * math.log(4))
+        beta.append(res.beta)
+    assert f[1] - f[0] == pytest.approx(3.47e-7, rel=0.01)
+    assert 0 < f[2] - f[1] < 0.15 * (f[1] - f[0])
+    assert abs(beta[2] - beta[1]) < 0.15 * abs(beta[1] - beta[0])
+
+
+def test_soft_values_near_the_largest_discount_are_not_stopped_in_newtons_global_phase():
+    # At 1 - 1e-8 the values are ~1.4e8; two Newton steps that do not halve a residual of 0.5
+    # (one step's reward) are the global phase, not the rounding floor: the log-policy has to
+    # reach the fixed point, whose Bellman residual is ~1e-7 (the rounding of the values).
+    mdp = notebook_grid().with_horizon(None, discounted.DISCOUNT_MAX)
+    dyn = discounted.Dynamics.of(mdp)
+    sv = discounted.soft_values(dyn, mdp.reward_sa().numpy(), 1.0)
+    assert sv.residual < 1e-6 and sv.steps >= 5
+    # The policy is the same at 1 - 1e-7 to O(1 - gamma) (2e-6; a stop after 3 steps: 0.05).
+    near = discounted.soft_values(
+        discounted.Dynamics.of(notebook_grid().with_horizon(None, 1 - 1e-7)),
+        mdp.reward_sa().numpy(),
+        1.0,
+    )
+    assert np.abs(sv.log_pi - near.log_pi).max() < 1e-5
+
+
+def test_hard_values_near_the_largest_discount_tie_only_what_ties():
+    # CliffWorld's Q* has action gaps of 0.011 (utility -1 / -10 / +10) under values of 1e9 at
+    # 1 - 1e-8: ties relative to max |Q| (1e-9 * 1e9 = 1) would merge them, and the optimal
+    # policy would split states where one action is best.
+    cliff = im.envs.cliff_world(horizon=10)
+    ref = policies.optimal(cliff.with_horizon(None, 0.999)).numpy()
+    for gamma in (1 - 1e-7, discounted.DISCOUNT_MAX):
+        mdp = cliff.with_horizon(None, gamma)
+        np.testing.assert_array_equal(policies.optimal(mdp).numpy(), ref)
+        Q, V = discounted.hard_values(discounted.Dynamics.of(mdp), mdp.reward_sa().numpy())
+        gap = V[:, None] - Q
+        assert 0.005 < gap[gap > 1e-6].min() < 0.02  # the smallest real gap stays untied
+        np.testing.assert_array_equal(discounted.ties(Q), ref > 0)
+
+
+def test_the_command_line_refuses_a_discount_it_cannot_solve_in_one_line(capsys):
+    # Formerly 411.07, normalized 0.0000, converged yes (cliff world at 1 - 1e-10).
+    from imitation_meg.cli import main
+
+    argv = ["score", "--cliff-world", "--policy", "epsilon-greedy", "--epsilon", "0.1"]
+    assert main([*argv, "--horizon", "inf", "--discount", "0.9999999999"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("imitation-meg score: error: discount 0.9999999999 is too close to 1")
+    assert "\n" not in err and "0.99999999 (1 - 1e-8)" in err
+    assert main([*argv, "--horizon", "inf", "--discount", "0.99999999"]) == 0
+    out = capsys.readouterr().out
+    assert "0.6933" in out and "yes" in out  # normalized 0.693, as at 1 - 1e-6

@@ -229,3 +229,75 @@ def test_bad_inputs(rng) -> None:
         meg_interventional(pis, mdps, reference=2)
     with pytest.raises(TypeError, match="non-empty list"):
         meg_interventional(pis, mdps[0])
+
+
+def test_features_that_do_not_fit_together_are_refused_with_the_reason(rng) -> None:
+    mdps = _mdps(K=2)
+    pis = _policies(mdps, rng)
+    # Formerly a raw torch RuntimeError from concatenating (5, 2) and (6, 3).
+    with pytest.raises(ValueError, match=r"features have \[2, 3\] columns.*same F columns"):
+        meg_interventional(pis, mdps, features=[np.ones((5, 2)), np.ones((6, 3))])
+    with pytest.raises(ValueError, match=r"features of intervention 1 .* must have shape \(6, F\)"):
+        meg_interventional(pis, mdps, features=[np.ones((5, 2)), np.ones((5, 2))])
+    with pytest.raises(ValueError, match=r"features of intervention 0 .*NaN"):
+        meg_interventional(pis, mdps, features=[np.full((5, 2), np.nan), np.ones((6, 2))])
+    with pytest.raises(ValueError, match=r"features of intervention 1 .*\(6, 3, 6, F\)"):
+        meg_interventional(pis, mdps, features=[np.ones((5, 2)), np.ones((6, 3, 2))[..., None]])
+
+
+def test_state_and_state_action_features_mix_as_one_class(rng) -> None:
+    # Copy 0's state features are the same for every action: stacking them with copy 1's
+    # (S, A, F) features is the class of copy 0's (S, F) features, as given.
+    mdps = _mdps(K=2)
+    pis = _policies(mdps, rng)
+    phi0 = rng.standard_normal((5, 2))
+    phi1 = rng.standard_normal((6, 3, 2))
+    mixed = meg_interventional(pis, mdps, features=[phi0, phi1], separate=False)
+    same = meg_interventional(
+        pis, mdps, features=[np.repeat(phi0[:, None], 3, 1), phi1], separate=False
+    )
+    assert mixed.meg == pytest.approx(same.meg, rel=1e-9) and mixed.shares_exact
+
+
+def test_options_of_the_wrong_kind_are_refused(rng) -> None:
+    mdps = _mdps(K=2)
+    pis = _policies(mdps, rng)
+    # Formerly reference=True was taken as intervention 1.
+    for ref in (True, 1.0, "1"):
+        with pytest.raises(TypeError, match="reference must be the integer index"):
+            meg_interventional(pis, mdps, reference=ref)
+    assert meg_interventional(pis, mdps, reference=np.int64(1), separate=False).reference == 1
+    with pytest.raises(TypeError, match="separate must be True or False"):
+        meg_interventional(pis, mdps, separate="no")
+    for tol in (0, 1.0, True, "1e-9"):
+        with pytest.raises(ValueError, match="tol must be a relative tolerance"):
+            meg_interventional(pis, mdps, tol=tol)
+    with pytest.raises(ValueError, match=r"names must give one entry.*2 strings"):
+        meg_interventional(pis, mdps, names="ab")
+    with pytest.raises(TypeError, match="names must be strings"):
+        meg_interventional(pis, mdps, names=["a", 2])
+    with pytest.raises(ValueError, match=r"weights must be a flat list .* shape \(1, 2\)"):
+        meg_interventional(pis, mdps, weights=[[1.0, 1.0]])
+
+
+def test_discounted_interventions_split_the_union_exactly() -> None:
+    # Discounted copies: the union's discounted occupancy is sum_k w_k d_k, so the shares are
+    # the copies' discounted log-likelihoods at the joint model, adding up to the joint value,
+    # interior and at limits (optimal policies: beta = inf, a class direction).
+    mdps = [im.envs.random_mdp(6 + k, 3, None, discount=0.9, seed=k) for k in range(2)]
+    for limit, make in (
+        (False, lambda m: im.policies.epsilon_greedy(m, 0.3)),
+        (True, lambda m: im.policies.optimal(m, tie_break="max_entropy")),
+    ):
+        pis = [make(m) for m in mdps]
+        known = meg_interventional(pis, mdps)
+        assert math.isinf(known.result.beta) == limit
+        assert known.meg == pytest.approx(im.meg(th.cat(pis), union_mdp(mdps)).meg, rel=1e-10)
+        feats = meg_interventional(pis, mdps, features=[np.eye(6), np.eye(7, 6)])
+        assert feats.result.at_boundary == limit
+        for res in (known, feats):
+            assert res.shares_exact and sum(res.shares) == pytest.approx(res.meg, rel=1e-7)
+    # One copy twice: the same agent in the same MDP scores its own MEG.
+    pi = im.policies.epsilon_greedy(mdps[0], 0.3)
+    twice = meg_interventional([pi, pi], [mdps[0], mdps[0]])
+    assert twice.meg == pytest.approx(im.meg(pi, mdps[0]).meg, rel=1e-10)

@@ -158,6 +158,57 @@ ENTRY_POINTS: dict[str, tuple[Callable[[Any], Any], tuple[int, ...]]] = {
     "policies.optimal(utility)": (lambda x: policies.optimal(MDP, x), (S,)),
     "policies.epsilon_greedy(epsilon)": (lambda x: policies.epsilon_greedy(MDP, x), ()),
     "policies.soft_optimal(beta)": (lambda x: policies.soft_optimal(MDP, x), ()),
+    # Discounted MDPs (horizon=None), MiniGrid builders and interventions.
+    "TabularMDP(transition), discounted": (
+        lambda x: im.TabularMDP(x, np.zeros(S), None, discount=0.9),
+        (S, A, S),
+    ),
+    "TabularMDP(initial_state_dist), discounted": (
+        lambda x: im.TabularMDP((MDP.next_state, MDP.prob), None, None, x, 0.9),
+        (S,),
+    ),
+    "meg(policy), discounted": (lambda x: im.meg(x, MDP.with_horizon(None, 0.9)), (S, A)),
+    "meg(utility), discounted": (lambda x: im.meg(PI, MDP.with_horizon(None, 0.9), x), (S,)),
+    "meg_unknown(features), discounted": (
+        lambda x: im.meg_unknown(PI, MDP.with_horizon(None, 0.9), features=x),
+        (S, 2),
+    ),
+    "meg_target(policy), discounted": (
+        lambda x: im.meg_target(x, MDP.with_horizon(None, 0.9), "goal"),
+        (S, A),
+    ),
+    "policies.optimal(utility), discounted": (
+        lambda x: policies.optimal(MDP.with_horizon(None, 0.9), x),
+        (S,),
+    ),
+    "policies.soft_optimal(utility), discounted": (
+        lambda x: policies.soft_optimal(MDP.with_horizon(None, 0.9), 1.0, x),
+        (S,),
+    ),
+    **(
+        {
+            "minigrid_mdp(agent_starts)": (
+                lambda x: im.envs.minigrid_mdp("MiniGrid-Empty-5x5-v0", agent_starts=x),
+                (2, 2),
+            ),
+            "minigrid_mdp(seed)": (
+                lambda x: im.envs.minigrid_mdp("MiniGrid-Empty-5x5-v0", seed=x),
+                (),
+            ),
+        }
+        if __import__("importlib.util").util.find_spec("minigrid") is not None
+        else {}
+    ),
+    "meg_interventional(policy)": (lambda x: im.meg_interventional([x, PI], [MDP, MDP]), (S, A)),
+    "meg_interventional(mdps)": (lambda x: im.meg_interventional([PI, PI], [MDP, x]), (S, A, S)),
+    "meg_interventional(features)": (
+        lambda x: im.meg_interventional([PI, PI], [MDP, MDP], features=[np.ones((S, 2)), x]),
+        (S, 2),
+    ),
+    "meg_interventional(weights)": (
+        lambda x: im.meg_interventional([PI, PI], [MDP, MDP], weights=x),
+        (2,),
+    ),
     "meg_approx(policy)": (lambda x: im.meg_approx(x, "CartPole-v1"), (4, 2)),
     "meg_approx(env)": (lambda x: im.meg_approx("uniform", x), (4,)),
     # Box actions (imitation_meg.continuous): the MDP's arrays, the policies' tables, utilities.

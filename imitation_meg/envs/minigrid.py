@@ -93,6 +93,8 @@ _REFUSED_WRAPPERS = {
     "PositionBonus": "it adds a count-based bonus that depends on the episode's history",
     "ReseedWrapper": "it chooses the layout at each reset; pass seed= instead",
 }
+# Cells whose entry ends the episode (MiniGrid's step terminates there): no start stands on one.
+_ENDING_CELLS = ("goal", "lava")
 # Terminal kinds of a state.
 _LIVE, _FAILED, _SUCCEEDED = 0, 1, 2
 
@@ -382,20 +384,34 @@ def _observations(layout: _Layout, wrappers: list[Any], keys: list[tuple[Any, ..
     return np.stack(out)
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
 def _start_keys(layout: _Layout, agent_starts: Sequence[Any] | None) -> list[tuple[Any, ...]]:
     key = layout.key()
     if agent_starts is None:
         return [key]
     u = layout.env
-    starts = []
+    if isinstance(agent_starts, (str, bytes)) or not isinstance(agent_starts, Sequence):
+        raise TypeError(
+            "agent_starts must be a list of ((x, y), direction) with integer x, y and "
+            f"direction, got {agent_starts!r} ({type(agent_starts).__name__})."
+        )
+    starts: list[tuple[Any, ...]] = []
     for item in agent_starts:
         try:
             (x, y), d = item
-            x, y, d = int(x), int(y), int(d)
         except (TypeError, ValueError) as e:
             raise ValueError(
                 f"agent_starts entries must be ((x, y), direction), got {item!r}."
             ) from e
+        if not all(_is_int(v) for v in (x, y, d)):
+            raise ValueError(
+                f"agent start {item!r}: x, y and the direction must be integers (cells and "
+                "directions are whole numbers)."
+            )
+        x, y, d = int(x), int(y), int(d)
         if not (0 <= x < u.width and 0 <= y < u.height) or d not in (0, 1, 2, 3):
             raise ValueError(
                 f"agent start {item!r} lies off the {u.width}x{u.height} grid or has a direction "
@@ -404,7 +420,18 @@ def _start_keys(layout: _Layout, agent_starts: Sequence[Any] | None) -> list[tup
         cell = u.grid.get(x, y)
         if cell is not None and not cell.can_overlap():
             raise ValueError(f"agent start {item!r} is on a {cell.type}, where no agent can stand.")
-        starts.append(((x, y), d, *key[2:]))
+        if cell is not None and cell.type in _ENDING_CELLS:
+            raise ValueError(
+                f"agent start {item!r} is on a {cell.type} square: stepping onto it ends the "
+                "episode, so no episode starts there; start the agent on an empty cell."
+            )
+        start = ((x, y), d, *key[2:])
+        if start in starts:
+            raise ValueError(
+                f"agent start {item!r} is listed twice; every start gets the same probability, "
+                "so list each once."
+            )
+        starts.append(start)
     if not starts:
         raise ValueError("agent_starts must name at least one ((x, y), direction).")
     return starts
@@ -441,7 +468,9 @@ def minigrid_mdp(
         observation_space: the agent's observation space, for ``observation="auto"``.
         agent_starts: ``[((x, y), direction), ...]``: start the agent in each of these with
             equal probability (an intervention on the initial state; the layout stays the
-            seed's). Default the reset's own start.
+            seed's), each listed once, on cells an agent can stand on that do not end the
+            episode (not a wall, key, box or closed door; not a goal or lava). Default the
+            reset's own start.
         max_states: refuse layouts with more reachable states.
         allow_unverified: accept an environment whose ``step`` is not in
             :data:`VERIFIED_STEPS` (see the module doc).
@@ -459,9 +488,12 @@ def minigrid_mdp(
         ``observation`` and ``enumeration_seconds``.
 
     Raises:
-        TypeError: not a MiniGrid environment; an unknown wrapper.
+        TypeError: not a MiniGrid environment; an unknown wrapper; a seed or start that is not
+            an integer.
         ValueError: refused environments and wrappers (see the module doc), more than
-            ``max_states`` states, a horizon above ``max_steps``, bad starts or options.
+            ``max_states`` states, a horizon above ``max_steps``, a negative seed, bad starts
+            (off the grid, on a cell where no agent stands or where the episode ends, listed
+            twice) or options.
 
     Example:
         >>> mdp = minigrid_mdp("MiniGrid-Empty-5x5-v0", seed=0, observation="image")
@@ -474,6 +506,18 @@ def minigrid_mdp(
         raise ValueError(f"utility must be 'reward' or 'success', got {utility!r}.")
     if isinstance(max_states, bool) or not isinstance(max_states, int) or max_states < 1:
         raise ValueError(f"max_states must be a positive integer, got {max_states!r}.")
+    if not _is_int(seed):
+        raise TypeError(
+            f"seed must be a non-negative integer (the reset seed that fixes the layout), got "
+            f"{seed!r} ({type(seed).__name__})."
+        )
+    if seed < 0:
+        raise ValueError(
+            f"seed must be a non-negative integer (the reset seed that fixes the layout), got "
+            f"{seed}."
+        )
+    if not isinstance(allow_unverified, (bool, np.bool_)):
+        raise TypeError(f"allow_unverified must be True or False, got {allow_unverified!r}.")
     t0 = time.perf_counter()
     made: Any = _make(env, make_kwargs)  # a gymnasium environment
     env_id = getattr(getattr(made, "spec", None), "id", None) or type(made.unwrapped).__name__

@@ -202,3 +202,35 @@ def test_refusals() -> None:
         minigrid_mdp(NoDeath(gym.make("MiniGrid-LavaGapS5-v0"), no_death_types=("lava",)))
     with pytest.raises(ValueError, match="PositionBonus"):
         minigrid_mdp(PositionBonus(gym.make("MiniGrid-Empty-5x5-v0")))
+
+
+def test_starts_where_an_episode_cannot_begin_are_refused() -> None:
+    # A start on lava or on the goal built an MDP whose first state is one the environment
+    # never has at a decision (stepping onto either ends the episode), and scored it.
+    with pytest.raises(ValueError, match=r"\(\(2, 1\), 0\) is on a lava square.*ends the episode"):
+        minigrid_mdp("MiniGrid-LavaGapS5-v0", agent_starts=[((2, 1), 0)])
+    with pytest.raises(ValueError, match=r"\(\(3, 3\), 2\) is on a goal square"):
+        minigrid_mdp("MiniGrid-Empty-5x5-v0", agent_starts=[((1, 1), 0), ((3, 3), 2)])
+    # A start listed twice put p0's second share on a state the search found, not a start.
+    with pytest.raises(ValueError, match=r"\(\(1, 1\), 0\) is listed twice"):
+        minigrid_mdp("MiniGrid-Empty-5x5-v0", agent_starts=[((1, 1), 0), ((1, 1), 0)])
+    for bad in ([((1.5, 1), 0)], [((True, 1), 0)], [((1, 1), 0.0)]):
+        with pytest.raises(ValueError, match="must be integers"):
+            minigrid_mdp("MiniGrid-Empty-5x5-v0", agent_starts=bad)
+    with pytest.raises(TypeError, match="agent_starts must be a list"):
+        minigrid_mdp("MiniGrid-Empty-5x5-v0", agent_starts={(1, 1): 0})
+    with pytest.raises(ValueError, match=r"entries must be \(\(x, y\), direction\)"):
+        minigrid_mdp("MiniGrid-Empty-5x5-v0", agent_starts=((1, 1), 0))  # not in a list
+    # The same start in another direction is another state: allowed.
+    mdp = minigrid_mdp("MiniGrid-Empty-5x5-v0", agent_starts=[((1, 1), 0), ((1, 1), 1)])
+    assert np.flatnonzero(mdp.initial_state_dist.numpy()).tolist() == [0, 1]
+
+
+def test_seeds_must_be_non_negative_integers() -> None:
+    # Formerly -1 reached numpy's SeedSequence (a traceback) and 1.5 was truncated to 1.
+    with pytest.raises(ValueError, match=r"seed must be a non-negative integer.*got -1"):
+        minigrid_mdp("MiniGrid-Empty-5x5-v0", seed=-1)
+    for seed in (1.5, "3", True, None):
+        with pytest.raises(TypeError, match="seed must be a non-negative integer"):
+            minigrid_mdp("MiniGrid-Empty-5x5-v0", seed=seed)
+    assert minigrid_mdp("MiniGrid-Empty-5x5-v0", seed=np.int64(2)).metadata["seed"] == 2
