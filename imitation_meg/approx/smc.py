@@ -82,7 +82,7 @@ class StateGrid:
             )
         span = self.high - self.low
         self.step = np.where(self.periodic, span / self.shape, span / (np.array(self.shape) - 1))
-        self.strides = np.cumprod((1,) + self.shape[:0:-1])[::-1].astype(np.int64)
+        self.strides = np.cumprod((1, *self.shape[:0:-1]))[::-1].astype(np.int64)
         self.size = int(np.prod(self.shape))
 
     def points(self) -> np.ndarray:
@@ -132,7 +132,7 @@ def state_grid(dyn: Any, cells: int) -> StateGrid:
         raise ValueError(f"the simulator of {dyn.name} declares no state box for a twist grid.")
     low, high, periodic = box()
     d = len(low)
-    n = max(2, int(round(cells ** (1.0 / d))))
+    n = max(2, round(cells ** (1.0 / d)))
     return StateGrid(low, high, periodic, (n,) * d)
 
 
@@ -251,7 +251,7 @@ class SMCSums:
         steps: int,
     ) -> None:
         self.betas, self.log_z, self.ret, self.log_w, self.steps = betas, log_z, ret, log_w, steps
-        L, K, S, _ = ret.shape
+        _L, K, S, _ = ret.shape
         self.n_starts, self.n_split = K, S
 
 
@@ -392,7 +392,7 @@ def curve_from_smc(sums: SMCSums, info: CurveInfo, *, min_ess: float = 100.0) ->
     takes whichever of the two gives the larger reweighted sample (beyond the last rung, the
     last rung), per start and population; the populations pooled per start; the bias allowance
     half the variance of a start's pooled ``log Z`` (from the populations' disagreement)."""
-    L, K, S, P = sums.ret.shape
+    L, K, S, _P = sums.ret.shape
     scale = float(max(np.abs(sums.ret).max(initial=0.0), 1e-12))
     betas = beta_grid(scale)
     order = np.argsort(sums.betas)
