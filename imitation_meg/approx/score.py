@@ -452,11 +452,13 @@ def _run_settings(
     n_episodes = getattr(args, "approx_episodes", None)
     kwargs: dict[str, Any] = {}
     if n_episodes is not None:
-        kwargs = {"n_data_steps": 30 * n_episodes, "n_eval_episodes": n_episodes}
+        kwargs = {"n_eval_episodes": n_episodes}
+        if not paths:
+            kwargs["n_data_steps"] = 30 * n_episodes
     elif source.horizon >= 200 and not paths:  # long episodes: fewer carry as many steps
         kwargs = {"n_eval_episodes": 60}
     for attr, key in (("approx_iterations", "iterations"), ("approx_steps", "steps_per_iteration")):
-        if getattr(args, attr, None) is not None:
+        if getattr(args, attr, None) is not None and not paths:
             kwargs[key] = getattr(args, attr)
     kwargs.update(settings)
     return kwargs
