@@ -123,8 +123,48 @@ def test_dqn_uses_its_exploration_rate_and_errors(tmp_path):
     assert record["meg"] == pytest.approx(im.meg(pi, mdp).meg, rel=1e-9)
     with pytest.raises(ValueError, match="eval_freq must be a positive integer"):
         MEGCallback(CLIFF, eval_freq=0)
-    with pytest.raises(ValueError, match="is not tabular"):
-        MEGCallback("CartPole-v1")
+    import gymnasium as gym
+
+    doubled = gym.wrappers.TransformReward(gym.make("CartPole-v1"), lambda r: 2.0 * r)
+    with pytest.raises(ValueError, match="none can be computed for it: its wrapper TransformReward"):
+        MEGCallback(doubled)
+    with pytest.raises(ValueError, match="unknown=True needs a tabular environment"):
+        MEGCallback("CartPole-v1", unknown=True)
+    with pytest.raises(ValueError, match="history='/proc/nope/h.jsonl' cannot be written"):
+        MEGCallback(CLIFF, history="/proc/nope/h.jsonl")
+
+
+def test_the_callback_scores_cartpole_through_its_curve(tmp_path):
+    """A non-tabular environment: the curve is computed once when training starts, each
+    evaluation scores the current policy from its episodes (MEG with its interval, logged and
+    in the history); a saved curve serves instead, and one of another horizon is refused."""
+    import json
+
+    import stable_baselines3 as sb3
+
+    from imitation_meg.approx import SoftValueCurve, meg_approx, soft_value_curve
+    from imitation_meg.callbacks import MEGCallback
+
+    model = sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=128, batch_size=64, seed=0, device="cpu")
+    hist = tmp_path / "h.jsonl"
+    cb = MEGCallback(
+        "CartPole-v1", eval_freq=128, horizon=60, n_eval_episodes=50, history=hist, seed=3
+    )
+    model.learn(256, callback=cb)
+    assert isinstance(cb.curve, SoftValueCurve) and cb.curve.info.horizon == 60
+    lines = [json.loads(x) for x in hist.read_text().splitlines()]
+    assert [r["timesteps"] for r in lines] == [128, 256]
+    # the model as learn() left it (PPO updated once more after the last evaluation): its record
+    # is meg_approx with that curve, the same episodes (seed + evaluations so far)
+    last = cb.evaluate()
+    assert last["low"] <= last["meg"] <= last["high"] and last["upper_bound"] > 0
+    again = meg_approx(model, "CartPole-v1", horizon=60, curve=cb.curve, n_eval_episodes=50, seed=5)
+    assert again.meg == pytest.approx(last["meg"], rel=1e-12)
+    path = soft_value_curve("CartPole-v1", horizon=60, seed=3).save(tmp_path / "c.npz")
+    from_file = MEGCallback("CartPole-v1", horizon=60, curve=path, n_eval_episodes=50)
+    assert from_file.curve is not None and from_file.curve.info.horizon == 60
+    with pytest.raises(ValueError, match=r"horizon 70 \(the curve's: 60\)"):
+        MEGCallback("CartPole-v1", horizon=70, curve=path)
 
 
 def test_an_environment_id_gymnasium_cannot_make_is_refused_when_the_callback_is_built():
