@@ -154,18 +154,30 @@ def curve_problems(curve: SoftValueCurve, sc: CurveScore, half: float, bound: fl
             f"the policy's mean return {J:.6g} lies beyond the returns [{lo:.6g}, {hi:.6g}] that "
             "the curve's random action sequences found (there the curve has no limit)"
         )
-    elif sc.at_edge:
-        problems.append("the maximum lies at the end of the curve's grid of rationalities")
+    elif sc.at_edge and _beyond(curve, sc) > max(half, 0.01 * sc.raw):
+        problems.append(
+            "the maximum lies at the end of the curve's grid of rationalities, where the curve "
+            "still rises"
+        )
     if sc.ess < curve.min_ess:
         problems.append(
             f"only {sc.ess:.0f} effective samples carry the curve at the optimum beta = "
             f"{sc.beta:.4g} (fewer than {curve.min_ess:.0f})"
         )
-    if math.isfinite(bound) and sc.raw > sc.high + max(half, SETTLE_SHARE * bound):
+    scale = bound if math.isfinite(bound) else sc.high  # a box: the certificate clips ``high``
+    if math.isfinite(scale) and sc.raw > sc.high + max(half, SETTLE_SHARE * scale):
         problems.append(
             f"the estimate {sc.raw:.4g} exceeds the Gibbs certificate by more than its interval"
         )
     return problems
+
+
+def _beyond(curve: SoftValueCurve, sc: CurveScore) -> float:
+    """How much more the conjugate could gain past the grid's end: ``|J - Lambda'|`` there
+    times the end's ``|beta|`` (the gain if the slope closed the gap no faster than 1/beta)."""
+    end = -1 if sc.beta > 0 else 0
+    gap = abs(sc.expected_return - float(curve.slope[end]))
+    return gap * abs(float(curve.betas[end]))
 
 
 def curve_result(
@@ -178,9 +190,13 @@ def curve_result(
     particle_steps: int = 0,
     timings: dict[str, float] | None = None,
     fix: str = "raise n_particles= (and n_starts=)",
+    units: np.ndarray | None = None,
 ) -> ApproxMEGResult:
     """Score ``run``'s policy (a :class:`~imitation_meg.approx.core.Run`: its settings and
     seeds) with ``curve`` from its ``episodes``, as an :class:`ApproxMEGResult`.
+
+    ``units`` (each episode's start among the curve's, -1 for a fresh one) gives the curve its
+    control variate (:meth:`~imitation_meg.approx.curve.SoftValueCurve.score`).
 
     Warns:
         ApproxMEGWarning: the curve is not reliable at the policy's optimum (``settled=False``;
@@ -195,13 +211,17 @@ def curve_result(
         confidence=opts.confidence,
         n_boot=opts.n_boot,
         seed=int(np.random.default_rng(run.s_boot).integers(2**31)),
+        units=units,
     )
     timings = dict(timings or {})
     timings["maximum and bootstrap"] = time.perf_counter() - t0
     H = curve.info.horizon
-    bound = H * log_measure if log_measure > 0 else math.inf
+    box = curve.info.actions.get("kind") == "box"
+    # a density has no ceiling: the bounds are infinite, ``normalized`` is MEG over the
+    # certificate (the policy's own log-likelihood ratio to the uniform density)
+    bound = math.inf if box else H * log_measure
     mean_t = float(episodes.lengths.mean())
-    length_bound = mean_t * log_measure
+    length_bound = math.inf if box else mean_t * log_measure
     half = max(sc.high - sc.meg, sc.meg - sc.low)
     problems = curve_problems(curve, sc, half, bound)
     if problems:
@@ -212,6 +232,7 @@ def curve_result(
             stacklevel=4,
         )
     finite = math.isfinite(bound) and bound > 0
+    by_cert = sc.meg / cert if 0 < cert < math.inf else (0.0 if cert == 0 else math.nan)
     return ApproxMEGResult(
         meg=sc.meg,
         low=sc.low,
@@ -219,9 +240,9 @@ def curve_result(
         confidence=opts.confidence,
         beta=sc.beta,
         upper_bound=bound,
-        normalized=sc.meg / bound if finite else (sc.meg / cert if cert > 0 else 0.0),
+        normalized=sc.meg / bound if finite else by_cert,
         length_bound=length_bound,
-        length_normalized=sc.meg / length_bound if length_bound > 0 else 0.0,
+        length_normalized=sc.meg / length_bound if 0 < length_bound < math.inf else by_cert,
         certificate=cert,
         horizon=H,
         mean_length=mean_t,

@@ -278,6 +278,15 @@ class CurveScore(NamedTuple):
     replicates: np.ndarray
 
 
+class _Paired(NamedTuple):
+    """Episodes that began at a curve's starts: their indices per start, the starts' mean
+    returns ``(K,)``, and the indices of the episodes from fresh starts."""
+
+    groups: list[np.ndarray]
+    means: np.ndarray
+    fresh: np.ndarray
+
+
 # ------------------------------------------------------------------------------ the curve
 class SoftValueCurve:
     """``Lambda(beta) = E_{s0}[W_0(s0)]`` of an environment on a grid (module docstring).
@@ -297,6 +306,8 @@ class SoftValueCurve:
         min_ess: the effective sample size below which a point is not trusted.
         problems: what makes the whole curve less reliable than its interval says (each a
             sentence; every score with it is then ``settled=False``, with a warning).
+        starts: ``(K, d)`` the simulator states of the units (the starts), kept with the
+            curve (and in its file) to say where it was measured.
 
     Raises:
         ValueError: arrays of mismatched shapes, unsorted betas, a grid without 0, or
@@ -317,6 +328,7 @@ class SoftValueCurve:
         exact: Any = None,
         min_ess: float = 100.0,
         problems: tuple[str, ...] = (),
+        starts: np.ndarray | None = None,
     ) -> None:
         betas = np.asarray(betas, dtype=np.float64)
         log_z = np.atleast_2d(np.asarray(log_z, dtype=np.float64))
@@ -356,6 +368,12 @@ class SoftValueCurve:
         self.returns_found = (float(returns_found[0]), float(returns_found[1]))
         self._exact = exact
         self.problems = tuple(str(p) for p in problems)
+        self.starts = None if starts is None else np.asarray(starts, dtype=np.float64)
+        if self.starts is not None and len(self.starts) != self.log_z.shape[0]:
+            raise ValueError(
+                f"starts must give one state per unit ({self.log_z.shape[0]}), got "
+                f"{len(self.starts)}."
+            )
 
     # -------------------------------------------------------------- the curve itself
     @property
@@ -412,6 +430,7 @@ class SoftValueCurve:
         n_boot: int = 500,
         seed: int = 0,
         exact_return: bool = False,
+        units: Any = None,
     ) -> CurveScore:
         """MEG of a policy from its episodes' returns (or its exact expected return).
 
@@ -425,6 +444,14 @@ class SoftValueCurve:
                 exact).
             seed: the bootstrap's seed.
             exact_return: ``returns`` is the policy's exact expected return.
+            units: ``(n,)`` for each episode the curve's unit (start, :attr:`starts`) it began
+                at, or -1 for a fresh start. Where some episodes began at the curve's starts,
+                ``Lambda`` is estimated with the policy's mean return per start as a control
+                variate: ``mean_k W_k - b (mean_k J_k - J)``, ``b`` the regression of the
+                starts' ``W_k(beta)`` on their ``J_k`` (at every ``beta``; redone in every
+                bootstrap replicate). Where the start decides much of both (Pendulum: the
+                pole's first angle) this removes most of the starts' share of the interval;
+                where it does not, ``b`` is near 0 and the estimate is the plain one.
 
         Returns:
             :class:`CurveScore`.
@@ -452,8 +479,16 @@ class SoftValueCurve:
             )
         J = float(r.mean())
         J_se = 0.0 if exact_return or r.size < 2 else float(r.std(ddof=1) / math.sqrt(r.size))
-        raw, beta = self.conjugate(J)
-        c = conjugate_on_grid(self.betas, self.value[None], self.slope[None], np.array([J]))
+        paired = self._paired(units, r)
+        if paired is None:
+            lam, slope = self.value[None], self.slope[None]
+            raw, beta = self.conjugate(J)
+        else:
+            K = self.n_units
+            lam, slope = self._adjusted(np.full((1, K), 1.0 / K), paired.means[None], np.array([J]))
+            c0 = conjugate_on_grid(self.betas, lam, slope, np.array([J]))
+            raw, beta = float(c0.meg[0]), float(c0.beta[0])
+        c = conjugate_on_grid(self.betas, lam, slope, np.array([J]))
         at_edge = bool(c.at_edge[0]) and not (self._exact is not None and math.isfinite(beta))
         k = int(c.index[0])
         bias = float(np.interp(beta, self.betas, self.bias)) if math.isfinite(beta) else 0.0
@@ -461,12 +496,16 @@ class SoftValueCurve:
         reps = np.array([raw])
         se = 0.0
         if not noiseless:
-            reps = self._bootstrap(r, n_boot, seed, exact_return)
+            reps = (
+                self._bootstrap(r, n_boot, seed, exact_return)
+                if paired is None
+                else self._paired_bootstrap(r, paired, n_boot, seed)
+            )
             se = float(reps.std(ddof=1))
         z = statistics.NormalDist().inv_cdf(0.5 + float(confidence) / 2.0)
         scale = float(max(abs(self.returns_found[0]), abs(self.returns_found[1]), abs(J), 1e-300))
         rounding = _ROUNDING * (1.0 + (abs(beta) if math.isfinite(beta) else 0.0) * scale)
-        rounding += _ROUNDING * abs(float(self.value[k]))
+        rounding += _ROUNDING * abs(float(lam[0, k]))
         half = z * se + bias + rounding
         top = max(float(certificate), 0.0)
         ceiling = top + 1e-9 * max(1.0, top) if math.isfinite(top) else math.inf
@@ -487,6 +526,71 @@ class SoftValueCurve:
             ess=ess,
             replicates=reps,
         )
+
+    def _paired(self, units: Any, r: np.ndarray) -> _Paired | None:
+        """The episodes that began at the curve's starts, per start (None without any).
+
+        Raises:
+            ValueError: units of the wrong shape or range, or a start with no episode.
+        """
+        if units is None:
+            return None
+        u = np.asarray(units)
+        K = self.n_units
+        if u.shape != r.shape or u.dtype.kind not in "iu" or u.min() < -1 or u.max() >= K:
+            raise ValueError(
+                f"units must give each of the {r.size} episodes its start, an integer in "
+                f"[0, {K}) or -1 for a fresh start; got shape {u.shape}."
+            )
+        if not (u >= 0).any():
+            return None
+        groups = [np.flatnonzero(u == k) for k in range(K)]
+        if any(len(g) == 0 for g in groups):
+            raise ValueError("units: every start of the curve needs an episode, or none does.")
+        means = np.array([r[g].mean() for g in groups])
+        return _Paired(groups, means, np.flatnonzero(u < 0))
+
+    def _adjusted(
+        self, w: np.ndarray, h: np.ndarray, J: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``Lambda`` and its slope ``(B, G)`` with the control variate: unit weights
+        ``w (B, K)`` (rows summing to 1), the units' mean returns ``h (B, K)``, the policy's
+        mean return ``J (B,)``."""
+        gbar, sbar = w @ self.log_z, w @ self.slopes
+        hbar = (w * h).sum(1)
+        dh = w * (h - hbar[:, None])
+        var = (dh * (h - hbar[:, None])).sum(1)
+        safe = np.where(var > 0, var, 1.0)[:, None]
+        b = np.where(var[:, None] > 0, (dh @ self.log_z) / safe, 0.0)
+        bs = np.where(var[:, None] > 0, (dh @ self.slopes) / safe, 0.0)
+        gap = (hbar - J)[:, None]
+        return gbar - b * gap, sbar - bs * gap
+
+    def _paired_bootstrap(
+        self, r: np.ndarray, paired: _Paired, n_boot: int, seed: int
+    ) -> np.ndarray:
+        """Replicates of the maximum with the control variate: the starts drawn again (for the
+        curve and the policy together), the episodes within each start, and the fresh
+        episodes."""
+        rng = np.random.default_rng([int(seed), 11])
+        K = self.n_units
+        counts = rng.multinomial(K, np.full(K, 1.0 / K), size=n_boot)  # (B, K)
+        h = np.stack(
+            [rng.multinomial(len(g), np.full(len(g), 1.0 / len(g)), size=n_boot) @ r[g] / len(g)
+             for g in paired.groups],
+            axis=1,
+        )  # fmt: skip
+        sizes = np.array([len(g) for g in paired.groups])
+        total = (counts * sizes * h).sum(1)
+        n = (counts * sizes).sum(1).astype(np.float64)
+        f = paired.fresh
+        if len(f):
+            total = (
+                total + rng.multinomial(len(f), np.full(len(f), 1.0 / len(f)), size=n_boot) @ r[f]
+            )
+            n = n + len(f)
+        lam, slope = self._adjusted(counts / K, h, total / n)
+        return conjugate_on_grid(self.betas, lam, slope, total / n).meg
 
     def _bootstrap(self, r: np.ndarray, n_boot: int, seed: int, exact_return: bool) -> np.ndarray:
         """Replicates of the maximum: the episodes and the units drawn again."""
@@ -551,6 +655,7 @@ class SoftValueCurve:
                 slopes=self.slopes,
                 bias=self.bias,
                 ess=np.where(np.isfinite(self.ess), self.ess, -1.0),
+                starts=np.zeros((0, 0)) if self.starts is None else self.starts,
                 meta=np.array(json.dumps(meta)),
             )
         return p
@@ -581,6 +686,7 @@ class SoftValueCurve:
                 f"format {FORMAT}: compute the curve again."
             )
         ess = arrays["ess"]
+        starts = arrays.get("starts")
         return cls(
             arrays["betas"],
             arrays["log_z"],
@@ -592,6 +698,7 @@ class SoftValueCurve:
             returns_found=tuple(meta["returns_found"]),  # type: ignore[arg-type]
             min_ess=float(meta["min_ess"]),
             problems=tuple(meta.get("problems", ())),
+            starts=None if starts is None or starts.size == 0 else starts,
         )
 
     def __repr__(self) -> str:

@@ -62,11 +62,11 @@ from imitation_meg.approx.core import (
     model_data,
 )
 from imitation_meg.approx.curve import SoftValueCurve
+from imitation_meg.approx.deterministic import curve_method, simulated_curve, simulated_estimate
 from imitation_meg.approx.empirical import NotTabular, data_budget, empirical_estimate
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
 from imitation_meg.approx.linear import FIRST_STEPS, linear_estimate, rounds
 from imitation_meg.approx.options import APPLIES, ApproxOptions
-from imitation_meg.approx.paths import paths_curve, paths_estimate
 from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource
 from imitation_meg.approx.simulators import simulator
@@ -86,8 +86,10 @@ def meg_approx(
     options: ApproxOptions | None = None,
     curve: SoftValueCurve | str | os.PathLike[str] | None = None,
     env_kwargs: dict[str, Any] | None = None,
+    noise_std: float | None = None,
+    deterministic: bool = False,
     **settings: Any,
-) -> ApproxMEGResult:
+) -> Any:
     """Approximate known-utility MEG of ``policy`` in ``env`` (see the module docstring).
 
     Args:
@@ -112,6 +114,9 @@ def meg_approx(
             (else a ``ValueError`` says what differs). Only ``n_eval_episodes``, ``n_boot``,
             ``confidence``, ``seed``, ``progress`` and ``n_envs`` apply then.
         env_kwargs: keyword arguments of ``gymnasium.make`` (with an id).
+        noise_std, deterministic: Box actions: score a deterministic agent (TD3, DDPG, SAC's
+            deterministic mode) smoothed by this Gaussian noise
+            (:func:`~imitation_meg.continuous.densities.as_continuous_policy`).
         **settings: fields of :class:`~imitation_meg.approx.options.ApproxOptions` replacing
             those of ``options`` (``n_models=2``, ``seed=3``, ``progress=True``, ...); a
             setting the chosen method does not use is a ``ValueError``.
@@ -147,27 +152,40 @@ def meg_approx(
     t_start = time.perf_counter()
     opts = ApproxOptions.of(options, **settings)
     source = EnvSource(env, horizon=horizon, env_kwargs=env_kwargs)
-    pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)
+    box = source.actions.is_box
+    if box:
+        if epsilon is not None:
+            raise ValueError("epsilon= applies to argmax agents with Discrete actions.")
+        pol: Any = box_policy(
+            policy, source, algo=algo, noise_std=noise_std, deterministic=deterministic
+        )
+    else:
+        if noise_std is not None or deterministic:
+            raise ValueError("noise_std= / deterministic= apply to agents acting in a Box.")
+        pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)
     curve = as_curve(curve)
     if curve is not None:
         curve.check_for(
             env=source.name,
             horizon=source.horizon,
-            actions={"kind": "discrete", "n": source.n_actions},
-            env_kwargs=getattr(source, "env_kwargs", {}),
+            actions=source.actions.to_dict(),
+            env_kwargs=source.env_kwargs,
         )
     dyn = None  # the simulator, for the methods that take the paths where they apply
     if curve is not None or opts.method in (None, "paths", "auto"):
         dyn, why = simulator(source)
-        if dyn is None and opts.method == "paths" and curve is None:
+        if dyn is None and (opts.method == "paths" or curve is not None):
             raise ValueError(
-                f"method='paths' needs a deterministic environment the library simulates, but "
-                f"{why}. Use method='soft_q' (or 'auto', which falls back by itself)."
+                f"{'a curve' if curve is not None else 'method=' + repr(opts.method)} needs a "
+                f"deterministic environment the library simulates, but {why}. Use "
+                "method='soft_q' (or 'auto', which falls back by itself)."
             )
+    if box and dyn is None:
+        return _box_fits(pol, env, source, opts, settings)
     if curve is not None:
-        opts = opts.for_curve(curve.info.method)
+        opts = opts.for_curve()
     else:
-        opts = opts.resolved(source, simulated=dyn is not None)
+        opts = opts.resolved(source, simulated=None if dyn is None else curve_method(dyn))
     opts.check_applies(settings, options, allowed=APPLIES["curve"] if curve is not None else None)
     run = Run(source, pol, opts, t_start=t_start, **_bar(opts, source, dyn, curve))
     try:
@@ -196,6 +214,9 @@ def soft_value_curve(
             action sequences at ``n_starts`` fresh starts).
         horizon: decisions per episode ``H`` (default the environment's time limit).
         env_kwargs: keyword arguments of ``gymnasium.make`` (with an id).
+        noise_std, deterministic: Box actions: score a deterministic agent (TD3, DDPG, SAC's
+            deterministic mode) smoothed by this Gaussian noise
+            (:func:`~imitation_meg.continuous.densities.as_continuous_policy`).
         options: :class:`~imitation_meg.approx.options.ApproxOptions`; only ``n_particles``,
             ``n_starts``, ``seed`` and ``progress`` apply.
         **settings: those fields by name.
@@ -236,7 +257,7 @@ def soft_value_curve(
             "needs a simulator of a deterministic environment (or a TabularMDP). Score its "
             "policies with meg_approx(..., method='soft_q')."
         )
-    opts = opts.resolved(source, simulated=True)
+    opts = opts.resolved(source, simulated=curve_method(dyn))
     opts.check_applies(settings, options, allowed=("n_particles", "n_starts", "seed", "progress"))
     bar = ProgressBar(
         opts.progress,
@@ -245,9 +266,49 @@ def soft_value_curve(
         unit="step",
     )
     try:
-        return paths_curve(source, dyn, opts, curve_rng(opts.seed), on_step=bar.update)
+        return simulated_curve(source, dyn, opts, curve_rng(opts.seed), on_step=bar.update)
     finally:
         bar.close()
+
+
+def box_policy(
+    policy: Any, source: EnvSource, *, algo: str | None, noise_std: Any, deterministic: bool
+) -> Any:
+    """The action laws of a policy acting in ``source``'s box: ``"uniform"`` (the reference
+    itself), or what :func:`~imitation_meg.continuous.densities.as_continuous_policy` reads."""
+    from imitation_meg.continuous.densities import as_continuous_policy, uniform_policy
+
+    if isinstance(policy, str) and policy == "uniform":
+        return uniform_policy(source.low, source.high)  # type: ignore[attr-defined]
+    return as_continuous_policy(policy, algo=algo, noise_std=noise_std, deterministic=deterministic)
+
+
+def _box_fits(
+    pol: Any, env: Any, source: EnvSource, opts: ApproxOptions, settings: dict[str, Any]
+) -> Any:
+    """Box actions where nothing is simulated: the continuous soft Q-fits
+    (:func:`~imitation_meg.continuous.approx.meg_approx_continuous`), with the settings they
+    share."""
+    from imitation_meg.continuous.approx import meg_approx_continuous
+
+    if opts.method not in (None, "soft_q", "auto"):
+        raise ValueError(
+            f"method={opts.method!r} has no Box-action form; Box actions are scored by the paths "
+            "where the library simulates the environment, else by soft Q-fits (method='soft_q')."
+        )
+    shared = (
+        "n_data_steps", "n_eval_episodes", "n_models", "hidden", "iterations",
+        "steps_per_iteration", "refine", "n_boot", "confidence", "seed", "n_envs", "lr",
+        "average", "last_steps", "progress",
+    )  # fmt: skip
+    unused = sorted(set(settings) - set(shared) - {"method"})
+    if unused:
+        raise ValueError(
+            f"the setting(s) {unused} do not apply to the Box-action soft Q-fits, which use "
+            f"{sorted(shared)}."
+        )
+    kwargs = {k: v for k, v in settings.items() if k in shared}
+    return meg_approx_continuous(pol, env, horizon=source.horizon, **kwargs)
 
 
 def as_curve(curve: Any) -> SoftValueCurve | None:
@@ -305,7 +366,7 @@ def _estimate(run: Run, dyn: Any, curve: SoftValueCurve | None) -> ApproxMEGResu
     Q-fits)."""
     opts = run.opts
     if curve is not None and dyn is None:  # a curve, and episodes in the environment itself
-        ev = evaluation_episodes(run)
+        ev = evaluation_episodes(run)  # (a curve of a Box environment is always simulated)
         return curve_result(
             run,
             curve,
@@ -314,7 +375,7 @@ def _estimate(run: Run, dyn: Any, curve: SoftValueCurve | None) -> ApproxMEGResu
             method=curve.info.method,
         )
     if dyn is not None:
-        return paths_estimate(run, dyn, curve)
+        return simulated_estimate(run, dyn, curve)
     if opts.method == "linear":
         return linear_estimate(run)
     if opts.method != "soft_q":

@@ -44,6 +44,8 @@ __all__ = [
     "N_PARTICLES",
     "N_STARTS",
     "REFIT_LR",
+    "SMC_PARTICLES",
+    "SMC_STARTS",
     "STEP_BUDGET",
     "ApproxOptions",
     "check_config",
@@ -72,9 +74,12 @@ STEP_BUDGET = 48_000
 #: Q-fits that applies ("auto"). The default (``None``) is paths where they apply, else soft
 #: Q-fits.
 METHODS = ("auto", "empirical", "linear", "paths", "soft_q")
-#: Particles per start of the paths method's splitting, and its starts.
+#: Particles per start of the paths method's splitting, and its starts; of its twisted SMC,
+#: per start and rung, and its starts.
 N_PARTICLES = 1024
 N_STARTS = 32
+SMC_PARTICLES = 32
+SMC_STARTS = 64
 #: The settings each method uses (besides ``method`` itself); a score from a given curve
 #: (``"curve"``) uses only the policy's episodes and the bootstrap.
 _SCORING = ("n_eval_episodes", "n_boot", "confidence", "seed", "progress", "n_envs")
@@ -203,8 +208,11 @@ class ApproxOptions:
             ``refine``, ``average``, ``lr``, ``last_steps`` and ``device`` do not apply).
         max_states: the most distinct observations the empirical MDP may have.
         n_particles: ``"paths"``: random action sequences followed from each start (in two
-            independent populations, whose disagreement measures the noise).
-        n_starts: ``"paths"``: start states at which ``Z_beta`` is estimated.
+            independent populations, whose disagreement measures the noise); with the twisted
+            SMC (environments other than CartPole), from each start at each rung. Default
+            1024 (splitting) or 128 (twisted SMC).
+        n_starts: ``"paths"``: start states at which ``Z_beta`` is estimated. Default 32
+            (splitting) or 16 (twisted SMC).
         n_features: random Fourier features of the observation in ``"linear"``'s soft
             Q-functions (besides a constant and the observation itself).
         device: where the soft Q-networks are trained: ``"cpu"`` (the default) or a torch
@@ -235,8 +243,8 @@ class ApproxOptions:
     method: str | None = None
     max_states: int = MAX_STATES
     n_features: int = N_FEATURES
-    n_particles: int = N_PARTICLES
-    n_starts: int = N_STARTS
+    n_particles: int | None = None
+    n_starts: int | None = None
 
     def __post_init__(self) -> None:
         if self.n_data_steps is not None:
@@ -270,8 +278,10 @@ class ApproxOptions:
         object.__setattr__(self, "device", check_device(self.device))
         if self.method is not None and self.method not in METHODS:
             raise ValueError(f"method must be None or one of {METHODS}, got {self.method!r}.")
-        _check_int("n_particles", self.n_particles, 2)
-        _check_int("n_starts", self.n_starts, 2)
+        if self.n_particles is not None:
+            _check_int("n_particles", self.n_particles, 4)
+        if self.n_starts is not None:
+            _check_int("n_starts", self.n_starts, 2)
         _check_int("max_states", self.max_states, 1)
         _check_int("n_features", self.n_features, 0)
 
@@ -313,17 +323,21 @@ class ApproxOptions:
         return default_schedule(horizon, self.iterations, self.steps_per_iteration)
 
     def resolved(
-        self, source: EnvSource, *, extra_copies: float = 0.0, simulated: bool = False
+        self, source: EnvSource, *, extra_copies: float = 0.0, simulated: str | None = None
     ) -> ApproxOptions:
         """The record with every ``None`` filled in for ``source``: ``method`` (``"paths"``
-        where the caller has a simulator of the environment, ``simulated``, else
-        ``"soft_q"``), ``iterations`` and ``steps_per_iteration`` from the horizon,
+        where the caller has a simulator of the environment, ``simulated`` naming how its curve
+        is computed, ``"paths"`` (splitting) or ``"smc"``; else ``"soft_q"``), ``n_particles``
+        and ``n_starts`` for that curve, ``iterations`` and ``steps_per_iteration`` from the horizon,
         ``n_data_steps`` from :data:`DATA_STEPS` capped to ``data_memory_gib`` (with an
         :class:`ApproxMEGWarning` when the cap bites; ``extra_copies`` further data sets are
         stored beside the models')."""
         method = self.method
         if method is None:
             method = "paths" if simulated else "soft_q"
+        split = simulated != "smc"
+        n_particles = self.n_particles or (N_PARTICLES if split else SMC_PARTICLES)
+        n_starts = self.n_starts or (N_STARTS if split else SMC_STARTS)
         n_iter, n_steps = self.schedule(source.horizon)
         n_data = self.n_data_steps
         if n_data is None:
@@ -347,14 +361,21 @@ class ApproxOptions:
             iterations=n_iter,
             steps_per_iteration=n_steps,
             n_data_steps=int(n_data),
+            n_particles=n_particles,
+            n_starts=n_starts,
         )
 
-    def for_curve(self, method: str) -> ApproxOptions:
-        """The record for a score from a given curve computed by ``method``: the policy's
-        episodes and the bootstrap only (the other fields are filled so the record is
-        complete, and unused)."""
+    def for_curve(self) -> ApproxOptions:
+        """The record for a score from a given curve: the policy's episodes and the bootstrap
+        only (the other fields are filled so the record is complete, and unused)."""
         return dataclasses.replace(
-            self, method=method, iterations=1, steps_per_iteration=1, n_data_steps=3
+            self,
+            method="paths",
+            iterations=1,
+            steps_per_iteration=1,
+            n_data_steps=3,
+            n_particles=self.n_particles or N_PARTICLES,
+            n_starts=self.n_starts or N_STARTS,
         )
 
     def check_applies(

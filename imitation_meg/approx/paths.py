@@ -37,34 +37,24 @@ them.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
-from imitation_meg.approx.agent import Episodes, curve_result
 from imitation_meg.approx.curve import CurveInfo, SoftValueCurve, beta_grid
-from imitation_meg.approx.evaluate import ApproxMEGResult
 from imitation_meg.approx.simulators import Dynamics
 
 __all__ = [
     "MAX_ENUMERATED",
     "EnumeratedPaths",
     "PathSums",
-    "agent_episodes",
     "curve_from_sums",
     "enumerate_paths",
     "log_partition",
-    "paths_curve",
-    "paths_estimate",
     "split_paths",
 ]
 
-#: Agent episodes replayed in the real environment to check the simulator.
-_REPLAYS = 3
-#: Largest difference between a simulated and a real observation the check accepts.
-_REPLAY_TOL = 1e-5
 #: The longest horizon :func:`enumerate_paths` follows (``|A|^H`` sequences at most).
 MAX_ENUMERATED = 24
 #: Fewest particles that must carry the weight of ``Z`` at the optimum (its effective sample
@@ -285,93 +275,6 @@ def enumerate_paths(
     return EnumeratedPaths(expected / mass if probs is not None else math.nan, rows)
 
 
-# --------------------------------------------------------------------------- the agent
-class AgentEpisodes(NamedTuple):
-    """The scored policy's episodes on the simulator.
-
-    Attributes:
-        returns, lengths: ``(n,)`` each episode's return and decisions ``T``.
-        terminated: ``(n,)`` whether it terminated (else it reached ``H``).
-        certificate: ``(n,)`` each episode's ``sum_t (log|A| - H(pi(.|s_t)))``.
-        actions: ``(r, H)`` the actions of the first ``r`` episodes (``-1`` after their end).
-        observations: ``(r, H, ...)`` what the agent saw after each of those actions.
-    """
-
-    returns: np.ndarray
-    lengths: np.ndarray
-    terminated: np.ndarray
-    certificate: np.ndarray
-    actions: np.ndarray
-    observations: np.ndarray
-
-
-def agent_episodes(
-    dyn: Dynamics,
-    probs: Callable[[np.ndarray], np.ndarray],
-    starts: np.ndarray,
-    horizon: int,
-    rng: np.random.Generator,
-    *,
-    keep: int = _REPLAYS,
-    on_step: Callable[[int], None] | None = None,
-) -> AgentEpisodes:
-    """Run the policy ``probs`` (observations ``(n, ...)`` to ``(n, A)``) from each start, all
-    episodes in lockstep on the simulator, for at most ``horizon`` decisions."""
-    n, A = len(starts), dyn.n_actions
-    state = np.asarray(starts, dtype=np.float64).copy()
-    obs = dyn.observe(state)
-    live = np.arange(n)
-    returns, lengths, cert = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n)
-    terminated = np.zeros(n, dtype=bool)
-    keep = min(keep, n)
-    actions = np.full((keep, horizon), -1, dtype=np.int64)
-    observations = np.zeros((keep, horizon, *obs.shape[1:]), dtype=np.float32)
-    for t in range(horizon):
-        p = probs(obs)
-        ent = -(p * np.log(np.where(p > 0, p, 1.0))).sum(1)
-        cert[live] += math.log(A) - ent
-        cdf = np.cumsum(p, axis=1)
-        u = rng.random(len(live)) * cdf[:, -1]
-        a = np.minimum((cdf < u[:, None]).sum(1), A - 1)
-        state, r, term = dyn.step(state, a)
-        obs = dyn.observe(state)
-        returns[live] += r
-        lengths[live] += 1
-        first = live < keep
-        actions[live[first], t] = a[first]
-        observations[live[first], t] = obs[first]
-        if on_step is not None:
-            on_step(len(live))
-        terminated[live[term]] = True
-        go = ~term
-        state, obs, live = state[go], obs[go], live[go]
-        if len(live) == 0:
-            break
-    return AgentEpisodes(returns, lengths, terminated, cert, actions, observations)
-
-
-def replay(env: Any, seed: int, episodes: AgentEpisodes, i: int) -> str:
-    """Replay simulated episode ``i`` (started by ``reset(seed=seed)``) in the real environment:
-    ``""`` where it agrees (the same observations within :data:`_REPLAY_TOL`, the same end and
-    return), else what differs."""
-    env.reset(seed=seed)
-    total, returned = 0.0, float(episodes.returns[i])
-    steps = int(episodes.lengths[i])
-    for t in range(steps):
-        obs, r, term, trunc, _ = env.step(int(episodes.actions[i, t]))
-        total += float(r)
-        gap = float(np.abs(np.asarray(obs, dtype=np.float64) - episodes.observations[i, t]).max())
-        if gap > _REPLAY_TOL:
-            return f"step {t + 1}'s observation differs by {gap:.3g}"
-        if bool(term) != (t == steps - 1 and bool(episodes.terminated[i])):
-            return f"the episode {'ends' if term else 'goes on'} at step {t + 1} there"
-        if trunc:  # the environment's own time limit, shorter than H: compared up to it
-            return ""
-    if abs(total - returned) > 1e-9 * max(1.0, abs(total)):
-        return f"its return is {total:g} there, {returned:g} on the simulator"
-    return ""
-
-
 # ------------------------------------------------------------------------------ the curve
 def _group_curves(sums: PathSums, betas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per population, at every rationality ``(G,)``: ``log Z_beta`` (``-inf`` for none), the
@@ -402,7 +305,8 @@ def curve_from_sums(sums: PathSums, info: CurveInfo, *, n_split: int = 2) -> Sof
     the mean of its populations' ``Z`` and its slope; the bias allowance half the variance of a
     start's pooled ``log Z`` (the log of an unbiased estimate is low by about that), measured by
     its populations' disagreement; the effective sample size summed over the populations; the
-    highest return found the least any start found (the curve has no upper limit beyond it)."""
+    mean over starts of the lowest and highest returns found (beyond them the curve has no
+    limit)."""
     scale = float(max(np.abs(sums.ret).max(initial=0.0), 1e-12))
     betas = beta_grid(scale)
     lz, sl, ess = _group_curves(sums, betas)
@@ -430,105 +334,12 @@ def curve_from_sums(sums: PathSums, info: CurveInfo, *, n_split: int = 2) -> Sof
         info,
         bias=per_start.mean(0) / 2.0,
         ess=ess.sum(0),
-        returns_found=(float(worst.max()), float(best.min())),
+        # the mean over starts of the worst and best returns found (a policy's mean return
+        # beyond them lies where the curve has no limit)
+        returns_found=(
+            float(worst.reshape(K, n_split).min(1).mean()),
+            float(best.reshape(K, n_split).max(1).mean()),
+        ),
         min_ess=_MIN_ESS,
         problems=tuple(problems),
-    )
-
-
-def paths_curve(
-    source: Any,
-    dyn: Dynamics,
-    opts: Any,
-    rng: np.random.Generator,
-    *,
-    on_step: Callable[[int], None] | None = None,
-) -> SoftValueCurve:
-    """The curve of ``source``'s environment (an :class:`~imitation_meg.approx.rollouts.
-    EnvSource`) by splitting at ``opts.n_starts`` fresh starts drawn with ``rng``."""
-    env = source.make()
-    try:
-        starts = _starts(env, dyn, rng.integers(0, 2**31 - 1, size=opts.n_starts))
-    finally:
-        env.close()
-    sums = split_paths(dyn, starts, source.horizon, opts.n_particles, rng, on_step=on_step)
-    info = CurveInfo(
-        env=source.name,
-        env_kwargs=getattr(source, "env_kwargs", {}),
-        horizon=source.horizon,
-        actions=dyn.actions.to_dict(),
-        method="paths",
-        settings={"n_particles": opts.n_particles, "n_starts": opts.n_starts},
-        seed=int(opts.seed),
-    )
-    curve = curve_from_sums(sums, info)
-    curve.particle_steps = sums.steps  # type: ignore[attr-defined]
-    return curve
-
-
-def _starts(env: Any, dyn: Dynamics, seeds: np.ndarray) -> np.ndarray:
-    """The states ``(n, d)`` right after ``env.reset(seed=...)`` for each seed."""
-    rows = []
-    for seed in seeds:
-        env.reset(seed=int(seed))
-        rows.append(dyn.start(env))
-    return np.stack(rows)
-
-
-# ------------------------------------------------------------------------------ the estimate
-def paths_estimate(run: Any, dyn: Dynamics, curve: SoftValueCurve | None = None) -> ApproxMEGResult:
-    """Known-utility MEG of ``run``'s policy (a :class:`~imitation_meg.approx.core.Run`) by the
-    paths of the soft-optimal model (module docstring), as an :class:`ApproxMEGResult` with
-    ``method="paths"``: the policy's ``n_eval_episodes`` episodes on the simulator (the first
-    :data:`_REPLAYS` replayed in the environment), the environment's curve (``curve``, or one
-    computed here by splitting at ``n_starts`` fresh starts) and a bootstrap over both. The
-    interval adds to ``z`` bootstrap standard errors the curve's bias allowance.
-
-    Raises:
-        ValueError: the simulator disagrees with the environment on a replayed episode.
-    """
-    opts, source = run.opts, run.source
-    H = source.horizon
-    rng_eval = np.random.default_rng(run.s_eval)
-    rng_paths = np.random.default_rng(run.streams[0])  # the stream of core.curve_rng
-    clock = {"start": time.perf_counter()}
-
-    def lap(name: str) -> None:
-        now = time.perf_counter()
-        clock[name], clock["start"] = now - clock["start"], now
-
-    # the scored policy's episodes, then a few of them replayed in the environment
-    env = source.make()
-    seeds = rng_eval.integers(0, 2**31 - 1, size=opts.n_eval_episodes)
-    eps = agent_episodes(
-        dyn, run.pol.probs, _starts(env, dyn, seeds), H, rng_eval, on_step=run.bar.update
-    )
-    run.count(int(eps.lengths.sum()))
-    lap("policy episodes")
-    for i in range(len(eps.actions)):
-        differs = replay(env, int(seeds[i]), eps, i)
-        run.count(int(eps.lengths[i]))
-        if differs:
-            env.close()
-            raise ValueError(
-                f"the simulator of {dyn.name} disagrees with {source.name}: replayed there, "
-                f"episode {i}'s {differs}. Score it with method='soft_q'."
-            )
-    env.close()
-    lap("replays")
-    # the environment's side: its curve, by splitting at fresh starts
-    particle_steps = 0
-    if curve is None:
-        curve = paths_curve(source, dyn, opts, rng_paths, on_step=run.bar.update)
-        particle_steps = curve.particle_steps  # type: ignore[attr-defined]
-        lap("splitting")
-    timings = {k: v for k, v in clock.items() if k != "start"}
-    return curve_result(
-        run,
-        curve,
-        Episodes(eps.returns, eps.lengths, eps.certificate),
-        log_measure=dyn.actions.log_measure,
-        method="paths",
-        particle_steps=particle_steps,
-        timings=timings,
     )

@@ -30,7 +30,8 @@ Behaviour = Callable[[Any, np.ndarray, np.ndarray], np.ndarray]
 
 
 class EnvSource:
-    """Fresh copies of an environment with a ``Discrete`` action space, and its horizon.
+    """Fresh copies of an environment with ``Discrete`` or bounded ``Box`` actions, and its
+    horizon.
 
     Args:
         env: a registered gymnasium id, a ``gymnasium.Env`` (copied with ``copy.deepcopy``),
@@ -40,16 +41,20 @@ class EnvSource:
 
     Attributes:
         observation_space: the environment's observation space.
-        n_actions: ``|A|``.
+        actions: the action space with its uniform reference
+            (:class:`~imitation_meg.approx.spaces.ActionSpace`).
+        n_actions: ``|A|`` (0 for a box; then ``low``, ``high``, ``action_dim`` and
+            ``action_shape`` describe it).
         horizon: ``H``.
         name: the environment's id (or its class name).
         obs_dim: the flat observation size ``d``.
         env_kwargs: the keyword arguments the environment is made with.
 
     Raises:
-        TypeError: a non-Discrete action space, an argument that is not an environment, or
-            ``env_kwargs`` with something other than an id.
-        ValueError: no horizon can be found (pass ``horizon=``), or a non-positive horizon.
+        TypeError: an action space that is neither Discrete nor a Box, an argument that is not
+            an environment, or ``env_kwargs`` with something other than an id.
+        ValueError: no horizon can be found (pass ``horizon=``), a non-positive horizon, or an
+            unbounded box.
     """
 
     def __init__(
@@ -118,15 +123,19 @@ class EnvSource:
         probe.close()
 
     def _read_actions(self, probe: Any) -> None:
-        """Check the action space of a fresh copy and keep what the estimator needs of it."""
-        import gymnasium as gym
+        """Check the action space of a fresh copy and keep what the estimator needs of it: its
+        uniform reference (``actions``), and ``n_actions`` (0 for a box) or the box's bounds."""
+        from imitation_meg.approx.spaces import action_space_of
 
-        if not isinstance(probe.action_space, gym.spaces.Discrete):
-            raise TypeError(
-                f"{self.name} has a {type(probe.action_space).__name__} action space "
-                f"({probe.action_space}); MEG needs Discrete actions."
-            )
-        self.n_actions = int(probe.action_space.n)
+        self.actions = action_space_of(probe.action_space, name=self.name)
+        if self.actions.is_box:
+            box = self.actions
+            self.n_actions = 0  # no finite action set
+            self.low, self.high = box.low, box.high  # type: ignore[attr-defined]
+            self.action_dim = box.dim  # type: ignore[attr-defined]
+            self.action_shape = tuple(probe.action_space.shape)
+        else:
+            self.n_actions = int(probe.action_space.n)
 
     def make(self) -> Any:
         """A fresh copy of the environment."""

@@ -281,6 +281,12 @@ class AcrobotDynamics:
     def start(self, env: Any) -> np.ndarray:
         return np.array(env.unwrapped.state, dtype=np.float64)
 
+    def state_box(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The states' box ``(low, high, periodic)``: both angles (periodic) and the velocity
+        bounds."""
+        low = np.array([-np.pi, -np.pi, -self.max_vel_1, -self.max_vel_2])
+        return low, -low, np.array([True, True, False, False])
+
     def _dsdt(self, s: np.ndarray, a: np.ndarray) -> np.ndarray:
         """The time derivative ``(n, 4)`` of states ``(n, 4)`` under torques ``(n,)``: the
         environment's ``_dsdt``, term for term."""
@@ -365,6 +371,12 @@ class MountainCarDynamics:
     def start(self, env: Any) -> np.ndarray:
         return np.array(env.unwrapped.state, dtype=np.float64)
 
+    def state_box(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The states' box ``(low, high, periodic)``: position and velocity bounds."""
+        low = np.array([self.min_position, -self.max_speed])
+        high = np.array([self.max_position, self.max_speed])
+        return low, high, np.array([False, False])
+
     def step(self, s: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         position, velocity = np.asarray(s, dtype=np.float64).T
         push = (np.asarray(a, dtype=np.int64) - 1) * self.force
@@ -407,6 +419,11 @@ class PendulumDynamics:
 
     def start(self, env: Any) -> np.ndarray:
         return np.array(env.unwrapped.state, dtype=np.float64)
+
+    def state_box(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The states' box ``(low, high, periodic)``: the angle (periodic) and the speed bound."""
+        low = np.array([-np.pi, -self.max_speed])
+        return low, -low, np.array([True, False])
 
     def step(self, s: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         th, thdot = np.asarray(s, dtype=np.float64).T
@@ -461,6 +478,12 @@ class ContinuousMountainCarDynamics:
 
     def start(self, env: Any) -> np.ndarray:
         return np.array(env.unwrapped.state, dtype=np.float64)
+
+    def state_box(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The states' box ``(low, high, periodic)``: position and velocity bounds."""
+        low = np.array([self.min_position, -self.max_speed])
+        high = np.array([self.max_position, self.max_speed])
+        return low, high, np.array([False, False])
 
     def env_state(self, s: np.ndarray) -> np.ndarray:
         """The environment's ``state`` for one state ``(2,)``: ``float32`` where exact."""
@@ -521,12 +544,6 @@ _SIMULATORS: dict[str, Callable[[Any], Dynamics]] = {
 }
 
 
-#: The cores whose simulators :func:`simulator` hands the paths method (which chooses the paths
-#: by default where there is one): those whose returns its splitting on survival samples. The
-#: others are simulated for the callers of :func:`dynamics_for` until the method covers them.
-_PATHS_COVERS = frozenset({"CartPoleEnv"})
-
-
 def dynamics_for(env: Any) -> tuple[Dynamics | None, str]:
     """The simulator of ``env``, or ``None`` and why there is none.
 
@@ -579,20 +596,13 @@ def _plain(wrapper: Any) -> bool:
 
 def simulator(source: Any) -> tuple[Dynamics | None, str]:
     """The simulator the paths method takes for ``source``'s environment (an
-    :class:`~imitation_meg.approx.rollouts.EnvSource`): :func:`dynamics_for` a fresh copy of it,
-    where the method covers the environment (:data:`_PATHS_COVERS`), or ``None`` and why."""
+    :class:`~imitation_meg.approx.rollouts.EnvSource`): :func:`dynamics_for` a fresh copy of
+    it, or ``None`` and why."""
     env = source.make()
     try:
-        dyn, why = dynamics_for(env)
+        return dynamics_for(env)
     finally:
         env.close()
-    if dyn is not None and dyn.name not in _PATHS_COVERS:
-        return None, (
-            f"the paths method does not cover {dyn.name} yet: its splitting on survival samples "
-            "returns paid for lasting, not a goal that random actions rarely reach (dynamics_for "
-            "has the simulator)"
-        )
-    return dyn, why
 
 
 # ------------------------------------------------------------------------------ the check

@@ -425,7 +425,7 @@ def curve_from_smc(sums: SMCSums, info: CurveInfo, *, min_ess: float = 100.0) ->
         info,
         bias=per_start.mean(0) / 2.0,
         ess=ess_out,
-        returns_found=(float(found.min(1).max()), float(found.max(1).min())),
+        returns_found=(float(found.min(1).mean()), float(found.max(1).mean())),
         min_ess=min_ess,
     )
 

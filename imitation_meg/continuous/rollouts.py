@@ -53,16 +53,7 @@ class BoxEnvSource(EnvSource):
                 f"{self.name} has a {type(space).__name__} action space ({space}); the continuous "
                 "estimator needs a Box (Discrete actions: imitation_meg.approx.meg_approx)."
             )
-        self.low = np.asarray(space.low, dtype=np.float64).reshape(-1)
-        self.high = np.asarray(space.high, dtype=np.float64).reshape(-1)
-        if not (np.all(np.isfinite(self.low)) and np.all(np.isfinite(self.high))):
-            raise ValueError(
-                f"{self.name} acts in the unbounded box {space}: MEG against the uniform density "
-                "needs finite bounds."
-            )
-        self.action_dim = int(self.low.size)
-        self.action_shape = tuple(space.shape)
-        self.n_actions = 0  # no finite action set
+        super()._read_actions(probe)
 
 
 @dataclasses.dataclass

@@ -159,8 +159,24 @@ def test_table_policy_states_in_blocks_are_the_nearest_rows(monkeypatch):
 
 # ------------------------------------------------------------------------------ rollouts
 def test_env_source_checks_spaces_and_horizon():
-    with pytest.raises(TypeError, match="Discrete actions"):
-        EnvSource("Pendulum-v1")
+    pend = EnvSource("Pendulum-v1")  # a bounded box: its uniform density is the reference
+    assert pend.n_actions == 0 and pend.actions.is_box and pend.actions.log_measure == pytest.approx(
+        math.log(4.0)
+    )
+
+    class Unbounded(gym.Env):
+        observation_space = gym.spaces.Discrete(2)
+        action_space = gym.spaces.Box(-np.inf, np.inf, shape=(1,))
+
+    with pytest.raises(ValueError, match="needs a bounded box"):
+        EnvSource(Unbounded, horizon=3)
+
+    class Multi(gym.Env):
+        observation_space = gym.spaces.Discrete(2)
+        action_space = gym.spaces.MultiBinary(2)
+
+    with pytest.raises(TypeError, match="MultiBinary action space"):
+        EnvSource(Multi, horizon=3)
     with pytest.raises(ValueError, match="horizon must be a positive integer"):
         EnvSource("CartPole-v1", horizon=0)
     src = EnvSource("CartPole-v1")

@@ -270,15 +270,17 @@ def test_check_against_names_the_first_disagreement_and_ignores_the_time_limit(
         check_against(dyn, env, states, actions, atol=-1.0)
 
 
-def test_the_paths_method_is_handed_only_the_environments_it_covers() -> None:
-    """``simulator`` (the paths method's choice, and the default method's) keeps to CartPole,
-    whose returns its splitting on survival samples; the goal tasks are simulated all the same."""
+def test_the_paths_method_takes_every_simulated_environment() -> None:
+    """``simulator`` (the paths method's choice, and the default method's) hands over every
+    simulated environment: CartPole's curve by splitting on survival, the others' (which
+    declare a state box for the twist) by twisted SMC."""
+    from imitation_meg.approx.deterministic import curve_method
     from imitation_meg.approx.rollouts import EnvSource
 
-    assert isinstance(
-        simulators.simulator(EnvSource("CartPole-v1"))[0], simulators.CartPoleDynamics
-    )
-    for env_id in ("MountainCar-v0", "Acrobot-v1"):
+    cart = simulators.simulator(EnvSource("CartPole-v1"))[0]
+    assert isinstance(cart, simulators.CartPoleDynamics) and curve_method(cart) == "paths"
+    for env_id in ("MountainCar-v0", "Acrobot-v1", "Pendulum-v1", "MountainCarContinuous-v0"):
         dyn, why = simulators.simulator(EnvSource(env_id))
-        assert dyn is None and "the paths method does not cover" in why and "yet" in why
-        assert dynamics_for(gym.make(env_id))[0] is not None
+        assert dyn is not None and why == "" and curve_method(dyn) == "smc"
+        low, high, periodic = dyn.state_box()
+        assert low.shape == high.shape == periodic.shape and np.all(low < high)
