@@ -426,15 +426,11 @@ def tabular_policy(policy: Any, mdp: Any, observations: Any = None, **kwargs: An
             :func:`imitation_meg.adapters.policy_table`).
         ValueError: no observations, or an agent whose box differs from the MDP's.
     """
-    from imitation_meg.continuous.mdp import ContinuousMDP
-    from imitation_meg.continuous.policies import GaussianPolicy
+    from imitation_meg.continuous.policies import GaussianPolicy, require_continuous_mdp
 
-    if not isinstance(mdp, ContinuousMDP):
-        raise TypeError(
-            f"tabular_policy reads an agent's laws on a ContinuousMDP (actions in a box), got "
-            f"{type(mdp).__name__} {getattr(mdp, 'name', '')}; a TabularMDP's table comes from "
-            "imitation_meg.adapters.policy_table."
-        )
+    require_continuous_mdp(
+        mdp, "tabular_policy", "its policy tables come from imitation_meg.adapters.policy_table"
+    )
     pol = as_continuous_policy(policy, **kwargs)
     obs = observations if observations is not None else mdp.observations
     if obs is None:
