@@ -807,17 +807,17 @@ def _add_intervene_parser(sub: Any) -> None:
 
 # ---------------------------------------------------------------------------------- plot
 def _plot(args: argparse.Namespace) -> int:
-    from imitation_meg.results import check_output_path, read_rows
+    from imitation_meg.results import check_output_path
 
     out, new_parent = check_output_path(args.out, what="--out")
     if out.suffix.lower() != ".png":
         raise ValueError(f"--out {args.out!r} should end in .png.")
     if new_parent:
         _note(f"the folder {str(out.parent)!r} for --out does not exist: it will be created")
-    from imitation_meg.plotting import history_labels, plot_meg_history
+    from imitation_meg.plotting import history_labels, plot_meg_history, read_history
 
     labels = history_labels(args.files)
-    histories = {label: read_rows(name) for label, name in zip(labels, args.files, strict=True)}
+    histories = {label: read_history(name) for label, name in zip(labels, args.files, strict=True)}
     path = plot_meg_history(out, histories, metrics=args.metric, title=args.title or "")
     n = sum(len(r) for r in histories.values())
     print(f"Wrote {path} ({n} points from {len(histories)} file(s): {', '.join(labels)}).")

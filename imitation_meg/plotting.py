@@ -7,6 +7,8 @@
 - :func:`plot_meg_history`: MEG against training steps from ``imitation-meg score`` rows or a
   :class:`~imitation_meg.callbacks.MEGCallback` history.
 - :func:`history_labels`: legend names for history files, telling apart files of the same name.
+- :func:`read_history`: the rows of one such file, refusing a file of another kind (a saved
+  model, an image) by name.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "plot_meg_history",
     "plot_meg_series",
     "pyplot",
+    "read_history",
     "save_figure",
 ]
 
@@ -248,6 +251,73 @@ def history_labels(paths: Sequence[str | pathlib.Path]) -> list[str]:
         seen[label] = seen.get(label, 0) + 1
         out.append(label if seen[label] == 1 else f"{label} ({seen[label]})")
     return out
+
+
+#: What ``imitation-meg plot`` reads, for the refusals of other files.
+HISTORY_FILES = (
+    "plot reads the CSV / JSON-lines rows written by `imitation-meg score --csv/--jsonl` or by "
+    "MEGCallback(history=...)"
+)
+#: First bytes of files people pass by mistake, and what they are.
+_BINARY_KINDS = (
+    (
+        b"PK\x03\x04",
+        (
+            "a zip archive (a saved SB3 model? score it first: imitation-meg score --env ENV "
+            "--policy MODEL.zip --jsonl rows.jsonl, then plot rows.jsonl)"
+        ),
+    ),
+    (b"PK\x05\x06", "a zip archive"),
+    (b"\x89PNG", "a PNG image"),
+    (b"\x80\x02", "a Python pickle"),
+    (b"\x80\x03", "a Python pickle"),
+    (b"\x80\x04", "a Python pickle"),
+    (b"\x80\x05", "a Python pickle"),
+    (b"\x93NUMPY", "a numpy .npy array"),
+)
+#: Bytes looked at to tell a text file from a binary one.
+_SNIFF_BYTES = 65_536
+
+
+def read_history(path: str | pathlib.Path) -> list[dict[str, Any]]:
+    """The rows of a score or callback history file (CSV, or JSON lines for any other suffix).
+
+    Args:
+        path: a ``.csv`` written by ``imitation-meg score --csv`` or a JSON-lines file
+            (``.jsonl``) written by ``score --jsonl`` or ``MEGCallback(history=...)``.
+
+    Returns:
+        One dict per row, numbers parsed (see :func:`imitation_meg.results.read_rows`).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a binary file (a saved model's ``.zip``, an image, ...) or one that is not
+            UTF-8 text, named with what it looks like; an empty file or a line that is not a
+            JSON object.
+    """
+    from imitation_meg.results import read_rows
+
+    p = pathlib.Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"no file at {str(p)!r}; {HISTORY_FILES}.")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise ValueError(f"cannot read {str(p)!r}: {e.strerror or e}.") from e
+    head = data[:_SNIFF_BYTES]
+    kind = next((what for magic, what in _BINARY_KINDS if head.startswith(magic)), None)
+    if kind is None and b"\x00" in head:
+        kind = "a binary file"
+    if kind is not None:
+        raise ValueError(f"{str(p)!r} is {kind}, not a table of rows; {HISTORY_FILES}.")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{str(p)!r} is not UTF-8 text (byte {data[e.start : e.start + 1]!r} at position "
+            f"{e.start}); {HISTORY_FILES}."
+        ) from e
+    return read_rows(p)
 
 
 def plot_meg_history(

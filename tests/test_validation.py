@@ -37,8 +37,10 @@ from imitation_meg._validation import (
     free_memory,
     horizon_bytes,
 )
+from imitation_meg.adapters import policy_table, resolve_policy
 from imitation_meg.cid import Chance, Decision, Utility, examples
 from imitation_meg.continuous import policies as cpolicies
+from imitation_meg.continuous.densities import as_continuous_policy
 from imitation_meg.report import meg_summary
 
 PACKAGE = str(pathlib.Path(im.__file__).parent)
@@ -229,6 +231,24 @@ ENTRY_POINTS: dict[str, tuple[Callable[[Any], Any], tuple[int, ...]]] = {
     "meg_continuous_unknown(features)": (
         lambda x: cont.meg_continuous_unknown(cpolicies.uniform(BOX_MDP), BOX_MDP, features=x),
         (3, 2),
+    ),
+    # The front door (imitation_meg.adapters) and the continuous scorers' policy and MDP: a
+    # malformed array in place of a policy source, a ContinuousPolicy or a ContinuousMDP.
+    "resolve_policy(source)": (lambda x: resolve_policy(x), (S, A)),
+    "policy_table(source)": (lambda x: policy_table(x, MDP), (S, A)),
+    "as_continuous_policy(source)": (lambda x: as_continuous_policy(x), (3, 1)),
+    "meg_continuous(policy)": (lambda x: _box_meg(x), (3, 1)),
+    "meg_continuous(mdp)": (
+        lambda x: cont.meg_continuous(cpolicies.uniform(BOX_MDP), x),
+        (S, A, S),
+    ),
+    "meg_continuous_unknown(policy)": (
+        lambda x: cont.meg_continuous_unknown(x, BOX_MDP),
+        (3, 1),
+    ),
+    "meg_continuous_unknown(mdp)": (
+        lambda x: cont.meg_continuous_unknown(cpolicies.uniform(BOX_MDP), x),
+        (S, A, S),
     ),
 }
 

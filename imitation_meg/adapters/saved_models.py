@@ -21,6 +21,7 @@ import pathlib
 import pickle
 import warnings
 import zipfile
+import zlib
 from typing import Any
 
 from imitation_meg.type_aliases import PathLike
@@ -148,19 +149,23 @@ def _read_data(path: pathlib.Path) -> tuple[dict[str, Any], str]:
         raise FileNotFoundError(
             f"no SB3 model file at {str(path)!r}; pass the .zip written by model.save()."
         )
-    if not zipfile.is_zipfile(path):
+    _check_archive(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            _check_starts_at_zero(path, archive)
+            names = archive.namelist()
+            if "data" not in names:
+                shown = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
+                raise ValueError(
+                    f"{str(path)!r} is a zip file but holds no SB3 model (no 'data' entry; it "
+                    f"contains {shown or 'nothing'}); pass the .zip written by model.save()."
+                )
+            text = archive.read("data").decode()
+    except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as e:
         raise ValueError(
-            f"{str(path)!r} is not a zip file; pass the .zip written by an SB3 model's save()."
-        )
-    with zipfile.ZipFile(path) as archive:
-        names = archive.namelist()
-        if "data" not in names:
-            shown = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
-            raise ValueError(
-                f"{str(path)!r} is a zip file but holds no SB3 model (no 'data' entry; it "
-                f"contains {shown or 'nothing'}); pass the .zip written by model.save()."
-            )
-        text = archive.read("data").decode()
+            f"{str(path)!r} is a damaged zip archive ({type(e).__name__}: {e}); save the model "
+            "again, or copy it again if it was copied."
+        ) from e
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
@@ -173,6 +178,72 @@ def _read_data(path: pathlib.Path) -> tuple[dict[str, Any], str]:
             ".zip written by model.save()."
         )
     return raw, text
+
+
+#: A zip archive's first bytes (a member's local header), and its end record's.
+_ZIP_START = b"PK\x03\x04"
+_ZIP_END = b"PK\x05\x06"
+#: The end record's size without its comment, and the most a comment adds.
+_END_SIZE, _MAX_COMMENT = 22, 65_535
+
+
+def _check_archive(path: pathlib.Path) -> None:
+    """Refuse a file that is not a whole zip archive: another format, an empty file, or a
+    truncated zip (one cut short in a copy or a download keeps its start but loses the central
+    directory at its end; SB3 stores the torch archives inside uncompressed, so the end record
+    of one of them can then pass for the file's own).
+
+    Raises:
+        ValueError: naming the path and what is wrong with it.
+    """
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(len(_ZIP_START))
+            f.seek(max(0, size - _END_SIZE - _MAX_COMMENT))
+            tail = f.read()
+    except OSError as e:
+        raise ValueError(f"cannot read {str(path)!r}: {e.strerror or e}.") from e
+    if size == 0:
+        raise ValueError(
+            f"{str(path)!r} is empty (0 bytes); pass the .zip written by an SB3 model's save()."
+        )
+    if head not in (_ZIP_START, _ZIP_END):  # an archive's first member, or an empty archive
+        raise ValueError(
+            f"{str(path)!r} is not a zip file (it starts with {head!r}); pass the .zip written "
+            "by an SB3 model's save()."
+        )
+    if not _ends_in_end_record(tail):
+        raise ValueError(
+            f"{str(path)!r} is a truncated zip archive ({size} bytes): it starts like one but "
+            "its end (the central directory) is missing, as when a copy or a download is cut "
+            "short. Save the model again, or copy the whole file again."
+        )
+
+
+def _check_starts_at_zero(path: pathlib.Path, archive: zipfile.ZipFile) -> None:
+    """The archive the end record describes starts at the file's first byte; one that starts
+    further in is an archive stored inside a truncated file (the end record found is its)."""
+    first = min((info.header_offset for info in archive.infolist()), default=0)
+    if first > 0:
+        raise ValueError(
+            f"{str(path)!r} is a truncated zip archive ({path.stat().st_size} bytes): its end "
+            f"(the central directory) is missing, and the end record found belongs to an "
+            f"archive stored inside it (from byte {first}), as when a copy or a download is "
+            "cut short. Save the model again, or copy the whole file again."
+        )
+
+
+def _ends_in_end_record(tail: bytes) -> bool:
+    """Whether ``tail`` (a file's last bytes) ends with a zip end record and its comment."""
+    at = tail.rfind(_ZIP_END)
+    while at >= 0:
+        if len(tail) - at >= _END_SIZE:
+            comment = int.from_bytes(tail[at + 20 : at + 22], "little")
+            if at + _END_SIZE + comment == len(tail):
+                return True
+        at = tail.rfind(_ZIP_END, 0, at)
+    return False
 
 
 def _policy_module(raw: dict[str, Any]) -> str:
@@ -188,8 +259,8 @@ def read_model_info(path: PathLike) -> SavedModelInfo:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not a zip, a zip without an SB3 model, or one saved by a library that is
-            not installed (sb3-contrib).
+        ValueError: not a zip, an empty, truncated or damaged zip, a zip without an SB3 model,
+            or one saved by a library that is not installed (sb3-contrib).
     """
     from stable_baselines3.common.save_util import json_to_data
 
@@ -344,8 +415,8 @@ def load_model(
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not an SB3 model, an ``algo`` that contradicts the zip, an unknown
-            ``algo``, or a file SB3 cannot load.
+        ValueError: not an SB3 model (a truncated or damaged zip among them), an ``algo``
+            that contradicts the zip, an unknown ``algo``, or a file SB3 cannot load.
     """
     p = pathlib.Path(path)
     if p.is_dir():
@@ -360,9 +431,20 @@ def load_model(
             # SB3 warns about schedules pickled under another Python; they do not matter here.
             warnings.filterwarnings("ignore", message=".*Could not deserialize.*")
             model = cls.load(p, device=device, custom_objects=custom or None)
-    except (KeyError, ValueError, RuntimeError, pickle.UnpicklingError, AttributeError) as e:
+    except (
+        KeyError,
+        ValueError,
+        RuntimeError,
+        pickle.UnpicklingError,
+        AttributeError,
+        EOFError,
+        zipfile.BadZipFile,
+        zlib.error,
+    ) as e:
         raise ValueError(
-            f"could not load {str(p)!r} as {cls.__name__}: {type(e).__name__}: {e}."
+            f"could not load {str(p)!r} as {cls.__name__} ({type(e).__name__}: {e}); the file "
+            "may be damaged or written by an incompatible stable-baselines3: save the model "
+            "again."
         ) from e
     if not for_training:  # a scoring copy: evaluation mode once, not per batch
         model.policy.set_training_mode(False)

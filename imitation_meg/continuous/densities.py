@@ -171,7 +171,9 @@ class ContinuousPolicyFn:
         """The action laws of a batch of raw observations.
 
         Raises:
-            ValueError: a law of the wrong shape or with non-positive standard deviations.
+            ValueError: a law of the wrong shape, with NaN or infinite means, or with standard
+                deviations that are not positive and finite (each naming the first
+                observation's row).
         """
         law = self._law_fn(obs)
         n = len(obs)
@@ -180,8 +182,22 @@ class ContinuousPolicyFn:
                 f"policy {self.name} must give (n, d) = ({n}, {self.action_dim}) means and "
                 f"standard deviations, got {law.mean.shape} and {law.std.shape}."
             )
-        if not (np.all(np.isfinite(law.std)) and np.all(law.std > 0)):
-            raise ValueError(f"policy {self.name} gave non-positive standard deviations.")
+        bad_mean = ~np.isfinite(law.mean).all(-1)
+        if bad_mean.any():
+            row = int(np.flatnonzero(bad_mean)[0])
+            raise ValueError(
+                f"policy {self.name} gave a NaN or infinite mean at {int(bad_mean.sum())} of {n} "
+                f"observations (the first, row {row}: mean {law.mean[row].tolist()}); check the "
+                "observations for NaN and the network for divergence."
+            )
+        bad_std = ~(np.isfinite(law.std) & (law.std > 0)).all(-1)
+        if bad_std.any():
+            row = int(np.flatnonzero(bad_std)[0])
+            raise ValueError(
+                f"policy {self.name} gave standard deviations that are not positive and finite "
+                f"at {int(bad_std.sum())} of {n} observations (the first, row {row}: std "
+                f"{law.std[row].tolist()})."
+            )
         return law
 
 
@@ -249,11 +265,13 @@ def as_continuous_policy(
             with (default: the model's own env's, when it has one).
 
     Raises:
-        TypeError: not an SB3 continuous-action policy; a Discrete action space.
+        TypeError: not an SB3 continuous-action policy, its path or a ContinuousPolicyFn
+            (None, a number, bytes, an array ...); a Discrete action space.
         ValueError: an unbounded box; a deterministic policy without ``noise_std`` (the
             message names the option); ``noise_std`` for a stochastic policy.
     """
     sigma = _check_noise(noise_std)
+    _check_source(policy)
     if isinstance(policy, ContinuousPolicyFn):
         if sigma is not None or deterministic:
             raise ValueError(
@@ -272,6 +290,33 @@ def as_continuous_policy(
             "policy (SAC, PPO, A2C, TD3 ...), a .zip path or a ContinuousPolicyFn."
         )
     return _sb3_policy(obj, label, sigma, bool(deterministic), vec_normalize)
+
+
+def _check_source(policy: object) -> None:
+    """An SB3 model or policy, a path, a name or a :class:`ContinuousPolicyFn`; anything else
+    is a ``TypeError`` naming it and what is read."""
+    import os
+
+    if isinstance(policy, (str, os.PathLike, ContinuousPolicyFn)):
+        return
+    if is_loaded_instance(
+        policy, "stable_baselines3.common.base_class", "BaseAlgorithm"
+    ) or is_loaded_instance(policy, "stable_baselines3.common.policies", "BasePolicy"):
+        return
+    if isinstance(policy, (bytes, bytearray)):
+        got = f"bytes {bytes(policy)[:60]!r} (a path must be a str or pathlib.Path: decode it)"
+    elif isinstance(policy, (np.ndarray, th.Tensor)):
+        got = (
+            f"an array {tuple(policy.shape)} (per-state Gaussians on a ContinuousMDP are "
+            "imitation_meg.continuous.GaussianPolicy(mean, std))"
+        )
+    else:
+        text = repr(policy)
+        got = f"{type(policy).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+    raise TypeError(
+        f"cannot read action densities from {got}; pass an SB3 model or policy (SAC, PPO, A2C, "
+        "TD3 ...), the path of its saved .zip (str or pathlib.Path) or a ContinuousPolicyFn."
+    )
 
 
 def _sb3_policy(
@@ -303,11 +348,14 @@ def _sb3_policy(
     prepare = obs_preparer(policy, vec_normalize)
 
     def normal_of(obs_t: th.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        if squashing_actor:
-            mean, log_std, kwargs = actor.get_action_dist_params(obs_t)
-            dist = actor.action_dist.proba_distribution(mean, log_std, **kwargs)
-        else:
-            dist = policy.get_distribution(obs_t)
+        try:  # torch validates the Normal's parameters: a NaN mean is a ValueError there
+            if squashing_actor:
+                mean, log_std, kwargs = actor.get_action_dist_params(obs_t)
+                dist = actor.action_dist.proba_distribution(mean, log_std, **kwargs)
+            else:
+                dist = policy.get_distribution(obs_t)
+        except ValueError as e:
+            raise _invalid_law(label, obs_t, e) from e
         normal = dist.distribution
         return (
             normal.loc.to(th.float64).cpu().numpy().reshape(obs_t.shape[0], -1),
@@ -343,6 +391,26 @@ def _sb3_policy(
     return ContinuousPolicyFn(law, low, high, name=name, kind=kind)
 
 
+def _invalid_law(label: str, obs_t: th.Tensor, error: ValueError) -> ValueError:
+    """The refusal of a law torch would not build (NaN or infinite parameters), naming the
+    observations that hold NaN or infinite values, or the network when none does."""
+    n = obs_t.shape[0]
+    bad = (~th.isfinite(obs_t.reshape(n, -1).to(th.float64)).all(-1)).nonzero().flatten()
+    if bad.numel():
+        row = int(bad[0])
+        why = (
+            f"at {bad.numel()} of {n} observations (the first, row {row}, holds NaN or "
+            "infinite values: check the observations)"
+        )
+    else:
+        why = "on finite observations (the network's weights may hold NaN: a diverged training run)"
+    first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return ValueError(
+        f"policy {label} gave a NaN or infinite mean or standard deviation {why}; torch refused "
+        f"the Gaussian: {first_line}"
+    )
+
+
 def tabular_policy(policy: Any, mdp: Any, observations: Any = None, **kwargs: Any) -> Any:
     """The laws of an agent at every state of a :class:`~imitation_meg.continuous.ContinuousMDP`
     as a :class:`~imitation_meg.continuous.GaussianPolicy` (stationary), for exact MEG.
@@ -354,10 +422,15 @@ def tabular_policy(policy: Any, mdp: Any, observations: Any = None, **kwargs: An
         **kwargs: passed to :func:`as_continuous_policy` (``noise_std``, ``algo``, ...).
 
     Raises:
+        TypeError: an MDP that is no ContinuousMDP (a ``TabularMDP``'s table comes from
+            :func:`imitation_meg.adapters.policy_table`).
         ValueError: no observations, or an agent whose box differs from the MDP's.
     """
-    from imitation_meg.continuous.policies import GaussianPolicy
+    from imitation_meg.continuous.policies import GaussianPolicy, require_continuous_mdp
 
+    require_continuous_mdp(
+        mdp, "tabular_policy", "its policy tables come from imitation_meg.adapters.policy_table"
+    )
     pol = as_continuous_policy(policy, **kwargs)
     obs = observations if observations is not None else mdp.observations
     if obs is None:

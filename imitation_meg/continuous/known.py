@@ -51,12 +51,17 @@ import math
 import warnings
 from typing import Any
 
+import numpy as np
 import torch as th
 
 from imitation_meg._validation import ImitationMEGWarning
 from imitation_meg.beta_solver import BetaEvaluation, LimitValue, solve_beta
 from imitation_meg.continuous.mdp import BoxUtility, ContinuousMDP
-from imitation_meg.continuous.policies import ContinuousPolicy, TabularRule
+from imitation_meg.continuous.policies import (
+    ContinuousPolicy,
+    TabularRule,
+    require_continuous_mdp,
+)
 from imitation_meg.continuous.soft_vi import model_tables, soft_mean, soft_values
 from imitation_meg.results import to_jsonable
 
@@ -76,6 +81,35 @@ MAX_LEVEL = 3
 
 class ContinuousMEGWarning(ImitationMEGWarning):
     """A continuous-action MEG whose quadrature did not reach its stated accuracy."""
+
+
+def check_problem(policy: object, mdp: object, what: str, tabular: str) -> None:
+    """A :class:`ContinuousPolicy` on a :class:`ContinuousMDP`, or a ``TypeError`` that says
+    what ``what`` takes (and that a ``TabularMDP`` is scored with ``tabular``).
+
+    Raises:
+        TypeError: another MDP, or a policy that is no :class:`ContinuousPolicy`.
+    """
+    require_continuous_mdp(mdp, what, f"a TabularMDP is scored with {tabular}")
+    if not isinstance(policy, ContinuousPolicy):
+        hint = (
+            f" (an array is a table of a TabularMDP's policy, scored with {tabular}; on the box, "
+            "per-state Gaussians are GaussianPolicy(mean, std))"
+            if isinstance(policy, (th.Tensor, np.ndarray, list, tuple))
+            else ""
+        )
+        raise TypeError(
+            "policy must be a ContinuousPolicy (DensityPolicy, GaussianPolicy, uniform, "
+            f"soft_optimal), got {type(policy).__name__}{hint}."
+        )
+
+
+def check_accuracy(tol: object, max_level: object) -> None:
+    """``tol > 0`` (a number) and ``max_level >= 1`` (an integer), or a ``ValueError``."""
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0:
+        raise ValueError(f"tol must be a positive number, got {tol!r}.")
+    if isinstance(max_level, bool) or not isinstance(max_level, int) or max_level < 1:
+        raise ValueError(f"max_level must be an integer >= 1, got {max_level!r}.")
 
 
 @dataclasses.dataclass
@@ -153,11 +187,7 @@ class ContinuousMEGObjective:
         *,
         level: int = 0,
     ) -> None:
-        if not isinstance(policy, ContinuousPolicy):
-            raise TypeError(
-                f"policy must be a ContinuousPolicy (DensityPolicy, GaussianPolicy, uniform, "
-                f"soft_optimal), got {type(policy).__name__}."
-            )
+        check_problem(policy, mdp, "ContinuousMEGObjective", "imitation_meg.meg")
         self.mdp = mdp
         rm, Tm, log_w, points = model_tables(mdp, utility, level)
         rule = policy.rule(mdp, level)
@@ -331,6 +361,12 @@ def meg_continuous(
     Returns:
         :class:`ContinuousMEGResult`.
 
+    Raises:
+        TypeError: an MDP that is no :class:`ContinuousMDP` (a ``TabularMDP`` is scored with
+            :func:`imitation_meg.meg`), a policy that is no :class:`ContinuousPolicy`.
+        ValueError: a non-positive ``tol``, ``max_level < 1``; a policy or utility that does
+            not fit the MDP.
+
     Warns:
         ContinuousMEGWarning: the levels did not agree to ``tol`` by ``max_level``
             (``converged=False``; ``quadrature_error`` says by how much they differ).
@@ -342,10 +378,8 @@ def meg_continuous(
         >>> round(res.beta, 6), abs(res.meg - res.certificate) < 1e-9  # its own log-ratio
         (1.5, True)
     """
-    if not (isinstance(tol, (int, float)) and tol > 0):
-        raise ValueError(f"tol must be a positive number, got {tol!r}.")
-    if isinstance(max_level, bool) or not isinstance(max_level, int) or max_level < 1:
-        raise ValueError(f"max_level must be an integer >= 1, got {max_level!r}.")
+    check_problem(policy, mdp, "meg_continuous", "imitation_meg.meg")
+    check_accuracy(tol, max_level)
     prev = None
     evaluations = 0
     err = math.inf

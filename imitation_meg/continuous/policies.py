@@ -40,6 +40,33 @@ __all__ = [
 GAUSSIAN_KINDS = ("squashed", "clipped")
 #: Largest deviation from 1 of a density's integral over the box before it is refused.
 MASS_TOL = 1e-6
+#: Where a TabularMDP's policies come from, for the refusals of one.
+_TABULAR_POLICIES = "its policies are imitation_meg.policies.uniform / soft_optimal / optimal"
+
+
+def require_continuous_mdp(mdp: object, what: str, tabular: str) -> None:
+    """A :class:`ContinuousMDP`, or a ``TypeError`` saying that ``what`` takes one (with
+    ``tabular``, what to do with a ``TabularMDP``, when it is one).
+
+    Raises:
+        TypeError: any other object.
+    """
+    if isinstance(mdp, ContinuousMDP):
+        return
+    from imitation_meg.mdp import TabularMDP
+
+    if isinstance(mdp, TabularMDP):
+        got = (
+            f"the TabularMDP {mdp.name} ({mdp.n_states} states, {mdp.n_actions} discrete "
+            f"actions): {tabular}"
+        )
+    else:
+        text = repr(mdp)
+        got = f"{type(mdp).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+    raise TypeError(
+        f"{what} takes a ContinuousMDP (actions in a bounded box: "
+        f"imitation_meg.continuous.ContinuousMDP or random_continuous_mdp), got {got}."
+    )
 
 
 class TabularRule(NamedTuple):
@@ -134,7 +161,12 @@ class DensityPolicy(ContinuousPolicy):
 
 
 def uniform(mdp: ContinuousMDP) -> DensityPolicy:
-    """The uniform density ``1 / vol`` on the box (MEG 0 for every utility)."""
+    """The uniform density ``1 / vol`` on the box (MEG 0 for every utility).
+
+    Raises:
+        TypeError: an MDP that is no :class:`ContinuousMDP`.
+    """
+    require_continuous_mdp(mdp, "continuous.policies.uniform", _TABULAR_POLICIES)
     inv = 1.0 / mdp.volume
     pol = DensityPolicy(lambda s, a: th.full((s.shape[0],), inv, dtype=th.float64), name="uniform")
     return pol
@@ -150,6 +182,10 @@ class GaussianPolicy(ContinuousPolicy):
             ``"clipped"``: the action is ``clip(g, low, high)`` (PPO as SB3 executes it:
             ``mean`` and ``std`` in the box's units; the mass beyond a bound sits on it).
         name: a label.
+
+    Raises:
+        ValueError: an unknown ``kind``; tables of different or wrong shapes; a NaN or infinite
+            mean; a standard deviation that is not positive and finite.
     """
 
     def __init__(
@@ -164,6 +200,7 @@ class GaussianPolicy(ContinuousPolicy):
                 f"mean and std must both be (S, d) or (H, S, d), got {tuple(self.mean.shape)} and "
                 f"{tuple(self.std.shape)}."
             )
+        _check_tables(self.mean, self.std, name)
         self.kind = kind
         self.time_dependent = self.mean.ndim == 3
         self.name = name
@@ -195,6 +232,29 @@ class GaussianPolicy(ContinuousPolicy):
         )
 
 
+def _check_tables(mean: th.Tensor, std: th.Tensor, name: str) -> None:
+    """Finite means and positive finite standard deviations, or a ValueError naming the first
+    bad entry (its index ``(s, j)`` or ``(t, s, j)``)."""
+    where = "(t, s, j)" if mean.ndim == 3 else "(s, j)"
+    bad_mean = ~th.isfinite(mean)
+    if bool(bad_mean.any()):
+        first = tuple(bad_mean.nonzero()[0].tolist())
+        raise ValueError(
+            f"GaussianPolicy {name!r}: the mean is {float(mean[first])} at {where} = {first} "
+            f"({int(th.isnan(mean).sum())} NaN and {int(th.isinf(mean).sum())} infinite of "
+            f"{mean.numel()} means); a Gaussian's mean must be finite (a NaN mean comes from a "
+            "NaN observation or a diverged network)."
+        )
+    bad_std = ~(th.isfinite(std) & (std > 0))
+    if bool(bad_std.any()):
+        first = tuple(bad_std.nonzero()[0].tolist())
+        raise ValueError(
+            f"GaussianPolicy {name!r}: the std is {float(std[first])} at {where} = {first} "
+            f"({int(bad_std.sum())} of {std.numel()} not positive and finite); a std must be "
+            "positive and finite (a zero std is a deterministic policy, which has no density)."
+        )
+
+
 def soft_optimal(
     mdp: ContinuousMDP, beta: float, utility: BoxUtility | None = None, *, level: int = 3
 ) -> DensityPolicy:
@@ -203,8 +263,10 @@ def soft_optimal(
     box rule at refinement ``level`` (fine by default).
 
     Raises:
+        TypeError: an MDP that is no :class:`ContinuousMDP`.
         ValueError: a non-finite ``beta``.
     """
+    require_continuous_mdp(mdp, "continuous.policies.soft_optimal", _TABULAR_POLICIES)
     if not math.isfinite(float(beta)):
         raise ValueError(
             f"beta must be finite, got {beta}: the limits are point masses without a density."

@@ -209,12 +209,18 @@ def _check_gaussian(
     s = np.asarray(th.as_tensor(std, dtype=th.float64).cpu(), dtype=np.float64)
     if m.ndim != 2 or m.shape != s.shape:
         raise ValueError(f"mean and std must both be (n, d), got {m.shape} and {s.shape}.")
-    if not np.all(np.isfinite(m)) or not np.all(np.isfinite(s)) or not np.all(s > 0):
+    if not np.all(np.isfinite(m)):
         raise ValueError(
-            "a Gaussian action law needs finite means and positive finite standard deviations, "
-            f"got std in [{s.min(initial=np.inf):.3g}, {s.max(initial=-np.inf):.3g}]; a zero "
-            "std is a deterministic policy, which has no density (pass noise_std= for a "
-            "smoothed one)."
+            f"a Gaussian action law needs finite means, got {int(np.sum(np.isnan(m)))} NaN and "
+            f"{int(np.sum(np.isinf(m)))} infinite mean(s) of {m.size}; a NaN mean comes from a "
+            "NaN observation or a diverged network."
+        )
+    if not np.all(np.isfinite(s)) or not np.all(s > 0):
+        raise ValueError(
+            "a Gaussian action law needs positive finite standard deviations, got std in "
+            f"[{np.nanmin(s, initial=np.inf):.3g}, {np.nanmax(s, initial=-np.inf):.3g}] "
+            f"({int(np.sum(np.isnan(s)))} NaN); a zero std is a deterministic policy, which "
+            "has no density (pass noise_std= for a smoothed one)."
         )
     return m, s
 

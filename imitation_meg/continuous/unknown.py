@@ -40,6 +40,8 @@ from imitation_meg.continuous.known import (
     _at,
     _behaviour_tables,
     _occupancy,
+    check_accuracy,
+    check_problem,
 )
 from imitation_meg.continuous.mdp import ContinuousMDP, Fn, numeric
 from imitation_meg.continuous.policies import ContinuousPolicy, TabularRule
@@ -106,8 +108,7 @@ class LinearClassObjective:
         *,
         level: int = 0,
     ) -> None:
-        if not isinstance(policy, ContinuousPolicy):
-            raise TypeError(f"policy must be a ContinuousPolicy, got {type(policy).__name__}.")
+        check_problem(policy, mdp, "LinearClassObjective", "imitation_meg.meg_unknown")
         feats = _Features(features, mdp.n_states)
         S = mdp.n_states
         rule = policy.rule(mdp, level)
@@ -267,9 +268,19 @@ def meg_continuous_unknown(
     Returns:
         :class:`ContinuousUnknownResult`.
 
+    Raises:
+        TypeError: an MDP that is no :class:`ContinuousMDP` (a ``TabularMDP`` is scored with
+            :func:`imitation_meg.meg_unknown`), a policy that is no :class:`ContinuousPolicy`.
+        ValueError: a non-positive ``tol``, ``max_level < 1``, ``max_iter < 1``; features,
+            a policy or a utility that do not fit the MDP.
+
     Warns:
         ContinuousMEGWarning: Newton did not converge, or the quadrature did not reach ``tol``.
     """
+    check_problem(policy, mdp, "meg_continuous_unknown", "imitation_meg.meg_unknown")
+    check_accuracy(tol, max_level)
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}.")
     prev = math.nan
     err = math.inf
     for level in range(max_level + 1):

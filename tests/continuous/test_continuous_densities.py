@@ -15,7 +15,12 @@ from imitation_meg.continuous import (
     meg_continuous,
     random_continuous_mdp,
 )
-from imitation_meg.continuous.densities import as_continuous_policy, tabular_policy
+from imitation_meg.continuous.densities import (
+    ActionLaw,
+    ContinuousPolicyFn,
+    as_continuous_policy,
+    tabular_policy,
+)
 
 sb3 = pytest.importorskip("stable_baselines3")
 
@@ -189,3 +194,53 @@ def test_discrete_and_unbounded_action_spaces_are_refused():
         as_continuous_policy(ppo.policy)
     with pytest.raises(TypeError, match="cannot read action densities"):
         as_continuous_policy(lambda obs: obs)
+
+
+def test_a_nan_mean_from_a_real_agent_is_named_with_its_observation(ppo, sac, mdp):
+    """A NaN observation gives a NaN mean (torch refuses to build the Gaussian): the message
+    names the mean and the observation's row, not a standard deviation's range."""
+    obs = np.array(mdp.observations, dtype=np.float32)
+    obs[2] = np.nan
+    named = r"NaN or infinite mean.* at 1 of 4 observations \(the first, row 2"
+    for model in (ppo, sac):
+        pol = as_continuous_policy(model)
+        with pytest.raises(ValueError, match=named) as info:
+            pol.law(obs)
+        assert "std in [" not in str(info.value)
+        with pytest.raises(ValueError, match=named):
+            tabular_policy(model, mdp, observations=obs)
+    # a law that reaches the reader with a NaN mean (no torch distribution in between)
+    law = as_continuous_policy(sac).law
+    nan_mean = ContinuousPolicyFn(
+        lambda o: ActionLaw("squashed", law(o).mean * np.nan, law(o).std, law(o).low, law(o).high),
+        np.array([-2.0]),
+        np.array([2.0]),
+        name="nan-sac",
+        kind="squashed",
+    )
+    with pytest.raises(ValueError, match=r"nan-sac gave a NaN or infinite mean at 4 of 4"):
+        nan_mean.law(mdp.observations)
+
+
+@pytest.mark.parametrize(
+    ("source", "named"),
+    [
+        (None, "NoneType None"),
+        (42, "int 42"),
+        (b"sac.zip", r"bytes b'sac\.zip' \(a path must be a str"),
+        (np.zeros((4, 1)), r"an array \(4, 1\) \(per-state Gaussians"),
+    ],
+)
+def test_what_is_no_agent_is_refused_by_name(source, named):
+    with pytest.raises(TypeError, match=f"cannot read action densities from {named}"):
+        as_continuous_policy(source)
+
+
+def test_tabular_policy_refuses_a_tabular_mdp(sac):
+    import imitation_meg as im
+
+    with pytest.raises(
+        TypeError,
+        match=r"tabular_policy takes a ContinuousMDP .*TabularMDP CliffWorld.*policy_table",
+    ):
+        tabular_policy(sac, im.envs.cliff_world())

@@ -286,3 +286,66 @@ def test_a_narrow_policy_warns_when_the_rule_cannot_resolve_it():
     with pytest.warns(ContinuousMEGWarning, match="quadrature rules differ"):
         res = meg_continuous(pol, mdp, max_level=1)
     assert not res.converged and res.quadrature_error > 1e-3
+
+
+# ------------------------------------------------------- the wrong MDP, NaN Gaussians (issue 59)
+def test_a_tabular_mdp_is_refused_with_the_function_that_scores_it():
+    import imitation_meg as im
+
+    cm = random_continuous_mdp(4, 1, 3, seed=0)
+    grid = im.envs.cliff_world()
+    with pytest.raises(TypeError, match=r"meg_continuous takes a ContinuousMDP") as info:
+        meg_continuous(P.uniform(cm), grid)
+    assert "the TabularMDP CliffWorld10x4" in str(info.value)
+    assert str(info.value).endswith("a TabularMDP is scored with imitation_meg.meg.")
+    with pytest.raises(TypeError, match=r"ContinuousMEGObjective takes a ContinuousMDP"):
+        ContinuousMEGObjective(grid, P.uniform(cm))
+    with pytest.raises(TypeError, match=r"takes a ContinuousMDP .*got NoneType None"):
+        meg_continuous(P.uniform(cm), None)
+    for build in (P.uniform, lambda m: P.soft_optimal(m, 1.0)):
+        with pytest.raises(TypeError, match=r"takes a ContinuousMDP.*imitation_meg\.policies"):
+            build(grid)
+    # a tabular policy's table on the box: the hint names where it belongs
+    with pytest.raises(TypeError, match=r"got ndarray \(an array is a table of a TabularMDP"):
+        meg_continuous(np.full((4, 2), 0.5), cm)
+
+
+@pytest.mark.parametrize(
+    ("mean", "std", "message"),
+    [
+        (
+            [[0.1], [math.nan], [0.2]],
+            [[0.3]] * 3,
+            r"the mean is nan at \(s, j\) = \(1, 0\) \(1 NaN",
+        ),
+        ([[math.inf]] * 3, [[0.3]] * 3, r"the mean is inf at \(s, j\) = \(0, 0\) \(0 NaN and 3"),
+        ([[0.0]] * 3, [[0.3], [0.3], [math.nan]], r"the std is nan at \(s, j\) = \(2, 0\)"),
+        ([[0.0]] * 3, [[0.3], [-1.0], [0.3]], r"the std is -1\.0 at \(s, j\) = \(1, 0\)"),
+        (
+            [[[0.0]] * 3, [[0.0], [0.0], [math.nan]]],
+            [[[0.3]] * 3] * 2,
+            r"\(t, s, j\) = \(1, 2, 0\)",
+        ),
+    ],
+)
+def test_a_nan_gaussian_is_named_by_what_is_nan(mean, std, message):
+    with pytest.raises(ValueError, match=message) as info:
+        GaussianPolicy(mean, std, name="agent")
+    assert "GaussianPolicy 'agent'" in str(info.value)
+    if "mean" in message:
+        assert "std in" not in str(info.value)  # not reported as a standard deviation
+
+
+def test_the_quadrature_names_a_nan_mean_too():
+    from imitation_meg.continuous.densities import ActionLaw
+    from imitation_meg.continuous.quadrature import clipped_gaussian_rule
+
+    one = np.ones(1)
+    with pytest.raises(ValueError, match=r"finite means, got 1 NaN and 0 infinite mean\(s\) of 2"):
+        clipped_gaussian_rule(np.array([[0.0, math.nan]]), np.full((1, 2), 0.3), -one, one)
+    law = ActionLaw("squashed", np.array([[math.nan]]), np.array([[0.3]]), -one, one)
+    with pytest.raises(ValueError, match=r"finite means, got 1 NaN"):
+        law.rule()
+    law = ActionLaw("squashed", np.array([[0.0]]), np.array([[math.nan]]), -one, one)
+    with pytest.raises(ValueError, match=r"positive finite standard deviations.*\(1 NaN\)"):
+        law.rule()

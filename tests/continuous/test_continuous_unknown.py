@@ -88,3 +88,23 @@ def test_bad_features_are_named():
         meg_continuous_unknown(P.uniform(mdp), mdp, "states")
     with pytest.raises(ValueError, match=r"\(S, F\) with S = 3"):
         meg_continuous_unknown(P.uniform(mdp), mdp, np.eye(4))
+
+
+def test_a_tabular_mdp_and_bad_options_are_refused():
+    import imitation_meg as im
+
+    mdp = random_continuous_mdp(3, 1, 2, seed=0)
+    with pytest.raises(TypeError, match=r"meg_continuous_unknown takes a ContinuousMDP") as info:
+        meg_continuous_unknown(P.uniform(mdp), im.envs.cliff_world())
+    assert str(info.value).endswith("a TabularMDP is scored with imitation_meg.meg_unknown.")
+    with pytest.raises(TypeError, match="policy must be a ContinuousPolicy"):
+        meg_continuous_unknown(None, mdp)
+    for kwargs, message in (
+        ({"max_level": -1}, "max_level must be an integer >= 1, got -1"),
+        ({"max_level": 0}, "max_level must be an integer >= 1, got 0"),
+        ({"max_iter": 0}, "max_iter must be an integer >= 1, got 0"),
+        ({"tol": float("nan")}, "tol must be a positive number, got nan"),
+        ({"tol": 0.0}, "tol must be a positive number"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            meg_continuous_unknown(P.uniform(mdp), mdp, **kwargs)
