@@ -2,9 +2,9 @@
 
 Trains SAC and PPO on Pendulum-v1 and MountainCarContinuous-v0 (hyperparameters after
 rl-baselines3-zoo's, without observation normalisation), saves checkpoints, and scores each
-with the continuous-action estimator (:func:`imitation_meg.continuous.approx.
-meg_approx_continuous`: known-utility MEG for the environment's reward against the uniform
-density on the action box, the episodic finite-horizon model), its interval and the policy's
+with the Box soft Q-fits (:func:`imitation_meg.approx.meg_approx` with ``method="soft_q"``:
+known-utility MEG for the environment's reward against the uniform density on the action box,
+the episodic finite-horizon model), its interval and the policy's
 certificate ``E_pi[sum_t KL(pi || u)]``, beside the checkpoint's mean return. SAC is scored as
 its squashed Gaussian, PPO as its Gaussian clipped to the box (what the environment receives).
 
@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.continuous.approx import exceeds_certificate, meg_approx_continuous
+from imitation_meg.approx import meg_approx
+from imitation_meg.approx.evaluate import exceeds_certificate
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
@@ -157,9 +158,10 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
             done = int(model.num_timesteps)
         path = ckpt / f"{env_id}_{algo}_seed{seed}_{done}.zip"
         model.save(path)
-        res = meg_approx_continuous(
+        res = meg_approx(
             model,
             env_id,
+            method="soft_q",
             horizon=unit["horizon"],
             n_data_steps=cfg.n_data_steps,
             n_eval_episodes=cfg.n_eval_episodes,

@@ -3,9 +3,9 @@
 Random smooth continuous-action MDPs (:func:`imitation_meg.continuous.random_continuous_mdp`,
 ``S`` states, action boxes of 1 and 2 dimensions) become gymnasium environments whose
 observation of a state is a row of random features (:class:`~imitation_meg.continuous.
-ContinuousTabularEnv`); the estimator (:func:`~imitation_meg.continuous.approx.
-meg_approx_continuous`) sees only ``reset`` / ``step``, the observations and the scored policy's
-action law at each observation. The exact value comes from :func:`~imitation_meg.continuous.
+ContinuousTabularEnv`); the estimator (the Box soft Q-fits of :func:`~imitation_meg.approx.
+meg_approx`, ``method="soft_q"``) sees only ``reset`` / ``step``, the observations and the scored
+policy's action law at each observation. The exact value comes from :func:`~imitation_meg.continuous.
 meg_continuous` on the MDP. Policies (stationary, acting on observations):
 
 - ``uniform``: the uniform density (exact MEG 0);
@@ -31,13 +31,13 @@ from typing import Any
 import numpy as np
 import torch as th
 
+from imitation_meg.approx import meg_approx
 from imitation_meg.continuous import (
     ContinuousTabularEnv,
     GaussianPolicy,
     meg_continuous,
     random_continuous_mdp,
 )
-from imitation_meg.continuous.approx import meg_approx_continuous
 from imitation_meg.continuous.envs import table_policy
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
@@ -104,9 +104,10 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     from imitation_meg.continuous import policies
 
     exact = meg_continuous(policies.uniform(mdp) if pol == "uniform" else pol, mdp)
-    res = meg_approx_continuous(
+    res = meg_approx(
         table_policy(pol, mdp),
         lambda: ContinuousTabularEnv(mdp),
+        method="soft_q",
         horizon=cfg.horizon,
         n_data_steps=cfg.n_data_steps,
         n_eval_episodes=cfg.n_eval_episodes,

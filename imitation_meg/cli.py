@@ -324,13 +324,6 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _score_once(args: argparse.Namespace) -> int:
-    if args.env is not None and not _is_minigrid(args.env) and _env_has_box_actions(args.env):
-        from imitation_meg.continuous.score import score_continuous
-
-        _check_single_policy_outputs(args)
-        return score_continuous(args)
-    if args.noise_std is not None:
-        raise ValueError("--noise-std applies to deterministic agents in Box action spaces.")
     if (
         args.approx
         or args.curve is not None
@@ -343,6 +336,8 @@ def _score_once(args: argparse.Namespace) -> int:
         else:
             _check_outputs(args)
         return score_approx(args)
+    if args.noise_std is not None:
+        raise ValueError("--noise-std applies to deterministic agents in Box action spaces.")
     if getattr(args, "approx_options", None):
         raise ValueError(
             "--approx-option applies to the approximate estimators (--approx, environments "
@@ -529,12 +524,6 @@ def _score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> in
     return 0
 
 
-def _env_has_box_actions(env_id: str) -> bool:
-    from imitation_meg.continuous.score import has_box_actions
-
-    return has_box_actions(env_id)
-
-
 def _target_of(mdp: Any, kind: str) -> Any:
     """``--target`` for the MDP: MiniGrid layouts read the agent's cell from their metadata."""
     if "agent_pos" in mdp.metadata:
@@ -665,8 +654,8 @@ def _add_score_parser(sub: Any) -> None:
         action="append",
         metavar="KEY=VALUE",
         help="a setting of the approximate estimator (any ApproxOptions field but seed, e.g. "
-        "refine=4, n_models=5, n_eval_episodes=200, hidden=[128,128]; for Box actions a "
-        "keyword of meg_approx_continuous); repeatable",
+        "refine=4, n_models=5, n_eval_episodes=200, hidden=[128,128], grid_points=32 for the "
+        "soft Q-fits of Box actions); repeatable",
     )
     score.add_argument(
         "--seed",

@@ -9,10 +9,13 @@ an SB3 object has to be handled.
   paths of a simulated deterministic environment), saved with its provenance, and scoring any
   policy from its expected return (``meg_approx(..., curve=...)``).
 - :func:`meg_approx`: known-utility MEG (the environment's reward) of a policy in any
-  gymnasium environment with ``Discrete`` actions, from ``reset`` / ``step`` only; on
-  CartPole by default through :mod:`imitation_meg.approx.paths` (no fitting: the exact
-  likelihood of a deterministic environment's paths, with the simulators of
-  :mod:`imitation_meg.approx.simulators`).
+  gymnasium environment with ``Discrete`` actions or a bounded ``Box``, from ``reset`` / ``step``
+  only; on the classic-control tasks by default through :mod:`imitation_meg.approx.paths` (no
+  fitting: the exact likelihood of a deterministic environment's paths, with the simulators of
+  :mod:`imitation_meg.approx.simulators`), elsewhere by soft Q-fits
+  (:mod:`imitation_meg.approx.soft_q`: one design for both kinds of action, the action space a
+  parameter, :mod:`imitation_meg.approx.spaces`). :func:`meg_approx_continuous` is its Box soft
+  Q-fits under their former name.
 - :func:`meg_approx_unknown`: a lower bound on unknown-utility MEG over a utility network on
   observations, or over linear utilities of the scored agent's own hidden features; or, for
   observations that take few values, the estimate over every utility of the observation
@@ -26,12 +29,18 @@ an SB3 object has to be handled.
 
 from imitation_meg.approx.curve import CurveInfo, SoftValueCurve, exact_curve
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
-from imitation_meg.approx.known import meg_approx, soft_value_curve
+from imitation_meg.approx.known import (
+    ContinuousApproxResult,
+    meg_approx,
+    meg_approx_continuous,
+    soft_value_curve,
+)
 from imitation_meg.approx.options import ApproxOptions
 from imitation_meg.approx.policy import PolicyFn, as_policy_fn
-from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
+from imitation_meg.approx.rollouts import EnvSource, Laws, Rollouts, collect
 from imitation_meg.approx.soft_q import (
     BetaPrior,
+    BoxSoftQModel,
     SoftQModel,
     fit_soft_q,
     fit_soft_q_ensemble,
@@ -45,8 +54,11 @@ __all__ = [
     "ApproxOptions",
     "ApproxUnknownResult",
     "BetaPrior",
+    "BoxSoftQModel",
+    "ContinuousApproxResult",
     "CurveInfo",
     "EnvSource",
+    "Laws",
     "PolicyFn",
     "Rollouts",
     "SoftQModel",
@@ -57,6 +69,7 @@ __all__ = [
     "fit_soft_q",
     "fit_soft_q_ensemble",
     "meg_approx",
+    "meg_approx_continuous",
     "meg_approx_unknown",
     "soft_mean",
     "soft_value_curve",

@@ -3,7 +3,10 @@
 :func:`~imitation_meg.approx.meg_approx` scores the environment's reward with
 :func:`estimate`; :func:`~imitation_meg.approx.meg_approx_unknown` scores two utilities of its
 class with the same function (its own part is the ascent on the utility). Both take their
-settings from one :class:`~imitation_meg.approx.options.ApproxOptions`.
+settings from one :class:`~imitation_meg.approx.options.ApproxOptions`. The action space is a
+parameter: the same steps fit :class:`~imitation_meg.approx.soft_q.SoftQModel` for ``Discrete``
+actions and :class:`~imitation_meg.approx.soft_q.BoxSoftQModel` for a bounded box (the scored
+policy is then a :class:`~imitation_meg.continuous.densities.ContinuousPolicyFn`).
 """
 
 from __future__ import annotations
@@ -20,14 +23,15 @@ from imitation_meg.approx.evaluate import (
     ApproxMEGResult,
     ApproxMEGWarning,
     Ensemble,
+    ensemble_of,
     mean_curve,
     scan,
     summarise,
 )
-from imitation_meg.approx.options import REFIT_LR, ApproxOptions
+from imitation_meg.approx.options import REFIT_LR, ResolvedOptions
 from imitation_meg.approx.policy import PolicyFn
-from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
-from imitation_meg.approx.soft_q import BetaPrior, SoftQModel, fit_soft_q_ensemble, new_model
+from imitation_meg.approx.rollouts import Behaviour, EnvSource, Rollouts, collect
+from imitation_meg.approx.soft_q import BetaPrior, action_grid, fit_soft_q_ensemble, new_model
 
 __all__ = [
     "Behaviour",
@@ -35,6 +39,7 @@ __all__ = [
     "Run",
     "collect_data",
     "curve_rng",
+    "data_behaviours",
     "estimate",
     "evaluation_episodes",
     "fit_ensemble",
@@ -44,14 +49,10 @@ __all__ = [
     "uniform_behaviour",
 ]
 
-#: A rollout behaviour: ``(raw observations, flat observations (n, d), times (n,))`` to action
-#: probabilities ``(n, A)``.
-Behaviour = Callable[[Any, np.ndarray, np.ndarray], np.ndarray]
-
 
 # ------------------------------------------------------------------------------ behaviours
 def uniform_behaviour(n_actions: int) -> Behaviour:
-    """The uniform policy as a rollout behaviour."""
+    """The uniform policy over ``n_actions`` ``Discrete`` actions as a rollout behaviour."""
 
     def fn(raw: Any, x: np.ndarray, t: np.ndarray) -> np.ndarray:
         return np.full((x.shape[0], n_actions), 1.0 / n_actions)
@@ -59,8 +60,13 @@ def uniform_behaviour(n_actions: int) -> Behaviour:
     return fn
 
 
-def policy_behaviour(pol: PolicyFn, mix: float = 0.0) -> Behaviour:
-    """The scored policy, mixed with a share ``mix`` of uniform actions."""
+def policy_behaviour(pol: Any, mix: float = 0.0) -> Behaviour:
+    """The scored policy, mixed with a share ``mix`` of uniform actions: its probabilities
+    (a :class:`~imitation_meg.approx.policy.PolicyFn`), or draws from its action law (a
+    :class:`~imitation_meg.continuous.densities.ContinuousPolicyFn`: each row's action is drawn
+    from the law, then replaced by a uniform one with probability ``mix``)."""
+    if callable(getattr(pol, "law", None)):
+        return _law_sampler(pol, mix)
 
     def fn(raw: Any, x: np.ndarray, t: np.ndarray) -> np.ndarray:
         p = pol.probs(raw)
@@ -69,15 +75,33 @@ def policy_behaviour(pol: PolicyFn, mix: float = 0.0) -> Behaviour:
     return fn
 
 
-def model_behaviour(model: SoftQModel, b: float) -> Behaviour:
-    """A soft Q-model's soft-optimal policy at rationality ``b`` (utility units)."""
-
-    def fn(raw: Any, x: np.ndarray, t: np.ndarray) -> np.ndarray:
-        bb = th.full((x.shape[0],), float(b))
-        lp = model.log_policy(th.as_tensor(x), th.as_tensor(t), bb)
-        return lp.exp().double().numpy()
+def _law_sampler(pol: Any, mix: float) -> Behaviour:
+    def fn(raw: Any, x: np.ndarray, t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        acts = pol.law(raw).sample(rng)
+        if mix > 0:
+            u = pol.low + rng.random(acts.shape) * (pol.high - pol.low)
+            acts = np.where(rng.random((acts.shape[0], 1)) < mix, u, acts)
+        return acts
 
     return fn
+
+
+def data_behaviours(pol: Any, source: EnvSource) -> list[Behaviour]:
+    """The scored policy, the policy mixed half-and-half with uniform actions, and uniform
+    actions (for a box, the policy mixed entirely: every behaviour draws the policy's action
+    first, so the three share one layout of random draws)."""
+    uniform = policy_behaviour(pol, 1.0) if source.actions.is_box else None
+    return [
+        policy_behaviour(pol),
+        policy_behaviour(pol, 0.5),
+        uniform or uniform_behaviour(source.n_actions),
+    ]
+
+
+def model_behaviour(model: Any, b: float) -> Behaviour:
+    """A soft Q-model's soft-optimal policy at normalised rationality ``b`` (its
+    ``behaviour``: probabilities, or for a Box model draws by importance resampling)."""
+    return model.behaviour(b)
 
 
 class ProgressBar:
@@ -125,7 +149,8 @@ class Run:
 
     Args:
         source: the environment.
-        pol: the scored policy.
+        pol: the scored policy (a :class:`~imitation_meg.approx.policy.PolicyFn`, or for a box
+            a :class:`~imitation_meg.continuous.densities.ContinuousPolicyFn`).
         opts: the settings, resolved for ``source`` (:meth:`ApproxOptions.resolved`).
         bar_total: soft Q-iterations (or other units) the progress bar counts.
         desc: the bar's label.
@@ -138,8 +163,8 @@ class Run:
     def __init__(
         self,
         source: EnvSource,
-        pol: PolicyFn,
-        opts: ApproxOptions,
+        pol: Any,
+        opts: ResolvedOptions,
         *,
         bar_total: int,
         desc: str,
@@ -171,7 +196,7 @@ def curve_rng(seed: int) -> np.random.Generator:
 
 def collect_data(
     source: EnvSource,
-    pol: PolicyFn,
+    pol: Any,
     n_steps: int,
     rng: np.random.Generator,
     *,
@@ -180,20 +205,16 @@ def collect_data(
     scored: PolicyFn | None = None,
 ) -> Rollouts:
     """Off-policy data of about ``n_steps`` steps (whole episodes): a third each of the policy,
-    the policy mixed half-and-half with uniform actions, and the uniform policy (with
-    ``scored``, that policy's probabilities at every row, ``Rollouts.probs``)."""
+    the policy mixed half-and-half with uniform actions, and the uniform policy
+    (:func:`data_behaviours`; with ``scored``, that policy's probabilities at every row,
+    ``Rollouts.probs``)."""
     third = max(1, n_steps // 3)
-    behaviours = [
-        policy_behaviour(pol),
-        policy_behaviour(pol, 0.5),
-        uniform_behaviour(source.n_actions),
-    ]
     return Rollouts.concat(
         [
             collect(
                 source, b, None, rng, min_steps=third, scored=scored, n_envs=n_envs, on_step=on_step
             )
-            for b in behaviours
+            for b in data_behaviours(pol, source)
         ]
     )
 
@@ -216,7 +237,8 @@ def model_data(run: Run) -> list[Rollouts]:
 
 
 def evaluation_episodes(run: Run) -> Rollouts:
-    """Fresh episodes of the scored policy with its probabilities at every visited state.
+    """Fresh episodes of the scored policy with its probabilities (a box: its action laws) at
+    every visited state.
 
     Warns:
         ApproxMEGWarning: episodes cut by the environment before the horizon.
@@ -246,7 +268,7 @@ class Fitted(NamedTuple):
     """An ensemble after its last stage: the models, their data, and every stage's scan
     (rationalities and values, first fit first)."""
 
-    models: list[SoftQModel]
+    models: list[Any]
     datas: list[Rollouts]
     ensemble: Ensemble
     stages: list[tuple[np.ndarray, dict[str, np.ndarray]]]
@@ -259,25 +281,31 @@ def fit_ensemble(
     *,
     reward_fn: Callable[[th.Tensor], th.Tensor] | None = None,
 ) -> Fitted:
-    """Fit one model per seed on its data (``base``), scan, refine around the optimum, rescan.
+    """Fit one model per seed on its data (``base``), scan, refine around the optimum, rescan:
+    :class:`~imitation_meg.approx.soft_q.SoftQModel` for ``Discrete`` actions,
+    :class:`~imitation_meg.approx.soft_q.BoxSoftQModel` with the action grid of
+    ``opts.grid_points`` for a box.
 
     :func:`summarise` widens the interval by the estimate's largest move from an earlier stage
     to the last, and reports every stage.
     """
     source, opts = run.source, run.opts
     assert opts.iterations is not None and opts.steps_per_iteration is not None
-    assert opts.n_data_steps is not None
+    assert opts.n_data_steps is not None and opts.refine is not None
+    box = source.actions.is_box
+    grid = action_grid(source.action_dim, opts.grid_points, seed=opts.seed) if box else None
     seeds = run.model_seeds
     datas = list(base)
     models = [
         new_model(
             data,
-            source.n_actions,
+            source.actions if box else source.n_actions,
             source.horizon,
             hidden=opts.hidden,
             seed=mseed,
             reward_fn=reward_fn,
             last_steps=opts.last_steps,
+            grid=grid,
         )
         for data, mseed in zip(datas, seeds, strict=True)
     ]
@@ -286,8 +314,8 @@ def fit_ensemble(
         losses = fit_soft_q_ensemble(
             models,
             datas,
-            iterations=opts.iterations,  # type: ignore[arg-type]
-            steps_per_iteration=opts.steps_per_iteration,  # type: ignore[arg-type]
+            iterations=opts.iterations,
+            steps_per_iteration=opts.steps_per_iteration,
             lr=lr,
             priors=priors,
             seeds=[mseed + 1 + stage for mseed in seeds],
@@ -296,7 +324,7 @@ def fit_ensemble(
             device=opts.device,
         )
         for model, loss in zip(models, losses, strict=True):
-            model.losses = loss  # type: ignore[attr-defined]
+            model.losses = loss
 
     fit_all([BetaPrior()] * len(models), opts.lr, 0)
     nulls = sum(m.null for m in models)
@@ -310,7 +338,7 @@ def fit_ensemble(
             ApproxMEGWarning,
             stacklevel=4,
         )
-    ens = Ensemble(models, ev)
+    ens = ensemble_of(models, ev)
     q_ref = float(np.median([m.q_scale for m in models]))
     betas, mats = scan(ens, q_ref)
     stages = [(betas, mats)]
@@ -361,4 +389,5 @@ def estimate(
         t_start=run.t_start,
         horizon=run.source.horizon,
         stages=fitted.stages,
+        policy=str(getattr(run.pol, "name", "")),
     )

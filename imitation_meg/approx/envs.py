@@ -35,6 +35,7 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 
+from imitation_meg.continuous.envs import ObservedStatesEnv
 from imitation_meg.mdp import TabularMDP
 
 __all__ = [
@@ -92,7 +93,7 @@ JITTER_SHARE = 0.45
 FROZENLAKE6_MAP = ("SFFFHF", "FHFFFF", "FFFHFH", "HFFFFF", "FFHFHF", "FHFFFG")
 
 
-class TabularGymEnv(gym.Env):
+class TabularGymEnv(ObservedStatesEnv):
     """A :class:`TabularMDP` as a gymnasium environment with feature observations.
 
     ``reset`` draws ``s_0`` from the MDP's initial distribution; ``step(a)`` pays the expected
@@ -122,16 +123,6 @@ class TabularGymEnv(gym.Env):
             low=obs.min(0) - 1.0, high=obs.max(0) + 1.0, dtype=np.float32
         )
         self.action_space = gym.spaces.Discrete(mdp.n_actions)
-        self._s = 0
-        self._t = 0
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        self._s = int(self.np_random.choice(self._p0.size, p=self._p0 / self._p0.sum()))
-        self._t = 0
-        return self.obs_matrix[self._s].copy(), {"state": self._s}
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         s, a = self._s, int(action)

@@ -1,9 +1,12 @@
 """Evaluating fitted soft Q-models on episodes of the scored policy: the estimate and its interval.
 
-:func:`summarise` turns the per-episode values ``sum_t (sum_a pi(a|s_t) log pi_beta(a|s_t) +
-log|A|)`` of each fitted model on a grid of rationalities into :class:`ApproxMEGResult`: the mean
-over models of each model's maximum, an interval that combines a bootstrap over episodes with the
-spread of the models, and the diagnostics. See :mod:`imitation_meg.approx.known`.
+:func:`summarise` turns the per-episode values of each fitted model on a grid of rationalities
+into :class:`ApproxMEGResult`: the mean over models of each model's maximum, an interval that
+combines a bootstrap over episodes with the spread of the models, and the diagnostics. See
+:mod:`imitation_meg.approx.known`. The values are ``sum_t (sum_a pi(a|s_t) log pi_beta(a|s_t) +
+log|A|)`` for ``Discrete`` actions (:class:`Ensemble`) and, for a box (:class:`BoxEnsemble`),
+``sum_t int pi(a|s_t) log(pi_beta(a|s_t) / u(a)) da``, the policy's law integrated by its own
+quadrature rule and the models' soft means by the action grid.
 """
 
 from __future__ import annotations
@@ -22,14 +25,16 @@ import torch as th
 from imitation_meg import _threads
 from imitation_meg._validation import ImitationMEGWarning
 from imitation_meg.approx.rollouts import Rollouts
-from imitation_meg.approx.soft_q import SoftQModel, bellman_residual
+from imitation_meg.approx.soft_q import ActionGrid, BoxSoftQModel, SoftQModel, bellman_residual
 from imitation_meg.results import to_jsonable
 
 __all__ = [
     "ApproxMEGResult",
     "ApproxMEGWarning",
+    "BoxEnsemble",
     "Ensemble",
     "add_episode_values",
+    "exceeds_certificate",
     "fit_maxima",
     "mean_curve",
     "scan",
@@ -42,6 +47,11 @@ _GRID_DECADES = (-2.0, 6.0)
 _GRID_STEP = 0.25
 _FINE_HALF = 0.25
 _FINE_STEP = 0.025
+#: The same for the Box fits (each point costs an integration over the action grid).
+_BOX_GRID_DECADES = (-2.0, 5.0)
+_BOX_GRID_STEP = 0.5
+_BOX_FINE_HALF = 0.3
+_BOX_FINE_STEP = 0.1
 #: RMS Bellman residual (fraction of the largest return) above which a fit counts as diverged.
 _RESIDUAL_WARN = 0.5
 #: The stages have settled when the last refit moved the estimate by at most its own sampling
@@ -54,8 +64,13 @@ UNSETTLED_NOTE = (
     "its sampling error, so the interval may be too narrow. Refit more (refine=4 in Python, "
     "--approx-option refine=4 on the command line) and compare."
 )
-#: Rows per forward pass when evaluating.
+#: Rows per forward pass when evaluating (``Discrete`` actions; a box: ``_BOX_ROWS`` rows, each
+#: at its law's quadrature points and the action grid's).
 _CHUNK = 1 << 14
+_BOX_ROWS = 2048
+#: The quadrature rule of the scored policy's law at every visited state (a box; in 1-D with
+#: the extra break points of squashed laws).
+_BOX_RULE = {"nodes": 3, "panels": 6}
 
 
 class ApproxMEGWarning(ImitationMEGWarning):
@@ -65,6 +80,13 @@ class ApproxMEGWarning(ImitationMEGWarning):
 @dataclasses.dataclass(frozen=True)
 class ApproxMEGResult:
     """An approximate known-utility MEG estimate.
+
+    The same record serves ``Discrete`` actions and bounded boxes. For a box the reference is
+    the uniform density on the box, which has no ``log|A|``: ``upper_bound`` and
+    ``length_bound`` are infinite, and ``normalized`` (and ``length_normalized``) is
+    ``meg / certificate``, the share of the policy's own log-likelihood ratio to the uniform
+    density that the reward explains (NaN for a law with point masses, whose certificate is
+    infinite; 0 when the certificate is 0).
 
     Attributes:
         meg: the estimate (nats): the mean over the ``K`` fitted models of each model's
@@ -78,21 +100,24 @@ class ApproxMEGResult:
             ``[0, certificate]``.
         confidence: its nominal coverage.
         beta: the maximiser of the models' mean curve, in utility units (0: the uniform model).
-        upper_bound: ``H log|A|``, as on exact results (:class:`imitation_meg.MEGResult`).
-        normalized: ``meg / upper_bound``, as on exact results.
+        upper_bound: ``H log|A|``, as on exact results (:class:`imitation_meg.MEGResult`;
+            ``inf`` for a box).
+        normalized: ``meg / upper_bound``, as on exact results (a box: ``meg /
+            certificate``).
         length_bound: ``E_pi[T] log|A|`` over the evaluation episodes: the bound for the
             episodes the policy actually has (equal to ``upper_bound`` when no episode ends
             early).
         length_normalized: ``meg / length_bound`` (0 when ``length_bound`` is 0).
-        certificate: ``E_pi[sum_t (log|A| - H(pi(.|s_t)))]``, an upper bound on MEG over any
-            model family (Gibbs' inequality).
+        certificate: ``E_pi[sum_t (log|A| - H(pi(.|s_t)))]`` (a box: ``E_pi[sum_t KL(pi(. |
+            s_t) || u)]``, ``inf`` for a law with point masses, PPO's clipped Gaussian), an
+            upper bound on MEG over any model family (Gibbs' inequality).
         horizon: ``H``.
         mean_length: ``E_pi[T]`` over the evaluation episodes.
         expected_return: mean evaluation return of the scored policy.
         n_env_steps: environment steps used in all (data, refits, evaluation).
         n_eval_episodes: evaluation episodes.
         ensemble: the value of the model whose soft Q-values are averaged over the fits (a
-            diagnostic; an average of soft-optimal models is not one itself).
+            diagnostic; an average of soft-optimal models is not one itself; NaN for a box).
         models: one dict per fitted model: ``seed``, ``meg`` (its own maximum), ``beta``,
             ``residual_mean``, ``residual_rms`` (soft Bellman residual at the ensemble's beta on
             the evaluation transitions, utility units), ``loss`` (last fitting loss),
@@ -157,6 +182,14 @@ class ApproxMEGResult:
             further policies of the same environment from their episodes alone, or save it);
             None for the other methods. ``to_dict`` keeps its provenance only.
         return_se: the standard error of ``expected_return`` (NaN where not computed).
+        above_certificate: the fits' mean maximum exceeded the certificate, which no
+            normalised model can (Gibbs' inequality): for a box, the action grid could not
+            integrate the models at that beta (a law much narrower than the grid's spacing), so
+            ``meg`` is the certificate by clipping, not by estimation (warned).
+        policy: what was scored (its name, with its smoothing if any; empty where not
+            recorded).
+        grid: a box's action grid (kind and points, ``"gauss-legendre, 16 points"``); empty
+            for ``Discrete`` actions and the methods without fits.
     """
 
     meg: float
@@ -202,6 +235,9 @@ class ApproxMEGResult:
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     curve: Any = dataclasses.field(default=None, repr=False, compare=False)
     return_se: float = math.nan
+    above_certificate: bool = False
+    policy: str = ""
+    grid: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (replicates as a list; of the curve, its provenance)."""
@@ -226,24 +262,47 @@ def add_episode_values(out: th.Tensor, episode: th.Tensor, p: th.Tensor, logits:
 
 
 class Ensemble:
-    """Per-episode ``sum_t (sum_a pi(a|s_t) log pi_beta(a|s_t) + log|A|)`` for model averages.
+    """Per-episode ``sum_t (sum_a pi(a|s_t) log pi_beta(a|s_t) + log|A|)`` for model averages
+    (``Discrete`` actions).
 
     Estimators: ``"k"`` (model ``k`` alone) and ``"all"`` (soft Q-values averaged over every
     model; a diagnostic).
+
+    Attributes:
+        certificates: ``(n_eps,)`` each episode's ``sum_t (log|A| - H(pi(. | s_t)))``.
+        box: False.
+        grid: ``""`` (no action grid).
+        scan_grid: the decades of the coarse grid of rationalities, its step, and the half-width
+            and step of the fine grid (:func:`scan`).
     """
+
+    box = False
+    grid = ""
+    scan_grid = (_GRID_DECADES, _GRID_STEP, _FINE_HALF, _FINE_STEP)
 
     def __init__(self, models: list[SoftQModel], ev: Rollouts) -> None:
         assert ev.probs is not None
+        self._rows(models, ev)
+        self.p = th.as_tensor(ev.probs, dtype=th.float64)
+        self.subsets["all"] = list(range(len(models)))
+        self.subsets.update({str(k): [k] for k in range(len(models))})
+        p = ev.probs
+        self.n_actions = int(p.shape[1])
+        ent = -(p * np.log(np.where(p > 0, p, 1.0))).sum(-1)
+        self.certificates = _per_episode(ev, math.log(self.n_actions) - ent)
+
+    def _rows(self, models: list[Any], ev: Rollouts) -> None:
         self.models = models
         self.x = th.as_tensor(ev.x)
         self.t = th.as_tensor(ev.t)
-        self.p = th.as_tensor(ev.probs, dtype=th.float64)
         self.episode = th.as_tensor(ev.episode)
         self.n_eps = ev.n_episodes
-        K = len(models)
-        self.subsets: dict[str, list[int]] = {"all": list(range(K))}
-        for k in range(K):
-            self.subsets[str(k)] = [k]
+        self.subsets: dict[str, list[int]] = {}
+
+    def bounds(self, ev: Rollouts, horizon: int) -> tuple[float, float]:
+        """``(H log|A|, E[T] log|A|)``: the bounds of the horizon and of the episodes seen."""
+        log_a = math.log(self.n_actions)
+        return float(horizon * log_a), float(ev.lengths.mean() * log_a)
 
     def columns(self, beta: float) -> dict[str, np.ndarray]:
         if beta == 0.0:
@@ -267,21 +326,110 @@ class Ensemble:
         return {name: v.numpy() for name, v in out.items()}
 
 
+def _per_episode(ev: Rollouts, values: np.ndarray) -> np.ndarray:
+    """``(n_eps,)`` the sums of per-row ``values`` over each episode."""
+    out = np.zeros(ev.n_episodes)
+    np.add.at(out, ev.episode, values)
+    return out
+
+
+class BoxEnsemble(Ensemble):
+    """Per-episode ``sum_t int pi(a|s_t) log(pi_beta(a|s_t) / u(a)) da`` of each Box model
+    (:class:`~imitation_meg.approx.soft_q.BoxSoftQModel`): at every visited state the term is
+    integrated over the policy's own law by its quadrature rule (a Rao-Blackwellised form of the
+    sampled action's term), ``m_beta`` over the models' action grid.
+
+    Estimators: ``"k"`` (model ``k`` alone; no average of the fits).
+
+    Attributes:
+        certificates: ``(n_eps,)`` each episode's ``sum_t KL(pi(. | s_t) || u)`` (``inf`` for
+            laws with point masses).
+        box: True.
+        grid: the action grid, described (``"gauss-legendre, 16 points"``).
+        scan_grid: as for :class:`Ensemble` (coarser: each point integrates over the grid).
+    """
+
+    box = True
+    scan_grid = (_BOX_GRID_DECADES, _BOX_GRID_STEP, _BOX_FINE_HALF, _BOX_FINE_STEP)
+
+    def __init__(self, models: list[BoxSoftQModel], ev: Rollouts) -> None:
+        assert ev.laws is not None
+        self._rows(models, ev)
+        self.subsets.update({str(k): [k] for k in range(len(models))})
+        self.action_grid: ActionGrid = models[0].grid
+        self.grid = self.action_grid.describe
+        rule = {**_BOX_RULE, "extra_breaks": ev.laws.mean.shape[1] == 1}
+        pts, wts, kls = [], [], []
+        for lo in range(0, ev.n_steps, _BOX_ROWS):
+            r = ev.laws.rows(slice(lo, lo + _BOX_ROWS)).rule(**rule)
+            pts.append(r.points)
+            wts.append(r.weights)
+            kls.append(r.kl)
+        M = max(p.shape[1] for p in pts)
+        self.points = th.cat([_pad(p, M) for p in pts])  # (N_rows, M, k) environment units
+        self.weights = th.cat([_pad(w, M) for w in wts])
+        self.certificates = _per_episode(ev, th.cat(kls).numpy())
+
+    def bounds(self, ev: Rollouts, horizon: int) -> tuple[float, float]:
+        """``(inf, inf)``: a density has no ``log|A|``."""
+        return math.inf, math.inf
+
+    def columns(self, beta: float) -> dict[str, np.ndarray]:
+        """Per model ``(n_eps,)`` sums over each episode of the decisions' terms at ``beta``
+        (utility units)."""
+        if beta == 0.0:
+            return {name: np.zeros(self.n_eps) for name in self.subsets}
+        out = [th.zeros(self.n_eps, dtype=th.float64) for _ in self.models]
+        N = self.x.shape[0]
+        with th.no_grad():
+            for lo in range(0, N, _BOX_ROWS):
+                sl = slice(lo, min(N, lo + _BOX_ROWS))
+                x, t = self.x[sl], self.t[sl]
+                for k, m in enumerate(self.models):
+                    if m.null:
+                        continue
+                    b = th.full((x.shape[0],), beta * m.q_scale)
+                    fp = m.f_points(x, t, b, m.scale_actions(self.points[sl])).double()
+                    soft = m.soft_value(x, t, b).double()
+                    term = b.double() * ((self.weights[sl] * fp).sum(-1) - soft)
+                    out[k].index_add_(0, self.episode[sl], term)
+        return {str(k): o.numpy() for k, o in enumerate(out)}
+
+
+def _pad(x: th.Tensor, M: int) -> th.Tensor:
+    """Pad the second dimension to ``M`` (repeating the last point, weight 0)."""
+    if x.shape[1] == M:
+        return x
+    reps = x[:, -1:].expand(x.shape[0], M - x.shape[1], *x.shape[2:])
+    if x.dim() == 2:  # weights
+        reps = th.zeros_like(reps)
+    return th.cat([x, reps], 1)
+
+
+def ensemble_of(models: list[Any], ev: Rollouts) -> Ensemble:
+    """The evaluation of ``models`` on the episodes ``ev``: :class:`BoxEnsemble` for Box
+    models, else :class:`Ensemble`."""
+    if models and isinstance(models[0], BoxSoftQModel):
+        return BoxEnsemble(models, ev)
+    return Ensemble(models, ev)
+
+
 def scan(ens: Ensemble, q_ref: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Evaluate every estimator on the coarse grid and a fine grid around the models' best.
+    """Evaluate every estimator on the coarse grid and a fine grid around the models' best
+    (``ens.scan_grid``).
 
     Returns:
         the rationalities ``(G,)`` (utility units) and per estimator the ``(n_eps, G)`` values.
     """
-    lo, hi = _GRID_DECADES
-    mags = 10.0 ** np.arange(lo, hi + 1e-9, _GRID_STEP) / q_ref
+    (lo, hi), step, half, fine = ens.scan_grid
+    mags = 10.0 ** np.arange(lo, hi + 1e-9, step) / q_ref
     betas = list(np.concatenate([-mags[::-1], [0.0], mags]))
     cols = [ens.columns(b) for b in betas]
     singles = [n for n in ens.subsets if n != "all"]
     k = int(np.argmax([np.mean([c[n].mean() for n in singles]) for c in cols]))
     if betas[k] != 0.0:
         centre = math.log10(abs(betas[k]))
-        offs = np.arange(-_FINE_HALF, _FINE_HALF + 1e-9, _FINE_STEP)
+        offs = np.arange(-half, half + 1e-9, fine)
         for u in centre + offs:
             b = math.copysign(10.0**u, betas[k])
             if not any(math.isclose(b, c, rel_tol=1e-9) for c in betas):
@@ -445,28 +593,23 @@ def summarise(
     stage: str = "refit",
     advice: str | None = None,
     settled: bool | Literal["stages"] | None = "stages",
+    policy: str = "",
 ) -> ApproxMEGResult:
     """The estimate, its interval and the diagnostics (``method`` names the fits; ``stage``
     and ``advice`` word the warning of stages that have not settled; ``settled`` is
     ``"stages"`` for :func:`stages_settled`'s verdict, or the caller's own, warned about with
-    ``advice`` when False).
+    ``advice`` when False; ``policy`` names what was scored).
 
     ``stages`` holds what :func:`scan` returned after the first fit and after each refit
     (``stages[-1]`` is ``(betas, mats)``; empty: no refits). The interval is widened by the
     largest move of the estimate from any earlier stage to the last, and every stage's estimate
     and interval (widened by its own earlier stages' moves) are reported too.
     """
-    assert ev.probs is not None
     models = ens.models
     K = len(models)
-    A = ev.probs.shape[1]
-    p = ev.probs
-    ent = -(p * np.log(np.where(p > 0, p, 1.0))).sum(-1)
-    cert_ep = np.zeros(ev.n_episodes)
-    np.add.at(cert_ep, ev.episode, math.log(A) - ent)
     n = ev.n_episodes
-    full = max(float(mats["all"].mean(0).max()), 0.0)
-    cert = float(cert_ep.mean())
+    full = max(float(mats["all"].mean(0).max()), 0.0) if "all" in mats else math.nan
+    cert = float(ens.certificates.mean())
     scans = list(stages) or [(betas, mats)]
     per_stage = [m for _, m in scans]
     interval_of = functools.partial(
@@ -503,11 +646,13 @@ def summarise(
                 "q_scale": m.q_scale,
             }
         )
-    bound = float(horizon * math.log(A))
+    bound, length_bound = ens.bounds(ev, horizon)
+    # the scale of a settled stage: H log|A|, or for a box the certificate (0 if infinite)
+    scale, what = (bound, "H log|A|") if not ens.box else (_finite(cert), "the certificate")
     stage_means = [i.mean for i in intervals]
     if settled == "stages":
-        warn_unsettled(stage_means, last.sampling, bound, "H log|A|", stage=stage, advice=advice)
-        settled = stages_settled(stage_means, last.sampling, bound)
+        warn_unsettled(stage_means, last.sampling, scale, what, stage=stage, advice=advice)
+        settled = stages_settled(stage_means, last.sampling, scale)
     elif settled is False:
         warnings.warn(
             f"the estimate has not settled (stages {' -> '.join(f'{v:.4g}' for v in stage_means)}"
@@ -515,7 +660,6 @@ def summarise(
             ApproxMEGWarning,
             stacklevel=3,
         )
-    length_bound = float(ev.lengths.mean() * math.log(A))
     edge = k_best in (0, len(betas) - 1)
     rel = [i["residual_rms"] / i["q_scale"] for i in infos]
     if max(rel) > _RESIDUAL_WARN:
@@ -527,6 +671,18 @@ def summarise(
             ApproxMEGWarning,
             stacklevel=3,
         )
+    above = ens.box and exceeds_certificate(last.mean, cert)
+    if above:
+        warnings.warn(
+            f"the fits' estimate {last.mean:.4g} exceeds the certificate {cert:.4g} "
+            f"(E_pi[sum_t KL(pi || u)]), which no normalised model can: at beta* = {beta:.3g} "
+            f"the models are narrower than the action grid ({ens.grid}) can integrate. The "
+            "estimate is the certificate by clipping (above_certificate=True), not a measured "
+            "value (typical of a nearly deterministic policy on actions the reward favours).",
+            ApproxMEGWarning,
+            stacklevel=3,
+        )
+    est = float(last.estimate)
     return ApproxMEGResult(
         meg=float(last.estimate),
         low=float(last.low),
@@ -534,9 +690,9 @@ def summarise(
         confidence=float(confidence),
         beta=beta,
         upper_bound=bound,
-        normalized=float(last.estimate / bound) if bound > 0 else 0.0,
+        normalized=normalise(est, bound, cert),
         length_bound=length_bound,
-        length_normalized=float(last.estimate / length_bound) if length_bound > 0 else 0.0,
+        length_normalized=normalise(est, length_bound, cert),
         certificate=cert,
         horizon=int(horizon),
         mean_length=float(ev.lengths.mean()),
@@ -564,4 +720,28 @@ def summarise(
             for b, m in scans
         ),
         method=method,
+        above_certificate=bool(above),
+        policy=policy,
+        grid=ens.grid,
     )
+
+
+def _finite(x: float) -> float:
+    """``x`` where finite and positive, else 0."""
+    return x if math.isfinite(x) and x > 0 else 0.0
+
+
+def normalise(meg: float, bound: float, certificate: float) -> float:
+    """``meg / bound``, or where the bound is infinite (a box) ``meg / certificate`` (0 when
+    that is 0, NaN when it is infinite); 0 for a bound of 0."""
+    if math.isinf(bound):
+        if certificate == 0:
+            return 0.0
+        return meg / certificate if math.isfinite(certificate) else math.nan
+    return float(meg / bound) if bound > 0 else 0.0
+
+
+def exceeds_certificate(estimate: float, certificate: float) -> bool:
+    """Whether a stage's mean maximum (before clipping) lies above the certificate, which no
+    normalised model can reach (Gibbs' inequality): the quadrature failed at that beta."""
+    return bool(estimate > certificate + 1e-6 * max(1.0, abs(certificate)))

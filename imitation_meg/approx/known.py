@@ -1,4 +1,5 @@
-"""Approximate known-utility MEG of a policy in any discrete-action environment.
+"""Approximate known-utility MEG of a policy in any environment with ``Discrete`` actions or a
+bounded ``Box``.
 
 Given only ``reset`` / ``step`` (the paper's setting: we may run policies in the environment),
 :func:`meg_approx` estimates
@@ -11,6 +12,9 @@ finite-horizon soft-optimal model of :mod:`imitation_meg.approx.soft_q` (termina
 no discount). With full-length episodes this is the paper's ``L(beta*) + H log|A|``; when episodes
 end early, ``E_pi[T] log|A|`` plays the role of ``H log|A|`` (it is the bound), exactly as in the
 tabular code, where a terminated episode continues in an absorbing state whose steps contribute 0.
+With a box, ``log|A|`` is the log-volume of the box: the terms are ``log(pi_beta,t(a_t | s_t) /
+u(a_t))`` against the uniform density ``u``, there is no ceiling (``upper_bound`` is infinite) and
+the Gibbs certificate ``E_pi[sum_t KL(pi || u)]`` is the policy's own bound.
 
 Where the environment is deterministic and the library simulates it (gymnasium's CartPole), the
 default is instead :mod:`imitation_meg.approx.paths`: the same quantity from the exact identity
@@ -19,11 +23,14 @@ Q-fits' steps:
 
 1. ``n_models`` soft Q-networks, each fitted (:func:`~imitation_meg.approx.soft_q.fit_soft_q`)
    on its own off-policy data: episodes of the scored policy, of the scored policy mixed
-   half-and-half with uniform actions, and of the uniform policy.
+   half-and-half with uniform actions, and of the uniform policy. (A box: networks that take
+   the action as input, :class:`~imitation_meg.approx.soft_q.BoxSoftQModel`, whose soft means
+   over actions are taken on an action grid.)
 2. Fresh evaluation episodes of the scored policy. ``L(beta)`` is averaged over them with the
    policy's own probabilities at each visited state (``sum_a pi(a|s) log pi_beta(a|s)``, a
-   lower-variance form of the sampled action's log-probability), for each model on a grid of
-   ``beta`` (``0``, both signs, 8 decades), then on a fine grid around the best point
+   lower-variance form of the sampled action's log-probability; a box: the policy's law
+   integrated by its quadrature rule), for each model on a grid of ``beta`` (``0``, both signs,
+   8 decades; a box: 7, coarser), then on a fine grid around the best point
    (:mod:`imitation_meg.approx.evaluate`). ``beta = 0`` (the uniform model, whose value is exactly
    0) is always a candidate, so the estimate is >= 0.
 3. With ``refine``, each model is refitted with its rationality prior focused on the optimum and
@@ -51,6 +58,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from imitation_meg import _threads
 from imitation_meg.approx.agent import curve_result, episodes_of
 from imitation_meg.approx.core import (
@@ -66,13 +75,25 @@ from imitation_meg.approx.deterministic import curve_method, simulated_curve, si
 from imitation_meg.approx.empirical import NotTabular, data_budget, empirical_estimate
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
 from imitation_meg.approx.linear import FIRST_STEPS, linear_estimate, rounds
-from imitation_meg.approx.options import APPLIES, ApproxOptions
+from imitation_meg.approx.options import APPLIES, ApproxOptions, ResolvedOptions
 from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource
 from imitation_meg.approx.simulators import simulator
 from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
 
-__all__ = ["ApproxMEGResult", "ApproxMEGWarning", "as_curve", "meg_approx", "soft_value_curve"]
+__all__ = [
+    "ApproxMEGResult",
+    "ApproxMEGWarning",
+    "ContinuousApproxResult",
+    "as_curve",
+    "meg_approx",
+    "meg_approx_continuous",
+    "soft_value_curve",
+]
+
+#: The result of :func:`meg_approx_continuous`: the one result type of every approximate
+#: estimate (kept under this name for the code that imports it).
+ContinuousApproxResult = ApproxMEGResult
 
 
 @_threads.entry_point
@@ -95,17 +116,20 @@ def meg_approx(
     Args:
         policy: an SB3 model or policy, an SB3 ``.zip`` path or RL Zoo run folder (with
             ``algo`` where the file does not say), or a callable mapping a batch of raw
-            observations to ``(n, A)`` action probabilities.
-        env: a gymnasium id, a ``gymnasium.Env`` (copied) or a factory; ``Discrete`` actions,
-            any observation space ``gymnasium.spaces.flatten`` handles.
+            observations to ``(n, A)`` action probabilities; for a box, an SB3 agent with an
+            action density (SAC, PPO, A2C; TD3 / DDPG with ``noise_std``), its ``.zip``, a
+            :class:`~imitation_meg.continuous.densities.ContinuousPolicyFn`, or ``"uniform"``.
+        env: a gymnasium id, a ``gymnasium.Env`` (copied) or a factory; ``Discrete`` actions or
+            a bounded ``Box``, any observation space ``gymnasium.spaces.flatten`` handles.
         horizon: decisions per episode ``H`` (default the environment's time limit).
         algo: the algorithm of a saved model (``"ppo"``, ``"dqn"``, ...).
         epsilon: DQN, QR-DQN: score its epsilon-greedy policy.
         options: the estimator's settings (:class:`~imitation_meg.approx.options.ApproxOptions`;
             default its defaults, the validated setting; ``method=`` chooses between the paths
             of a deterministic environment the library simulates (the default where they
-            apply: CartPole), the soft Q-fits (the default elsewhere), linear soft
-            Q-functions and the empirical MDP of few-valued observations).
+            apply: the classic-control tasks), the soft Q-fits (the default elsewhere; for a
+            box the only other method), linear soft Q-functions and the empirical MDP of
+            few-valued observations).
         curve: the environment's soft-value curve
             (:class:`~imitation_meg.approx.curve.SoftValueCurve`, or the path of its file): the
             score is then ``sup_beta beta J - Lambda(beta)`` from the policy's episodes alone
@@ -180,13 +204,18 @@ def meg_approx(
                 f"deterministic environment the library simulates, but {why}. Use "
                 "method='soft_q' (or 'auto', which falls back by itself)."
             )
-    if box and dyn is None:
-        return _box_fits(pol, env, source, opts, settings)
+    if box and dyn is None and opts.method not in (None, "soft_q", "auto"):
+        raise ValueError(
+            f"method={opts.method!r} has no Box-action form; Box actions are scored by the paths "
+            "where the library simulates the environment, else by soft Q-fits (method='soft_q')."
+        )
     if curve is not None:
         opts = opts.for_curve()
     else:
         opts = opts.resolved(source, simulated=None if dyn is None else curve_method(dyn))
-    opts.check_applies(settings, options, allowed=APPLIES["curve"] if curve is not None else None)
+    opts.check_applies(
+        settings, options, allowed=APPLIES["curve"] if curve is not None else None, box=box
+    )
     run = Run(source, pol, opts, t_start=t_start, **_bar(opts, source, dyn, curve))
     try:
         return _estimate(run, dyn, curve)
@@ -275,40 +304,59 @@ def box_policy(
     policy: Any, source: EnvSource, *, algo: str | None, noise_std: Any, deterministic: bool
 ) -> Any:
     """The action laws of a policy acting in ``source``'s box: ``"uniform"`` (the reference
-    itself), or what :func:`~imitation_meg.continuous.densities.as_continuous_policy` reads."""
+    itself), or what :func:`~imitation_meg.continuous.densities.as_continuous_policy` reads.
+
+    Raises:
+        ValueError: a policy acting in another box (or what ``as_continuous_policy`` refuses).
+    """
     from imitation_meg.continuous.densities import as_continuous_policy, uniform_policy
 
+    low, high = source.low, source.high
     if isinstance(policy, str) and policy == "uniform":
-        return uniform_policy(source.low, source.high)  # type: ignore[attr-defined]
-    return as_continuous_policy(policy, algo=algo, noise_std=noise_std, deterministic=deterministic)
-
-
-def _box_fits(
-    pol: Any, env: Any, source: EnvSource, opts: ApproxOptions, settings: dict[str, Any]
-) -> Any:
-    """Box actions where nothing is simulated: the continuous soft Q-fits
-    (:func:`~imitation_meg.continuous.approx.meg_approx_continuous`), with the settings they
-    share."""
-    from imitation_meg.continuous.approx import meg_approx_continuous
-
-    if opts.method not in (None, "soft_q", "auto"):
+        return uniform_policy(low, high)
+    pol = as_continuous_policy(policy, algo=algo, noise_std=noise_std, deterministic=deterministic)
+    if not (np.allclose(pol.low, low) and np.allclose(pol.high, high)):
         raise ValueError(
-            f"method={opts.method!r} has no Box-action form; Box actions are scored by the paths "
-            "where the library simulates the environment, else by soft Q-fits (method='soft_q')."
+            f"{pol.name} acts in [{pol.low}, {pol.high}] but {source.name}'s box is "
+            f"[{low}, {high}]: score it in the environment it was trained on."
         )
-    shared = (
-        "n_data_steps", "n_eval_episodes", "n_models", "hidden", "iterations",
-        "steps_per_iteration", "refine", "n_boot", "confidence", "seed", "n_envs", "lr",
-        "average", "last_steps", "progress",
-    )  # fmt: skip
-    unused = sorted(set(settings) - set(shared) - {"method"})
-    if unused:
+    return pol
+
+
+def meg_approx_continuous(policy: Any, env: Any, **settings: Any) -> ApproxMEGResult:
+    """The soft Q-fits of an agent acting in a bounded ``Box``: ``meg_approx(policy, env,
+    method="soft_q", **settings)``.
+
+    A thin alias of :func:`meg_approx` kept for the calls written before the estimators were
+    one. It takes the keywords it always took, under the same names: ``horizon``, ``algo``,
+    ``noise_std``, ``deterministic`` (of :func:`meg_approx`) and ``n_data_steps``,
+    ``n_eval_episodes``, ``n_models``, ``hidden``, ``iterations``, ``steps_per_iteration``,
+    ``refine``, ``grid_points``, ``n_boot``, ``confidence``, ``seed``, ``n_envs``, ``lr``,
+    ``average``, ``last_steps``, ``progress`` (fields of
+    :class:`~imitation_meg.approx.options.ApproxOptions`, with the Box fits' defaults), and
+    gives the same numbers for the same seed. Where the library simulates the environment
+    (Pendulum, MountainCarContinuous), :func:`meg_approx` itself scores by the paths instead.
+
+    Returns:
+        :class:`ApproxMEGResult` (``ContinuousApproxResult`` is the same type).
+
+    Raises:
+        TypeError: an environment whose actions are not a ``Box`` (score it with
+            :func:`meg_approx`), or a keyword :func:`meg_approx` does not take.
+        ValueError: ``method`` other than ``"soft_q"``, or what :func:`meg_approx` refuses.
+    """
+    if settings.setdefault("method", "soft_q") != "soft_q":
         raise ValueError(
-            f"the setting(s) {unused} do not apply to the Box-action soft Q-fits, which use "
-            f"{sorted(shared)}."
+            f"meg_approx_continuous is the Box soft Q-fits (method='soft_q'), got "
+            f"method={settings['method']!r}; call meg_approx for the other methods."
         )
-    kwargs = {k: v for k, v in settings.items() if k in shared}
-    return meg_approx_continuous(pol, env, horizon=source.horizon, **kwargs)
+    where = {k: settings[k] for k in ("horizon", "env_kwargs") if k in settings}
+    if not EnvSource(env, **where).actions.is_box:
+        raise TypeError(
+            "meg_approx_continuous needs an environment with a Box action space; score "
+            "Discrete actions with imitation_meg.approx.meg_approx."
+        )
+    return meg_approx(policy, env, **settings)
 
 
 def as_curve(curve: Any) -> SoftValueCurve | None:
@@ -328,7 +376,7 @@ def as_curve(curve: Any) -> SoftValueCurve | None:
     )
 
 
-def _bar(opts: ApproxOptions, source: EnvSource, dyn: Any, curve: Any) -> dict[str, Any]:
+def _bar(opts: ResolvedOptions, source: EnvSource, dyn: Any, curve: Any) -> dict[str, Any]:
     """The progress bar's total, label and unit for the method that will run, and the seed
     streams it needs: fits per round (linear), data steps (the empirical MDP, the paths) or
     soft Q-iterations."""
@@ -355,8 +403,7 @@ def _bar(opts: ApproxOptions, source: EnvSource, dyn: Any, curve: Any) -> dict[s
     return {"bar_total": _fit_total(opts), "desc": "MEG (approx)"}
 
 
-def _fit_total(opts: ApproxOptions) -> int:
-    assert opts.iterations is not None
+def _fit_total(opts: ResolvedOptions) -> int:
     return opts.n_models * opts.iterations * (1 + opts.refine)
 
 

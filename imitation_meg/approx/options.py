@@ -3,8 +3,10 @@
 :func:`~imitation_meg.approx.meg_approx` and :func:`~imitation_meg.approx.meg_approx_unknown`
 fit, evaluate and report with the same machinery (:mod:`imitation_meg.approx.core`), so they take
 the same settings, :class:`ApproxOptions`, with the same defaults and the same meaning (``lr`` is
-the soft Q-fits' step in both; the unknown-utility bound's own step is its ``utility_lr``). Pass a
-record (``options=``), keyword arguments of the same names, or both (keywords win)::
+the soft Q-fits' step in both; the unknown-utility bound's own step is its ``utility_lr``), for
+``Discrete`` actions and bounded boxes alike (a few defaults of the soft Q-fits depend on the
+kind: :data:`FIT_DEFAULTS`, :data:`BOX_FIT_DEFAULTS`). Pass a record (``options=``), keyword
+arguments of the same names, or both (keywords win)::
 
     fast = ApproxOptions(n_models=2, refine=1)
     meg_approx(policy, "CartPole-v1", options=fast, seed=3)
@@ -34,7 +36,11 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = [
     "APPLIES",
     "AVERAGE",
+    "BOX_DATA_STEPS",
+    "BOX_FIT_DEFAULTS",
+    "BOX_STEP_BUDGET",
     "DATA_STEPS",
+    "FIT_DEFAULTS",
     "LAST_STEPS",
     "LR",
     "MAX_STATES",
@@ -48,6 +54,7 @@ __all__ = [
     "SMC_STARTS",
     "STEP_BUDGET",
     "ApproxOptions",
+    "ResolvedOptions",
     "check_config",
     "check_device",
     "data_bytes",
@@ -68,6 +75,9 @@ N_EVAL_EPISODES = 1000
 #: Adam steps per fitting stage (split over the iterations, at least 20 each). Fewer leave the
 #: fits short of their targets, a bias the fits share (docs/approx.md).
 STEP_BUDGET = 48_000
+#: The same for the Box fits, whose iterations are default ``H + 10`` (``H + 20`` otherwise).
+BOX_STEP_BUDGET = 12_000
+_EXTRA_ITERATIONS, _BOX_EXTRA_ITERATIONS = 20, 10
 #: How a score is made: soft Q-fits, linear soft Q-functions by backward induction
 #: ("linear"), the empirical MDP of the observations, the paths of a deterministic environment
 #: ("paths", where the library simulates it), or the first of paths, empirical MDP and soft
@@ -104,13 +114,25 @@ APPLIES: dict[str, tuple[str, ...]] = {
     "linear": (*_FITS, "n_eval_episodes", "progress", "n_features"),
 }
 APPLIES["auto"] = tuple(dict.fromkeys(APPLIES["paths"] + APPLIES["empirical"] + APPLIES["soft_q"]))
+#: The soft Q-fits of a box (on the CPU, with their action grid).
+APPLIES["soft_q_box"] = (*(n for n in APPLIES["soft_q"] if n != "device"), "grid_points")
 #: Random Fourier features of the linear soft Q-functions.
 N_FEATURES = 100
 #: The most distinct observations an empirical MDP may have.
 MAX_STATES = 2000
 #: Off-policy environment steps per model (lowered for wide observations, see
-#: :func:`default_data_steps`).
+#: :func:`default_data_steps`); of the Box fits.
 DATA_STEPS = 180_000
+BOX_DATA_STEPS = 30_000
+#: The defaults of the fields left ``None`` whose value depends on the estimator: the Box soft
+#: Q-fits (their validated setting, docs/continuous.md) and every other method.
+FIT_DEFAULTS: dict[str, int] = {
+    "n_eval_episodes": N_EVAL_EPISODES,
+    "refine": 3,
+    "n_boot": 500,
+    "n_envs": 16,
+}
+BOX_FIT_DEFAULTS: dict[str, int] = {"n_eval_episodes": 100, "refine": 1, "n_boot": 300, "n_envs": 8}
 
 
 def _is_int(v: Any) -> bool:
@@ -133,7 +155,8 @@ class ApproxOptions:
 
     Every field is checked when the record is made (a ``ValueError`` / ``TypeError`` naming the
     field and what it accepts). ``None`` means "the default for this problem" (it depends on the
-    horizon or the observation size); :meth:`resolved` fills those in.
+    horizon, the observation size, or the kind of action: the Box soft Q-fits have defaults of
+    their own, :data:`BOX_FIT_DEFAULTS`); :meth:`resolved` fills those in.
 
     Attributes:
         n_data_steps: off-policy environment steps per model (whole episodes), split evenly
@@ -141,33 +164,35 @@ class ApproxOptions:
             actions, and the uniform policy (plus a third as many steps of the model's
             soft-optimal policy per refit). The fits' cost hardly depends on it (a fixed number
             of Adam steps); their noise does: on a sparse, stochastic goal too few steps bias
-            the estimate low. Default :data:`DATA_STEPS` (180 000), lowered with a warning when
-            the stored transitions would take more than ``data_memory_gib`` (wide observations,
-            e.g. images); an explicit value is used as given.
+            the estimate low. Default :data:`DATA_STEPS` (180 000; Box fits
+            :data:`BOX_DATA_STEPS`, 30 000), lowered with a warning when the stored transitions
+            would take more than ``data_memory_gib`` (wide observations, e.g. images); an
+            explicit value is used as given.
         n_eval_episodes: fresh episodes of the scored policy on which ``L(beta)`` is averaged
-            (fewer make the maximum over beta noisier). Rollouts are cheap next to the fits on
-            short horizons; on long ones pass fewer (``imitation-meg score`` uses 60 for
-            ``H >= 200``).
+            (fewer make the maximum over beta noisier). Default 1000 (Box fits 100). Rollouts
+            are cheap next to the fits on short horizons; on long ones pass fewer
+            (``imitation-meg score`` uses 60 for ``H >= 200``, 30 for Box fits).
         n_models: soft Q-networks fitted on independent data with different seeds (at least 2
             for their spread to enter the interval; with 1 the interval covers the evaluation
             episodes only).
         hidden: hidden layer sizes of the soft Q-networks.
-        iterations: soft Q-iterations (target refreshes); default ``H + 20``: values propagate
-            one decision per iteration, so fewer than ``H`` iterations give a truncated
-            lookahead.
+        iterations: soft Q-iterations (target refreshes); default ``H + 20`` (Box fits
+            ``H + 10``): values propagate one decision per iteration, so fewer than ``H``
+            iterations give a truncated lookahead.
         steps_per_iteration: Adam steps per iteration; default
-            ``max(20, STEP_BUDGET // iterations)`` (48 000 steps per stage: fewer leave the fits
-            short of their targets, a bias that the interval does not cover).
+            ``max(20, STEP_BUDGET // iterations)`` (48 000 steps per stage, Box fits 12 000:
+            fewer leave the fits short of their targets, a bias that the interval does not
+            cover).
         refine: refit each model with the rationality prior focused on the optimum and with
             episodes of its soft-optimal policy there, then re-evaluate, ``refine`` times
             (``True`` is 1, ``False`` 0; the estimate after each stage is in ``stages``, the
             largest move from an earlier stage enters the interval, and ``stage_intervals``
             holds what every smaller ``refine`` reports). Each refit costs about as much CPU as
-            the first fit.
-        n_boot: bootstrap replicates over evaluation episodes.
+            the first fit. Default 3 (Box fits 1).
+        n_boot: bootstrap replicates over evaluation episodes. Default 500 (Box fits 300).
         confidence: the interval's nominal coverage.
         seed: the seed of everything random (same seed, same result).
-        n_envs: environment copies stepped in lockstep.
+        n_envs: environment copies stepped in lockstep. Default 16 (Box fits 8).
         progress: show a progress bar (its rate gives the time estimate).
         data_memory_gib: memory the default ``n_data_steps`` may fill with stored transitions
             (all models together, float32 observations and next observations: about
@@ -205,7 +230,10 @@ class ApproxOptions:
             small tabular cases, about a third of the soft Q-fits' time on CartPole; with its
             own validation, misses included, in docs/approx.md; ``n_data_steps`` is its data
             budget per fit, and ``hidden``, ``iterations``, ``steps_per_iteration``,
-            ``refine``, ``average``, ``lr``, ``last_steps`` and ``device`` do not apply).
+            ``refine``, ``average``, ``lr``, ``last_steps`` and ``device`` do not apply). A
+            bounded box: the paths where the library simulates the environment, else the Box
+            soft Q-fits (``"soft_q"``, or ``"auto"``); ``"empirical"`` and ``"linear"`` have no
+            Box form.
         max_states: the most distinct observations the empirical MDP may have.
         n_particles: ``"paths"``: random action sequences followed from each start (in two
             independent populations, whose disagreement measures the noise); with the twisted
@@ -220,20 +248,23 @@ class ApproxOptions:
             steps, the policy's actions and the evaluation stay on the CPU, and the draws are
             the same on every device, so two devices agree up to floating-point rounding (not
             bit for bit). Where to run is not a setting of the estimate: the validated
-            defaults are the same on every device.
+            defaults are the same on every device. (Box fits: the CPU only.)
+        grid_points: Box fits: points per dimension of the action grid over which the soft
+            values' means are taken (default 16 in 1-D, 10 in 2-D; scrambled Sobol points
+            beyond, default 256 in all); refused for ``Discrete`` actions.
     """
 
     n_data_steps: int | None = None
-    n_eval_episodes: int = N_EVAL_EPISODES
+    n_eval_episodes: int | None = None
     n_models: int = 3
     hidden: tuple[int, ...] = (64, 64)
     iterations: int | None = None
     steps_per_iteration: int | None = None
-    refine: int = 3
-    n_boot: int = 500
+    refine: int | None = None
+    n_boot: int | None = None
     confidence: float = 0.95
     seed: int = 0
-    n_envs: int = 16
+    n_envs: int | None = None
     progress: bool = False
     data_memory_gib: float = 4.0
     average: float = AVERAGE
@@ -245,11 +276,12 @@ class ApproxOptions:
     n_features: int = N_FEATURES
     n_particles: int | None = None
     n_starts: int | None = None
+    grid_points: int | None = None
 
     def __post_init__(self) -> None:
-        if self.n_data_steps is not None:
-            _check_int("n_data_steps", self.n_data_steps, 3)
-        _check_int("n_eval_episodes", self.n_eval_episodes, 2)
+        for name, lo in (("n_data_steps", 3), ("n_eval_episodes", 2), ("n_boot", 0)):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), lo)
         _check_int("n_models", self.n_models, 1)
         hidden = self.hidden
         if not isinstance(hidden, (tuple, list)) or not all(_is_int(h) and h >= 1 for h in hidden):
@@ -257,18 +289,17 @@ class ApproxOptions:
                 f"hidden must be a sequence of positive layer sizes, e.g. (64, 64), got {hidden!r}."
             )
         object.__setattr__(self, "hidden", tuple(int(h) for h in hidden))
-        for name in ("iterations", "steps_per_iteration"):
+        for name in ("iterations", "steps_per_iteration", "n_envs", "grid_points"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), 1)
         refine = self.refine
-        if not isinstance(refine, bool) and (not _is_int(refine) or int(refine) < 0):
-            raise ValueError(f"refine must be True, False or an integer >= 0, got {refine!r}.")
-        object.__setattr__(self, "refine", int(refine))
-        _check_int("n_boot", self.n_boot, 0)
+        if refine is not None:
+            if not isinstance(refine, bool) and (not _is_int(refine) or int(refine) < 0):
+                raise ValueError(f"refine must be True, False or an integer >= 0, got {refine!r}.")
+            object.__setattr__(self, "refine", int(refine))
         _check_open("confidence", self.confidence, 1.0, "a number strictly between 0 and 1")
         if not _is_int(self.seed):
             raise TypeError(f"seed must be an integer, got {self.seed!r}.")
-        _check_int("n_envs", self.n_envs, 1)
         if not isinstance(self.progress, bool):
             raise TypeError(f"progress must be True or False, got {self.progress!r}.")
         _check_open("data_memory_gib", self.data_memory_gib, math.inf, "a positive number")
@@ -300,13 +331,7 @@ class ApproxOptions:
                 f"options must be an ApproxOptions (imitation_meg.approx.ApproxOptions), got "
                 f"{type(options).__name__}."
             )
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - names)
-        if unknown:
-            raise TypeError(
-                f"unknown setting(s) {unknown} of the approximate estimator; the settings are "
-                f"{sorted(names)}."
-            )
+        _refuse_unknown(overrides)
         return dataclasses.replace(options, **overrides) if overrides else options
 
     @classmethod
@@ -318,45 +343,54 @@ class ApproxOptions:
         found = {n: getattr(source, n) for n in names if hasattr(source, n)}
         return cls.of(None, **{**found, **overrides})
 
-    def schedule(self, horizon: int) -> tuple[int, int]:
-        """Soft Q-iterations and Adam steps per iteration for ``horizon`` decisions."""
+    def schedule(self, horizon: int, *, box: bool = False) -> tuple[int, int]:
+        """Soft Q-iterations and Adam steps per iteration for ``horizon`` decisions (``box``:
+        the Box fits' defaults)."""
+        if box:
+            return default_schedule(
+                horizon,
+                self.iterations,
+                self.steps_per_iteration,
+                budget=BOX_STEP_BUDGET,
+                extra=_BOX_EXTRA_ITERATIONS,
+            )
         return default_schedule(horizon, self.iterations, self.steps_per_iteration)
+
+    def with_defaults(self, *, box_fits: bool = False) -> ApproxOptions:
+        """The record with the fields whose default depends on the estimator filled where they
+        are ``None``: those of :data:`BOX_FIT_DEFAULTS` for the Box soft Q-fits, else
+        :data:`FIT_DEFAULTS`."""
+        table = BOX_FIT_DEFAULTS if box_fits else FIT_DEFAULTS
+        filled: dict[str, Any] = {k: v for k, v in table.items() if getattr(self, k) is None}
+        return dataclasses.replace(self, **filled) if filled else self
 
     def resolved(
         self, source: EnvSource, *, extra_copies: float = 0.0, simulated: str | None = None
-    ) -> ApproxOptions:
+    ) -> ResolvedOptions:
         """The record with every ``None`` filled in for ``source``: ``method`` (``"paths"``
         where the caller has a simulator of the environment, ``simulated`` naming how its curve
-        is computed, ``"paths"`` (splitting) or ``"smc"``; else ``"soft_q"``), ``n_particles``
-        and ``n_starts`` for that curve, ``iterations`` and ``steps_per_iteration`` from the horizon,
-        ``n_data_steps`` from :data:`DATA_STEPS` capped to ``data_memory_gib`` (with an
-        :class:`ApproxMEGWarning` when the cap bites; ``extra_copies`` further data sets are
-        stored beside the models')."""
+        is computed, ``"paths"`` (splitting) or ``"smc"``; else ``"soft_q"``, which ``"auto"``
+        also is for a box), the defaults of that method and kind of action
+        (:meth:`with_defaults`), ``n_particles`` and ``n_starts`` for that curve,
+        ``iterations`` and ``steps_per_iteration`` from the horizon, ``n_data_steps`` from
+        :data:`DATA_STEPS` (Box fits :data:`BOX_DATA_STEPS`) capped to ``data_memory_gib``
+        (with an :class:`ApproxMEGWarning` when the cap bites; ``extra_copies`` further data
+        sets are stored beside the models')."""
         method = self.method
-        if method is None:
+        box = bool(getattr(getattr(source, "actions", None), "is_box", False))
+        if method is None or (box and method == "auto" and not simulated):
             method = "paths" if simulated else "soft_q"
+        box_fits = box and method == "soft_q"
+        opts = self.with_defaults(box_fits=box_fits)
         split = simulated != "smc"
         n_particles = self.n_particles or (N_PARTICLES if split else SMC_PARTICLES)
         n_starts = self.n_starts or (N_STARTS if split else SMC_STARTS)
-        n_iter, n_steps = self.schedule(source.horizon)
+        n_iter, n_steps = opts.schedule(source.horizon, box=box_fits)
         n_data = self.n_data_steps
         if n_data is None:
-            sizes = (source.obs_dim, self.n_models, self.refine)
-            n_data = default_data_steps(*sizes, self.data_memory_gib, extra_copies=extra_copies)
-            if n_data < DATA_STEPS:
-                need = data_bytes(DATA_STEPS, *sizes, extra_copies=extra_copies) / 2**30
-                warnings.warn(
-                    f"{source.name}'s observations have {source.obs_dim} entries: the default "
-                    f"{DATA_STEPS} data steps per model would store about {need:.1f} GiB, more "
-                    f"than data_memory_gib={self.data_memory_gib:g}, so {n_data} are used. Less "
-                    "data leaves the fits noisier (on a sparse goal, biased low; "
-                    "docs/approx.md): raise data_memory_gib= if the memory is there, or pass "
-                    "n_data_steps= to choose.",
-                    ApproxMEGWarning,
-                    stacklevel=4,
-                )
-        return dataclasses.replace(
-            self,
+            n_data = opts._default_data(source, extra_copies, box_fits)
+        return ResolvedOptions.of_record(
+            opts,
             method=method,
             iterations=n_iter,
             steps_per_iteration=n_steps,
@@ -365,11 +399,33 @@ class ApproxOptions:
             n_starts=n_starts,
         )
 
-    def for_curve(self) -> ApproxOptions:
+    def _default_data(self, source: EnvSource, extra_copies: float, box_fits: bool) -> int:
+        """The default data steps per model, capped to ``data_memory_gib`` (warned)."""
+        default = BOX_DATA_STEPS if box_fits else DATA_STEPS
+        assert self.refine is not None
+        sizes = (source.obs_dim, self.n_models, self.refine)
+        n_data = default_data_steps(
+            *sizes, self.data_memory_gib, default=default, extra_copies=extra_copies
+        )
+        if n_data < default:
+            need = data_bytes(default, *sizes, extra_copies=extra_copies) / 2**30
+            warnings.warn(
+                f"{source.name}'s observations have {source.obs_dim} entries: the default "
+                f"{default} data steps per model would store about {need:.1f} GiB, more "
+                f"than data_memory_gib={self.data_memory_gib:g}, so {n_data} are used. Less "
+                "data leaves the fits noisier (on a sparse goal, biased low; "
+                "docs/approx.md): raise data_memory_gib= if the memory is there, or pass "
+                "n_data_steps= to choose.",
+                ApproxMEGWarning,
+                stacklevel=5,
+            )
+        return n_data
+
+    def for_curve(self) -> ResolvedOptions:
         """The record for a score from a given curve: the policy's episodes and the bootstrap
         only (the other fields are filled so the record is complete, and unused)."""
-        return dataclasses.replace(
-            self,
+        return ResolvedOptions.of_record(
+            self.with_defaults(),
             method="paths",
             iterations=1,
             steps_per_iteration=1,
@@ -384,16 +440,19 @@ class ApproxOptions:
         options: ApproxOptions | None,
         *,
         allowed: tuple[str, ...] | None = None,
+        box: bool = False,
     ) -> None:
         """Refuse settings the resolved method does not use (``allowed``: the caller's list
-        instead of the method's): those named in ``settings`` and those of ``options`` that
-        differ from the defaults.
+        instead of the method's; ``box``: the action space is a box, whose soft Q-fits take
+        ``grid_points`` and no ``device``): those named in ``settings`` and those of
+        ``options`` that differ from the defaults.
 
         Raises:
             ValueError: the settings that do not apply, the method, and the ones that do.
         """
         method = self.method or "soft_q"
-        used = set(APPLIES.get(method, APPLIES["curve"]) if allowed is None else allowed)
+        key = "soft_q_box" if box and method == "soft_q" else method
+        used = set(APPLIES.get(key, APPLIES["curve"]) if allowed is None else allowed)
         used.add("method")
         given = set(settings)
         if options is not None:
@@ -405,11 +464,65 @@ class ApproxOptions:
             }
         unused = sorted(given - used)
         if unused:
+            what = f"method={method!r}" + (" with Box actions" if key == "soft_q_box" else "")
             raise ValueError(
-                f"the setting(s) {unused} do not apply to method={method!r}, which uses "
+                f"the setting(s) {unused} do not apply to {what}, which uses "
                 f"{sorted(used - {'method'})}; drop them (or choose the method that uses them "
                 "with method=...)."
             )
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedOptions(ApproxOptions):
+    """An :class:`ApproxOptions` with the defaults of one environment, kind of action and
+    method filled in (:meth:`ApproxOptions.resolved`, :meth:`ApproxOptions.for_curve`): the
+    fields below are numbers, never ``None``."""
+
+    n_data_steps: int = DATA_STEPS
+    n_eval_episodes: int = N_EVAL_EPISODES
+    iterations: int = 1
+    steps_per_iteration: int = 1
+    refine: int = 3
+    n_boot: int = 500
+    n_envs: int = 16
+
+    @classmethod
+    def of_record(cls, options: ApproxOptions, **changes: Any) -> ResolvedOptions:
+        """``options``' fields, ``changes`` replacing some, as a resolved record.
+
+        Raises:
+            ValueError: a field above left ``None``.
+        """
+        values = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+        values.update(changes)
+        unset = sorted(n for n in _RESOLVED if values[n] is None)
+        if unset:
+            raise ValueError(f"a resolved record needs {unset}, got None.")
+        return cls(**values)
+
+
+#: The fields :class:`ResolvedOptions` fills.
+_RESOLVED = (
+    "n_data_steps",
+    "n_eval_episodes",
+    "iterations",
+    "steps_per_iteration",
+    "refine",
+    "n_boot",
+    "n_envs",
+)
+
+
+def _refuse_unknown(given: Any) -> None:
+    """Raise ``TypeError`` for names in ``given`` that are no field of :class:`ApproxOptions`
+    (the message lists the fields)."""
+    names = {f.name for f in dataclasses.fields(ApproxOptions)}
+    unknown = sorted(set(given) - names)
+    if unknown:
+        raise TypeError(
+            f"unknown setting(s) {unknown} of the approximate estimator; the settings are "
+            f"{sorted(names)}."
+        )
 
 
 def _init_naming_unknown_settings() -> None:
@@ -419,13 +532,7 @@ def _init_naming_unknown_settings() -> None:
 
     @functools.wraps(made)
     def init(self: ApproxOptions, *args: Any, **kwargs: Any) -> None:
-        names = {f.name for f in dataclasses.fields(ApproxOptions)}
-        unknown = sorted(set(kwargs) - names)
-        if unknown:
-            raise TypeError(
-                f"unknown setting(s) {unknown} of the approximate estimator; the settings are "
-                f"{sorted(names)}."
-            )
+        _refuse_unknown(kwargs)
         made(self, *args, **kwargs)
 
     ApproxOptions.__init__ = init  # type: ignore[method-assign]
@@ -457,10 +564,11 @@ def default_schedule(
     steps_per_iteration: int | None,
     *,
     budget: int | None = None,
+    extra: int = _EXTRA_ITERATIONS,
 ) -> tuple[int, int]:
-    """Soft Q-iterations (default ``H + 20``) and Adam steps per iteration (default
-    ``max(20, budget // iterations)``, ``budget`` by default :data:`STEP_BUDGET`)."""
-    n_iter = iterations if iterations is not None else horizon + 20
+    """Soft Q-iterations (default ``H + extra``, ``H + 20``) and Adam steps per iteration
+    (default ``max(20, budget // iterations)``, ``budget`` by default :data:`STEP_BUDGET`)."""
+    n_iter = iterations if iterations is not None else horizon + extra
     if steps_per_iteration is not None:
         return n_iter, steps_per_iteration
     return n_iter, max(20, (STEP_BUDGET if budget is None else budget) // n_iter)

@@ -1,14 +1,18 @@
 """Environments given only through reset / step, and rollouts collected from them.
 
 :class:`EnvSource` makes fresh copies of an environment (a gymnasium id, an instance, or a
-factory), and reads its horizon: ``horizon=`` if given, else the ``TimeLimit`` of the
-registration (``env.spec.max_episode_steps``), else a seals-style ``env.unwrapped.horizon``.
+factory), reads its action space (``Discrete``, or a bounded ``Box``: its uniform reference,
+:mod:`imitation_meg.approx.spaces`) and its horizon: ``horizon=`` if given, else the
+``TimeLimit`` of the registration (``env.spec.max_episode_steps``), else a seals-style
+``env.unwrapped.horizon``.
 
-:func:`collect` runs ``n_episodes`` episodes of a behaviour in several copies stepped in
-lockstep (one batched policy call per step), each episode reset with its own seed drawn from the
-caller's generator, and returns the transitions as flat arrays (:class:`Rollouts`). Observations
-are flattened with ``gymnasium.spaces.flatten`` (``Discrete`` becomes one-hot) for the networks;
-the scored policy sees the raw observations.
+:func:`collect` runs episodes of a behaviour in several copies stepped in lockstep (one batched
+policy call per step), each episode reset with its own seed drawn from the caller's generator,
+and returns the transitions as flat arrays (:class:`Rollouts`), for either kind of action: a
+behaviour gives action probabilities (``Discrete``) or draws actions (a box). Observations are
+flattened with ``gymnasium.spaces.flatten`` (``Discrete`` becomes one-hot) for the networks; the
+scored policy sees the raw observations, and its action probabilities (``Discrete``) or action
+laws (:class:`Laws`, a box) at every row are stored beside the transitions when asked.
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg.approx.policy import PolicyFn
 from imitation_meg.type_aliases import EnvLike, GymEnv
 
-__all__ = ["EnvSource", "Rollouts", "collect"]
+__all__ = ["Behaviour", "EnvSource", "Laws", "Rollouts", "collect", "sample_discrete"]
 
-#: A behaviour: (raw observation batch, flat observations (n, d), decision times (n,)) -> (n, A).
-Behaviour = Callable[[Any, np.ndarray, np.ndarray], np.ndarray]
+#: A behaviour. ``Discrete`` actions: (raw observation batch, flat observations (n, d), decision
+#: times (n,)) -> action probabilities (n, A). A box: the same and the generator, -> actions
+#: (n, k) drawn in the box.
+Behaviour = Callable[..., np.ndarray]
 
 
 class EnvSource:
@@ -173,7 +178,7 @@ class Rollouts:
     Attributes:
         x: ``(N, d)`` float32 flat observations at decision time.
         t: ``(N,)`` decision times ``0..H-1``.
-        a: ``(N,)`` actions taken.
+        a: ``(N,)`` actions taken (``Discrete``), or ``(N, k)`` float64 actions (a box).
         r: ``(N,)`` rewards received.
         x_next: ``(N, d)`` flat next observations.
         done: ``(N,)`` no value follows this step (the episode terminated, or ``t + 1 = H``).
@@ -181,8 +186,10 @@ class Rollouts:
         lengths: ``(n_episodes,)`` decisions per episode.
         returns: ``(n_episodes,)`` summed rewards per episode.
         truncated_early: episodes the environment cut before ``H`` without terminating.
-        probs: ``(N, A)`` the scored policy's probabilities at each row (if requested).
+        probs: ``(N, A)`` the scored policy's probabilities at each row (``Discrete`` actions,
+            if requested).
         features: ``(N, F)`` the scored agent's hidden features (if requested).
+        laws: the scored policy's action law at each row (a box, if requested).
     """
 
     x: np.ndarray
@@ -197,6 +204,7 @@ class Rollouts:
     truncated_early: int = 0
     probs: np.ndarray | None = None
     features: np.ndarray | None = None
+    laws: Laws | None = None
 
     @property
     def n_steps(self) -> int:
@@ -229,7 +237,63 @@ class Rollouts:
             truncated_early=sum(p.truncated_early for p in parts),
             probs=opt("probs"),
             features=opt("features"),
+            laws=Laws.concat([p.laws for p in parts]),
         )
+
+
+@dataclasses.dataclass
+class Laws:
+    """The scored policy's action law at every row of a collection (a box).
+
+    Attributes:
+        kind: ``"squashed"``, ``"clipped"`` or ``"uniform"``.
+        mean: ``(N, k)`` (see :class:`~imitation_meg.continuous.densities.ActionLaw`).
+        std: ``(N, k)``.
+        low: ``(k,)`` the box.
+        high: ``(k,)`` the box.
+    """
+
+    kind: str
+    mean: np.ndarray
+    std: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+    def rows(self, sl: slice) -> Any:
+        """The laws of rows ``sl`` (an :class:`~imitation_meg.continuous.densities.ActionLaw`)."""
+        from imitation_meg.continuous.densities import ActionLaw
+
+        return ActionLaw(self.kind, self.mean[sl], self.std[sl], self.low, self.high)
+
+    @staticmethod
+    def concat(parts: list[Laws | None]) -> Laws | None:
+        """The laws of several collections in order (None unless every part has them).
+
+        Raises:
+            ValueError: parts with laws of different kinds.
+        """
+        if not parts or any(p is None for p in parts):
+            return None
+        laws = [p for p in parts if p is not None]
+        kinds = sorted({p.kind for p in laws})
+        if len(kinds) > 1:
+            raise ValueError(f"cannot join action laws of different kinds {kinds}.")
+        cat = np.concatenate
+        return Laws(
+            kinds[0],
+            cat([p.mean for p in laws]),
+            cat([p.std for p in laws]),
+            laws[0].low,
+            laws[0].high,
+        )
+
+
+def sample_discrete(p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One action per row ``(n,)`` of probabilities ``p (n, A)`` (by the inverse of each row's
+    cumulative sum at one uniform draw per row)."""
+    cdf = np.cumsum(p, axis=1)
+    u = rng.random(len(p)) * cdf[:, -1]
+    return np.minimum((cdf < u[:, None]).sum(1), p.shape[1] - 1)
 
 
 def collect(
@@ -239,7 +303,7 @@ def collect(
     rng: np.random.Generator,
     *,
     min_steps: int | None = None,
-    scored: PolicyFn | None = None,
+    scored: Any = None,
     features: bool = False,
     n_envs: int = 16,
     on_step: Callable[[int], None] | None = None,
@@ -248,29 +312,41 @@ def collect(
 
     Args:
         source: the environment.
-        behaviour: ``(raw_obs_batch, flat_obs (n, d), t (n,)) -> (n, A)`` action probabilities.
+        behaviour: ``Discrete`` actions: ``(raw_obs_batch, flat_obs (n, d), t (n,)) -> (n, A)``
+            action probabilities (one action drawn per row with ``rng``); a box:
+            ``(raw_obs_batch, flat_obs, t, rng) -> (n, k)`` actions in the box.
         n_episodes: episodes to run (each cut at the horizon), or None with ``min_steps``.
         rng: draws the episodes' reset seeds and the actions.
         min_steps: instead of a number of episodes, start new episodes until this many steps
             are taken (the episodes in progress then finish).
-        scored: a :class:`~imitation_meg.approx.policy.PolicyFn` whose probabilities are stored
-            at every row (``Rollouts.probs``).
-        features: also store the scored agent's hidden features.
+        scored: a policy whose action law is stored at every row: a
+            :class:`~imitation_meg.approx.policy.PolicyFn` (``Discrete``: ``Rollouts.probs``)
+            or a :class:`~imitation_meg.continuous.densities.ContinuousPolicyFn` (a box:
+            ``Rollouts.laws``).
+        features: also store the scored agent's hidden features (``Discrete`` actions).
         n_envs: environment copies stepped in lockstep.
         on_step: called with the number of steps just taken (progress bars).
 
     Returns:
         :class:`Rollouts` with the rows of every episode in episode order.
+
+    Raises:
+        ValueError: both or neither of ``n_episodes`` and ``min_steps``; ``features`` for a
+            box.
     """
     if (n_episodes is None) == (min_steps is None):
         raise ValueError("pass exactly one of n_episodes and min_steps.")
-    H, A = source.horizon, source.n_actions
+    box = source.actions.is_box
+    if features and box:
+        raise ValueError("features= reads a Discrete agent's hidden features; a box has none.")
+    H = source.horizon
     seed_rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
     cap = n_episodes if n_episodes is not None else max(1, -(-int(min_steps or 1) // H))
     envs = [source.make() for _ in range(max(1, min(n_envs, cap)))]
     slots: list[dict[str, Any] | None] = [None] * len(envs)
     rows: list[list[dict[str, Any]]] = []
     info = {"next": 0, "truncated": 0, "steps": 0}
+    kind: list[str] = []  # the scored laws' kind (a box)
 
     def start(k: int) -> None:
         i = info["next"]
@@ -291,31 +367,23 @@ def collect(
         raw_batch = source.stack(raw)
         x = source.flatten(raw)
         t = np.array([slots[k]["t"] for k in active], dtype=np.int64)  # type: ignore[index]
-        p = np.asarray(behaviour(raw_batch, x, t), dtype=np.float64)
-        sp = scored.probs(raw_batch) if scored is not None else None
-        ft = scored.features(raw_batch) if features and scored is not None else None
-        cdf = np.cumsum(p, axis=1)
-        u = rng.random(len(active)) * cdf[:, -1]
-        acts = np.minimum((cdf < u[:, None]).sum(1), A - 1)
+        if box:
+            acts = np.asarray(behaviour(raw_batch, x, t, rng), dtype=np.float64)
+            acts = acts.reshape(len(active), -1)
+        else:
+            acts = sample_discrete(np.asarray(behaviour(raw_batch, x, t), dtype=np.float64), rng)
+        extra = _scored_rows(scored, raw_batch, box, features, kind)
         for j, k in enumerate(active):
             s = slots[k]
             assert s is not None
-            a = int(acts[j])
-            obs2, r, term, trunc, _ = envs[k].step(a)
+            a: Any = acts[j] if box else int(acts[j])
+            obs2, r, term, trunc, _ = envs[k].step(
+                a.reshape(source.action_shape).astype(np.float32) if box else a
+            )
             t_next = s["t"] + 1
             end = bool(term) or t_next >= H
-            row = {
-                "x": x[j],
-                "t": s["t"],
-                "a": a,
-                "r": float(r),
-                "obs_next": obs2,
-                "done": end,
-            }
-            if sp is not None:
-                row["p"] = sp[j]
-            if ft is not None:
-                row["f"] = ft[j]
+            row = {"x": x[j], "t": s["t"], "a": a, "r": float(r), "obs_next": obs2, "done": end}
+            row.update((key, v[j]) for key, v in extra.items())
             rows[s["ep"]].append(row)
             if end or trunc:
                 if trunc and not end:
@@ -328,19 +396,52 @@ def collect(
             on_step(len(active))
     for env in envs:
         env.close()
+    return _assemble(source, rows, info["truncated"], kind[-1] if kind else None)
+
+
+def _scored_rows(
+    scored: Any, raw: Any, box: bool, features: bool, kind: list[str]
+) -> dict[str, np.ndarray]:
+    """What is stored of the scored policy at a step's rows: its probabilities (and hidden
+    features), or its action laws' parameters (their kind appended to ``kind``)."""
+    if scored is None:
+        return {}
+    if box:
+        law = scored.law(raw)
+        kind.append(law.kind)
+        return {"mean": law.mean, "std": law.std}
+    out = {"p": scored.probs(raw)}
+    if features:
+        out["f"] = scored.features(raw)
+    return out
+
+
+def _assemble(
+    source: EnvSource, rows: list[list[dict[str, Any]]], truncated: int, kind: str | None
+) -> Rollouts:
+    """The collected rows as :class:`Rollouts` (episode order)."""
     flat = [r for ep in rows for r in ep]
     lengths = np.array([len(ep) for ep in rows], dtype=np.int64)
+
+    def stacked(key: str) -> np.ndarray | None:
+        return np.stack([r[key] for r in flat]) if flat and key in flat[0] else None
+
+    box = source.actions.is_box
+    mean, std = stacked("mean"), stacked("std")
     return Rollouts(
         x=np.stack([r["x"] for r in flat]),
         t=np.array([r["t"] for r in flat], dtype=np.int64),
-        a=np.array([r["a"] for r in flat], dtype=np.int64),
+        a=np.stack([r["a"] for r in flat]) if box else np.array([r["a"] for r in flat], np.int64),
         r=np.array([r["r"] for r in flat], dtype=np.float64),
         x_next=source.flatten([r["obs_next"] for r in flat]),
         done=np.array([r["done"] for r in flat], dtype=bool),
         episode=np.repeat(np.arange(len(rows)), lengths),
         lengths=lengths,
         returns=np.array([sum(r["r"] for r in ep) for ep in rows]),
-        truncated_early=info["truncated"],
-        probs=np.stack([r["p"] for r in flat]) if scored is not None else None,
-        features=np.stack([r["f"] for r in flat]) if features and scored is not None else None,
+        truncated_early=truncated,
+        probs=stacked("p"),
+        features=stacked("f"),
+        laws=None
+        if kind is None or mean is None or std is None
+        else Laws(kind, mean, std, source.low, source.high),
     )

@@ -1,8 +1,9 @@
 """``imitation-meg score`` for environments that are not tabular (or with ``--approx``).
 
-The command line parses the arguments; :func:`score_approx` does the work: it loads the policy,
-runs :func:`~imitation_meg.approx.meg_approx` with a progress bar (whose rate gives the time
-estimate), prints the estimate with its interval and diagnostics, and writes JSON on request.
+The command line parses the arguments; :func:`score_approx` does the work for ``Discrete``
+actions and bounded boxes alike: it loads the policy, runs :func:`~imitation_meg.approx.
+meg_approx` with a progress bar (whose rate gives the time estimate), prints the estimate with
+its interval and diagnostics, and writes JSON on request.
 """
 
 from __future__ import annotations
@@ -92,7 +93,16 @@ def _sources(args: argparse.Namespace) -> list[str]:
     return expand_sources(names)
 
 
-def _policy(args: argparse.Namespace, n_actions: int, name: str) -> tuple[Any, str]:
+def _policy(args: argparse.Namespace, source: Any, name: str) -> tuple[Any, str, dict[str, Any]]:
+    """The scored policy, its label and the keyword arguments of
+    :func:`~imitation_meg.approx.meg_approx` that read it: for ``Discrete`` actions its
+    probabilities (with ``--epsilon``); for a box the policy itself with ``algo`` and
+    ``noise_std`` (``--noise-std`` smooths a deterministic agent), read by ``meg_approx``."""
+    if source.actions.is_box:
+        return _box_policy(args, name)
+    if getattr(args, "noise_std", None) is not None:
+        raise ValueError("--noise-std applies to deterministic agents in Box action spaces.")
+    n_actions = source.n_actions
     if name in APPROX_POLICIES:
         if args.algo is not None or args.epsilon is not None:
             raise ValueError(f"--algo / --epsilon apply to a saved model, not to {name!r}.")
@@ -100,22 +110,51 @@ def _policy(args: argparse.Namespace, n_actions: int, name: str) -> tuple[Any, s
         def uniform(obs: Any) -> np.ndarray:
             return np.full((len(obs), n_actions), 1.0 / n_actions)
 
-        return uniform, name
+        return uniform, name, {}
+    _no_tabular_policy(name, "(drop --approx)")
+    from imitation_meg.approx.policy import as_policy_fn
+
+    label = _saved_label(args, name)
+    pol = as_policy_fn(name, n_actions=n_actions, algo=args.algo, epsilon=args.epsilon)
+    if args.epsilon is not None:
+        label += f" (epsilon {args.epsilon:g})"
+    return pol, label, {}
+
+
+def _box_policy(args: argparse.Namespace, name: str) -> tuple[Any, str, dict[str, Any]]:
+    """A policy acting in a box: its name (or ``"uniform"``) with ``algo`` and ``noise_std``
+    for :func:`~imitation_meg.approx.meg_approx`, which reads its action laws."""
+    noise = getattr(args, "noise_std", None)
+    if getattr(args, "epsilon", None) is not None:
+        raise ValueError(
+            "--epsilon applies to Discrete actions; smooth a Box agent with --noise-std."
+        )
+    if name in APPROX_POLICIES:
+        if args.algo is not None or noise is not None:
+            raise ValueError(f"--algo / --noise-std apply to a saved model, not to {name!r}.")
+        return name, name, {}
+    _no_tabular_policy(name, "(a deterministic policy has no density on a box)")
+    label = _saved_label(args, name)
+    if noise is not None:
+        label += f" (noise std {noise:g})"
+    return name, label, {"algo": args.algo, "noise_std": noise}
+
+
+def _no_tabular_policy(name: str, why: str) -> None:
     if name in ("optimal", "epsilon-greedy"):
         raise ValueError(
             f"--policy {name!r}: the approximate estimator scores a saved SB3 model or one of "
             f"{list(APPROX_POLICIES)}; 'optimal' and 'epsilon-greedy' need a tabular environment "
-            "(drop --approx)."
+            f"{why}."
         )
+
+
+def _saved_label(args: argparse.Namespace, name: str) -> str:
+    """``"PPO path.zip"``: the algorithm (``--algo``, else read from the file) and the name."""
     from imitation_meg.adapters.saved_models import read_model_info
-    from imitation_meg.approx.policy import as_policy_fn
 
     algo = args.algo or read_model_info(name).algo or "model"
-    pol = as_policy_fn(name, n_actions=n_actions, algo=args.algo, epsilon=args.epsilon)
-    label = f"{str(algo).upper()} {name}"
-    if args.epsilon is not None:
-        label += f" (epsilon {args.epsilon:g})"
-    return pol, label
+    return f"{str(algo).upper()} {name}"
 
 
 def _spread_line(res: Any) -> str:
@@ -182,13 +221,17 @@ def _paths_lines(res: Any) -> list[str]:
     ]
 
 
-def _checked_mode(args: argparse.Namespace, settings: dict[str, Any]) -> bool:
+def _checked_mode(args: argparse.Namespace, settings: dict[str, Any], *, box: bool) -> bool:
     """Refuse what the approximate path does not support (named in the message); True for
-    ``--mode unknown`` (every utility of the observation, through the empirical MDP)."""
+    ``--mode unknown`` (every utility of the observation, through the empirical MDP; ``box``:
+    the actions are a box, scored for the known utility only)."""
     from imitation_meg.approx.unknown import OBSERVATION_METHODS
 
-    if args.env is None:
-        raise ValueError("--approx needs --env ENV_ID (a gymnasium id), not --cliff-world.")
+    if box:
+        if args.mode != "known":
+            raise ValueError(f"--mode {args.mode} is not available for Box actions (known only).")
+        if getattr(args, "action_masks", None):
+            raise ValueError("--action-masks applies to Discrete actions.")
     if args.mode not in ("known", "unknown"):
         raise ValueError(
             f"--mode {args.mode} is not available with the approximate estimator (--mode known, "
@@ -234,7 +277,7 @@ def _score_with_curve(
         curve.check_for(
             env=source.name,
             horizon=source.horizon,
-            actions={"kind": "discrete", "n": source.n_actions},
+            actions=source.actions.to_dict(),
             env_kwargs=source.env_kwargs,
         )
         how = f"read from {curve_file}"
@@ -258,10 +301,16 @@ def _score_with_curve(
     kwargs.pop("n_models", None)
     rows = []
     for name in sources:
-        policy, label = _policy(args, source.n_actions, name)
+        policy, label, reading = _policy(args, source, name)
         t1 = time.perf_counter()
         res = meg_approx(
-            policy, source.make, horizon=source.horizon, seed=args.seed, curve=curve, **kwargs
+            policy,
+            source.make,
+            horizon=source.horizon,
+            seed=args.seed,
+            curve=curve,
+            **reading,
+            **kwargs,
         )
         rows.append(_curve_row(name, label, res, time.perf_counter() - t1))
     columns = ["policy", "timesteps", "meg", "low", "high", "beta", "expected_return", "settled"]
@@ -372,7 +421,11 @@ def score_approx(args: argparse.Namespace) -> int:
     from imitation_meg.approx.unknown import meg_approx_unknown
 
     settings = _command_settings(args)
-    unknown = _checked_mode(args, settings)
+    if args.env is None:
+        raise ValueError("--approx needs --env ENV_ID (a gymnasium id), not --cliff-world.")
+    source = EnvSource(args.env, horizon=args.horizon)
+    box = source.actions.is_box
+    unknown = _checked_mode(args, settings, box=box)
     if settings.get("method") not in ("linear", "empirical"):
         import torch as th
 
@@ -380,7 +433,6 @@ def score_approx(args: argparse.Namespace) -> int:
         # linear method's fits and the empirical MDP's bootstrap solves run side by side, one
         # per torch thread, _threads.parallel_map; "auto" may hand over to the networks)
         th.set_num_threads(1)
-    source = EnvSource(args.env, horizon=args.horizon)
     sources = _sources(args)
     curve_file = getattr(args, "curve", None)
     if (curve_file is not None or len(sources) > 1) and unknown:
@@ -391,12 +443,18 @@ def score_approx(args: argparse.Namespace) -> int:
     n_models = kwargs.pop("n_models", getattr(args, "approx_models", None) or 3)
     if curve_file is not None or len(sources) > 1:
         return _score_with_curve(args, source, sources, curve_file, kwargs)
-    policy, label = _policy(args, source.n_actions, sources[0])
+    policy, label, reading = _policy(args, source, sources[0])
     how, counts = _how(method, n_models, paths=paths, unknown=unknown)
     what = "every utility of the observation" if unknown else "the environment reward"
+    acts = (
+        f"Box of {source.action_dim} dimension(s) [{source.low.tolist()}, "
+        f"{source.high.tolist()}], reference: the uniform density on it"
+        if box
+        else f"|A|={source.n_actions}"
+    )
     print(
         f"Approximate {args.mode}-utility MEG of {label} in {source.name} "
-        f"(|A|={source.n_actions}, H={source.horizon}; utility: {what}; {how})\n"
+        f"({acts}, H={source.horizon}; utility: {what}; {how})\n"
         f"The bar counts {counts}; its remaining time is the time estimate.",
         flush=True,
     )
@@ -409,7 +467,7 @@ def score_approx(args: argparse.Namespace) -> int:
             policy, source.make, utility="observation", **common, **kwargs
         ).result
     else:
-        res = meg_approx(policy, source.make, **common, **kwargs)
+        res = meg_approx(policy, source.make, **common, **reading, **kwargs)
     _print_result(res, time.perf_counter() - t0, unknown=unknown, kwargs=kwargs)
     if args.json:
         from imitation_meg.results import library_versions, write_json
@@ -456,8 +514,12 @@ def _run_settings(
         if not paths:
             kwargs["n_data_steps"] = 30 * n_episodes
     elif source.horizon >= 200 and not paths:  # long episodes: fewer carry as many steps
-        kwargs = {"n_eval_episodes": 60}
-    for attr, key in (("approx_iterations", "iterations"), ("approx_steps", "steps_per_iteration")):
+        kwargs = {"n_eval_episodes": 30 if source.actions.is_box else 60}
+    for attr, key in (
+        ("approx_iterations", "iterations"),
+        ("approx_steps", "steps_per_iteration"),
+        ("approx_data", "n_data_steps"),
+    ):
         if getattr(args, attr, None) is not None and not paths:
             kwargs[key] = getattr(args, attr)
     kwargs.update(settings)
@@ -488,6 +550,33 @@ def _how(method: str | None, n_models: int, *, paths: bool, unknown: bool) -> tu
     return how, counts
 
 
+def _bound_lines(res: Any) -> list[str]:
+    """The bounds: ``E[T] log|A|`` and ``H log|A|`` with the Gibbs certificate, or for a box
+    (no ``log|A|``) the certificate, which ``normalized`` divides by."""
+    if math.isinf(res.upper_bound):
+        cert = (
+            "inf (point masses on the bounds)"
+            if math.isinf(res.certificate)
+            else f"{res.certificate:.4f}"
+        )
+        norm = "n/a" if math.isnan(res.normalized) else f"{res.normalized:.4f}"
+        return [
+            (
+                f"certificate         {cert}   (the policy's own E[sum_t KL(pi || uniform)]; "
+                f"normalized {norm})"
+            ),
+            f"action law          {res.policy}",
+        ]
+    return [
+        (
+            f"bound E[T] log|A|   {res.length_bound:.4f}   (normalized "
+            f"{res.length_normalized:.4f}; E[T] = {res.mean_length:.1f} of H = {res.horizon})"
+        ),
+        f"bound H log|A|      {res.upper_bound:.4f}   (normalized {res.normalized:.4f})",
+        f"Gibbs certificate   {res.certificate:.4f}   (no model family can exceed it)",
+    ]
+
+
 def _print_result(res: Any, wall: float, *, unknown: bool, kwargs: dict[str, Any]) -> None:
     """The estimate, its interval, bounds and the method's diagnostics, then its notes."""
     from imitation_meg.approx.evaluate import UNSETTLED_NOTE
@@ -496,21 +585,24 @@ def _print_result(res: Any, wall: float, *, unknown: bool, kwargs: dict[str, Any
     pct = f"{res.confidence:.0%}"
     lines = [
         f"MEG estimate        {res.meg:.4f} nats   {pct} interval [{res.low:.4f}, {res.high:.4f}]",
-        (
-            f"bound E[T] log|A|   {res.length_bound:.4f}   (normalized "
-            f"{res.length_normalized:.4f}; E[T] = {res.mean_length:.1f} of H = {res.horizon})"
-        ),
-        f"bound H log|A|      {res.upper_bound:.4f}   (normalized {res.normalized:.4f})",
-        f"Gibbs certificate   {res.certificate:.4f}   (no model family can exceed it)",
+        *_bound_lines(res),
         (
             f"utility spread      {res.beta:.4g}   (max - min of the fitted utility; inf: a limit)"
             if unknown
             else f"beta*               {res.beta:.4g}   (utility units)"
         ),
-        f"mean return         {res.expected_return:.4f}",
+        (
+            f"mean return         {res.expected_return:.4f}"
+            + (
+                f"   (E[T] = {res.mean_length:.1f} of H = {res.horizon})"
+                if math.isinf(res.upper_bound)
+                else ""
+            )
+        ),
         *{"empirical": _empirical_lines, "linear": _linear_lines, "paths": _paths_lines}.get(
             res.method, _fit_lines
         )(res),
+        *([f"action grid         {res.grid}"] if res.grid else []),
         f"environment steps   {res.n_env_steps}",
         f"wall time           {wall:.1f} s",
     ]
@@ -525,3 +617,9 @@ def _print_result(res: Any, wall: float, *, unknown: bool, kwargs: dict[str, Any
         print(f"\n({UNSETTLED_NOTE})")
     if res.at_boundary:
         print("\n(The optimum lies at the largest |beta| tried: the supremum may be a limit.)")
+    if res.above_certificate:
+        print(
+            "\n(The fits exceeded the certificate, which no normalised model can: the action "
+            "grid could not integrate the models at beta*; the estimate is the certificate by "
+            "clipping, not a measured value.)"
+        )

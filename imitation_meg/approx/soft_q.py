@@ -21,6 +21,16 @@ set of transitions by regression on targets from a periodically frozen copy (fit
 Q-iteration), each sample with its own ``b`` drawn from a prior over ``0``, ``+-inf`` and a
 log-uniform range, so one network serves every beta. The next-state expectation is a regression
 target (one sampled ``s'`` per row); the soft mean over actions is computed exactly.
+
+**Box actions.** With a bounded ``Box`` the reference is the uniform density ``u`` on the box,
+``m_beta(y) = (1 / beta) log int u(a) exp(beta y(a)) da`` and
+``log(pi_beta,t(a | s) / u(a)) = beta (q_t(s, a) - m_beta(q_t(s, .)))``. The second model class,
+:class:`BoxSoftQModel`, takes the action (scaled to ``[-1, 1]``) as an input beside the same
+observation, time and rationality features and predicts one value; ``m_beta`` is a rule over the
+box (:class:`ActionGrid`: tensor-product Gauss-Legendre in 1 and 2 dimensions, scrambled Sobol
+points beyond). Both classes are fitted by the same loop (:func:`fit_soft_q_ensemble`: batched
+networks, rationality priors, clipped targets, weight averaging); the Box fits compute each
+iteration's targets for a pool of rows and draw their minibatches from it.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -36,14 +46,23 @@ import torch as th
 from torch import nn
 
 from imitation_meg.approx.rollouts import Rollouts
+from imitation_meg.continuous.quadrature import box_rule
+from imitation_meg.continuous.soft_vi import soft_mean as weighted_soft_mean
 
 __all__ = [
+    "ActionGrid",
     "BetaPrior",
+    "BoxSoftQModel",
     "SoftQModel",
+    "action_grid",
+    "bellman_residual",
     "beta_features",
     "fit_soft_q",
     "fit_soft_q_ensemble",
+    "new_model",
+    "row_soft_mean",
     "soft_mean",
+    "target_pool",
 ]
 
 #: Largest gradient norm of one fitting step.
@@ -52,6 +71,13 @@ _GRAD_CLIP = 10.0
 _TARGET_CHUNK = 1 << 15
 #: Input floats of the training rows prepared at once (all models of a batched fit).
 _BLOCK_FLOATS = 1 << 24
+#: Rows (times grid points) per forward pass of a Box model's frozen network.
+_BOX_CHUNK = 1 << 16
+#: Rows per Box model whose targets an iteration computes, on long horizons (``H >= 100``) and
+#: short ones; the iteration's minibatches are drawn from them.
+_POOL_LONG, _POOL_SHORT = 2048, 8192
+#: Candidate uniform actions per decision when sampling a Box model's soft-optimal policy.
+_RESAMPLE = 32
 _CPU = th.device("cpu")
 
 #: Scales (decisions) of the time-to-go features ``exp(-(H - t - 1) / c)``.
@@ -184,8 +210,66 @@ class _MLP(nn.Module):
         return self.net(z)
 
 
-class SoftQModel:
-    """A fitted beta-conditioned soft Q-function (see the module docstring).
+class _SoftQNetwork:
+    """What both model classes share: the horizon, the utility unit, the standardisation of
+    observations, and the network's inputs (observation, time and rationality features)."""
+
+    horizon: int
+    last_steps: int
+    q_scale: float
+    obs_mean: th.Tensor
+    obs_std: th.Tensor
+    nets: nn.ModuleDict
+    null: bool
+    split: bool
+
+    def _setup(
+        self,
+        horizon: int,
+        q_scale: float,
+        obs_mean: np.ndarray,
+        obs_std: np.ndarray,
+        last_steps: int,
+    ) -> None:
+        self.horizon = int(horizon)
+        self.last_steps = int(last_steps)
+        self._times: TimeTable | None = None
+        self.q_scale = float(q_scale)
+        self.obs_mean = th.as_tensor(obs_mean, dtype=th.float32)
+        self.obs_std = th.as_tensor(obs_std, dtype=th.float32)
+        #: no reward in the data: every value is 0 (see :func:`new_model`)
+        self.null = False
+
+    def _build(self, n_in: int, n_out: int, hidden: tuple[int, ...], seed: int) -> None:
+        """The network ``{"cont": MLP}`` (its initialisation seeded by ``seed``)."""
+        # Layer initialisation draws from torch's global generator: fork it so that the
+        # caller's random state is left as it was.
+        with th.random.fork_rng(devices=[]):
+            th.manual_seed(seed)
+            self.nets = nn.ModuleDict({"cont": _MLP(n_in, n_out, hidden)})
+
+    def state_width(self, obs_dim: int) -> int:
+        """Inputs of the observation, time and rationality features."""
+        return obs_dim + 1 + len(TIME_SCALES) + self.last_steps + len(BETA_SCALES)
+
+    def standardise(self, x: th.Tensor) -> th.Tensor:
+        return (x - self.obs_mean.to(x.device)) / self.obs_std.to(x.device)
+
+    def inputs(self, x: th.Tensor, t: th.Tensor, b: th.Tensor) -> th.Tensor:
+        """The network's input rows ``(n, n_in)``: standardised observations ``x (n, d)``,
+        time features of ``t (n,)`` and rationality features of normalised ``b (n,)`` (a Box
+        model appends the action)."""
+        if self._times is None:
+            self._times = TimeTable(self.horizon, self.last_steps)
+        return th.cat([self.standardise(x), self._times(t), beta_features(b)], 1)
+
+    def copy(self) -> Any:
+        return copy.deepcopy(self)
+
+
+class SoftQModel(_SoftQNetwork):
+    """A fitted beta-conditioned soft Q-function of ``Discrete`` actions (see the module
+    docstring).
 
     The network predicts the normalised soft Q-value ``f(x, tau, b) = q / q_scale`` of every
     action. When a utility function ``reward_fn`` of the observation is given (the
@@ -222,40 +306,17 @@ class SoftQModel:
         reward_fn: Callable[[th.Tensor], th.Tensor] | None = None,
         last_steps: int = 0,
     ) -> None:
-        self.horizon = int(horizon)
-        self.last_steps = int(last_steps)
-        self._times: TimeTable | None = None
+        self._setup(horizon, q_scale, obs_mean, obs_std, last_steps)
         self.n_actions = int(n_actions)
-        self.q_scale = float(q_scale)
-        self.obs_mean = th.as_tensor(obs_mean, dtype=th.float32)
-        self.obs_std = th.as_tensor(obs_std, dtype=th.float32)
         self.reward_fn = reward_fn
-        #: no reward in the data: every value is 0 (see :func:`new_model`)
-        self.null = False
-        # Layer initialisation draws from torch's global generator: fork it so that the
-        # caller's random state is left as it was.
-        with th.random.fork_rng(devices=[]):
-            th.manual_seed(seed)
-            n_in = obs_dim + 1 + len(TIME_SCALES) + self.last_steps + len(BETA_SCALES)
-            nets = {"cont": _MLP(n_in, n_actions, hidden)}
-            self.split = reward_fn is not None
-            self.nets = nn.ModuleDict(nets)
-
-    def standardise(self, x: th.Tensor) -> th.Tensor:
-        return (x - self.obs_mean.to(x.device)) / self.obs_std.to(x.device)
+        self.split = reward_fn is not None
+        self._build(self.state_width(obs_dim), n_actions, hidden, seed)
 
     def reward(self, x: th.Tensor) -> th.Tensor:
         """Normalised one-step utility ``(n, A)`` of a given ``reward_fn``."""
         assert self.reward_fn is not None
         r = self.reward_fn(x).reshape(-1, 1) / self.q_scale
         return r.to(th.float32).expand(-1, self.n_actions)
-
-    def inputs(self, x: th.Tensor, t: th.Tensor, b: th.Tensor) -> th.Tensor:
-        """The network's input rows ``(n, n_in)``: standardised observations ``x (n, d)``,
-        time features of ``t (n,)`` and rationality features of normalised ``b (n,)``."""
-        if self._times is None:
-            self._times = TimeTable(self.horizon, self.last_steps)
-        return th.cat([self.standardise(x), self._times(t), beta_features(b)], 1)
 
     def continuation_weight(self, t: th.Tensor) -> th.Tensor:
         """``(H - t - 1) / H`` per row ``(n,)``: the weight of a split model's continuation."""
@@ -287,8 +348,167 @@ class SoftQModel:
         with th.no_grad():
             return th.log_softmax(b.reshape(-1, 1) * self.f(x, t, b), dim=-1)
 
-    def copy(self) -> SoftQModel:
-        return copy.deepcopy(self)
+    def behaviour(self, b: float) -> Callable[[Any, np.ndarray, np.ndarray], np.ndarray]:
+        """The soft-optimal policy at normalised rationality ``b`` as a rollout behaviour
+        (:func:`~imitation_meg.approx.rollouts.collect`: action probabilities)."""
+
+        def fn(raw: Any, x: np.ndarray, t: np.ndarray) -> np.ndarray:
+            bb = th.full((x.shape[0],), float(b))
+            lp = self.log_policy(th.as_tensor(x), th.as_tensor(t), bb)
+            return lp.exp().double().numpy()
+
+        return fn
+
+
+class ActionGrid(NamedTuple):
+    """A rule for ``int u(a) f(a) da`` on the box scaled to ``[-1, 1]^k``.
+
+    Attributes:
+        points: ``(N, k)`` float32 in ``[-1, 1]``.
+        log_w: ``(N,)`` float64 log probability weights (summing to 1).
+        kind: ``"gauss-legendre"`` or ``"sobol"``.
+    """
+
+    points: th.Tensor
+    log_w: th.Tensor
+    kind: str
+
+    @property
+    def describe(self) -> str:
+        """``"gauss-legendre, 16 points"``."""
+        return f"{self.kind}, {self.points.shape[0]} points"
+
+
+def action_grid(d: int, n: int | None = None, *, seed: int = 0) -> ActionGrid:
+    """The rule of the Box fits: ``n`` Gauss-Legendre points per dimension in 1-D (default 16)
+    and 2-D (default 10, so 100), ``n`` scrambled Sobol points beyond (default 256, drawn with
+    ``seed``).
+
+    Raises:
+        ValueError: ``d < 1`` or ``n < 2``.
+    """
+    if d < 1:
+        raise ValueError(f"the action box needs at least one dimension, got {d}.")
+    if d <= 2:
+        n = n or (16 if d == 1 else 10)
+        if n < 2:
+            raise ValueError(f"the action grid needs at least 2 points per dimension, got {n}.")
+        box = box_rule(-np.ones(d), np.ones(d), nodes=n, panels=1)
+        w = box.weights / box.weights.sum()
+        return ActionGrid(box.points.to(th.float32), w.log(), "gauss-legendre")
+    from scipy.stats import qmc
+
+    n = n or 256
+    pts = qmc.Sobol(d, scramble=True, seed=seed).random(n) * 2.0 - 1.0
+    return ActionGrid(
+        th.as_tensor(pts, dtype=th.float32), th.full((n,), -math.log(n), dtype=th.float64), "sobol"
+    )
+
+
+def row_soft_mean(y: th.Tensor, log_w: th.Tensor, b: th.Tensor) -> th.Tensor:
+    """``m_b(y) = (1/b) log sum_j w_j exp(b y_j)`` per row: ``y (n, N)``, ``b (n,)`` (``+-inf``
+    allowed: the max / min) -> ``(n,)`` in ``y``'s dtype."""
+    out_dtype = y.dtype
+    y = y.double()
+    b = b.double()
+    finite = th.isfinite(b)
+    bf = th.where(finite, b, th.zeros_like(b))
+    v = weighted_soft_mean(y.unsqueeze(1), log_w, bf)[0][:, 0]
+    v = th.where(b == math.inf, y.amax(-1), v)
+    return th.where(b == -math.inf, y.amin(-1), v).to(out_dtype)
+
+
+class BoxSoftQModel(_SoftQNetwork):
+    """A beta-conditioned soft Q-network with the action as input, for a bounded ``Box`` (see
+    the module docstring): ``f(x, t, b, a) = q / q_scale``, one output, 0 for ``t >= H``.
+
+    Attributes:
+        horizon, q_scale, obs_mean, obs_std, last_steps, nets, null: as for
+            :class:`SoftQModel`.
+        low, high: ``(k,)`` float32 the box.
+        action_dim: ``k``.
+        grid: the rule of ``m_beta`` over the box (:class:`ActionGrid`).
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        low: np.ndarray,
+        high: np.ndarray,
+        horizon: int,
+        *,
+        q_scale: float,
+        obs_mean: np.ndarray,
+        obs_std: np.ndarray,
+        grid: ActionGrid | None = None,
+        hidden: tuple[int, ...] = (64, 64),
+        seed: int = 0,
+        last_steps: int = 3,
+    ) -> None:
+        self._setup(horizon, q_scale, obs_mean, obs_std, last_steps)
+        self.low = th.as_tensor(np.asarray(low), dtype=th.float32).reshape(-1)
+        self.high = th.as_tensor(np.asarray(high), dtype=th.float32).reshape(-1)
+        self.action_dim = int(self.low.numel())
+        self.grid = grid if grid is not None else action_grid(self.action_dim)
+        self.split = False  # no exact one-step utility
+        self._build(self.state_width(obs_dim) + self.action_dim, 1, hidden, seed)
+
+    def scale_actions(self, a: th.Tensor) -> th.Tensor:
+        """Actions in the box -> ``[-1, 1]``."""
+        return 2.0 * (a.to(th.float32) - self.low) / (self.high - self.low) - 1.0
+
+    def f_points(
+        self,
+        x: th.Tensor,
+        t: th.Tensor,
+        b: th.Tensor,
+        points: th.Tensor,
+        params: list[th.Tensor] | None = None,
+    ) -> th.Tensor:
+        """Normalised values ``(n, P)`` at per-row points ``points (n, P, k)`` in ``[-1, 1]``
+        (or shared ``(P, k)``); 0 for ``t >= H``. ``params``: stacked weights of one model (the
+        frozen copy while fitting)."""
+        n = x.shape[0]
+        if self.null:
+            return th.zeros(n, points.shape[-2])
+        z = self.inputs(x, t, b)
+        P = points.shape[-2]
+        pts = points.expand(n, P, -1) if points.dim() == 2 else points
+        rows = th.cat([z.unsqueeze(1).expand(n, P, -1), pts.to(th.float32)], 2).reshape(n * P, -1)
+        if params is None:
+            out = self.nets["cont"](rows)
+        else:
+            out = _stacked_forward(params, rows.unsqueeze(0))[0]
+        out = out.reshape(n, P)
+        return th.where((t >= self.horizon).reshape(-1, 1), th.zeros_like(out), out)
+
+    def soft_value(
+        self, x: th.Tensor, t: th.Tensor, b: th.Tensor, params: list[th.Tensor] | None = None
+    ) -> th.Tensor:
+        """``m_b(f(x, t, b, .))`` over the grid, ``(n,)``."""
+        return row_soft_mean(self.f_points(x, t, b, self.grid.points, params), self.grid.log_w, b)
+
+    def behaviour(
+        self, b: float
+    ) -> Callable[[Any, np.ndarray, np.ndarray, np.random.Generator], np.ndarray]:
+        """Approximately the soft-optimal policy at normalised rationality ``b`` as a rollout
+        behaviour (:func:`~imitation_meg.approx.rollouts.collect`: actions): ``_RESAMPLE``
+        uniform candidates per decision, one kept with probability ``softmax(b f)`` (importance
+        resampling)."""
+        lo, hi = self.low.double().numpy(), self.high.double().numpy()
+
+        def fn(raw: Any, x: np.ndarray, t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+            n, d = x.shape[0], lo.size
+            cand = rng.random((n, _RESAMPLE, d)) * 2.0 - 1.0
+            with th.no_grad():
+                f = self.f_points(
+                    th.as_tensor(x), th.as_tensor(t), th.full((n,), b), th.as_tensor(cand)
+                ).double()
+            p = th.softmax(b * f, -1).numpy()
+            k = (p.cumsum(1) < rng.random((n, 1))).sum(1).clip(max=_RESAMPLE - 1)
+            return lo + (cand[np.arange(n), k] + 1.0) * 0.5 * (hi - lo)
+
+        return fn
 
 
 def standardisation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -310,24 +530,30 @@ def returns_scale(data: Rollouts) -> float:
 
 def new_model(
     data: Rollouts,
-    n_actions: int,
+    n_actions: Any,
     horizon: int,
     *,
     hidden: tuple[int, ...],
     seed: int,
     reward_fn: Callable[[th.Tensor], th.Tensor] | None = None,
     last_steps: int = 0,
-) -> SoftQModel:
-    """An untrained model whose scales are read from ``data``.
+    grid: ActionGrid | None = None,
+) -> Any:
+    """An untrained model whose scales are read from ``data``: a :class:`SoftQModel`, or a
+    :class:`BoxSoftQModel` for a box.
 
     Args:
         data: the transitions (their rewards set the scale, unless ``reward_fn`` is given).
-        n_actions, horizon: ``|A|`` and ``H``.
+        n_actions: ``|A|``, or the action space (:class:`~imitation_meg.approx.spaces.
+            DiscreteActions` or :class:`~imitation_meg.approx.spaces.BoxActions`).
+        horizon: ``H``.
         hidden: hidden layer sizes.
         seed: the initialisation's seed.
         reward_fn: a fixed utility of flat observations ``(n, d) -> (n,)`` replacing the
-            environment's reward (then the scale is read from its values on ``data``).
+            environment's reward (then the scale is read from its values on ``data``;
+            ``Discrete`` actions).
         last_steps: indicator inputs of the last decisions (see :func:`time_features`).
+        grid: a box's rule of ``m_beta`` (default :func:`action_grid`'s).
 
     When the data show no reward that could prefer one action to another, the model is *null*:
     its soft Q-values are 0, so every soft-optimal model it gives is uniform
@@ -336,25 +562,48 @@ def new_model(
     horizon (MountainCar's -1 per step before any episode reached the goal): then every return is
     the same and the exact soft Q-values do not depend on the action, while a fitted network's
     small errors would otherwise be read as preferences at large rationalities.
+
+    Raises:
+        ValueError: ``reward_fn`` with a box.
     """
+    box = bool(getattr(n_actions, "is_box", False))
     if reward_fn is not None:
+        if box:
+            raise ValueError("reward_fn= replaces the reward of Discrete-action fits only.")
         with th.no_grad():
             r = reward_fn(th.as_tensor(data.x)).double().numpy().reshape(-1)
         data = dataclasses.replace(data, r=r)
     scale = returns_scale(data)
     mean, std = standardisation(np.concatenate([data.x, data.x_next]))
-    model = SoftQModel(
-        data.x.shape[1],
-        n_actions,
-        horizon,
-        q_scale=scale if scale > 0 else 1.0,
-        obs_mean=mean,
-        obs_std=std,
-        hidden=hidden,
-        seed=seed,
-        reward_fn=reward_fn,
-        last_steps=last_steps,
-    )
+    scales: dict[str, Any] = {
+        "q_scale": scale if scale > 0 else 1.0,
+        "obs_mean": mean,
+        "obs_std": std,
+    }
+    model: Any
+    if box:
+        model = BoxSoftQModel(
+            data.x.shape[1],
+            n_actions.low,
+            n_actions.high,
+            horizon,
+            **scales,
+            hidden=hidden,
+            seed=seed,
+            last_steps=last_steps,
+            grid=grid,
+        )
+    else:
+        model = SoftQModel(
+            data.x.shape[1],
+            int(getattr(n_actions, "n", n_actions)),
+            horizon,
+            **scales,
+            hidden=hidden,
+            seed=seed,
+            reward_fn=reward_fn,
+            last_steps=last_steps,
+        )
     model.null = is_null_problem(data, horizon, scale)
     return model
 
@@ -507,6 +756,99 @@ class _Fit:
         return _FitRows(z, self.a[idx], target, base, weight)
 
 
+class _BoxFit(_Fit):
+    """One Box model's data and draws during :func:`fit_soft_q_ensemble` (the actions scaled
+    to ``[-1, 1]``)."""
+
+    def __init__(self, model: BoxSoftQModel, data: Rollouts, prior: BetaPrior, seed: int) -> None:
+        super().__init__(model, data, prior, seed)  # type: ignore[arg-type]
+        self.a = model.scale_actions(th.as_tensor(data.a))
+        self.box = model
+
+    def pool(self, n: int, frozen: list[th.Tensor]) -> tuple[th.Tensor, th.Tensor]:
+        """``n`` rows with their rationalities: the network's inputs at the taken actions and
+        the clipped soft Bellman targets over the action grid."""
+        m = self.box
+        idx = th.randint(0, self.x.shape[0], (n,), generator=self.gen)
+        b = self.prior.sample(n, self.gen)
+        target = th.empty(n)
+        per = max(1, _BOX_CHUNK // m.grid.points.shape[0])
+        with th.no_grad():
+            for lo in range(0, n, per):
+                i, bb = idx[lo : lo + per], b[lo : lo + per]
+                cont = self.live[i] * m.soft_value(self.xn[i], self.t[i] + 1, bb, frozen)
+                target[lo : lo + per] = th.minimum(
+                    th.maximum(self.r[i] + cont, self.q_lo[i]), self.q_hi[i]
+                )
+            z = th.cat([m.inputs(self.x[idx], self.t[idx], b), self.a[idx]], 1)
+        return z, target
+
+
+class _Batch(NamedTuple):
+    """One step's rows of every model: inputs ``(K, n, n_in)``, targets ``(K, n)`` and, for
+    ``Discrete`` actions, the actions taken, the exact utility and the continuation weight
+    (None for a box, whose network has one output: the value at the taken action)."""
+
+    z: th.Tensor
+    target: th.Tensor
+    a: th.Tensor | None = None
+    base: th.Tensor | None = None
+    weight: th.Tensor | None = None
+
+    def predict(self, out: th.Tensor) -> th.Tensor:
+        """The fitted values ``(K, n)`` from the networks' output ``out (K, n, n_out)``."""
+        if self.a is None or self.base is None or self.weight is None:
+            return out[..., 0]
+        return self.base + self.weight * out.gather(2, self.a.unsqueeze(2)).squeeze(2)
+
+
+def _frozen_of(frozen: list[th.Tensor], j: int) -> list[th.Tensor]:
+    """Model ``j``'s frozen weights from the stacked ones."""
+    return [p[j : j + 1] for p in frozen]
+
+
+def _batches(
+    fits: list[_Fit], frozen: list[th.Tensor], steps: int, batch_size: int
+) -> Iterator[_Batch]:
+    """An iteration's steps of ``Discrete`` fits: every step's rows, rationalities and targets
+    drawn at once (the frozen copy is fixed for the whole iteration: a few large forward passes
+    instead of one small one per step), prepared in blocks of bounded memory."""
+    n_in = frozen[0].shape[2]
+    block = max(1, min(steps, _BLOCK_FLOATS // (batch_size * n_in * len(fits))))
+    draws = [f.draw(steps * batch_size) for f in fits]
+    for s0 in range(0, steps, block):
+        n_steps = min(block, steps - s0)
+        sl = slice(s0 * batch_size, (s0 + n_steps) * batch_size)
+        parts = [
+            f.rows(idx[sl], b[sl], _frozen_of(frozen, j))
+            for j, (f, (idx, b)) in enumerate(zip(fits, draws, strict=True))
+        ]
+        z, a, target, base, weight = (th.stack(v) for v in zip(*parts, strict=True))
+        for k in range(n_steps):
+            rows = slice(k * batch_size, (k + 1) * batch_size)
+            yield _Batch(z[:, rows], target[:, rows], a[:, rows], base[:, rows], weight[:, rows])
+
+
+def target_pool(horizon: int) -> int:
+    """Rows per Box model whose targets an iteration computes (fewer on long horizons, which
+    have more iterations of fewer steps each)."""
+    return _POOL_LONG if horizon >= 100 else _POOL_SHORT
+
+
+def _box_batches(
+    fits: list[_BoxFit], frozen: list[th.Tensor], steps: int, batch_size: int
+) -> Iterator[_Batch]:
+    """An iteration's steps of Box fits: the targets of a pool of rows per model (their soft
+    mean over the action grid is the cost), each step's minibatch drawn from the pool."""
+    pool = min(target_pool(fits[0].box.horizon), steps * batch_size)
+    parts = [f.pool(pool, _frozen_of(frozen, j)) for j, f in enumerate(fits)]
+    z = th.stack([p[0] for p in parts])
+    target = th.stack([p[1] for p in parts])
+    picks = th.randint(0, pool, (steps, batch_size), generator=fits[0].gen)
+    for k in range(steps):
+        yield _Batch(z[:, picks[k]], target[:, picks[k]])
+
+
 def check_average(average: Any) -> None:
     """Raise ``ValueError`` unless ``average`` is a number in ``[0, 1]``."""
     if (
@@ -649,7 +991,7 @@ def _average_into(avg: list[th.Tensor], params: list[th.Tensor], n_avg: int) -> 
 
 
 def fit_soft_q_ensemble(
-    models: list[SoftQModel],
+    models: list[Any],
     datas: list[Rollouts],
     *,
     iterations: int,
@@ -673,6 +1015,11 @@ def fit_soft_q_ensemble(
     clipping and Adam moments, so the result is what fitting each model alone gives, up to
     floating-point rounding. Null models (no reward to fit) are skipped.
 
+    Box models (:class:`BoxSoftQModel`, all of one kind) are fitted by the same loop; each
+    iteration computes the targets of a pool of :func:`target_pool` rows per model (their soft
+    means over the action grid are the cost) and draws every step's minibatch from it (the
+    draws of the first model's generator), so a Box fit depends on its companions' number.
+
     Args:
         models, datas: the models and their transitions (same length).
         iterations, steps_per_iteration, batch_size, lr: as for :func:`fit_soft_q`.
@@ -690,7 +1037,11 @@ def fit_soft_q_ensemble(
             fitted weights are written back into the models, which stay where they were.
             Results on two devices agree up to floating-point rounding, which fitted
             Q-iteration's many steps can grow; one device gives the same result for the same
-            seeds.
+            seeds. Box models are fitted on the CPU.
+
+    Raises:
+        ValueError: bad settings, lists of different lengths, networks of different shapes,
+            models of both kinds, or Box models on another device than the CPU.
     """
     _check_int("iterations", iterations, 1)
     check_average(average)
@@ -707,20 +1058,36 @@ def fit_soft_q_ensemble(
             f"models ({K}), datas ({len(datas)}), priors ({len(priors)}) and seeds "
             f"({len(seeds)}) must have the same length."
         )
+    kinds = {isinstance(m, BoxSoftQModel) for m in models}
+    if len(kinds) > 1:
+        raise ValueError(
+            "models fitted together need one kind of action: got SoftQModel and BoxSoftQModel; "
+            "fit each kind on its own."
+        )
+    box = kinds == {True}
     losses: list[list[float]] = [[0.0] * iterations if m.null else [] for m in models]
     active = [k for k in range(K) if not models[k].null]
     if not active:
         return losses
-    fits = [_Fit(models[k], datas[k], priors[k], seeds[k], dev) for k in active]
+    if box and dev.type != "cpu":
+        raise ValueError(
+            f"the Box-action soft Q-fits run on the CPU, got device={device!r}; pass device='cpu'."
+        )
+    fits = [
+        _BoxFit(models[k], datas[k], priors[k], seeds[k])
+        if box
+        else _Fit(models[k], datas[k], priors[k], seeds[k], dev)
+        for k in active
+    ]
     params = _stacked_params([f.model for f in fits], dev)
-    opt = th.optim.Adam(params, lr=lr, fused=True)  # one kernel per tensor: ~10% of a step
+    # one kernel per tensor for the Discrete fits (~10% of a step); the Box fits keep the plain
+    # loop, which rounds differently in the last bits (their validated numbers are its)
+    opt = th.optim.Adam(params, lr=lr, fused=None if box else True)
     total = iterations * steps_per_iteration
     sched = th.optim.lr_scheduler.LambdaLR(
         opt, lambda k: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(k / max(total, 1), 1.0)))
     )
-    n_in = params[0].shape[2]
-    # steps whose rows are prepared at once (bounded memory for wide observations)
-    block = max(1, min(steps_per_iteration, _BLOCK_FLOATS // (batch_size * n_in * len(fits))))
+    batches = _box_batches if box else _batches
     # Weights averaged over each iteration's steps from avg_from on (none with average 0: then
     # the "average" is the last step's weights); the average is the next frozen copy.
     avg_from = steps_per_iteration - round(float(average) * steps_per_iteration)
@@ -728,30 +1095,16 @@ def fit_soft_q_ensemble(
     for it in range(iterations):
         frozen = [p.clone() for p in avg]
         n_avg = 0
-        # The frozen copy is fixed for the whole iteration, so every step's rows, rationalities
-        # and targets are drawn and computed at once (a few large forward passes instead of one
-        # small one per step); the steps then only train the online networks.
-        draws = [f.draw(steps_per_iteration * batch_size) for f in fits]
         acc = th.zeros(len(fits), device=dev)
-        for s0 in range(0, steps_per_iteration, block):
-            n_steps = min(block, steps_per_iteration - s0)
-            sl = slice(s0 * batch_size, (s0 + n_steps) * batch_size)
-            parts = [
-                f.rows(idx[sl], b[sl], [p[j : j + 1] for p in frozen])
-                for j, (f, (idx, b)) in enumerate(zip(fits, draws, strict=True))
-            ]
-            z, a, target, base, weight = (th.stack(v) for v in zip(*parts, strict=True))
-            for k in range(n_steps):
-                rows = slice(k * batch_size, (k + 1) * batch_size)
-                out = _stacked_forward(params, z[:, rows])
-                pred = out.gather(2, a[:, rows].unsqueeze(2)).squeeze(2)
-                pred = base[:, rows] + weight[:, rows] * pred
-                per_model = th.mean((pred - target[:, rows]) ** 2, dim=1)
-                _adam_step(opt, sched, params, per_model)
-                acc += per_model.detach()
-                if s0 + k >= avg_from:
-                    n_avg += 1
-                    _average_into(avg, params, n_avg)
+        steps = batches(fits, frozen, steps_per_iteration, batch_size)  # type: ignore[arg-type]
+        for k, batch in enumerate(steps):
+            pred = batch.predict(_stacked_forward(params, batch.z))
+            per_model = th.mean((pred - batch.target) ** 2, dim=1)
+            _adam_step(opt, sched, params, per_model)
+            acc += per_model.detach()
+            if k >= avg_from:
+                n_avg += 1
+                _average_into(avg, params, n_avg)
         if n_avg == 0:
             avg = [p.detach().clone() for p in params]
         for j, k in enumerate(active):
@@ -762,8 +1115,10 @@ def fit_soft_q_ensemble(
     return losses
 
 
-def bellman_residual(model: SoftQModel, data: Rollouts, b: float) -> tuple[float, float]:
-    """Mean and root-mean-square soft Bellman residual at ``b`` on ``data``, in utility units.
+def bellman_residual(model: Any, data: Rollouts, b: float) -> tuple[float, float]:
+    """Mean and root-mean-square soft Bellman residual at normalised ``b`` on ``data``, in
+    utility units (a :class:`SoftQModel`, a :class:`BoxSoftQModel`, or a model answering
+    ``f``, ``q_scale`` as the first does).
 
     The residual ``q(s, a) - r - m_b(q(s', .))`` of each row includes the spread of the sampled
     next state, so in stochastic environments its RMS is not zero even for the exact ``q``; its
@@ -772,12 +1127,18 @@ def bellman_residual(model: SoftQModel, data: Rollouts, b: float) -> tuple[float
     x = th.as_tensor(data.x)
     xn = th.as_tensor(data.x_next)
     t = th.as_tensor(data.t)
-    a = th.as_tensor(data.a)
     r = th.as_tensor(data.r / model.q_scale, dtype=th.float32)
     live = th.as_tensor(~data.done, dtype=th.float32)
     bb = th.full((x.shape[0],), float(b))
     with th.no_grad():
-        q = model.f(x, t, bb).gather(1, a.reshape(-1, 1)).squeeze(1)
-        res = q - r - live * soft_mean(model.f(xn, t + 1, bb), bb)
+        if isinstance(model, BoxSoftQModel):
+            a = model.scale_actions(th.as_tensor(data.a)).unsqueeze(1)
+            q = model.f_points(x, t, bb, a)[:, 0]
+            nxt = model.soft_value(xn, t + 1, bb)
+        else:
+            a = th.as_tensor(data.a)
+            q = model.f(x, t, bb).gather(1, a.reshape(-1, 1)).squeeze(1)
+            nxt = soft_mean(model.f(xn, t + 1, bb), bb)
+        res = q - r - live * nxt
     res = res.double() * model.q_scale
     return float(res.mean()), float(res.pow(2).mean().sqrt())

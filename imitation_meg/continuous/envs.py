@@ -7,6 +7,9 @@
 - :class:`ContinuousTabularEnv`: a :class:`~imitation_meg.continuous.ContinuousMDP` as a
   gymnasium environment with a ``Box`` action space and the state's observation row as
   observation: SB3 agents train on it, and their exact MEG is known.
+- :class:`ObservedStatesEnv`: what it shares with the ``Discrete`` validation environments
+  (:class:`~imitation_meg.approx.envs.TabularGymEnv`): states seen through observation rows, and
+  the start draw.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from imitation_meg.continuous.mdp import ContinuousMDP, QuadraticUtility, Smooth
 from imitation_meg.continuous.policies import GaussianPolicy
 from imitation_meg.type_aliases import ArrayLike
 
-__all__ = ["ContinuousTabularEnv", "random_continuous_mdp", "table_policy"]
+__all__ = ["ContinuousTabularEnv", "ObservedStatesEnv", "random_continuous_mdp", "table_policy"]
 
 
 def random_continuous_mdp(
@@ -92,7 +95,26 @@ def random_continuous_mdp(
     )
 
 
-class ContinuousTabularEnv(gym.Env):
+class ObservedStatesEnv(gym.Env):
+    """A finite-state MDP as a gymnasium environment whose observation of state ``s`` is the
+    row ``obs_matrix[s]``: ``reset`` draws ``s_0`` from ``_p0`` (a subclass sets both and the
+    step; ``_s`` and ``_t`` are the state and the decisions taken)."""
+
+    obs_matrix: np.ndarray
+    _p0: np.ndarray
+    _s: int = 0
+    _t: int = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._s = int(self.np_random.choice(self._p0.size, p=self._p0 / self._p0.sum()))
+        self._t = 0
+        return self.obs_matrix[self._s].copy(), {"state": self._s}
+
+
+class ContinuousTabularEnv(ObservedStatesEnv):
     """A :class:`ContinuousMDP` as a gymnasium environment.
 
     ``reset`` draws ``s_0 ~ p0``; ``step(a)`` pays ``r(s, a)`` (the MDP's utility; actions
@@ -127,16 +149,6 @@ class ContinuousTabularEnv(gym.Env):
         self._p0 = mdp.initial_state_dist.numpy()
         self._utility = mdp.utility
         self._transition = mdp._transition
-        self._s = 0
-        self._t = 0
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, object] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        self._s = int(self.np_random.choice(self._p0.size, p=self._p0 / self._p0.sum()))
-        self._t = 0
-        return self.obs_matrix[self._s].copy(), {"state": self._s}
 
     def step(self, action: ArrayLike) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         a = np.asarray(action, dtype=np.float64).reshape(1, -1)
