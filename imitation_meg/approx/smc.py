@@ -509,10 +509,10 @@ def reward_unit(dyn: Any, grid: StateGrid, rng: np.random.Generator) -> float:
 
 def particles_for(dyn: Any, n_starts: int, horizon: int) -> int:
     """Particles per start and rung by the budget: about :data:`RUNG_BUDGET` look-ahead steps
-    per rung (``n_starts x particles x horizon x look-aheads``), between 8 and 64, even."""
+    per rung (``n_starts x particles x horizon x look-aheads``), between 8 and 512, even."""
     m = _CANDIDATES if dyn.actions.is_box else dyn.n_actions
     p = RUNG_BUDGET / max(1, n_starts * horizon * m)
-    return int(min(64, max(8, 2 * round(p / 2))))
+    return int(min(512, max(8, 2 * round(p / 2))))
 
 
 def smc_curve(
