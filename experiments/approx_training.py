@@ -26,7 +26,7 @@ import torch as th
 
 from imitation_meg.approx import ApproxOptions, meg_approx
 from imitation_meg.approx.options import AVERAGE, LAST_STEPS, LR, check_config
-from imitation_meg.config import check_values
+from imitation_meg.config import check_values, follow_results_dir
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
@@ -42,7 +42,7 @@ class Config:
     """Settings of the training study (YAML keys of the same names)."""
 
     results_dir: str = "results/approx_training"
-    checkpoint_dir: str = "results/approx_training/checkpoints"
+    checkpoint_dir: str | None = None  # None: <results_dir>/checkpoints
     envs: tuple[str, ...] = ENVS
     timesteps: tuple[int, ...] = (60_000, 100_000, 120_000)
     algos: tuple[str, ...] = ("ppo", "dqn")
@@ -65,7 +65,9 @@ class Config:
     progress: bool = False
 
     def __post_init__(self) -> None:
-        """Refuse bad values when the config is loaded, before any unit runs."""
+        """Put the checkpoints under ``results_dir`` unless given; refuse bad values when the
+        config is loaded, before any unit runs."""
+        follow_results_dir(self, checkpoint_dir="checkpoints")
         check_config(self)  # the estimator's settings, as meg_approx accepts them
         check_values(
             self,

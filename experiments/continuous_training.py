@@ -27,6 +27,7 @@ import torch as th
 
 from imitation_meg.approx import meg_approx
 from imitation_meg.approx.evaluate import exceeds_certificate
+from imitation_meg.config import follow_results_dir
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
@@ -42,7 +43,7 @@ class Config:
     """Settings of the study (YAML keys of the same names)."""
 
     results_dir: str = "results/continuous_training"
-    checkpoint_dir: str = "results/continuous_training/checkpoints"
+    checkpoint_dir: str | None = None  # None: <results_dir>/checkpoints
     envs: tuple[str, ...] = ENVS
     timesteps: tuple[int, ...] = (20_000, 50_000)
     horizons: tuple[int | None, ...] = (None, None)
@@ -59,6 +60,10 @@ class Config:
     steps_per_iteration: int | None = None
     refine: int = 1
     n_boot: int = 300
+
+    def __post_init__(self) -> None:
+        """Put the checkpoints under ``results_dir`` unless given."""
+        follow_results_dir(self, checkpoint_dir="checkpoints")
 
 
 def units(cfg: Config) -> list[dict[str, Any]]:

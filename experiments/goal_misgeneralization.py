@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 import imitation_meg as im
+from imitation_meg.config import follow_results_dir
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 
@@ -49,15 +50,19 @@ class Config:
     """Settings of the goal-misgeneralization study (YAML keys of the same names)."""
 
     results_dir: str = "results/goal_misgeneralization"
-    checkpoint_dir: str = "results/goal_misgeneralization/agents"
+    checkpoint_dir: str | None = None  # None: <results_dir>/agents
     size: int = 5
     max_steps: int = 15
     conditions: tuple[str, ...] = CONDITIONS
-    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    seeds: tuple[int, ...] = tuple(range(12))
     timesteps_corner: int = 40_000
     timesteps_random: int = 200_000
     n_envs: int = 8
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        """Put the agents under ``results_dir`` unless given."""
+        follow_results_dir(self, checkpoint_dir="agents")
 
 
 SWEEP_FIELDS = ("conditions", "seeds", "checkpoint_dir")
@@ -236,6 +241,48 @@ def _summary(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+#: The effects the study claims, under intervention, each as a paired difference per seed
+#: (condition, first candidate, second candidate): the first keeps more MEG than the second.
+CONTRASTS = (("corner", "corner", "goal square"), ("random", "goal square", "corner"))
+
+
+def _contrasts(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per claimed effect: the paired difference of interventional MEG over seeds (mean, std,
+    the 95% Student-t interval of the mean, the range, how many seeds show it) and the range of
+    the ratio. The alternative to each effect is a difference of 0 or less."""
+    from scipy import stats
+
+    out = []
+    for condition, first, second in CONTRASTS:
+        sel = [r for r in rows if r["condition"] == condition]
+        if condition not in cfg.conditions or not sel:
+            continue
+        a = np.array([r[f"{first}: under intervention"] for r in sel])
+        b = np.array([r[f"{second}: under intervention"] for r in sel])
+        d = a - b
+        n = len(d)
+        sd = float(np.std(d, ddof=1)) if n > 1 else math.nan
+        half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n) if n > 1 else math.nan
+        out.append(
+            {
+                "condition": condition,
+                "contrast": f"{first} - {second} (under intervention)",
+                "seeds": n,
+                "mean": float(d.mean()),
+                "std": sd,
+                "ci95 low": float(d.mean()) - half,
+                "ci95 high": float(d.mean()) + half,
+                "min": float(d.min()),
+                "max": float(d.max()),
+                "seeds with first > second": int((d > 0).sum()),
+                "ratio min": float((a / b).min()),
+                "ratio median": float(np.median(a / b)),
+                "ratio max": float((a / b).max()),
+            }
+        )
+    return out
+
+
 def _plot_bars(path: pathlib.Path, cfg: Config, summary: list[dict[str, Any]]) -> pathlib.Path:
     from imitation_meg.plotting import pyplot, save_figure
 
@@ -303,11 +350,13 @@ def _plot_maps(path: pathlib.Path, cfg: Config, results: list[dict[str, Any]]) -
 
 
 def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Write ``agents.csv`` (one row per agent), ``summary.csv`` (mean and std over seeds) and
-    the two figures."""
+    """Write ``agents.csv`` (one row per agent), ``summary.csv`` (mean and std over seeds),
+    ``contrasts.csv`` (the claimed effects with their intervals over seeds) and the two
+    figures."""
     out = pathlib.Path(cfg.results_dir)
     rows = [r["row"] for r in results]
     summary = _summary(cfg, rows)
+    contrasts = _contrasts(cfg, rows)
     figures = [
         _plot_bars(out / "meg_on_vs_under_intervention.png", cfg, summary),
         _plot_maps(out / "scores_by_goal_cell.png", cfg, results),
@@ -315,7 +364,7 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     return write_results(
         out,
         cfg,
-        {"agents": rows, "summary": summary},
+        {"agents": rows, "summary": summary, "contrasts": contrasts},
         figures=[str(f) for f in figures],
         bound=results[0]["bound"],
     )

@@ -23,7 +23,7 @@ import numpy as np
 
 import imitation_meg as im
 from imitation_meg.adapters import policy_table
-from imitation_meg.config import check_values
+from imitation_meg.config import check_values, follow_results_dir
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 from imitation_meg.training import ALGOS, make_model
@@ -36,7 +36,7 @@ class Config:
     """Settings of the training study (YAML keys of the same names)."""
 
     results_dir: str = "results/sb3_training"
-    checkpoint_dir: str = "results/sb3_training/checkpoints"
+    checkpoint_dir: str | None = None  # None: <results_dir>/checkpoints
     envs: tuple[str, ...] = ENVS
     algos: tuple[str, ...] = ("ppo", "dqn")
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -48,7 +48,9 @@ class Config:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        """Refuse bad values when the config is loaded, before any unit runs."""
+        """Put the checkpoints under ``results_dir`` unless given; refuse bad values when the
+        config is loaded, before any unit runs."""
+        follow_results_dir(self, checkpoint_dir="checkpoints")
         check_values(
             self,
             positive=("timesteps", "n_checkpoints", "cliff_horizon"),

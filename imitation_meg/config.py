@@ -7,6 +7,8 @@ becomes a field of ``Config``; unknown keys raise ``ValueError`` so that typos n
 
 A driver's ``Config`` checks its values in ``__post_init__`` (:func:`check_values`), so a bad
 value, in the YAML or from ``--set``, is refused when the config is loaded, before any unit runs.
+A folder a study writes besides its results (its checkpoints) defaults to a subfolder of
+``results_dir`` (:func:`follow_results_dir`), so ``--set results_dir=X`` moves it too.
 
 Result writers live in :mod:`imitation_meg.results`; running a config in
 :mod:`imitation_meg.runners`.
@@ -25,7 +27,7 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["check_values", "load_config", "load_yaml", "parse_yaml_value"]
+__all__ = ["check_values", "follow_results_dir", "load_config", "load_yaml", "parse_yaml_value"]
 
 C = TypeVar("C")
 
@@ -282,3 +284,32 @@ def check_values(
                     f"{label} = {v!r} is not one of {list(allowed)}; fix it in the config file "
                     f"or with --set {name}=..."
                 )
+
+
+def follow_results_dir(cfg: Any, **subfolders: str) -> None:
+    """Put the folder fields left at None under the config's ``results_dir``.
+
+    Call it from a ``Config``'s ``__post_init__``. Each keyword names a folder field whose
+    default is None, with the subfolder of ``results_dir`` it takes then: with
+    ``follow_results_dir(self, checkpoint_dir="checkpoints")`` a config with ``results_dir: X``
+    and no ``checkpoint_dir`` writes its checkpoints to ``X/checkpoints``, so two runs with
+    different ``--set results_dir=...`` never share a folder. A value given in the YAML or with
+    ``--set checkpoint_dir=...`` is kept as given.
+
+    Args:
+        cfg: the config dataclass instance (frozen dataclasses included); it must have a
+            ``results_dir`` field.
+        **subfolders: field name -> subfolder of ``results_dir``.
+
+    Raises:
+        ValueError: a named field that the config lacks (a bug in the driver).
+    """
+    for name, subfolder in subfolders.items():
+        if not hasattr(cfg, name):
+            raise ValueError(
+                f"{type(cfg).__name__} has no field {name!r} to put under results_dir; "
+                "name one of its folder fields."
+            )
+        if getattr(cfg, name) is None:
+            # frozen dataclasses included: the field is resolved once, while the config is built
+            object.__setattr__(cfg, name, str(pathlib.Path(cfg.results_dir) / subfolder))

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pathlib
 
 import pytest
 
-from imitation_meg.config import check_values, load_config
+from imitation_meg.config import check_values, follow_results_dir, load_config, load_yaml
 from imitation_meg.results import write_csv, write_json
-from imitation_meg.runners import run_config
+from imitation_meg.runners import apply_overrides, load_driver, run_config
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,3 +122,63 @@ def test_check_values_refuses_bad_values_when_the_config_loads(data, match):
 def test_check_values_accepts_good_values_and_skips_none():
     cfg = load_config({"horizon": 3, "epsilons": [0.0, 1.0], "steps": None}, Checked)
     assert cfg == Checked(horizon=3, epsilons=(0.0, 1.0), steps=None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    results_dir: str = "results/study"
+    checkpoint_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        follow_results_dir(self, checkpoint_dir="ck")
+
+
+def test_a_folder_left_at_none_follows_the_results_folder():
+    assert Study().checkpoint_dir == "results/study/ck"
+    assert load_config({"results_dir": "/tmp/x/"}, Study).checkpoint_dir == "/tmp/x/ck"
+    given = load_config({"results_dir": "/tmp/x", "checkpoint_dir": "/tmp/mine"}, Study)
+    assert given.checkpoint_dir == "/tmp/mine"
+    with pytest.raises(ValueError, match="has no field 'agent_dir'"):
+        follow_results_dir(Study(), agent_dir="agents")
+
+
+def _with_checkpoints() -> list[tuple[str, str]]:
+    """Every config whose driver writes checkpoints, with the driver's name."""
+    out = []
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        name = load_yaml(path)["experiment"]
+        driver = ROOT / "experiments" / f"{name}.py"
+        if driver.is_file() and "checkpoint_dir" in driver.read_text():
+            out.append((path.name, name))
+    return out
+
+
+@pytest.mark.parametrize("config, driver", _with_checkpoints())
+def test_every_checkpoint_folder_follows_the_results_folder(config, driver, tmp_path):
+    """``--set results_dir=X`` moves the checkpoints to a folder inside X, so two runs into
+    different results folders never write into one checkpoint folder; an explicit
+    ``checkpoint_dir`` stays where it is put."""
+    module = load_driver(driver, ROOT / "experiments")
+    data = {k: v for k, v in load_yaml(ROOT / "configs" / config).items() if k != "experiment"}
+    assert "checkpoint_dir" not in data  # a checkpoint folder in the YAML would not follow
+
+    def cfg(*overrides: str):
+        return load_config(apply_overrides(data, overrides), module.Config)
+
+    default = cfg()
+    assert pathlib.Path(default.checkpoint_dir).parent == pathlib.Path(default.results_dir)
+    a, b = (cfg(f"results_dir={tmp_path / run}") for run in ("a", "b"))
+    assert pathlib.Path(a.checkpoint_dir).parent == tmp_path / "a"
+    assert pathlib.Path(b.checkpoint_dir).parent == tmp_path / "b"
+    mine = cfg(f"results_dir={tmp_path / 'a'}", f"checkpoint_dir={tmp_path / 'mine'}")
+    assert mine.checkpoint_dir == str(tmp_path / "mine")
+
+
+def test_default_checkpoint_folders_keep_their_unit_keys():
+    """A default config resolves to the folder its YAML used to name, so the unit keys of the
+    studies whose fingerprint holds it (approx / continuous training) stay the same."""
+    for name in ("approx_training", "continuous_training", "sb3_training"):
+        module = load_driver(name, ROOT / "experiments")
+        assert module.Config().checkpoint_dir == f"results/{name}/checkpoints"
+    gm = load_driver("goal_misgeneralization", ROOT / "experiments")
+    assert gm.Config().checkpoint_dir == "results/goal_misgeneralization/agents"

@@ -20,6 +20,11 @@ import numpy as np
 from imitation_meg.approx.curve import CurveScore, SoftValueCurve
 from imitation_meg.approx.evaluate import SETTLE_SHARE, ApproxMEGResult, ApproxMEGWarning
 
+#: The bias allowance (nats) beyond which a curve's noise makes a score unreliable, whatever
+#: the estimate (5% of it counts too): the allowance is half a variance of ``log Z``, a
+#: first-order correction that holds only while that variance is small.
+_NOISY = 0.5
+
 __all__ = [
     "Actor",
     "Episodes",
@@ -65,6 +70,8 @@ class Actor:
         s))``, or the law's KL divergence from the uniform density on the box."""
         if self.actions.is_box:
             law = self.policy.law(obs)
+            if law.kind == "clipped":  # point masses on the bounds: no density, KL infinite
+                return law.sample(rng), np.full(len(law.mean), np.inf)
             return law.sample(rng), law.rule().kl.double().numpy()
         p = self.policy.probs(obs)
         ent = -(p * np.log(np.where(p > 0, p, 1.0))).sum(1)
@@ -158,6 +165,11 @@ def curve_problems(curve: SoftValueCurve, sc: CurveScore, half: float, bound: fl
         problems.append(
             "the maximum lies at the end of the curve's grid of rationalities, where the curve "
             "still rises"
+        )
+    if sc.bias > max(_NOISY, 0.05 * abs(sc.raw)):
+        problems.append(
+            f"the curve's two particle populations per start disagree at the optimum (a bias "
+            f"allowance of {sc.bias:.3g} nats): its estimate of Z is too noisy there"
         )
     if sc.ess < curve.min_ess:
         problems.append(

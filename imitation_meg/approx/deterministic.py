@@ -33,10 +33,11 @@ from imitation_meg.approx.curve import CurveInfo, SoftValueCurve
 from imitation_meg.approx.evaluate import ApproxMEGResult
 from imitation_meg.approx.paths import curve_from_sums, split_paths
 from imitation_meg.approx.simulators import Dynamics, check_against
-from imitation_meg.approx.smc import smc_curve
+from imitation_meg.approx.smc import RUNG_BUDGET, smc_curve
 
 __all__ = [
     "curve_method",
+    "curve_steps",
     "simulated_curve",
     "simulated_estimate",
     "starts_of",
@@ -50,6 +51,15 @@ def curve_method(dyn: Dynamics) -> str:
     """``"smc"`` where the simulator declares a state box (the twist's grid), else
     ``"paths"`` (splitting on survival)."""
     return "smc" if hasattr(dyn, "state_box") else "paths"
+
+
+def curve_steps(dyn: Dynamics, opts: Any, horizon: int) -> int:
+    """About how many simulator steps the curve takes (the progress bar's total): the
+    splitting's particles times the horizon, or the twisted SMC's budget for about 16 rungs
+    (the bar grows if it takes more)."""
+    if curve_method(dyn) == "smc":
+        return 16 * RUNG_BUDGET
+    return int(opts.n_starts * (opts.n_particles // 2) * 2 * horizon)
 
 
 def starts_of(env: Any, dyn: Dynamics, seeds: np.ndarray) -> np.ndarray:

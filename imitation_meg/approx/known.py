@@ -71,7 +71,12 @@ from imitation_meg.approx.core import (
     model_data,
 )
 from imitation_meg.approx.curve import SoftValueCurve
-from imitation_meg.approx.deterministic import curve_method, simulated_curve, simulated_estimate
+from imitation_meg.approx.deterministic import (
+    curve_method,
+    curve_steps,
+    simulated_curve,
+    simulated_estimate,
+)
 from imitation_meg.approx.empirical import NotTabular, data_budget, empirical_estimate
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
 from imitation_meg.approx.linear import FIRST_STEPS, linear_estimate, rounds
@@ -290,7 +295,7 @@ def soft_value_curve(
     opts.check_applies(settings, options, allowed=("n_particles", "n_starts", "seed", "progress"))
     bar = ProgressBar(
         opts.progress,
-        total=opts.n_starts * (opts.n_particles // 2) * 2 * source.horizon,
+        total=curve_steps(dyn, opts, source.horizon),
         desc="soft-value curve",
         unit="step",
     )
@@ -381,9 +386,9 @@ def _bar(opts: ResolvedOptions, source: EnvSource, dyn: Any, curve: Any) -> dict
     streams it needs: fits per round (linear), data steps (the empirical MDP, the paths) or
     soft Q-iterations."""
     if curve is not None or dyn is not None:
-        particles = 0 if curve is not None else opts.n_starts * (opts.n_particles // 2) * 2
+        steps = 0 if curve is not None else curve_steps(dyn, opts, source.horizon)
         return {
-            "bar_total": (opts.n_eval_episodes + particles) * source.horizon,
+            "bar_total": opts.n_eval_episodes * source.horizon + steps,
             "desc": "MEG (paths)" if dyn is not None else "MEG (curve)",
             "bar_unit": "step",
             "n_streams": 1,

@@ -50,7 +50,6 @@ __all__ = [
     "N_PARTICLES",
     "N_STARTS",
     "REFIT_LR",
-    "SMC_PARTICLES",
     "SMC_STARTS",
     "STEP_BUDGET",
     "ApproxOptions",
@@ -84,11 +83,11 @@ _EXTRA_ITERATIONS, _BOX_EXTRA_ITERATIONS = 20, 10
 #: Q-fits that applies ("auto"). The default (``None``) is paths where they apply, else soft
 #: Q-fits.
 METHODS = ("auto", "empirical", "linear", "paths", "soft_q")
-#: Particles per start of the paths method's splitting, and its starts; of its twisted SMC,
-#: per start and rung, and its starts.
+#: Particles per start of the paths method's splitting, and its starts; the starts of its
+#: twisted SMC (whose particles per start and rung follow a budget:
+#: :func:`imitation_meg.approx.smc.particles_for`).
 N_PARTICLES = 1024
 N_STARTS = 32
-SMC_PARTICLES = 32
 SMC_STARTS = 64
 #: The settings each method uses (besides ``method`` itself); a score from a given curve
 #: (``"curve"``) uses only the policy's episodes and the bootstrap.
@@ -238,9 +237,10 @@ class ApproxOptions:
         n_particles: ``"paths"``: random action sequences followed from each start (in two
             independent populations, whose disagreement measures the noise); with the twisted
             SMC (environments other than CartPole), from each start at each rung. Default
-            1024 (splitting) or 128 (twisted SMC).
+            1024 (splitting), or for the twisted SMC about 2 million look-ahead steps per rung
+            shared by the starts (8 to 64 particles).
         n_starts: ``"paths"``: start states at which ``Z_beta`` is estimated. Default 32
-            (splitting) or 16 (twisted SMC).
+            (splitting) or 64 (twisted SMC).
         n_features: random Fourier features of the observation in ``"linear"``'s soft
             Q-functions (besides a constant and the observation itself).
         device: where the soft Q-networks are trained: ``"cpu"`` (the default) or a torch
@@ -383,7 +383,7 @@ class ApproxOptions:
         box_fits = box and method == "soft_q"
         opts = self.with_defaults(box_fits=box_fits)
         split = simulated != "smc"
-        n_particles = self.n_particles or (N_PARTICLES if split else SMC_PARTICLES)
+        n_particles = self.n_particles or (N_PARTICLES if split else None)
         n_starts = self.n_starts or (N_STARTS if split else SMC_STARTS)
         n_iter, n_steps = opts.schedule(source.horizon, box=box_fits)
         n_data = self.n_data_steps

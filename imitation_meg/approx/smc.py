@@ -19,7 +19,10 @@ at a large ``beta`` are rare for another reason, and this module samples them wi
    their weights degenerate. For every twist ``psi`` the product of the weights' means is an
    unbiased estimate of ``Z_beta(s0)``; the better ``psi``, the smaller its variance (with the
    exact soft values every weight is 1). So the grid's error costs variance, not bias, and the
-   two populations' disagreement measures it.
+   two populations' disagreement measures it. Each rung also runs with no twist (the
+   look-ahead sees the next reward only) and keeps the run whose estimate is the larger: an
+   unbiased estimate falls short where its proposal missed paths, or where its weights spread
+   (a grid's errors weigh ``beta`` times at a large ``beta``).
 3. **The curve between the rungs.** A rung's weighted paths give ``Z`` at any nearby ``beta``
    by reweighting with ``exp((beta' - beta) R)``; each point of the curve's grid takes the rung
    whose reweighted sample is the largest (effective sample size).
@@ -42,6 +45,7 @@ __all__ = [
     "StateGrid",
     "curve_from_smc",
     "grid_twist",
+    "particles_for",
     "smc_curve",
     "state_grid",
     "twisted_smc",
@@ -52,9 +56,15 @@ _MAX_SLICES = 64
 #: Gauss-Legendre nodes per dimension of a Box for the grid's soft value iteration.
 _BOX_NODES = 8
 #: Uniform candidate actions per particle and step in a Box (the SMC's one-step look-ahead).
-_CANDIDATES = 16
+_CANDIDATES = 8
 #: Resample a population when its effective sample size falls below this share of its size.
 _RESAMPLE_AT = 0.5
+#: Look-ahead steps per rung that set the default particles (:func:`particles_for`).
+RUNG_BUDGET = 2_000_000
+#: Points of the twist's grid over the state box.
+_CELLS = 10_000
+#: Rungs added by one round of refinement, at most.
+_MAX_NEW = 8
 
 
 # ------------------------------------------------------------------------------ the grid
@@ -263,12 +273,14 @@ def twisted_smc(
     n_particles: int,
     rng: np.random.Generator,
     *,
+    flat: bool = False,
     n_split: int = 2,
     candidates: int = _CANDIDATES,
     on_step: Callable[[int], None] | None = None,
 ) -> SMCSums:
     """Twisted SMC (module docstring) from each start ``(K, d)`` at every rung of ``twist``,
-    ``n_split`` independent populations of ``n_particles // n_split`` particles each.
+    ``n_split`` independent populations of ``n_particles // n_split`` particles each; with
+    ``flat`` the twist is 0 (the look-ahead sees the next reward only).
 
     Raises:
         ValueError: fewer particles than populations, no start, or a horizon below 1.
@@ -289,10 +301,14 @@ def twisted_smc(
     ret = np.zeros(len(x))
     live = np.ones(len(x), dtype=bool)
     log_w = np.zeros(len(x))
-    log_z = twist.at(0, x, rung).reshape(G, P)[:, 0].astype(np.float64)
+
+    def psi(t: int, states: np.ndarray, which: np.ndarray) -> np.ndarray:
+        return np.zeros(len(states)) if flat else twist.at(t, states, which)
+
+    log_z = psi(0, x, rung).reshape(G, P)[:, 0].astype(np.float64)
     box = dyn.actions.is_box
     steps = 0
-    psi_now = twist.at(0, x, rung)
+    psi_now = psi(0, x, rung)
     for t in range(horizon):
         idx = np.flatnonzero(live)
         if len(idx) == 0:
@@ -308,7 +324,7 @@ def twisted_smc(
         steps += n * m
         r = np.asarray(r, dtype=np.float64)
         term = np.asarray(term, dtype=bool)
-        psi_next = np.where(term, 0.0, twist.at(t + 1, nxt, np.repeat(rung[idx], m)))
+        psi_next = np.where(term, 0.0, psi(t + 1, nxt, np.repeat(rung[idx], m)))
         g = (np.repeat(beta[idx], m) * r + psi_next).reshape(n, m)
         top = g.max(1)
         e = np.exp(g - top[:, None])
@@ -432,12 +448,12 @@ def curve_from_smc(sums: SMCSums, info: CurveInfo, *, min_ess: float = 100.0) ->
 
 def _gaps(sums: SMCSums, share: float, tol: float) -> list[float]:
     """Geometric midpoints of neighbouring rungs (of one sign) where the two rungs' reweighted
-    estimates of ``Lambda`` differ by more than ``tol`` nats, or neither keeps ``share`` of its
-    particles: the curve needs a rung there."""
+    estimates of ``Lambda`` differ by more than ``tol`` nats (plus 3 times their noise), or
+    neither keeps ``share`` of its particles: the curve needs a rung there. The worst first."""
     order = np.argsort(sums.betas)
     rungs = sums.betas[order]
     K, S, P = sums.ret.shape[1:]
-    need = []
+    need: list[tuple[float, float]] = []
     for i in range(len(rungs) - 1):
         lo, hi = float(rungs[i]), float(rungs[i + 1])
         if lo * hi <= 0:  # across 0: the zero rung is exact
@@ -448,9 +464,27 @@ def _gaps(sums: SMCSums, share: float, tol: float) -> list[float]:
         lam = [float(b[0].mean()) for b in both]
         # the populations' disagreement at each rung: the noise of the two estimates
         noise = sum(float(sums.log_z[int(order[j])].var(1, ddof=1).mean()) / K for j in (i, i + 1))
-        if ess < share * K * S * P or abs(lam[0] - lam[1]) > tol + 3.0 * math.sqrt(noise):
-            need.append(mid)
-    return need
+        gap = abs(lam[0] - lam[1]) - tol - 3.0 * math.sqrt(noise)
+        if ess < share * K * S * P or gap > 0:
+            need.append((max(gap, 0.0) + (ess < share * K * S * P), mid))
+    return [mid for _, mid in sorted(need, reverse=True)]
+
+
+def _larger(a: SMCSums, b: SMCSums) -> SMCSums:
+    """At each rung, the run (of two from the same starts) whose estimate of ``Lambda`` (its
+    mean ``log Z``) is the larger. Both are unbiased for every start's ``Z``; what one misses
+    (paths its proposal never reached) makes it small, and where the twist misleads (it is a
+    grid's guess: at a large ``beta`` its errors weigh ``beta`` times) its weights' spread makes
+    it small too, so the larger one is the one that found more of ``Z``."""
+    pick = a.log_z.mean((1, 2)) >= b.log_z.mean((1, 2))  # (L,)
+    sel = pick[:, None, None]
+    return SMCSums(
+        a.betas,
+        np.where(sel, a.log_z, b.log_z),
+        np.where(sel[..., None], a.ret, b.ret),
+        np.where(sel[..., None], a.log_w, b.log_w),
+        a.steps + b.steps,
+    )
 
 
 def _merge(a: SMCSums, b: SMCSums) -> SMCSums:
@@ -473,37 +507,66 @@ def reward_unit(dyn: Any, grid: StateGrid, rng: np.random.Generator) -> float:
     return float(max(np.abs(np.asarray(r)).max(initial=0.0), 1e-12))
 
 
+def particles_for(dyn: Any, n_starts: int, horizon: int) -> int:
+    """Particles per start and rung by the budget: about :data:`RUNG_BUDGET` look-ahead steps
+    per rung (``n_starts x particles x horizon x look-aheads``), between 8 and 512, even."""
+    m = _CANDIDATES if dyn.actions.is_box else dyn.n_actions
+    p = RUNG_BUDGET / max(1, n_starts * horizon * m)
+    return int(min(512, max(8, 2 * round(p / 2))))
+
+
 def smc_curve(
     dyn: Any,
     starts: np.ndarray,
     horizon: int,
-    n_particles: int,
+    n_particles: int | None,
     rng: np.random.Generator,
     info: CurveInfo,
     *,
-    cells: int = 20_000,
-    rounds: int = 6,
+    cells: int = _CELLS,
+    rounds: int = 4,
     on_step: Callable[[int], None] | None = None,
 ) -> SoftValueCurve:
-    """The curve of a simulated deterministic environment (module docstring): rungs ``0``,
-    ``+-4^k / unit`` (``unit`` the largest reward seen, ``10^-3 <= 4^k <= 10^2``, fewer on the
-    negative side), then ``rounds`` times a rung between any two whose reweighted samples do not
-    meet; each rung a grid twist and a twisted SMC from ``starts``."""
+    """The curve of a simulated deterministic environment (module docstring).
+
+    Rungs ``0``, ``4^k / unit`` for ``k = -5 .. 3`` and ``-4^k / unit`` for ``k = -1, 1, 3``
+    (``unit`` the largest ``|r|`` seen); then, up to 4 times, a rung 4 times above the top one
+    while the top one's slope falls short of the highest returns found by more than 1% of their
+    range; then, ``rounds`` times, a rung between any two whose reweighted estimates disagree
+    (at most :data:`_MAX_NEW` a round, the worst first). Each rung: a grid twist and twisted
+    SMC from ``starts`` with ``n_particles`` per start (default :func:`particles_for`).
+    """
     grid = state_grid(dyn, cells)
     unit = reward_unit(dyn, grid, rng)
-    ups = 4.0 ** np.arange(-5, 4) / unit
-    ladder = np.concatenate([-ups[::-1][:4], [0.0], ups])
-    sums: SMCSums | None = None
-    for _ in range(rounds + 1):
+    P = n_particles or particles_for(dyn, len(starts), horizon)
+
+    def run(ladder: np.ndarray) -> SMCSums:
         twist = grid_twist(dyn, grid, horizon, ladder)
-        new = twisted_smc(dyn, starts, horizon, twist, n_particles, rng, on_step=on_step)
-        sums = new if sums is None else _merge(sums, new)
+        both = [
+            twisted_smc(dyn, starts, horizon, twist, P, rng, flat=flat, on_step=on_step)
+            for flat in (False, True)
+        ]
+        return _larger(*both)
+
+    ups = 4.0 ** np.arange(-5, 4) / unit
+    downs = -(4.0 ** np.array([3, 1, -1])) / unit
+    sums = run(np.concatenate([downs, [0.0], ups]))
+    for _ in range(4):
+        top = int(np.argmax(sums.betas))
+        rise = float(sums.ret[top].max(-1).mean()) - float(
+            (np.exp(sums.log_w[top]) * sums.ret[top]).sum(-1).mean()
+        )
+        span = float(sums.ret.max(-1).mean((1, 2)).max() - sums.ret[sums.betas == 0].mean())
+        if span <= 1e-9 * unit or rise <= 0.01 * span:
+            break
+        sums = _merge(sums, run(np.array([4.0 * sums.betas[top]])))
+    for _ in range(rounds):
         gaps = _gaps(sums, 0.3, 0.05)
         if not gaps:
             break
-        ladder = np.array(gaps)
-    assert sums is not None
+        sums = _merge(sums, run(np.array(gaps[:_MAX_NEW])))
     curve = curve_from_smc(sums, info)
+    curve.info.settings["n_particles"] = P
     curve.particle_steps = sums.steps  # type: ignore[attr-defined]
     curve.rungs = np.sort(sums.betas)  # type: ignore[attr-defined]
     return curve

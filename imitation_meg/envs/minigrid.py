@@ -40,8 +40,10 @@ spaces past ``max_states``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -250,9 +252,24 @@ def wrap_observation(env: Any, observation: str) -> Any:
             f"unknown observation {observation!r}; choose from {sorted(OBSERVATIONS)} or 'auto' "
             "with observation_space=, or wrap the environment yourself."
         )
-    for name in OBSERVATIONS[observation]:
-        env = getattr(mw, name)(env)
+    with _quiet_forwarding():
+        for name in OBSERVATIONS[observation]:
+            env = getattr(mw, name)(env)
     return env
+
+
+@contextlib.contextmanager
+def _quiet_forwarding() -> Iterator[None]:
+    """Silence gymnasium 0.29's warning that a wrapper forwards an attribute (``env.width``,
+    ``env.get_frame``): minigrid 2.3's own wrappers read them so, not the caller's code."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message=".*to get variables from other wrappers is deprecated",
+            category=UserWarning,
+            module="gymnasium.core",
+        )
+        yield
 
 
 def _auto_observation(env: Any, space: Any) -> str:
@@ -373,14 +390,15 @@ def _observations(layout: _Layout, wrappers: list[Any], keys: list[tuple[Any, ..
     when the outermost observation is not an array (MiniGrid's dict with a mission string)."""
     u = layout.env
     out = []
-    for key in keys:
-        layout.restore(key)
-        obs = u.gen_obs()
-        for w in wrappers:
-            obs = w.observation(obs)
-        if not isinstance(obs, np.ndarray):
-            return None
-        out.append(obs)
+    with _quiet_forwarding():
+        for key in keys:
+            layout.restore(key)
+            obs = u.gen_obs()
+            for w in wrappers:
+                obs = w.observation(obs)
+            if not isinstance(obs, np.ndarray):
+                return None
+            out.append(obs)
     return np.stack(out)
 
 

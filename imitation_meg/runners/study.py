@@ -76,15 +76,39 @@ def is_unit_driver(module: types.ModuleType) -> bool:
     return all(callable(getattr(module, name, None)) for name in _PROTOCOL)
 
 
-def _check_units(name: str, units: Any) -> list[dict[str, Any]]:
+def _check_units(name: str, units: Any, module: types.ModuleType, cfg: Any) -> list[dict[str, Any]]:
     if not isinstance(units, list) or not all(isinstance(u, dict) for u in units):
         raise TypeError(f"driver {name!r}: units(cfg) must return a list of dicts.")
+    if not units:
+        raise ValueError(_no_units(name, module, cfg))
     for u in units:
         if canonical(u) != canonical(loads_result(canonical(u))) or not all(
             isinstance(k, str) for k in u
         ):
             raise TypeError(f"driver {name!r}: unit {u!r} must hold plain JSON values.")
     return units
+
+
+def _no_units(name: str, module: types.ModuleType, cfg: Any) -> str:
+    """The one-line refusal of a config that gives no units, naming its empty lists."""
+    lists = [
+        f.name
+        for f in dataclasses.fields(cfg)
+        if isinstance(getattr(cfg, f.name), (tuple, list)) and not getattr(cfg, f.name)
+    ]
+    sweep = set(getattr(module, "SWEEP_FIELDS", ()))
+    empty = [f for f in lists if f in sweep] or lists
+    if not empty:
+        return (
+            f"study {name!r} has no units to run with this config (its driver's units(cfg) "
+            "returned none); check its settings."
+        )
+    named = " and ".join(f"{f} = []" for f in empty)
+    fix = ", ".join(f"--set {f}=[...]" for f in empty)
+    return (
+        f"study {name!r} has no units to run: {named}; give {'each' if len(empty) > 1 else 'it'} "
+        f"at least one value in the config file or with {fix}."
+    )
 
 
 def _stderr(line: str) -> None:
@@ -161,7 +185,7 @@ def run_study(
     say = log or (lambda _line: None)
 
     unit_threads(module)  # a bad UNIT_THREADS fails before any work
-    units = _check_units(name, module.units(cfg))
+    units = _check_units(name, module.units(cfg), module, cfg)
     free = tuple(getattr(module, "SWEEP_FIELDS", ()))
     store = UnitStore(
         pathlib.Path(cfg.results_dir),
@@ -379,7 +403,7 @@ def run_serially(module: types.ModuleType, cfg: Any) -> Any:
     from imitation_meg.runners._worker import execute_unit
 
     name = pathlib.Path(module.__file__ or module.__name__).stem  # the config's 'experiment'
-    units = _check_units(name, module.units(cfg))
+    units = _check_units(name, module.units(cfg), module, cfg)
     free = tuple(getattr(module, "SWEEP_FIELDS", ()))
     store = UnitStore(
         pathlib.Path(cfg.results_dir), name, config_fingerprint(cfg, free_fields=free)

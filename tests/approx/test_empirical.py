@@ -126,17 +126,20 @@ def test_untried_actions_are_found():
 
 
 def test_continuous_observations_fall_back_and_explicit_method_refuses():
-    """MountainCar's observations never repeat (and the library does not simulate it): ``auto``
-    fits soft Q-networks, ``empirical`` says why it cannot run; bad settings are refused by
-    name. (On CartPole ``auto`` takes the paths, tests/approx/test_paths.py.)"""
+    """MountainCar's observations never repeat; behind a wrapper the library does not simulate
+    it: ``auto`` fits soft Q-networks, ``empirical`` says why it cannot run; bad settings are
+    refused by name. (On CartPole ``auto`` takes the paths, tests/approx/test_paths.py.)"""
+    import gymnasium as gym
+
+    def wrapped() -> gym.Env:
+        return gym.wrappers.TransformReward(gym.make("MountainCar-v0"), lambda r: r)
+
     uniform = lambda obs: np.full((len(obs), 2), 0.5)  # noqa: E731
     uniform3 = lambda obs: np.full((len(obs), 3), 1 / 3)  # noqa: E731
     small = {"n_data_steps": 300, "n_eval_episodes": 10, "n_models": 2, "iterations": 2}
     small["method"] = "auto"
     with pytest.warns(ApproxMEGWarning, match="same reward on every step"):  # -1 each step
-        res = meg_approx(
-            uniform3, "MountainCar-v0", horizon=30, steps_per_iteration=10, refine=0, **small
-        )
+        res = meg_approx(uniform3, wrapped, horizon=30, steps_per_iteration=10, refine=0, **small)
     assert res.method == "soft_q" and res.n_states == 0 and res.meg == 0.0
     assert meg_approx(uniform, "CartPole-v1", horizon=30, method="auto").method == "paths"
     with pytest.raises(ValueError, match=r"distinct observations.*method='soft_q'"):

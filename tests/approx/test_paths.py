@@ -311,13 +311,13 @@ def test_command_line_scores_a_cartpole_agent_by_its_paths(tmp_path, capsys) -> 
     assert (
         "the soft-optimal model's paths" in out and "random paths        256 from each of 8" in out
     )
-    assert "time split          policy episodes" in out
+    assert "time split          the curve" in out and "policy episodes" in out
     res = json.loads((tmp_path / "r.json").read_text())["result"]
     assert res["method"] == "paths" and res["n_eval_episodes"] == 200
     assert 0.0 < res["low"] <= res["meg"] <= res["high"] <= res["certificate"]
     assert set(res["timings"]) == {
+        "the curve",
         "policy episodes",
-        "replays",
-        "splitting",
+        "check in the environment",
         "maximum and bootstrap",
     }

@@ -175,6 +175,25 @@ def test_auto_observation_picks_the_matching_stack() -> None:
         )
 
 
+@pytest.mark.parametrize("observation", ["image", "flat", "full", "rgb", "rgb-full"])
+def test_building_prints_no_gymnasium_forwarding_warning(observation: str) -> None:
+    """minigrid 2.3's wrappers read ``env.width`` / ``env.get_frame`` through gymnasium 0.29's
+    wrappers, which warn; the build silences that warning, and only that one."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        minigrid_mdp("MiniGrid-Empty-5x5-v0", observation=observation)
+    assert not [w for w in caught if "other wrappers is deprecated" in str(w.message)]
+    # outside the build, the caller's own use of the forwarding still warns (gymnasium 0.29)
+    env = wrap_observation(gym.make("MiniGrid-Empty-5x5-v0"), observation)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _ = env.width
+    if hasattr(gym.Wrapper, "get_wrapper_attr") and gym.__version__.startswith("0."):
+        assert any("other wrappers is deprecated" in str(w.message) for w in caught)
+
+
 def test_refusals() -> None:
     with pytest.raises(ValueError, match="moves its obstacles at random"):
         minigrid_mdp("MiniGrid-Dynamic-Obstacles-5x5-v0")

@@ -66,13 +66,11 @@ def test_unknown_config_keys_are_rejected(tmp_path):
         load_config({"epsilonz": [0.1]}, module.Config)
 
 
-def test_sb3_training_fast(tmp_path):
+def test_sb3_training_fast(tmp_path, monkeypatch):
     module = load_driver("sb3_training", ROOT / "experiments")
     data = load_yaml(ROOT / "configs" / "sb3_training_fast.yaml")
-    cfg = load_config(
-        {**data, "results_dir": str(tmp_path), "checkpoint_dir": str(tmp_path / "ck")},
-        module.Config,
-    )
+    monkeypatch.chdir(tmp_path)  # the config's own results/ folder would land here
+    cfg = load_config({**data, "results_dir": str(tmp_path / "out")}, module.Config)
     res = module.main(cfg)
     rows = res["results"]
     assert len(rows) == 2 * 2 * 1 * 3  # envs x algos x seeds x (checkpoints + initial)
@@ -80,8 +78,10 @@ def test_sb3_training_fast(tmp_path):
         assert 0 <= r["known"] <= r["unknown_exact"] + 1e-9
         assert r["expected_return"] <= res["references"][r["env"]]["optimal_return"] + 1e-9
     assert {r["steps"] for r in rows if r["algo"] == "ppo"} >= {0}
-    assert len(list((tmp_path / "ck").glob("*.zip"))) == len(rows)
+    # the checkpoints follow the results folder: nothing lands in the config's results/
+    assert len(list((tmp_path / "out" / "checkpoints").glob("*.zip"))) == len(rows)
+    assert not (tmp_path / "results").exists()
     for e in ("cliffworld", "frozenlake"):
-        assert (tmp_path / f"meg_during_training_{e}.png").stat().st_size > 0
+        assert (tmp_path / "out" / f"meg_during_training_{e}.png").stat().st_size > 0
     with pytest.raises(ValueError, match="unknown algo"):
         module.main(load_config({**data, "algos": ["sac"]}, module.Config))

@@ -35,9 +35,15 @@ def test_minigrid_exact_fast(tmp_path: pathlib.Path) -> None:
 
 @pytest.mark.expensive  # two PPO agents and 5 x 2 interventional solves: about 20 s on 2 cores
 def test_goal_misgeneralization_fast(tmp_path: pathlib.Path) -> None:
-    res = _run("goal_misgeneralization", tmp_path, checkpoint_dir=str(tmp_path / "agents"))
+    res = _run("goal_misgeneralization", tmp_path)
     rows = {r["condition"]: r for r in res["agents"]}
     assert set(rows) == {"corner", "random"}
+    # the agents follow the results folder
+    assert sorted(p.name for p in (tmp_path / "agents").iterdir()) == [
+        "corner_seed0.zip",
+        "random_seed0.zip",
+    ]
+    assert [c["seeds"] for c in res["contrasts"]] == [1, 1]
     corner = rows["corner"]
     # On the corner layout the goal square and the corner are the same utility.
     assert corner["goal square: on distribution"] == pytest.approx(
@@ -55,7 +61,44 @@ def test_goal_misgeneralization_fast(tmp_path: pathlib.Path) -> None:
     for f in (
         "agents.csv",
         "summary.csv",
+        "contrasts.csv",
         "meg_on_vs_under_intervention.png",
         "scores_by_goal_cell.png",
     ):
         assert (tmp_path / f).stat().st_size > 0
+
+
+def test_goal_misgeneralization_contrasts_are_paired_over_seeds() -> None:
+    """The claimed effects: paired differences per seed, with a Student-t interval."""
+    module = load_driver("goal_misgeneralization", ROOT / "experiments")
+    cfg = module.Config(results_dir="unused")
+
+    def row(condition: str, seed: int, goal: float, corner: float) -> dict:
+        return {
+            "condition": condition,
+            "seed": seed,
+            "goal square: under intervention": goal,
+            "corner: under intervention": corner,
+        }
+
+    rows = [
+        row("corner", 0, 0.1, 0.4),  # corner - goal square: 0.3, 0.5, 0.1
+        row("corner", 1, 0.1, 0.6),
+        row("corner", 2, 0.2, 0.3),
+        row("random", 0, 1.0, 0.5),  # goal square - corner: 0.5, -0.5
+        row("random", 1, 0.5, 1.0),
+    ]
+    corner, random_ = module._contrasts(cfg, rows)
+    assert corner["contrast"] == "corner - goal square (under intervention)"
+    assert corner["seeds"] == 3 and corner["seeds with first > second"] == 3
+    assert corner["mean"] == pytest.approx(0.3)
+    assert corner["std"] == pytest.approx(0.2)  # sample std (ddof 1)
+    half = 4.302652729911275 * 0.2 / 3**0.5  # t(0.975, 2 degrees of freedom)
+    assert corner["ci95 low"] == pytest.approx(0.3 - half)
+    assert corner["ci95 high"] == pytest.approx(0.3 + half)
+    assert (corner["min"], corner["max"]) == pytest.approx((0.1, 0.5))
+    assert (corner["ratio min"], corner["ratio median"], corner["ratio max"]) == pytest.approx(
+        (1.5, 4.0, 6.0)
+    )
+    assert random_["mean"] == pytest.approx(0.0) and random_["seeds with first > second"] == 1
+    assert random_["ci95 low"] < 0 < random_["ci95 high"]  # this interval would not exclude 0

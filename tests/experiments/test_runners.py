@@ -537,6 +537,39 @@ def test_reproduce_option_errors_exit_2_with_one_line(extra, match, capsys):
     assert pytest.importorskip("re").search(match, err), err
 
 
+def test_a_config_with_no_units_is_refused_naming_the_empty_list(tmp_path, capsys):
+    """An empty sweep is an error (exit 2, one line naming the field), not a finished study."""
+    fast = CONFIGS / "cliffworld_epsilon_fast.yaml"
+    out = tmp_path / "out"
+    argv = ["reproduce", str(fast), "--set", f"results_dir={out}"]
+    for extra in ((), ("--dry-run",)):
+        assert cli_main([*argv, "--set", "epsilons=[]", *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "has no units to run: epsilons = []" in err[0]
+        assert "--set epsilons=[...]" in err[0]
+    assert not out.exists()
+    goal = CONFIGS / "goal_misgeneralization_fast.yaml"
+    assert (
+        cli_main(
+            [
+                "reproduce",
+                str(goal),
+                "--set",
+                f"results_dir={out}",
+                "--set",
+                "seeds=[]",
+                "--set",
+                "conditions=[]",
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "conditions = [] and seeds = []; give each at least one value" in err
+    with pytest.raises(ValueError, match="no units to run: seeds = "):
+        run_config(TABLE1_FAST, overrides={"results_dir": str(out), "seeds": []}, **QUIET)
+
+
 def test_seeds_on_a_study_without_seeds(capsys):
     assert cli_main(["reproduce", str(TOM_FAST), "--seeds", "0-2"]) == 2
     assert "has no 'seeds' list" in capsys.readouterr().err
