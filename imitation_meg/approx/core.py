@@ -389,5 +389,4 @@ def estimate(
         t_start=run.t_start,
         horizon=run.source.horizon,
         stages=fitted.stages,
-        policy=str(getattr(run.pol, "name", "")),
     )

@@ -186,8 +186,8 @@ class ApproxMEGResult:
             normalised model can (Gibbs' inequality): for a box, the action grid could not
             integrate the models at that beta (a law much narrower than the grid's spacing), so
             ``meg`` is the certificate by clipping, not by estimation (warned).
-        policy: what was scored (its name, with its smoothing if any; empty where not
-            recorded).
+        policy: what was scored (its name, with its smoothing if any; set by
+            :func:`~imitation_meg.approx.meg_approx`, empty elsewhere).
         grid: a box's action grid (kind and points, ``"gauss-legendre, 16 points"``); empty
             for ``Discrete`` actions and the methods without fits.
     """
@@ -593,12 +593,11 @@ def summarise(
     stage: str = "refit",
     advice: str | None = None,
     settled: bool | Literal["stages"] | None = "stages",
-    policy: str = "",
 ) -> ApproxMEGResult:
     """The estimate, its interval and the diagnostics (``method`` names the fits; ``stage``
     and ``advice`` word the warning of stages that have not settled; ``settled`` is
     ``"stages"`` for :func:`stages_settled`'s verdict, or the caller's own, warned about with
-    ``advice`` when False; ``policy`` names what was scored).
+    ``advice`` when False).
 
     ``stages`` holds what :func:`scan` returned after the first fit and after each refit
     (``stages[-1]`` is ``(betas, mats)``; empty: no refits). The interval is widened by the
@@ -721,7 +720,6 @@ def summarise(
         ),
         method=method,
         above_certificate=bool(above),
-        policy=policy,
         grid=ens.grid,
     )
 

@@ -51,6 +51,7 @@ Q-fits' steps:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -223,9 +224,10 @@ def meg_approx(
     )
     run = Run(source, pol, opts, t_start=t_start, **_bar(opts, source, dyn, curve))
     try:
-        return _estimate(run, dyn, curve)
+        res = _estimate(run, dyn, curve)
     finally:
         run.bar.close()
+    return dataclasses.replace(res, policy=str(getattr(pol, "name", "")))
 
 
 @_threads.entry_point

@@ -305,7 +305,7 @@ def _score_with_curve(
         t1 = time.perf_counter()
         res = meg_approx(
             policy,
-            source.make,
+            args.env,  # the id: the curve checks that it was computed for this environment
             horizon=source.horizon,
             seed=args.seed,
             curve=curve,

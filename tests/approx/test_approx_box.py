@@ -328,3 +328,24 @@ def test_cli_scores_a_pendulum_sac_zip_with_the_defaults(tmp_path, capsys):
     assert main(["score", "--env", "Pendulum-v1", "--policy", str(path)]) == 0
     out = capsys.readouterr().out
     assert "MEG estimate" in out and "wall time" in out
+
+
+@pytest.mark.parametrize("env", ["Pendulum-v1", "CartPole-v1"])
+def test_several_policies_share_one_curve_on_the_command_line(env, tmp_path, capsys):
+    """Several policies of one environment, Box or Discrete actions: its curve once, then each
+    policy from its episodes (the curve checks that it is scored in its own environment)."""
+    import csv
+    import warnings
+
+    from imitation_meg.approx.evaluate import ApproxMEGWarning
+    from imitation_meg.cli import main
+
+    rows = tmp_path / "rows.csv"
+    argv = ["score", "--env", env, "--policy", "uniform", "uniform", "--horizon", "10"]
+    argv += ["--approx-option", "n_starts=4", "--approx-option", "n_eval_episodes=20"]
+    with warnings.catch_warnings():  # a curve this small may be flagged; only the rows matter
+        warnings.simplefilter("ignore", ApproxMEGWarning)
+        assert main([*argv, "--csv", str(rows)]) == 0, capsys.readouterr().err
+    table = list(csv.DictReader(rows.open()))
+    assert [r["policy"] for r in table] == ["uniform", "uniform"]
+    assert all(float(r["meg"]) == 0.0 for r in table)
