@@ -261,6 +261,9 @@ class CurveScore(NamedTuple):
         in_range: ``J`` lies where the curve is trusted (:meth:`SoftValueCurve.trusted_returns`).
         ess: the curve's effective sample size at ``beta`` (inf for an exact curve).
         replicates: ``(n_boot,)`` bootstrap replicates of the maximum.
+        start_return: the policy's mean return over the curve's own starts, from the episodes
+            that began there (NaN without them): where the start decides much of the return,
+            this, not ``expected_return``, is what the curve's returns found compare with.
     """
 
     meg: float
@@ -276,6 +279,7 @@ class CurveScore(NamedTuple):
     in_range: bool
     ess: float
     replicates: np.ndarray
+    start_return: float = math.nan
 
 
 class _Paired(NamedTuple):
@@ -525,6 +529,7 @@ class SoftValueCurve:
             in_range=self.covers(J),
             ess=ess,
             replicates=reps,
+            start_return=math.nan if paired is None else float(paired.means.mean()),
         )
 
     def _paired(self, units: Any, r: np.ndarray) -> _Paired | None:
