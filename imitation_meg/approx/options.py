@@ -264,7 +264,7 @@ class ApproxOptions:
         if not isinstance(refine, bool) and (not _is_int(refine) or int(refine) < 0):
             raise ValueError(f"refine must be True, False or an integer >= 0, got {refine!r}.")
         object.__setattr__(self, "refine", int(refine))
-        _check_int("n_boot", self.n_boot, 0)
+        _check_int("n_boot", self.n_boot, 2)
         _check_open("confidence", self.confidence, 1.0, "a number strictly between 0 and 1")
         if not _is_int(self.seed):
             raise TypeError(f"seed must be an integer, got {self.seed!r}.")
