@@ -21,8 +21,8 @@ on the case's environment; DQN scored at ``dqn_epsilon``), ``lean`` (CartPole: a
 controller pushing against the pole's lean), ``ppo_eps<e>`` (the PPO agent mixed with uniform
 actions), ``energy<e>`` (MountainCar: push the way the car moves, uniform actions a share
 ``e`` of the time), ``pump<e>`` (Acrobot: torque the way the first link swings, the same
-mix), ``pd<s>`` (Pendulum: an energy-then-PD controller, Gaussian noise ``s`` clipped to the
-box), ``bang<s>`` (MountainCarContinuous: full push the way the car moves, noise ``s``).
+mix), ``pd<s>`` (Pendulum: torque towards the top, damped, Gaussian noise ``s`` clipped to
+the box), ``bang<s>`` (MountainCarContinuous: full push the way the car moves, noise ``s``).
 
 Acceptance, per row: the error within the stricter yardstick and the exact value inside the
 interval, in at least 9 of 10 seeds. The yardstick is 5% of the exact value or 1% of
@@ -58,6 +58,8 @@ UNIT_RESOURCES = {"num_cpus": 1}
 SWEEP_FIELDS = ("cases", "horizons", "case_policies", "seeds")
 #: The yardstick: 5% of the exact value or 1% of ``H log|A|``, whichever is larger.
 STRICT_SHARE, STRICT_FLOOR = 0.05, 0.01
+#: The rounding of the reference's own maximisation (nats).
+_REF_ROUNDING = 1e-9
 #: The families: a gymnasium id and changes to the environment's constants (after
 #: ``gym.make``).
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -74,7 +76,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "MountainCar-v0",
         {"force": 0.02, "max_speed": 0.25, "goal_position": 0.2},
     ),
-    "acrobot_strong": ("Acrobot-v1", {"AVAIL_TORQUE": [-6.0, 0.0, 6.0]}),
+    "acrobot_strong": ("Acrobot-v1", {"AVAIL_TORQUE": [-12.0, 0.0, 12.0]}),
     "pendulum": ("Pendulum-v1", {}),
     "pendulum_light": ("Pendulum-v1", {"g": 5.0}),
     "mountaincar_continuous_fast": (
@@ -234,11 +236,9 @@ def _box_law(kind: str, sd: float, low: np.ndarray, high: np.ndarray) -> Any:
 
     def law(obs: Any) -> Any:
         o = np.asarray(obs, dtype=np.float64)
-        if kind == "pd":  # Pendulum: pump energy far from the top, PD near it
-            cos, sin, w = o[:, 0], o[:, 1], o[:, 2]
-            theta = np.arctan2(sin, cos)
-            energy = 0.5 * w**2 + 10.0 * (cos - 1.0)
-            u = np.where(cos > 0.8, -10.0 * theta - 2.0 * w, np.sign(w) * high[0] * (energy < 0))
+        if kind == "pd":  # Pendulum: torque towards the top, damped
+            theta = np.arctan2(o[:, 1], o[:, 0])
+            u = -10.0 * theta - 2.0 * o[:, 2]
         else:  # bang: the continuous car, full push the way it moves
             u = np.where(o[:, 1] >= 0, high[0], low[0])
         mean = np.clip(u, low[0], high[0])[:, None]
@@ -446,7 +446,8 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         "low": res.low,
         "high": res.high,
         "beta": res.beta,
-        "covered": bool(res.low <= ref["exact"] <= res.high),
+        # the reference's own rounding (an exact 0 comes out as about 1e-12)
+        "covered": bool(res.low - _REF_ROUNDING <= ref["exact"] <= res.high + _REF_ROUNDING),
         "within_strict": bool(abs(res.meg - ref["exact"]) <= tol),
         "error": res.meg - ref["exact"],
         "error_rel_bound": (res.meg - ref["exact"]) / bound,

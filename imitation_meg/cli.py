@@ -323,7 +323,20 @@ def _score(args: argparse.Namespace) -> int:
         return _score_once(args)
 
 
+def _refuse_discount_beyond_tables(args: argparse.Namespace) -> None:
+    """``--discount`` where the score is approximate: refused, not ignored."""
+    if args.discount is None or args.env is None or _is_minigrid(args.env):
+        return
+    if args.approx or args.curve is not None or not _env_is_tabular(args.env):
+        raise ValueError(
+            "--discount applies to tabular MDPs; the approximate estimators (environments that "
+            "are not tabular, --approx, --curve) score the undiscounted finite-horizon model "
+            "family, so a discount would be ignored. Drop --discount (or shorten --horizon)."
+        )
+
+
 def _score_once(args: argparse.Namespace) -> int:
+    _refuse_discount_beyond_tables(args)
     if (
         args.approx
         or args.curve is not None

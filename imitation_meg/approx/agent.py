@@ -155,11 +155,14 @@ def curve_problems(curve: SoftValueCurve, sc: CurveScore, half: float, bound: fl
     """Why the score ``sc`` of a policy with ``curve`` is not reliable (empty when it is)."""
     problems = list(curve.problems)
     lo, hi = curve.returns_found
-    J = sc.expected_return
-    if hi < J or lo > J:
+    # like with like: the policy's return at the curve's own starts where it has episodes there
+    J = sc.expected_return if math.isnan(sc.start_return) else sc.start_return
+    tol = 1e-9 * max(1.0, abs(lo), abs(hi))
+    if not lo - tol <= J <= hi + tol:
         problems.append(
-            f"the policy's mean return {J:.6g} lies beyond the returns [{lo:.6g}, {hi:.6g}] that "
-            "the curve's random action sequences found (there the curve has no limit)"
+            f"the policy's mean return {J:.6g} (at the curve's starts) lies beyond the returns "
+            f"[{lo:.6g}, {hi:.6g}] that the curve's random action sequences found there (where "
+            "the curve has no limit)"
         )
     elif sc.at_edge and _beyond(curve, sc) > max(half, 0.01 * sc.raw):
         problems.append(

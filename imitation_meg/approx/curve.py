@@ -261,6 +261,9 @@ class CurveScore(NamedTuple):
         in_range: ``J`` lies where the curve is trusted (:meth:`SoftValueCurve.trusted_returns`).
         ess: the curve's effective sample size at ``beta`` (inf for an exact curve).
         replicates: ``(n_boot,)`` bootstrap replicates of the maximum.
+        start_return: the policy's mean return over the curve's own starts, from the episodes
+            that began there (NaN without them): where the start decides much of the return,
+            this, not ``expected_return``, is what the curve's returns found compare with.
     """
 
     meg: float
@@ -276,6 +279,7 @@ class CurveScore(NamedTuple):
     in_range: bool
     ess: float
     replicates: np.ndarray
+    start_return: float = math.nan
 
 
 class _Paired(NamedTuple):
@@ -507,14 +511,18 @@ class SoftValueCurve:
         rounding = _ROUNDING * (1.0 + (abs(beta) if math.isfinite(beta) else 0.0) * scale)
         rounding += _ROUNDING * abs(float(lam[0, k]))
         half = z * se + bias + rounding
+        low, high = raw - half, raw + half
+        unseen = self._unseen(r, confidence, exact_return, lam, slope)
+        if unseen is not None:  # every episode had one return: the bootstrap sees no spread
+            low, high = min(low, unseen - bias - rounding), max(high, unseen + bias + rounding)
         top = max(float(certificate), 0.0)
         ceiling = top + 1e-9 * max(1.0, top) if math.isfinite(top) else math.inf
         clip = lambda v: float(min(max(v, 0.0), ceiling))  # noqa: E731
         estimate = float(min(max(raw, 0.0), top))
         return CurveScore(
             meg=estimate,
-            low=clip(raw - half),
-            high=clip(raw + half),
+            low=clip(low),
+            high=clip(high),
             beta=float(beta) if raw > 0 else 0.0,
             raw=float(raw),
             bootstrap_se=se,
@@ -525,7 +533,32 @@ class SoftValueCurve:
             in_range=self.covers(J),
             ess=ess,
             replicates=reps,
+            start_return=math.nan if paired is None else float(paired.means.mean()),
         )
+
+    def _unseen(
+        self,
+        r: np.ndarray,
+        confidence: float,
+        exact_return: bool,
+        lam: np.ndarray,
+        slope: np.ndarray,
+    ) -> float | None:
+        """Where all ``n`` episodes returned the same, the maximum at the return the policy may
+        still have: with the chance of an episode ending otherwise at its upper confidence
+        bound ``1 - ((1 - confidence) / 2)^(1/n)`` (none in ``n``), and that episode ending at
+        the other end of the returns the curve found (None where the returns spread, or are
+        exact)."""
+        if exact_return or r.size < 2 or np.ptp(r) > 0:
+            return None
+        J = float(r[0])
+        lo, hi = self.returns_found
+        other = lo if abs(J - hi) <= abs(J - lo) else hi
+        if other == J:
+            return None
+        p = 1.0 - ((1.0 - float(confidence)) / 2.0) ** (1.0 / r.size)
+        shifted = np.array([J + p * (other - J)])
+        return float(conjugate_on_grid(self.betas, lam, slope, shifted).meg[0])
 
     def _paired(self, units: Any, r: np.ndarray) -> _Paired | None:
         """The episodes that began at the curve's starts, per start (None without any).

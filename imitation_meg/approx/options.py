@@ -279,7 +279,7 @@ class ApproxOptions:
     grid_points: int | None = None
 
     def __post_init__(self) -> None:
-        for name, lo in (("n_data_steps", 3), ("n_eval_episodes", 2), ("n_boot", 0)):
+        for name, lo in (("n_data_steps", 3), ("n_eval_episodes", 2), ("n_boot", 2)):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), lo)
         _check_int("n_models", self.n_models, 1)

@@ -26,7 +26,18 @@ import numpy as np
 
 from imitation_meg.type_aliases import EnvLike, GymEnv
 
-__all__ = ["Behaviour", "EnvSource", "Laws", "Rollouts", "collect", "sample_discrete"]
+__all__ = [
+    "MAX_HORIZON",
+    "Behaviour",
+    "EnvSource",
+    "Laws",
+    "Rollouts",
+    "collect",
+    "sample_discrete",
+]
+
+#: The longest horizon the approximate estimators take.
+MAX_HORIZON = 100_000
 
 #: A behaviour. ``Discrete`` actions: (raw observation batch, flat observations (n, d), decision
 #: times (n,)) -> action probabilities (n, A). A box: the same and the generator, -> actions
@@ -122,8 +133,15 @@ class EnvSource:
             )
         if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
             raise ValueError(f"horizon must be a positive integer, got {horizon!r}.")
+        if horizon > MAX_HORIZON:
+            raise ValueError(
+                f"horizon={horizon} decisions: the approximate estimators step through every "
+                f"decision of every episode, and hold a value per decision; at most "
+                f"{MAX_HORIZON} are supported. Pass a shorter horizon= (the episodes' own length "
+                "is usually far less)."
+            )
         self.horizon = int(horizon)
-        self.obs_dim = int(gym.spaces.flatdim(self.observation_space))
+        self.obs_dim = _flat_size(self.observation_space, self.name)
         self._box = isinstance(self.observation_space, gym.spaces.Box)
         probe.close()
 
@@ -163,11 +181,38 @@ class EnvSource:
         return np.stack([np.asarray(o) for o in obs])
 
 
+def _flat_size(space: Any, name: str) -> int:
+    """The size of ``space``'s observations flattened for the estimators' networks.
+
+    Raises:
+        ValueError: a space gymnasium cannot flatten to a vector (a ``Text`` mission, a
+            ``Graph``), with what to do.
+    """
+    import gymnasium as gym
+
+    try:
+        flat = bool(space.is_np_flattenable)
+    except NotImplementedError:  # a Text or Graph part, inside a Dict or Tuple
+        flat = False
+    if not flat:
+        raise ValueError(
+            f"{name}'s observations ({space}) cannot be flattened to a vector for the "
+            "approximate estimators (a Text or Graph part, such as MiniGrid's mission). Wrap the "
+            "environment to keep the numeric parts (MiniGrid: its ImgObsWrapper or "
+            "FlatObsWrapper), or score a fixed-layout MiniGrid exactly (imitation-meg score "
+            "--env MiniGrid-... without --approx)."
+        )
+    return int(gym.spaces.flatdim(space))
+
+
 def _time_limit(env: Any) -> int | None:
+    """The environment's own limit on decisions: its ``TimeLimit`` (``spec.max_episode_steps``),
+    a seals-style ``horizon``, or a MiniGrid-style ``max_steps``."""
     spec = getattr(env, "spec", None)
     limit = getattr(spec, "max_episode_steps", None) if spec is not None else None
-    if limit is None:
-        limit = getattr(env.unwrapped, "horizon", None)
+    for attr in ("horizon", "max_steps"):
+        if limit is None:
+            limit = getattr(env.unwrapped, attr, None)
     return int(limit) if isinstance(limit, (int, np.integer)) and limit > 0 else None
 
 

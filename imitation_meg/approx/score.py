@@ -382,13 +382,8 @@ def curve_command(args: argparse.Namespace) -> int:
     )
     t0 = time.perf_counter()
     print(f"Computing the soft-value curve of {args.env} ...", flush=True)
-    curve = soft_value_curve(
-        args.env,
-        horizon=args.horizon,
-        seed=args.seed,
-        **({"progress": True} if not is_tabular(args.env) else {}),
-        **settings,
-    )
+    bar: dict[str, Any] = {} if is_tabular(args.env) else {"progress": True}
+    curve = soft_value_curve(args.env, horizon=args.horizon, seed=args.seed, **bar, **settings)
     seconds = time.perf_counter() - t0
     path = curve.save(args.out)
     lo, hi = curve.trusted_returns()
