@@ -330,7 +330,9 @@ def box_policy(
     return pol
 
 
-def meg_approx_continuous(policy: Any, env: Any, **settings: Any) -> ApproxMEGResult:
+def meg_approx_continuous(
+    policy: PolicySource, env: EnvLike | Callable[[], GymEnv], **settings: Any
+) -> ApproxMEGResult:
     """The soft Q-fits of an agent acting in a bounded ``Box``: ``meg_approx(policy, env,
     method="soft_q", **settings)``.
 

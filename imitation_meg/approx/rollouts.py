@@ -20,11 +20,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from imitation_meg.type_aliases import EnvLike, GymEnv
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from imitation_meg.approx.policy import PolicyFn
+    from imitation_meg.continuous.densities import ContinuousPolicyFn
 
 __all__ = [
     "MAX_HORIZON",
@@ -348,7 +352,7 @@ def collect(
     rng: np.random.Generator,
     *,
     min_steps: int | None = None,
-    scored: Any = None,
+    scored: PolicyFn | ContinuousPolicyFn | None = None,
     features: bool = False,
     n_envs: int = 16,
     on_step: Callable[[int], None] | None = None,
@@ -445,13 +449,28 @@ def collect(
 
 
 def _scored_rows(
-    scored: Any, raw: Any, box: bool, features: bool, kind: list[str]
+    scored: PolicyFn | ContinuousPolicyFn | None,
+    raw: Any,
+    box: bool,
+    features: bool,
+    kind: list[str],
 ) -> dict[str, np.ndarray]:
     """What is stored of the scored policy at a step's rows: its probabilities (and hidden
-    features), or its action laws' parameters (their kind appended to ``kind``)."""
+    features), or its action laws' parameters (their kind appended to ``kind``).
+
+    Raises:
+        TypeError: a policy of the other kind of action.
+    """
+    from imitation_meg.approx.policy import PolicyFn
+
     if scored is None:
         return {}
-    if box:
+    if box == isinstance(scored, PolicyFn):
+        raise TypeError(
+            f"scored= must be a {'ContinuousPolicyFn' if box else 'PolicyFn'} for "
+            f"{'a box' if box else 'Discrete actions'}, got {type(scored).__name__}."
+        )
+    if not isinstance(scored, PolicyFn):
         law = scored.law(raw)
         kind.append(law.kind)
         return {"mean": law.mean, "std": law.std}

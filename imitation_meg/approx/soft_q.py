@@ -38,7 +38,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -784,6 +784,15 @@ class _BoxFit(_Fit):
         return z, target
 
 
+def _fit_of(
+    model: SoftQModel | BoxSoftQModel, data: Rollouts, prior: BetaPrior, seed: int, dev: th.device
+) -> _Fit:
+    """One model's fit (a Box model's on the CPU)."""
+    if isinstance(model, BoxSoftQModel):
+        return _BoxFit(model, data, prior, seed)
+    return _Fit(model, data, prior, seed, dev)
+
+
 class _Batch(NamedTuple):
     """One step's rows of every model: inputs ``(K, n, n_in)``, targets ``(K, n)`` and, for
     ``Discrete`` actions, the actions taken, the exact utility and the continuation weight
@@ -991,7 +1000,7 @@ def _average_into(avg: list[th.Tensor], params: list[th.Tensor], n_avg: int) -> 
 
 
 def fit_soft_q_ensemble(
-    models: list[Any],
+    models: Sequence[SoftQModel | BoxSoftQModel],
     datas: list[Rollouts],
     *,
     iterations: int,
@@ -1073,12 +1082,7 @@ def fit_soft_q_ensemble(
         raise ValueError(
             f"the Box-action soft Q-fits run on the CPU, got device={device!r}; pass device='cpu'."
         )
-    fits = [
-        _BoxFit(models[k], datas[k], priors[k], seeds[k])
-        if box
-        else _Fit(models[k], datas[k], priors[k], seeds[k], dev)
-        for k in active
-    ]
+    fits = [_fit_of(models[k], datas[k], priors[k], seeds[k], dev) for k in active]
     params = _stacked_params([f.model for f in fits], dev)
     # one kernel per tensor for the Discrete fits (~10% of a step); the Box fits keep the plain
     # loop, which rounds differently in the last bits (their validated numbers are its)
