@@ -288,7 +288,7 @@ def meg_approx_unknown(
             "Q-fits; use method='auto' or 'soft_q', or utility='observation' with "
             "method='empirical' for every utility of the observation."
         )
-    source = EnvSource(env, horizon=horizon)
+    source = _discrete_source(env, horizon)
     pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)
     if utility == "agent" and not pol.has_features:
         raise ValueError(
@@ -377,6 +377,21 @@ def meg_approx_unknown(
     )
 
 
+def _discrete_source(env: Any, horizon: int | None) -> EnvSource:
+    """The environment, refused when its actions are a box (no unknown-utility bound there).
+
+    Raises:
+        ValueError: a ``Box`` action space.
+    """
+    source = EnvSource(env, horizon=horizon)
+    if source.actions.is_box:
+        raise ValueError(
+            f"meg_approx_unknown scores Discrete actions; {source.name} acts in a "
+            f"{source.actions.describe}. Score its known utility with meg_approx."
+        )
+    return source
+
+
 def _observation_class(
     policy: PolicySource,
     env: EnvLike | Callable[[], GymEnv],
@@ -388,7 +403,7 @@ def _observation_class(
 ) -> ApproxUnknownResult:
     """``utility="observation"``: the empirical MDP's exact unknown-utility MEG (module
     docstring), on the data, rounds and seeds of ``meg_approx(..., method="empirical")``."""
-    source = EnvSource(env, horizon=horizon)
+    source = _discrete_source(env, horizon)
     pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)
     opts = opts.resolved(source)
     assert opts.n_data_steps is not None

@@ -349,3 +349,11 @@ def test_several_policies_share_one_curve_on_the_command_line(env, tmp_path, cap
     table = list(csv.DictReader(rows.open()))
     assert [r["policy"] for r in table] == ["uniform", "uniform"]
     assert all(float(r["meg"]) == 0.0 for r in table)
+
+
+def test_the_unknown_utility_bound_refuses_a_box(mdp):
+    from imitation_meg.approx import meg_approx_unknown
+
+    for utility in ("mlp", "observation"):
+        with pytest.raises(ValueError, match=r"scores Discrete actions; .* acts in a Box"):
+            meg_approx_unknown("uniform", lambda: ContinuousTabularEnv(mdp), utility=utility)
