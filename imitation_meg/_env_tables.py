@@ -6,11 +6,12 @@ Below :mod:`imitation_meg.mdp`: the readers return plain arrays (:class:`EnvTabl
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["EnvTables", "make_env", "read_env_tables"]
+__all__ = ["EnvTables", "is_tabular", "make_env", "read_env_tables"]
 
 
 class EnvTables(NamedTuple):
@@ -161,3 +162,27 @@ def _from_toy_text(u: Any, n_actions: int, horizon: int, name: str) -> EnvTables
         name=name,
         metadata={"terminal_states": np.flatnonzero(terminal).tolist()},
     )
+
+
+def is_tabular(env_id: str) -> bool:
+    """Whether ``env_id`` exposes tables (seals' matrices or toy-text's ``P``) for exact MEG.
+
+    Raises:
+        ValueError: an id gymnasium cannot make.
+    """
+    import gymnasium as gym
+
+    if env_id.startswith("seals/"):
+        with contextlib.suppress(ImportError):
+            import seals  # noqa: F401  (registers the seals/ ids)
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as e:
+        raise ValueError(f"could not make environment {env_id!r}: {e}") from e
+    try:
+        u = env.unwrapped
+        return (hasattr(u, "transition_matrix") and hasattr(u, "reward_matrix")) or (
+            isinstance(getattr(u, "P", None), dict)
+        )
+    finally:
+        env.close()

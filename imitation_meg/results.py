@@ -23,6 +23,7 @@ from imitation_meg.type_aliases import JSONValue, PathLike
 
 __all__ = [
     "check_output_path",
+    "format_table",
     "library_versions",
     "read_rows",
     "to_jsonable",
@@ -241,3 +242,33 @@ def _parse_cell(text: str | None) -> Any:
         return float(text)
     except ValueError:
         return text
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Render rows of a table as aligned plain text (floats with 4 decimals).
+
+    Args:
+        rows: mappings from column name to value.
+        columns: column order; default the keys of the first row.
+    """
+    if not rows:
+        return "(no rows)"
+    columns = list(columns or rows[0].keys())
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        if isinstance(v, float):
+            if math.isinf(v):
+                return "+inf" if v > 0 else "-inf"
+            if math.isnan(v):
+                return "nan"
+            return f"{v:.4f}"
+        return str(v)
+
+    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    line = "  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))
+    sep = "  ".join("-" * w for w in widths)
+    body = ["  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join([line, sep, *body])

@@ -7,7 +7,7 @@ of the functions that take them.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Protocol, TypeAlias, Union, runtime_checkable
 
 import numpy as np
@@ -17,8 +17,10 @@ __all__ = [
     "AnyTensor",
     "ArrayLike",
     "Device",
+    "EnvKwargs",
     "EnvLike",
     "GymEnv",
+    "JSONDict",
     "JSONValue",
     "ModelLike",
     "PathLike",
@@ -54,6 +56,10 @@ JSONValue: TypeAlias = Union[bool, int, float, str, list["JSONValue"], dict[str,
 
 #: Transitions: dense ``T[s, a, s']`` ``(S, A, S)``, or a pair ``(next_state, prob)`` of
 #: ``(S, A, B)`` arrays.
+#: A JSON object (what files and records store).
+JSONDict: TypeAlias = dict[str, JSONValue]
+#: Keyword arguments of ``gymnasium.make``.
+EnvKwargs: TypeAlias = Mapping[str, object]
 TransitionLike: TypeAlias = ArrayLike | tuple[ArrayLike, ArrayLike]
 #: A target variable: per-state labels, a callable on state indices, a grid helper's name, a
 #: ``(S, K)`` probability matrix, or a tuple of several of them.

@@ -130,7 +130,7 @@ def test_dqn_uses_its_exploration_rate_and_errors(tmp_path):
         MEGCallback(doubled)
     with pytest.raises(ValueError, match="unknown=True needs a tabular environment"):
         MEGCallback("CartPole-v1", unknown=True)
-    with pytest.raises(ValueError, match="history='/proc/nope/h.jsonl' cannot be written"):
+    with pytest.raises(ValueError, match=r"history='/proc/nope/h\.jsonl' cannot be written"):
         MEGCallback(CLIFF, history="/proc/nope/h.jsonl")
 
 

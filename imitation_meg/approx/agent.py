@@ -278,7 +278,7 @@ def curve_result(
         stage_intervals=((sc.meg, sc.low, sc.high),),
         settled=not problems,
         method=method,
-        n_particles=int(curve.info.settings.get("n_particles", 0)),
+        n_particles=int(curve.info.settings.get("n_particles") or 0),  # type: ignore[arg-type]
         n_starts=curve.n_units if curve.info.method != "exact" else 0,
         particle_bias=sc.bias,
         particle_steps=particle_steps,

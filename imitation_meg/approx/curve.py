@@ -39,9 +39,15 @@ import os
 import pathlib
 import statistics
 import zipfile
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+
+from imitation_meg.type_aliases import ArrayLike, EnvKwargs, JSONDict
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from imitation_meg.mdp import TabularMDP
 
 __all__ = [
     "GRID_DECADES",
@@ -97,11 +103,11 @@ class CurveInfo:
     """
 
     env: str
-    env_kwargs: dict[str, Any]
+    env_kwargs: JSONDict
     horizon: int
-    actions: dict[str, Any]
+    actions: JSONDict
     method: str
-    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    settings: JSONDict = dataclasses.field(default_factory=dict)
     seed: int | None = None
     version: str = ""
     reward: str = "the environment's reward"
@@ -109,9 +115,7 @@ class CurveInfo:
 
     def __post_init__(self) -> None:
         if not self.version:
-            from imitation_meg import __version__
-
-            object.__setattr__(self, "version", __version__)
+            object.__setattr__(self, "version", _library_version())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -134,6 +138,17 @@ class CurveInfo:
         return "; ".join(diffs)
 
 
+def _library_version() -> str:
+    """This library's version, from its installed metadata (the package itself is not imported
+    here: it sits above this module)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("imitation-meg")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a bare source tree
+        return "unknown"
+
+
 def _jsonable(value: Any) -> Any:
     """``value`` as plain JSON types (the form a file stores and compares)."""
     from imitation_meg.results import to_jsonable
@@ -148,14 +163,14 @@ class Conjugate(NamedTuple):
     Attributes:
         meg: ``(B,)`` the maxima.
         beta: ``(B,)`` the maximisers.
-        index: ``(B,)`` the grid point nearest each maximiser from below.
+        below: ``(B,)`` the grid point nearest each maximiser from below.
         at_edge: ``(B,)`` whether the maximum lies at the grid's first or last point (the
             supremum lies beyond the grid).
     """
 
     meg: np.ndarray
     beta: np.ndarray
-    index: np.ndarray
+    below: np.ndarray
     at_edge: np.ndarray
 
 
@@ -192,9 +207,9 @@ def conjugate_on_grid(
         better = ok & (val > meg)
         meg = np.where(better, val, meg)
         beta = np.where(better, arg, beta)
-    index = np.clip(np.searchsorted(betas, beta, side="right") - 1, 0, G - 1)
+    below = np.clip(np.searchsorted(betas, beta, side="right") - 1, 0, G - 1)
     at_edge = (best == 0) | (best == G - 1)
-    return Conjugate(meg, beta, index, at_edge)
+    return Conjugate(meg, beta, below, at_edge)
 
 
 def _hermite_max(
@@ -329,7 +344,7 @@ class SoftValueCurve:
         ess: np.ndarray | None = None,
         trusted: tuple[float, float] | None = None,
         returns_found: tuple[float, float] | None = None,
-        exact: Any = None,
+        exact: Callable[[float], tuple[float, float]] | None = None,
         min_ess: float = 100.0,
         problems: tuple[str, ...] = (),
         starts: np.ndarray | None = None,
@@ -427,14 +442,14 @@ class SoftValueCurve:
     # -------------------------------------------------------------- scoring a policy
     def score(
         self,
-        returns: Any,
+        returns: ArrayLike | float,
         *,
         certificate: float = math.inf,
         confidence: float = 0.95,
         n_boot: int = 500,
         seed: int = 0,
         exact_return: bool = False,
-        units: Any = None,
+        units: ArrayLike | None = None,
     ) -> CurveScore:
         """MEG of a policy from its episodes' returns (or its exact expected return).
 
@@ -494,7 +509,7 @@ class SoftValueCurve:
             raw, beta = float(c0.meg[0]), float(c0.beta[0])
         c = conjugate_on_grid(self.betas, lam, slope, np.array([J]))
         at_edge = bool(c.at_edge[0]) and not (self._exact is not None and math.isfinite(beta))
-        k = int(c.index[0])
+        k = int(c.below[0])
         bias = float(np.interp(beta, self.betas, self.bias)) if math.isfinite(beta) else 0.0
         ess = float(np.interp(beta, self.betas, self.ess)) if math.isfinite(beta) else math.inf
         reps = np.array([raw])
@@ -647,8 +662,8 @@ class SoftValueCurve:
         *,
         env: str,
         horizon: int,
-        actions: dict[str, Any],
-        env_kwargs: Any = None,
+        actions: JSONDict,
+        env_kwargs: EnvKwargs | None = None,
     ) -> None:
         """Refuse the curve for a problem it was not computed for.
 
@@ -727,8 +742,8 @@ class SoftValueCurve:
             CurveInfo(**meta["info"]),
             bias=arrays["bias"],
             ess=np.where(ess < 0, np.inf, ess),
-            trusted=tuple(meta["trusted"]),  # type: ignore[arg-type]
-            returns_found=tuple(meta["returns_found"]),  # type: ignore[arg-type]
+            trusted=(float(meta["trusted"][0]), float(meta["trusted"][1])),
+            returns_found=(float(meta["returns_found"][0]), float(meta["returns_found"][1])),
             min_ess=float(meta["min_ess"]),
             problems=tuple(meta.get("problems", ())),
             starts=None if starts is None or starts.size == 0 else starts,
@@ -743,7 +758,9 @@ class SoftValueCurve:
 
 
 # ------------------------------------------------------------------------------ exact curves
-def exact_curve(mdp: Any, *, env: str | None = None, env_kwargs: Any = None) -> SoftValueCurve:
+def exact_curve(
+    mdp: TabularMDP, *, env: str | None = None, env_kwargs: EnvKwargs | None = None
+) -> SoftValueCurve:
     """The exact curve of a finite-horizon, undiscounted :class:`~imitation_meg.TabularMDP`
     with its utility as the reward.
 

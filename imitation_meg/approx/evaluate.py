@@ -17,7 +17,7 @@ import math
 import time
 import warnings
 from collections.abc import Sequence
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import torch as th
@@ -27,6 +27,9 @@ from imitation_meg._validation import ImitationMEGWarning
 from imitation_meg.approx.rollouts import Rollouts
 from imitation_meg.approx.soft_q import ActionGrid, BoxSoftQModel, SoftQModel, bellman_residual
 from imitation_meg.results import to_jsonable
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from imitation_meg.approx.curve import SoftValueCurve
 
 __all__ = [
     "ApproxMEGResult",
@@ -233,7 +236,7 @@ class ApproxMEGResult:
     particle_bias: float = math.nan
     particle_steps: int = 0
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
-    curve: Any = dataclasses.field(default=None, repr=False, compare=False)
+    curve: SoftValueCurve | None = dataclasses.field(default=None, repr=False, compare=False)
     return_se: float = math.nan
     above_certificate: bool = False
     policy: str = ""

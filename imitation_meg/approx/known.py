@@ -85,7 +85,8 @@ from imitation_meg.approx.options import APPLIES, ApproxOptions, ResolvedOptions
 from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource
 from imitation_meg.approx.simulators import simulator
-from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
+from imitation_meg.mdp import TabularMDP
+from imitation_meg.type_aliases import EnvKwargs, EnvLike, GymEnv, PolicySource
 
 __all__ = [
     "ApproxMEGResult",
@@ -112,7 +113,7 @@ def meg_approx(
     epsilon: float | None = None,
     options: ApproxOptions | None = None,
     curve: SoftValueCurve | str | os.PathLike[str] | None = None,
-    env_kwargs: dict[str, Any] | None = None,
+    env_kwargs: EnvKwargs | None = None,
     noise_std: float | None = None,
     deterministic: bool = False,
     **settings: Any,
@@ -232,10 +233,10 @@ def meg_approx(
 
 @_threads.entry_point
 def soft_value_curve(
-    env: Any,
+    env: EnvLike | TabularMDP | Callable[[], GymEnv],
     *,
     horizon: int | None = None,
-    env_kwargs: dict[str, Any] | None = None,
+    env_kwargs: EnvKwargs | None = None,
     options: ApproxOptions | None = None,
     **settings: Any,
 ) -> SoftValueCurve:
@@ -265,18 +266,16 @@ def soft_value_curve(
         ValueError: an environment the library has no way to compute a curve of (the message
             says why: today a simulator is needed), or settings that do not apply.
     """
+    from imitation_meg._env_tables import is_tabular
     from imitation_meg.approx.curve import exact_curve
-    from imitation_meg.approx.score import is_tabular
-    from imitation_meg.mdp import TabularMDP
 
-    tabular = isinstance(env, str) and is_tabular(env)
-    if isinstance(env, TabularMDP) or tabular:
+    if isinstance(env, TabularMDP) or (isinstance(env, str) and is_tabular(env)):
         if settings or options is not None:
             raise ValueError(
                 f"the exact curve of a tabular environment takes no settings, got "
                 f"{sorted(settings) + (['options'] if options is not None else [])}."
             )
-        if tabular:
+        if isinstance(env, str):
             from imitation_meg._env_tables import make_env
 
             mdp = TabularMDP.from_env(make_env(env, dict(env_kwargs or {})), horizon=horizon)

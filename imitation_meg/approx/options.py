@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import math
 import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -279,7 +280,7 @@ class ApproxOptions:
     grid_points: int | None = None
 
     def __post_init__(self) -> None:
-        for name, lo in (("n_data_steps", 3), ("n_eval_episodes", 2), ("n_boot", 2)):
+        for name, lo in (("n_data_steps", 3), ("n_eval_episodes", 2), ("n_boot", 0)):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), lo)
         _check_int("n_models", self.n_models, 1)
@@ -436,7 +437,7 @@ class ApproxOptions:
 
     def check_applies(
         self,
-        settings: dict[str, Any],
+        settings: Mapping[str, object],
         options: ApproxOptions | None,
         *,
         allowed: tuple[str, ...] | None = None,
@@ -469,6 +470,12 @@ class ApproxOptions:
                 f"the setting(s) {unused} do not apply to {what}, which uses "
                 f"{sorted(used - {'method'})}; drop them (or choose the method that uses them "
                 "with method=...)."
+            )
+        if self.n_boot is not None and self.n_boot < 2 and method in ("paths", "soft_q"):
+            raise ValueError(
+                f"n_boot={self.n_boot}: method={method!r} reports an interval, which needs at "
+                "least 2 bootstrap replicates (500 by default). (The empirical MDP and the linear "
+                "soft Q-functions take fewer, and then report no interval.)"
             )
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from imitation_meg.type_aliases import EnvLike, GymEnv
+from imitation_meg.type_aliases import EnvKwargs, EnvLike, GymEnv
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from imitation_meg.approx.policy import PolicyFn
@@ -82,7 +82,7 @@ class EnvSource:
         env: EnvLike | Callable[[], GymEnv],
         *,
         horizon: int | None = None,
-        env_kwargs: dict[str, Any] | None = None,
+        env_kwargs: EnvKwargs | None = None,
     ) -> None:
         import gymnasium as gym
 
@@ -100,7 +100,7 @@ class EnvSource:
                 gym.spec(env_id)
             except gym.error.Error as e:
                 raise ValueError(f"could not make environment {env_id!r}: {e}") from e
-            self._factory: Callable[[], Any] = lambda: gym.make(env_id, **kwargs)
+            self._factory: Callable[[], Any] = lambda: gym.make(env_id, **kwargs)  # type: ignore[arg-type]
             self.name = env_id
         elif isinstance(env, gym.Env):
             proto = env

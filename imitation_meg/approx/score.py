@@ -9,7 +9,6 @@ its interval and diagnostics, and writes JSON on request.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import time
 from collections.abc import Collection, Sequence
@@ -18,6 +17,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["curve_command", "estimator_settings", "is_tabular", "score_approx"]
+
+from imitation_meg._env_tables import is_tabular  # re-exported, as before
 
 #: Built-in policies the approximate path can score (it has no tabular MDP for the others).
 APPROX_POLICIES = ("uniform",)
@@ -59,30 +60,6 @@ def estimator_settings(items: Sequence[str] | None, allowed: Collection[str]) ->
         value = parse_yaml_value(text, where=f"--approx-option {item!r}")
         out[key] = tuple(value) if isinstance(value, list) else value
     return out
-
-
-def is_tabular(env_id: str) -> bool:
-    """Whether ``env_id`` exposes tables (seals' matrices or toy-text's ``P``) for exact MEG.
-
-    Raises:
-        ValueError: an id gymnasium cannot make.
-    """
-    import gymnasium as gym
-
-    if env_id.startswith("seals/"):
-        with contextlib.suppress(ImportError):
-            import seals  # noqa: F401  (registers the seals/ ids)
-    try:
-        env = gym.make(env_id)
-    except gym.error.Error as e:
-        raise ValueError(f"could not make environment {env_id!r}: {e}") from e
-    try:
-        u = env.unwrapped
-        return (hasattr(u, "transition_matrix") and hasattr(u, "reward_matrix")) or (
-            isinstance(getattr(u, "P", None), dict)
-        )
-    finally:
-        env.close()
 
 
 def _sources(args: argparse.Namespace) -> list[str]:
@@ -315,7 +292,7 @@ def _score_with_curve(
         rows.append(_curve_row(name, label, res, time.perf_counter() - t1))
     columns = ["policy", "timesteps", "meg", "low", "high", "beta", "expected_return", "settled"]
     shown = [{c: ("" if r.get(c) is None else r[c]) for c in columns} for r in rows]
-    from imitation_meg.cli import format_table
+    from imitation_meg.results import format_table
 
     print(format_table(shown, columns))
     print(f"\n{len(rows)} policies in {time.perf_counter() - t0:.1f} s.")

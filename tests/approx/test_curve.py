@@ -101,7 +101,7 @@ def test_the_identity_holds_in_the_limits(seed, S, A, H):
     obj = MEGObjective(mdp, spread, mdp.reward_sa())
     j, j_max = obj.expected_utility, MEGObjective(mdp, policies.optimal(mdp)).expected_utility
     if j < j_max - 1e-9:
-        assert obj.evaluate_limit(1.0).L == -math.inf
+        assert -math.inf == obj.evaluate_limit(1.0).L
         assert 60.0 * j - _reference_lambda(mdp, 60.0) < 30.0 * j - _reference_lambda(mdp, 30.0)
 
 
@@ -136,7 +136,7 @@ def test_the_exact_curve_scores_every_policy_as_meg_does(seed, S, A, H):
     curve = exact_curve(mdp)
     pi = rng.dirichlet(np.ones(A) * 0.5, size=(H, S))
     ex = im.meg(pi, mdp)
-    meg, beta = curve.conjugate(ex.expected_utility)
+    meg, _beta = curve.conjugate(ex.expected_utility)
     assert meg == pytest.approx(ex.meg, abs=1e-9)
     c = conjugate_on_grid(curve.betas, curve.value[None], curve.slope[None], ex.expected_utility)
     assert c.meg[0] == pytest.approx(ex.meg, abs=1e-6 * max(1.0, ex.meg))

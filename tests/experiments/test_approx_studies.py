@@ -368,30 +368,47 @@ def test_linear_defaults_are_the_frozen_ones():
     assert _current(FROZEN_LINEAR, linear) == FROZEN_LINEAR
 
 
-#: The paths method's settings, frozen (commit "Freeze the paths method's defaults") before
-#: configs/paths_heldout.yaml first ran; they were chosen on the CartPole PPO agent at H = 500
-#: (the score the issue times), which no row of that table uses.
+#: The paths method's settings: CartPole's splitting as frozen before configs/paths_heldout.yaml
+#: first ran (chosen on the CartPole PPO agent at H = 500, which no row of that table uses);
+#: the curve's grid, the twisted SMC's and the checks' as frozen (commit c468717) before
+#: configs/curve_heldout.yaml first ran.
 FROZEN_PATHS = {
-    "options.n_particles": 1024,
-    "options.n_starts": 32,
+    "options.N_PARTICLES": 1024,
+    "options.N_STARTS": 32,
+    "options.SMC_STARTS": 64,
     "options.n_eval_episodes": 1000,
     "options.n_boot": 500,
     "options.confidence": 0.95,
-    "paths._DECADES": (-4.0, 6.0),
-    "paths._STEP": 0.125,
-    "paths._GOLDEN_STEPS": 60,
-    "paths._REPLAYS": 3,
-    "paths._REPLAY_TOL": 1e-5,
+    "curve.GRID_DECADES": (-4.0, 6.0),
+    "curve.GRID_STEP": 0.02,
     "paths._MIN_ESS": 100.0,
+    "smc.RUNG_BUDGET": 2_000_000,
+    "smc._CELLS": 10_000,
+    "smc._CANDIDATES": 8,
+    "smc._BOX_NODES": 8,
+    "smc._MAX_NEW": 8,
+    "smc._RESAMPLE_AT": 0.5,
+    "deterministic._CHECKED": 3,
+    "agent._NOISY": 0.5,
 }
 
 
 def test_paths_defaults_are_the_frozen_ones():
-    """The paths method's settings are those its held-out table was run with; a change needs
+    """The paths method's settings are those its held-out tables were run with; a change needs
     new held-out families (docs/approx.md), not a new number here."""
-    from imitation_meg.approx import paths
+    import importlib
 
-    assert _current(FROZEN_PATHS, paths) == FROZEN_PATHS
+    from imitation_meg.approx import ApproxOptions
+
+    defaults = ApproxOptions().with_defaults()
+    current = {}
+    for key in FROZEN_PATHS:
+        where, name = key.split(".")
+        if where == "options" and hasattr(defaults, name):
+            current[key] = getattr(defaults, name)
+        else:
+            current[key] = getattr(importlib.import_module(f"imitation_meg.approx.{where}"), name)
+    assert current == FROZEN_PATHS
 
 
 def test_paths_heldout_fast(tmp_path):
