@@ -307,7 +307,27 @@ def _refuse_discount_beyond_tables(args: argparse.Namespace) -> None:
         )
 
 
+def _zoo_environment(args: argparse.Namespace) -> None:
+    """Without ``--env``: the environment RL Zoo run folders record (their id and keyword
+    arguments, the same for all), where it is not tabular (tabular ones are read by the exact
+    path, as before)."""
+    if args.env is not None or args.cliff_world:
+        return
+    from imitation_meg.adapters.zoo import is_zoo_run, read_zoo_run
+
+    runs = [read_zoo_run(p) for p in args.policy if is_zoo_run(p)]
+    if not runs or len(runs) != len(args.policy) or runs[0].env_id is None:
+        return
+    first = runs[0]
+    if any((r.env_id, r.env_kwargs) != (first.env_id, first.env_kwargs) for r in runs):
+        return  # refused later, by the exact path's check
+    if _is_minigrid(first.env_id) or _env_is_tabular(first.env_id):
+        return
+    args.env, args.env_kwargs = first.env_id, first.env_kwargs
+
+
 def _score_once(args: argparse.Namespace) -> int:
+    _zoo_environment(args)
     _refuse_discount_beyond_tables(args)
     if (
         args.approx

@@ -126,11 +126,18 @@ def _no_tabular_policy(name: str, why: str) -> None:
         )
 
 
+def _model_file(name: str) -> str:
+    """The ``.zip`` of a saved model or of an RL Zoo run folder."""
+    from imitation_meg.adapters.zoo import is_zoo_run, read_zoo_run
+
+    return str(read_zoo_run(name).model) if is_zoo_run(name) else name
+
+
 def _saved_label(args: argparse.Namespace, name: str) -> str:
     """``"PPO path.zip"``: the algorithm (``--algo``, else read from the file) and the name."""
     from imitation_meg.adapters.saved_models import read_model_info
 
-    algo = args.algo or read_model_info(name).algo or "model"
+    algo = args.algo or read_model_info(_model_file(name)).algo or "model"
     return f"{str(algo).upper()} {name}"
 
 
@@ -267,7 +274,12 @@ def _score_with_curve(
             )
         print(f"Computing the soft-value curve of {source.name} (H={source.horizon}) once ...")
         curve = soft_value_curve(
-            source.name, horizon=source.horizon, seed=args.seed, progress=True, **curve_settings
+            source.name,
+            horizon=source.horizon,
+            env_kwargs=source.env_kwargs or None,
+            seed=args.seed,
+            progress=True,
+            **curve_settings,
         )
         how = f"computed in {time.perf_counter() - t0:.1f} s"
     lo, hi = curve.trusted_returns()
@@ -284,6 +296,7 @@ def _score_with_curve(
             policy,
             args.env,  # the id: the curve checks that it was computed for this environment
             horizon=source.horizon,
+            env_kwargs=source.env_kwargs or None,
             seed=args.seed,
             curve=curve,
             **reading,
@@ -321,10 +334,11 @@ def _score_with_curve(
 def _curve_row(source: str, label: str, res: Any, seconds: float) -> dict[str, Any]:
     """One flat row of a curve score, with the training steps of a saved model."""
     timesteps = None
-    if source.endswith(".zip"):
+    model = _model_file(source)
+    if model.endswith(".zip"):
         from imitation_meg.adapters.saved_models import read_model_info
 
-        timesteps = read_model_info(source).num_timesteps
+        timesteps = read_model_info(model).num_timesteps
     return {
         "policy": label,
         "source": source,
@@ -395,7 +409,9 @@ def score_approx(args: argparse.Namespace) -> int:
     settings = _command_settings(args)
     if args.env is None:
         raise ValueError("--approx needs --env ENV_ID (a gymnasium id), not --cliff-world.")
-    source = EnvSource(args.env, horizon=args.horizon)
+    source = EnvSource(
+        args.env, horizon=args.horizon, env_kwargs=getattr(args, "env_kwargs", None) or None
+    )
     box = source.actions.is_box
     unknown = _checked_mode(args, settings, box=box)
     if settings.get("method") not in ("linear", "empirical"):
@@ -439,7 +455,9 @@ def score_approx(args: argparse.Namespace) -> int:
             policy, source.make, utility="observation", **common, **kwargs
         ).result
     else:
-        res = meg_approx(policy, source.make, **common, **reading, **kwargs)
+        res = meg_approx(
+            policy, args.env, env_kwargs=source.env_kwargs or None, **common, **reading, **kwargs
+        )
     _print_result(res, time.perf_counter() - t0, unknown=unknown, kwargs=kwargs)
     if args.json:
         from imitation_meg.results import library_versions, write_json
@@ -585,9 +603,14 @@ def _print_result(res: Any, wall: float, *, unknown: bool, kwargs: dict[str, Any
             "interval may be too narrow. Pass a larger budget (--approx-option "
             f"n_data_steps={2 * int(kwargs.get('n_data_steps') or DATA_STEPS)}) and compare.)"
         )
+    elif res.settled is False and res.curve is not None:
+        print(
+            "\n(The environment's curve is not reliable at this policy's optimum: the warning "
+            "says why and what to do. The interval may not cover the value.)"
+        )
     elif res.settled is False:
         print(f"\n({UNSETTLED_NOTE})")
-    if res.at_boundary:
+    if res.at_boundary and res.curve is None:
         print("\n(The optimum lies at the largest |beta| tried: the supremum may be a limit.)")
     if res.above_certificate:
         print(
