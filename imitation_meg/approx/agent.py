@@ -33,6 +33,7 @@ __all__ = [
     "curve_result",
     "episodes_of",
     "simulate_episodes",
+    "squashed_kl",
 ]
 
 
@@ -72,6 +73,8 @@ class Actor:
             law = self.policy.law(obs)
             if law.kind == "clipped":  # point masses on the bounds: no density, KL infinite
                 return law.sample(rng), np.full(len(law.mean), np.inf)
+            if law.kind == "squashed" and np.all(law.std <= _GH_STD):
+                return law.sample(rng), squashed_kl(law.mean, law.std)
             return law.sample(rng), law.rule().kl.double().numpy()
         p = self.policy.probs(obs)
         ent = -(p * np.log(np.where(p > 0, p, 1.0))).sum(1)
@@ -79,6 +82,28 @@ class Actor:
         u = rng.random(len(p)) * cdf[:, -1]
         a = np.minimum((cdf < u[:, None]).sum(1), p.shape[1] - 1)
         return a, self.actions.log_measure - ent
+
+
+#: Gauss-Hermite nodes and weights (probabilists', normalised) for ``E[f(g)]``, ``g`` Gaussian,
+#: and the widest pre-squash standard deviation they serve (64 nodes agree with the laws'
+#: panel rules to 2e-6 there; wider laws take the panel rule).
+_GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(64)
+_GH_W = _GH_W / _GH_W.sum()
+_GH_STD = 2.0
+
+
+def squashed_kl(mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """``KL(pi || u)`` ``(n,)`` of squashed Gaussian laws (``low + (tanh(g) + 1) (high - low) /
+    2``, ``g ~ N(mean, diag(std^2))``, ``(n, d)``) from the uniform density on their box:
+    ``sum_k (log 2 - h(N(mean_k, std_k^2)) - E[log(1 - tanh(g_k)^2)])``, the expectation by
+    64-point Gauss-Hermite quadrature (``log(1 - tanh^2 g) = log 4 - 2|g| - 2 log(1 +
+    exp(-2|g|))``, smooth in ``g``). The box's size cancels."""
+    g = mean[..., None] + std[..., None] * _GH_X  # (n, d, m)
+    a = np.abs(g)
+    log_jac = math.log(4.0) - 2.0 * a - 2.0 * np.log1p(np.exp(-2.0 * a))
+    e_jac = (log_jac * _GH_W).sum(-1)
+    h = 0.5 * np.log(2.0 * math.pi * math.e * std**2)
+    return (math.log(2.0) - h - e_jac).sum(-1)
 
 
 class SimulatedEpisodes(NamedTuple):

@@ -236,3 +236,16 @@ def test_bad_scores_are_named():
         exact_curve(im.TabularMDP(np.ones((2, 2, 2)) / 2, np.eye(2), horizon=None, discount=0.9))
     with pytest.raises(ValueError, match="ascending grid"):
         SoftValueCurve(np.array([1.0, 0.0, 2.0]), np.zeros((1, 3)), np.zeros((1, 3)), _info())
+
+
+def test_the_squashed_laws_certificate_agrees_with_their_quadrature_rules():
+    """The per-step certificate of SAC-like laws (Gauss-Hermite) against the panel rules the
+    exact continuous code uses, across means and widths up to the ones it serves."""
+    from imitation_meg.approx.agent import squashed_kl
+    from imitation_meg.continuous.densities import ActionLaw
+
+    rng = np.random.default_rng(0)
+    mean = rng.normal(scale=3.0, size=(200, 2))
+    std = rng.uniform(0.01, 2.0, size=(200, 2))
+    law = ActionLaw("squashed", mean, std, np.array([-2.0, -1.0]), np.array([2.0, 3.0]))
+    assert np.abs(squashed_kl(mean, std) - law.rule().kl.numpy()).max() < 1e-5
