@@ -15,6 +15,7 @@ Units: one per ``GAME:HORIZON`` case. Run: ``imitation-meg reproduce configs/ata
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pathlib
 import subprocess
@@ -162,10 +163,8 @@ def mean_return(run: Any, model: Any, episodes: int, seed: int) -> tuple[float, 
 
 def _reset_peak_rss() -> None:
     """Reset the kernel's high-water mark of resident memory (Linux ``clear_refs``)."""
-    try:
+    with contextlib.suppress(OSError):
         pathlib.Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
 
 
 def peak_rss_mb() -> float:

@@ -60,9 +60,9 @@ from imitation_meg._validation import as_policy, as_tensor
 from imitation_meg.mdp import TabularMDP
 
 __all__ = [
-    "ALEEmulator",
     "MAX_STATES",
     "OBSERVATION_MATRIX_BYTES",
+    "ALEEmulator",
     "Emulator",
     "EmulatorStep",
     "emulator_policy_table",
@@ -202,12 +202,13 @@ class ALEEmulator:
         reward: str = "env",
     ) -> None:
         u = getattr(env, "unwrapped", None)
-        self.ale = getattr(u, "ale", None)
-        if self.ale is None or not callable(getattr(self.ale, "cloneState", None)):
+        ale = getattr(u, "ale", None)
+        if ale is None or not callable(getattr(ale, "cloneState", None)):
             raise TypeError(
                 f"ALEEmulator needs a gymnasium Atari environment (ale-py), got "
                 f"{type(u if u is not None else env).__name__}."
             )
+        self.ale: Any = ale
         if reward not in ("env", "game"):
             raise ValueError(
                 f"reward must be 'env' (the wrapped environment's, clipped under "
@@ -220,7 +221,7 @@ class ALEEmulator:
             raise _sticky_error(p, "repeat_action_probability")
         frameskip = getattr(u, "_frameskip", 1)
         if not isinstance(frameskip, (int, np.integer)):
-            raise ValueError(
+            raise ValueError(  # noqa: TRY004 - a random skip is a bad value, not a bad kind
                 f"the environment skips a random number of frames per step (frameskip="
                 f"{frameskip!r}), so its steps are random; use the NoFrameskip-v4 id (with "
                 "AtariWrapper's fixed skip of 4) or an integer frameskip."
@@ -332,7 +333,7 @@ class ALEEmulator:
 
     def restore(self, state: bytes) -> None:
         """Restore the ALE and set the wrappers' state between steps from it."""
-        self.ale.restoreState(pickle.loads(state))  # noqa: S301 (bytes this class made)
+        self.ale.restoreState(pickle.loads(state))  # bytes this class made
         for w in self.wrappers:
             name = type(w).__name__
             if name == "EpisodicLifeEnv":
@@ -506,9 +507,9 @@ def _search(
         pending.append(state)
         return i
 
-    for state, obs in starts:
+    for start, obs in starts:
         hist = (0,) * (frame_stack - 1) + (frames.id(np.asarray(obs)),)
-        add(state, hist, False, 0, -1, -1)
+        add(start, hist, False, 0, -1, -1)
     n_starts = len(out.depth)
     queue = collections.deque(range(n_starts))
     while queue:
@@ -528,7 +529,7 @@ def _search(
         for a in range(A):
             emu.restore(state)
             obs, r, term = emu.step(a)
-            hist = out.frame_index[s][1:] + (frames.id(np.asarray(obs)),)
+            hist = (*out.frame_index[s][1:], frames.id(np.asarray(obs)))
             n_before = len(out.depth)
             t = add(emu.save(), hist, bool(term), d + 1, s, a)
             if len(out.depth) > n_before:
@@ -624,7 +625,9 @@ def enumerate_mdp(
     """
     _check_options(horizon, max_states, frame_stack)
     if observation_matrix not in (None, True, False):
-        raise TypeError(f"observation_matrix must be None, True or False, got {observation_matrix!r}.")
+        raise TypeError(
+            f"observation_matrix must be None, True or False, got {observation_matrix!r}."
+        )
     t0 = time.perf_counter()
     emu = _as_emulator(env, seed, noops, reward)
     found = _search(emu, int(horizon), int(frame_stack), int(max_states), bool(keep_states))
@@ -662,8 +665,10 @@ def enumerate_mdp(
     if keep_states:
         metadata["states"] = list(found.states)
     obs_bytes = S * int(frame_stack) * frames[0].nbytes
-    attach = observation_matrix if observation_matrix is not None else (
-        obs_bytes <= OBSERVATION_MATRIX_BYTES
+    attach = (
+        observation_matrix
+        if observation_matrix is not None
+        else (obs_bytes <= OBSERVATION_MATRIX_BYTES)
     )
     metadata["enumeration_seconds"] = time.perf_counter() - t0
     mdp = TabularMDP(
@@ -717,7 +722,7 @@ def stacked_observations(
     frames, index = _frame_tables(mdp)
     idx = index if states is None else index[states]
     f = frames[idx]  # (n, k, *frame_shape)
-    n, k = f.shape[:2]
+    k = f.shape[1]
     if k > 1 or channels_first:
         if f.ndim < 3:
             raise ValueError("frame stacks need frames with at least one axis.")

@@ -97,7 +97,9 @@ def test_a_toy_emulator_is_enumerated_exactly():
 
 
 def test_max_states_is_refused_with_the_count_and_depth():
-    with pytest.raises(ValueError, match=r"more than max_states=3 .*reached 3 states by depth 2 of 3"):
+    with pytest.raises(
+        ValueError, match=r"more than max_states=3 .*reached 3 states by depth 2 of 3"
+    ):
         enumerate_mdp(Walk(), 3, max_states=3)
 
 
