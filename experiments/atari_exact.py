@@ -2,15 +2,16 @@
 
 For each game: train an agent with the RL Zoo (``python -m rl_zoo3.train``: the Zoo's Atari
 hyperparameters, its ``AtariWrapper`` and 4-frame stack; a short budget), saved as the Zoo saves
-it (a run folder), and measure its mean return over whole games. For each horizon: enumerate
-every state the game reaches within the horizon from the reset
-(:func:`imitation_meg.envs.enumerate_mdp`: the emulator state with the agent's frame stack, the
-environment exactly as the run's ``config.yml`` wraps it, the Zoo's clipped reward), read the
-agent's policy in every state in batches, and compute exact known-utility MEG (the clipped
-reward) and unknown-utility MEG over every utility of the state, with the sizes, times and the
-peak resident memory of the enumeration.
+it (a run folder), and measure its mean return over whole games. For each case: enumerate every
+state the game reaches within the horizon (:func:`imitation_meg.envs.enumerate_mdp`: the
+emulator state with the agent's frame stack, the environment exactly as the run's
+``config.yml`` wraps it, the Zoo's clipped reward), from the reset or after a number of no-ops
+(``GAME:HORIZON:NOOPS``: short horizons from the reset reach no reward, so there every policy's
+known-utility MEG is 0), read the agent's policy in every state in batches, and compute exact
+known-utility MEG (the clipped reward) and unknown-utility MEG over every utility of the state,
+with the sizes, times and the peak resident memory of the enumeration.
 
-Units: one per ``GAME:HORIZON`` case. Run: ``imitation-meg reproduce configs/atari_exact.yaml``.
+Units: one per case. Run: ``imitation-meg reproduce configs/atari_exact.yaml``.
 """
 
 from __future__ import annotations
@@ -56,13 +57,16 @@ TIMING_FIELDS = ("build_s", "peak_rss_mb", "table_s", "known_s", "unknown_s", "t
 
 
 def units(cfg: Config) -> list[dict[str, Any]]:
-    """One unit per ``GAME:HORIZON`` case."""
+    """One unit per ``GAME:HORIZON`` or ``GAME:HORIZON:NOOPS`` case (no-ops before the start)."""
     out = []
     for item in cfg.cases:
-        game, _, horizon = item.partition(":")
-        if not horizon.isdigit():
-            raise ValueError(f"cases entries are 'GAME:HORIZON', got {item!r}.")
-        out.append({"game": game, "horizon": int(horizon)})
+        game, *numbers = item.split(":")
+        if len(numbers) not in (1, 2) or not all(n.isdigit() for n in numbers):
+            raise ValueError(f"cases entries are 'GAME:HORIZON[:NOOPS]', got {item!r}.")
+        unit: dict[str, Any] = {"game": game, "horizon": int(numbers[0])}
+        if len(numbers) == 2 and int(numbers[1]) > 0:
+            unit["warmup"] = int(numbers[1])
+        out.append(unit)
     return out
 
 
@@ -184,11 +188,12 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     """Train (or reuse) the game's agent, enumerate the game to the horizon and score it."""
     from imitation_meg.adapters.sb3 import SB3ActionProbs
 
-    game, horizon = unit["game"], unit["horizon"]
+    game, horizon, warmup = unit["game"], unit["horizon"], unit.get("warmup", 0)
     folder, train_s = train(cfg, game)
     run, model = _load(folder)
-    ret, ret_std = mean_return(run, model, cfg.eval_episodes, cfg.seed)
+    # (make_atari first: it registers the ALE's ids with gymnasium.)
     env = make_atari(game, wrapper_kwargs=_wrapper_kwargs(run.config), **run.env_kwargs)
+    ret, ret_std = mean_return(run, model, cfg.eval_episodes, cfg.seed)
     stack = int(run.config.get("frame_stack", 1))
     _reset_peak_rss()
     t0 = time.perf_counter()
@@ -197,6 +202,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         horizon,
         frame_stack=stack,
         seed=cfg.seed,
+        warmup=[0] * warmup,
         max_states=cfg.max_states,
         observation_matrix=False,
     )
@@ -216,6 +222,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     return {
         "game": game,
         "horizon": horizon,
+        "noops_before": warmup,
         "states": mdp.n_states,
         "actions": mdp.n_actions,
         "frontier": int(md["frontier"].sum()),

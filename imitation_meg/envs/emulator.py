@@ -102,8 +102,9 @@ class Emulator(Protocol):
     name: str
     n_actions: int
 
-    def starts(self) -> list[tuple[bytes, np.ndarray]]:
-        """The start states, each as ``(save(), first observation)``, equally likely."""
+    def starts(self) -> list[tuple[bytes, list[np.ndarray]]]:
+        """The start states, equally likely, each as ``(save(), observations)``: the per-step
+        observations since the episode began, oldest first (at least the reset's)."""
         ...
 
     def save(self) -> bytes:
@@ -187,10 +188,14 @@ class ALEEmulator:
             the ``AtariWrapper``'s reset distribution exactly), or a list of numbers of no-ops.
         reward: ``"env"`` (what the wrapped environment returns: clipped to ``{-1, 0, 1}``
             under ``ClipRewardEnv``) or ``"game"`` (the score change before clipping).
+        warmup: actions played after each reset before the enumeration starts (e.g. no-ops up
+            to the moment a game's first point is decided, which short horizons from the reset
+            do not reach); the start's frame stack holds their observations.
 
     Raises:
         TypeError: not an ALE environment, or a wrapper whose state this class does not know.
-        ValueError: sticky actions, a random frame skip, bad ``noops`` or ``reward``.
+        ValueError: sticky actions, a random frame skip, bad ``noops``, ``reward`` or
+            ``warmup`` (an action out of range, or one that ends the episode).
     """
 
     def __init__(
@@ -200,6 +205,7 @@ class ALEEmulator:
         seed: int = 0,
         noops: Sequence[int] | str | None = None,
         reward: str = "env",
+        warmup: Sequence[int] = (),
     ) -> None:
         u = getattr(env, "unwrapped", None)
         ale = getattr(u, "ale", None)
@@ -238,6 +244,16 @@ class ALEEmulator:
         self.clipped = any(type(w).__name__ == "ClipRewardEnv" for w in self._below(self._core))
         self._noop = self._find("NoopResetEnv")
         self.noops = self._noop_counts(noops)
+        if any(
+            isinstance(a, bool)
+            or not isinstance(a, (int, np.integer))
+            or not 0 <= a < self.n_actions
+            for a in warmup
+        ):
+            raise ValueError(
+                f"warmup must list actions in 0..{self.n_actions - 1}, got {list(warmup)!r}."
+            )
+        self.warmup = [int(a) for a in warmup]
 
     # -- wrappers
     def _check_wrappers(self) -> None:
@@ -309,8 +325,9 @@ class ALEEmulator:
         return [int(k) for k in counts]
 
     # -- the protocol
-    def starts(self) -> list[tuple[bytes, np.ndarray]]:
-        """One start per entry of ``noops``: the environment's reset with ``seed``."""
+    def starts(self) -> list[tuple[bytes, list[np.ndarray]]]:
+        """One start per entry of ``noops``: the environment's reset with ``seed``, then the
+        ``warmup`` actions."""
         out = []
         saved = None if self._noop is None else self._noop.override_num_noops
         try:
@@ -321,7 +338,16 @@ class ALEEmulator:
                     if type(w).__name__ == "EpisodicLifeEnv":
                         w.was_real_done = True  # a real reset, not a lost life's no-op step
                 obs, _info = self.env.reset(seed=self.seed)
-                out.append((self.save(), np.asarray(obs)))
+                seen = [np.asarray(obs)]
+                for t, a in enumerate(self.warmup):
+                    step = self.step(a)
+                    if step.terminated:
+                        raise ValueError(
+                            f"warmup action {t} ({a}) ends the episode of {self.name}; "
+                            "shorten the warmup."
+                        )
+                    seen.append(step.observation)
+                out.append((self.save(), seen))
         finally:
             if self._noop is not None:
                 self._noop.override_num_noops = saved
@@ -404,18 +430,18 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _as_emulator(env: Any, seed: int, noops: Any, reward: str) -> Emulator:
+def _as_emulator(env: Any, seed: int, noops: Any, reward: str, warmup: Any) -> Emulator:
     if isinstance(env, str):
         env = make_atari(env)
     if getattr(getattr(env, "unwrapped", None), "ale", None) is not None:
-        return ALEEmulator(env, seed=seed, noops=noops, reward=reward)
+        return ALEEmulator(env, seed=seed, noops=noops, reward=reward, warmup=warmup)
     import gymnasium as gym
 
     if not isinstance(env, gym.Env) and isinstance(env, Emulator):
-        if (noops, reward) != (None, "env"):
+        if (noops, reward, tuple(warmup)) != (None, "env", ()):
             raise ValueError(
-                "noops= and reward= apply to ALE environments; an Emulator defines its own "
-                "starts and rewards."
+                "noops=, reward= and warmup= apply to ALE environments; an Emulator defines "
+                "its own starts and rewards."
             )
         return env
     name = type(getattr(env, "unwrapped", env)).__name__
@@ -474,7 +500,10 @@ def _search(
     starts = emu.starts()
     if not starts:
         raise ValueError(f"{emu.name} gave no start states; Emulator.starts must give one.")
-    frames = _Frames(np.asarray(starts[0][1]))
+    first = list(starts[0][1])
+    if not first:
+        raise ValueError(f"{emu.name} gave a start without observations; give the reset's.")
+    frames = _Frames(np.asarray(first[0]))
     A = int(emu.n_actions)
     ids: dict[tuple[bytes, tuple[int, ...]], int] = {}
     out = _Search([], [], [], [], [], [], [], [], [], [])
@@ -507,8 +536,9 @@ def _search(
         pending.append(state)
         return i
 
-    for start, obs in starts:
-        hist = (0,) * (frame_stack - 1) + (frames.id(np.asarray(obs)),)
+    for start, seen in starts:
+        ids_seen = [frames.id(np.asarray(o)) for o in seen]
+        hist = tuple(([0] * frame_stack + ids_seen)[-frame_stack:])
         add(start, hist, False, 0, -1, -1)
     n_starts = len(out.depth)
     queue = collections.deque(range(n_starts))
@@ -559,6 +589,7 @@ def enumerate_mdp(
     seed: int = 0,
     noops: Sequence[int] | str | None = None,
     reward: str = "env",
+    warmup: Sequence[int] = (),
     observation_matrix: bool | None = None,
     keep_states: bool = False,
     dtype: th.dtype = th.float64,
@@ -575,7 +606,8 @@ def enumerate_mdp(
         max_states: refuse (``ValueError``) past this many states.
         frame_stack: how many per-step observations the agent stacks (4 for the RL Zoo's Atari
             agents; 1 for none): the stack is part of the state.
-        seed, noops, reward: :class:`ALEEmulator`'s options (ALE environments only).
+        seed, noops, reward, warmup: :class:`ALEEmulator`'s options (ALE environments
+            only).
         observation_matrix: attach the stacked observations ``(S, *obs)`` as the MDP's
             ``observation_matrix`` (True), never (False), or when they take at most
             :data:`OBSERVATION_MATRIX_BYTES` (None).
@@ -590,7 +622,8 @@ def enumerate_mdp(
         to reach the state), ``terminal (S,)``, ``frontier (S,)`` (reached after the last
         decision), ``parent (S,)`` / ``parent_action (S,)`` (a shortest path from a start),
         ``layer_sizes`` (states per depth), ``n_starts``, ``horizon``, ``reward``
-        (``"clipped"``, ``"game"`` or ``"emulator"``), ``noops``, ``seed``, ``env_id``,
+        (``"clipped"``, ``"game"`` or ``"emulator"``), ``noops``, ``warmup``, ``seed``,
+        ``env_id``,
         ``enumeration_seconds`` and ``states`` (with ``keep_states``).
 
     Raises:
@@ -605,7 +638,7 @@ def enumerate_mdp(
         ...     name, n_actions = "counter", 2
         ...     def starts(self):
         ...         self.n = 0
-        ...         return [(self.save(), np.zeros(1))]
+        ...         return [(self.save(), [np.zeros(1)])]
         ...     def save(self):
         ...         return bytes([self.n])
         ...     def restore(self, state):
@@ -629,7 +662,7 @@ def enumerate_mdp(
             f"observation_matrix must be None, True or False, got {observation_matrix!r}."
         )
     t0 = time.perf_counter()
-    emu = _as_emulator(env, seed, noops, reward)
+    emu = _as_emulator(env, seed, noops, reward, warmup)
     found = _search(emu, int(horizon), int(frame_stack), int(max_states), bool(keep_states))
     S, A = len(found.depth), int(emu.n_actions)
     frames = np.stack(found.frames)
@@ -643,8 +676,9 @@ def enumerate_mdp(
         kind = "game" if emu.reward == "game" else ("clipped" if emu.clipped else "game")
         noop_meta: Any = emu.noops
         seed_meta: Any = emu.seed
+        warmup_meta: Any = emu.warmup
     else:
-        kind, noop_meta, seed_meta = "emulator", None, None
+        kind, noop_meta, seed_meta, warmup_meta = "emulator", None, None, None
     metadata: dict[str, Any] = {
         "env_id": emu.name,
         "horizon": int(horizon),
@@ -660,6 +694,7 @@ def enumerate_mdp(
         "n_starts": n_starts,
         "reward": kind,
         "noops": noop_meta,
+        "warmup": warmup_meta,
         "seed": seed_meta,
     }
     if keep_states:

@@ -40,9 +40,9 @@ class Walk:
     def __init__(self) -> None:
         self.pos = 1
 
-    def starts(self) -> list[tuple[bytes, np.ndarray]]:
+    def starts(self) -> list[tuple[bytes, list[np.ndarray]]]:
         self.pos = 1
-        return [(self.save(), self._obs())]
+        return [(self.save(), [self._obs()])]
 
     def save(self) -> bytes:
         return bytes([self.pos])
@@ -108,7 +108,7 @@ def test_bad_options_are_refused():
         enumerate_mdp(Walk(), 0)
     with pytest.raises(TypeError, match="frame_stack must be a positive integer"):
         enumerate_mdp(Walk(), 2, frame_stack=2.0)
-    with pytest.raises(ValueError, match="noops= and reward= apply to ALE"):
+    with pytest.raises(ValueError, match="noops=, reward= and warmup= apply to ALE"):
         enumerate_mdp(Walk(), 2, reward="game")
     with pytest.raises(TypeError, match="observation_matrix must be"):
         enumerate_mdp(Walk(), 2, observation_matrix="yes")
@@ -245,6 +245,21 @@ def test_noop_starts_are_equally_likely_and_game_rewards_are_unclipped():
     assert md["layer_sizes"] == [3, 9]
     raw = enumerate_mdp(_breakout(clip_reward=False), 1, frame_stack=4)
     assert raw.metadata["reward"] == "game"
+
+
+def test_a_warmup_starts_the_enumeration_later_with_its_frames_in_the_stack():
+    warmup = [2, 2, 0]
+    mdp = enumerate_mdp(_breakout(), 1, frame_stack=4, warmup=warmup, keep_states=True)
+    assert mdp.metadata["warmup"] == warmup and mdp.metadata["layer_sizes"] == [1, 3]
+    _reward, stack, state = Replayer()(warmup)[-1]
+    assert mdp.metadata["states"][0] == state
+    assert np.array_equal(stacked_observations(mdp, np.array([0]))[0], stack)
+    assert (mdp.metadata["frame_index"][0] != 0).all()  # four real frames, no padding left
+    # With the Zoo's episodic lives, Breakout's first life ends after 23 no-ops.
+    with pytest.raises(ValueError, match=r"warmup action 22 .* ends the episode"):
+        enumerate_mdp(_breakout(), 1, warmup=[0] * 23)
+    with pytest.raises(ValueError, match=r"warmup must list actions in 0..3"):
+        enumerate_mdp(_breakout(), 1, warmup=[4])
 
 
 @pytest.mark.expensive  # PPO on Breakout for 256 steps, then the table and both MEGs: ~15 s
