@@ -6,8 +6,9 @@ it (a run folder), and measure its mean return over whole games. For each case: 
 state the game reaches within the horizon (:func:`imitation_meg.envs.enumerate_mdp`: the
 emulator state with the agent's frame stack, the environment exactly as the run's
 ``config.yml`` wraps it, the Zoo's clipped reward), from the reset or after a number of no-ops
-(``GAME:HORIZON:NOOPS``: short horizons from the reset reach no reward, so there every policy's
-known-utility MEG is 0), read the agent's policy in every state in batches, and compute exact
+(``GAME:HORIZON:NOOPS``) or after a named list of actions (``GAME:HORIZON:NAME``, ``NAME`` a key
+of ``warmups``): short horizons from the reset reach no reward, so there every policy's
+known-utility MEG is 0. Read the agent's policy in every state in batches, and compute exact
 known-utility MEG (the clipped reward) and unknown-utility MEG over every utility of the state,
 with the sizes, times and the peak resident memory of the enumeration.
 
@@ -43,6 +44,7 @@ class Config:
     algo: str = "ppo"
     timesteps: int = 20_000
     zoo_args: tuple[str, ...] = ()
+    warmups: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     seed: int = 0
     eval_episodes: int = 3
     max_states: int = 200_000
@@ -51,21 +53,33 @@ class Config:
     progress: bool = True
 
 
-SWEEP_FIELDS = ("cases",)
+# (A unit carries its warmup's actions, so the names in warmups only choose units.)
+SWEEP_FIELDS = ("cases", "warmups")
 # Wall-clock and memory measurements: they differ between runs and machines.
 TIMING_FIELDS = ("build_s", "peak_rss_mb", "table_s", "known_s", "unknown_s", "train_s")
 
 
 def units(cfg: Config) -> list[dict[str, Any]]:
-    """One unit per ``GAME:HORIZON`` or ``GAME:HORIZON:NOOPS`` case (no-ops before the start)."""
+    """One unit per ``GAME:HORIZON``, ``GAME:HORIZON:NOOPS`` or ``GAME:HORIZON:NAME`` case
+    (no-ops, or the actions ``warmups[NAME]``, before the start)."""
     out = []
     for item in cfg.cases:
-        game, *numbers = item.split(":")
-        if len(numbers) not in (1, 2) or not all(n.isdigit() for n in numbers):
-            raise ValueError(f"cases entries are 'GAME:HORIZON[:NOOPS]', got {item!r}.")
-        unit: dict[str, Any] = {"game": game, "horizon": int(numbers[0])}
-        if len(numbers) == 2 and int(numbers[1]) > 0:
-            unit["warmup"] = int(numbers[1])
+        game, *rest = item.split(":")
+        if len(rest) not in (1, 2) or not rest[0].isdigit():
+            raise ValueError(f"cases entries are 'GAME:HORIZON[:NOOPS or NAME]', got {item!r}.")
+        unit: dict[str, Any] = {"game": game, "horizon": int(rest[0])}
+        if len(rest) == 2:
+            if rest[1].isdigit():
+                if int(rest[1]) > 0:
+                    unit["warmup"] = [0] * int(rest[1])
+            elif rest[1] in cfg.warmups:
+                unit["warmup"] = [int(a) for a in cfg.warmups[rest[1]]]
+                unit["warmup_name"] = rest[1]
+            else:
+                raise ValueError(
+                    f"case {item!r} names the warmup {rest[1]!r}, which warmups does not hold "
+                    f"({sorted(cfg.warmups)})."
+                )
         out.append(unit)
     return out
 
@@ -184,11 +198,21 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _start_label(unit: dict[str, Any]) -> str:
+    """Where the enumeration starts: ``reset``, ``N no-ops`` or ``NAME (N actions)``."""
+    warmup = unit.get("warmup", [])
+    if not warmup:
+        return "reset"
+    if "warmup_name" in unit:
+        return f"{unit['warmup_name']} ({len(warmup)} actions)"
+    return f"{len(warmup)} no-ops"
+
+
 def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     """Train (or reuse) the game's agent, enumerate the game to the horizon and score it."""
     from imitation_meg.adapters.sb3 import SB3ActionProbs
 
-    game, horizon, warmup = unit["game"], unit["horizon"], unit.get("warmup", 0)
+    game, horizon, warmup = unit["game"], unit["horizon"], unit.get("warmup", [])
     folder, train_s = train(cfg, game)
     run, model = _load(folder)
     # (make_atari first: it registers the ALE's ids with gymnasium.)
@@ -202,7 +226,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         horizon,
         frame_stack=stack,
         seed=cfg.seed,
-        warmup=[0] * warmup,
+        warmup=warmup,
         max_states=cfg.max_states,
         observation_matrix=False,
     )
@@ -222,7 +246,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     return {
         "game": game,
         "horizon": horizon,
-        "noops_before": warmup,
+        "start": _start_label(unit),
         "states": mdp.n_states,
         "actions": mdp.n_actions,
         "frontier": int(md["frontier"].sum()),
