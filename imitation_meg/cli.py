@@ -316,14 +316,15 @@ def _zoo_environment(args: argparse.Namespace) -> None:
     from imitation_meg.adapters.zoo import is_zoo_run, read_zoo_run
 
     runs = [read_zoo_run(p) for p in args.policy if is_zoo_run(p)]
-    if not runs or len(runs) != len(args.policy) or runs[0].env_id is None:
+    if not runs or len(runs) != len(args.policy):
         return
     first = runs[0]
-    if any((r.env_id, r.env_kwargs) != (first.env_id, first.env_kwargs) for r in runs):
+    env_id = first.env_id
+    if env_id is None or any((r.env_id, r.env_kwargs) != (env_id, first.env_kwargs) for r in runs):
         return  # refused later, by the exact path's check
-    if _is_minigrid(first.env_id) or _env_is_tabular(first.env_id):
+    if _is_minigrid(env_id) or _env_is_tabular(env_id):
         return
-    args.env, args.env_kwargs = first.env_id, first.env_kwargs
+    args.env, args.env_kwargs = env_id, first.env_kwargs
 
 
 def _score_once(args: argparse.Namespace) -> int:
