@@ -77,10 +77,13 @@ def simulated_curve(
     opts: Any,
     rng: np.random.Generator,
     *,
+    target: float | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> SoftValueCurve:
     """The curve of ``source``'s environment (an :class:`~imitation_meg.approx.rollouts.
-    EnvSource`) at ``opts.n_starts`` fresh starts drawn with ``rng`` (module docstring)."""
+    EnvSource`) at ``opts.n_starts`` fresh starts drawn with ``rng`` (module docstring); with
+    ``target``, a twisted SMC climbs until its paths reach that return
+    (:func:`~imitation_meg.approx.smc.smc_curve`)."""
     env = source.make()
     try:
         starts = starts_of(env, dyn, rng.integers(0, 2**31 - 1, size=opts.n_starts))
@@ -97,7 +100,9 @@ def simulated_curve(
         seed=int(opts.seed),
     )
     if method == "smc":
-        curve = smc_curve(dyn, starts, source.horizon, opts.n_particles, rng, info, on_step=on_step)
+        curve = smc_curve(
+            dyn, starts, source.horizon, opts.n_particles, rng, info, target=target, on_step=on_step
+        )
     else:
         sums = split_paths(dyn, starts, source.horizon, opts.n_particles, rng, on_step=on_step)
         curve = curve_from_sums(sums, info)
@@ -122,6 +127,30 @@ def _episode_starts(
     starts = np.concatenate([np.repeat(curve.starts, per, axis=0), starts_of(env, dyn, seeds)])
     units = np.concatenate([np.repeat(np.arange(K), per), np.full(fresh, -1)])
     return starts, units
+
+
+def _extended(
+    curve: SoftValueCurve,
+    eps: Any,
+    units: np.ndarray | None,
+    source: Any,
+    dyn: Dynamics,
+    opts: Any,
+    run: Any,
+) -> tuple[SoftValueCurve, bool]:
+    """The curve, computed again to reach the policy's return where its twisted SMC's paths
+    fell short of it (a curve extends itself for an agent better, or worse, than anything it
+    found); the same seed, and the new rungs climb until the paths reach the return. Splitting
+    curves and exact ones stand as they are (their checks say whether they serve)."""
+    if curve.info.method != "smc":
+        return curve, False
+    returns = eps.returns if units is None else eps.returns[units >= 0]
+    J = float(returns.mean())
+    lo, hi = curve.returns_found
+    if lo <= J <= hi:
+        return curve, False
+    rng = np.random.default_rng(run.streams[0])
+    return simulated_curve(source, dyn, opts, rng, target=J, on_step=run.bar.update), True
 
 
 def simulated_estimate(
@@ -172,6 +201,10 @@ def simulated_estimate(
             f"episodes, stepped there: {differs}. Score it with method='soft_q'."
         )
     lap("check in the environment")
+    curve, extended = _extended(curve, eps, units, source, dyn, opts, run)
+    if extended:
+        particle_steps += curve.particle_steps  # type: ignore[attr-defined]
+        lap("the curve, extended to the policy's return")
     timings = {k: v for k, v in clock.items() if k != "start"}
     return curve_result(
         run,

@@ -65,6 +65,8 @@ RUNG_BUDGET = 2_000_000
 _CELLS = 10_000
 #: Rungs added by one round of refinement, at most.
 _MAX_NEW = 8
+#: Rungs a curve may add beyond its ladder to reach a policy's return (``target``).
+_EXTEND = 6
 
 
 # ------------------------------------------------------------------------------ the grid
@@ -408,7 +410,7 @@ def curve_from_smc(sums: SMCSums, info: CurveInfo, *, min_ess: float = 100.0) ->
     takes whichever of the two gives the larger reweighted sample (beyond the last rung, the
     last rung), per start and population; the populations pooled per start; the bias allowance
     half the variance of a start's pooled ``log Z`` (from the populations' disagreement)."""
-    L, K, S, _P = sums.ret.shape
+    L, _, S, _ = sums.ret.shape
     scale = float(max(np.abs(sums.ret).max(initial=0.0), 1e-12))
     betas = beta_grid(scale)
     order = np.argsort(sums.betas)
@@ -433,7 +435,6 @@ def curve_from_smc(sums: SMCSums, info: CurveInfo, *, min_ess: float = 100.0) ->
     pooled = ptop + np.log(wpop.mean(1))
     slope = (wpop * sl).sum(1) / wpop.sum(1)
     per_start = lz.var(1, ddof=1) / S
-    found = np.moveaxis(sums.ret, 1, 0).reshape(K, -1)  # (K, everything else)
     return SoftValueCurve(
         betas,
         pooled,
@@ -441,7 +442,7 @@ def curve_from_smc(sums: SMCSums, info: CurveInfo, *, min_ess: float = 100.0) ->
         info,
         bias=per_start.mean(0) / 2.0,
         ess=ess_out,
-        returns_found=(float(found.min(1).mean()), float(found.max(1).mean())),
+        returns_found=_found(sums),
         min_ess=min_ess,
     )
 
@@ -487,6 +488,13 @@ def _larger(a: SMCSums, b: SMCSums) -> SMCSums:
     )
 
 
+def _found(sums: SMCSums) -> tuple[float, float]:
+    """The lowest and highest returns the paths found, each start's over all rungs, averaged
+    over the starts (what :class:`SoftValueCurve`'s ``returns_found`` holds)."""
+    per_start = np.moveaxis(sums.ret, 1, 0).reshape(sums.n_starts, -1)
+    return float(per_start.min(1).mean()), float(per_start.max(1).mean())
+
+
 def _merge(a: SMCSums, b: SMCSums) -> SMCSums:
     """Two SMC runs' rungs as one (the same starts, populations and particles)."""
     return SMCSums(
@@ -525,6 +533,7 @@ def smc_curve(
     *,
     cells: int = _CELLS,
     rounds: int = 4,
+    target: float | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> SoftValueCurve:
     """The curve of a simulated deterministic environment (module docstring).
@@ -535,6 +544,11 @@ def smc_curve(
     range; then, ``rounds`` times, a rung between any two whose reweighted estimates disagree
     (at most :data:`_MAX_NEW` a round, the worst first). Each rung: a grid twist and twisted
     SMC from ``starts`` with ``n_particles`` per start (default :func:`particles_for`).
+
+    ``target``: a policy's mean return the curve must reach: the ladder climbs (or descends,
+    for a return below what random actions find) up to :data:`_EXTEND` rungs more until the
+    returns its paths found, on the mean over the starts, reach it (a curve that extends itself
+    for an agent better than anything it found).
     """
     grid = state_grid(dyn, cells)
     unit = reward_unit(dyn, grid, rng)
@@ -551,15 +565,21 @@ def smc_curve(
     ups = 4.0 ** np.arange(-5, 4) / unit
     downs = -(4.0 ** np.array([3, 1, -1])) / unit
     sums = run(np.concatenate([downs, [0.0], ups]))
-    for _ in range(4):
+    for _ in range(4 + (_EXTEND if target is not None else 0)):
         top = int(np.argmax(sums.betas))
         rise = float(sums.ret[top].max(-1).mean()) - float(
             (np.exp(sums.log_w[top]) * sums.ret[top]).sum(-1).mean()
         )
         span = float(sums.ret.max(-1).mean((1, 2)).max() - sums.ret[sums.betas == 0].mean())
-        if span <= 1e-9 * unit or rise <= 0.01 * span:
+        settled = span <= 1e-9 * unit or rise <= 0.01 * span
+        if settled and (target is None or _found(sums)[1] >= target):
             break
         sums = _merge(sums, run(np.array([4.0 * sums.betas[top]])))
+    for _ in range(_EXTEND if target is not None else 0):
+        if _found(sums)[0] <= target:  # type: ignore[operator]
+            break
+        low = int(np.argmin(sums.betas))
+        sums = _merge(sums, run(np.array([4.0 * sums.betas[low]])))
     for _ in range(rounds):
         gaps = _gaps(sums, 0.3, 0.05)
         if not gaps:
