@@ -297,6 +297,60 @@ class CurveScore(NamedTuple):
     start_return: float = math.nan
 
 
+def _checked_returns(returns: ArrayLike | float, confidence: float) -> np.ndarray:
+    """The episodes' returns ``(n,)`` as float64, checked with the confidence.
+
+    Raises:
+        ValueError: no or non-finite returns, a confidence outside ``(0, 1)``.
+    """
+    r = np.atleast_1d(np.asarray(returns, dtype=np.float64)).reshape(-1)
+    if r.size == 0 or not np.all(np.isfinite(r)):
+        raise ValueError(
+            f"score needs the finite returns of at least one episode, got {r.size} values"
+            + ("" if r.size == 0 else f" ({int((~np.isfinite(r)).sum())} not finite)")
+            + "."
+        )
+    if not 0.0 < float(confidence) < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}.")
+    return r
+
+
+def _checked_grid(
+    betas: ArrayLike, log_z: ArrayLike, slopes: ArrayLike
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The grid ``(G,)`` and the units' values and slopes ``(K, G)`` as float64, checked.
+
+    Raises:
+        ValueError: an unsorted grid, one without 0, mismatched shapes, non-finite values.
+    """
+    b = np.asarray(betas, dtype=np.float64)
+    lz = np.atleast_2d(np.asarray(log_z, dtype=np.float64))
+    sl = np.atleast_2d(np.asarray(slopes, dtype=np.float64))
+    G = b.size
+    if b.ndim != 1 or G < 3 or np.any(np.diff(b) <= 0) or 0.0 not in b:
+        raise ValueError(
+            f"a curve needs an ascending grid of at least 3 rationalities that includes 0, "
+            f"got {G} values."
+        )
+    if lz.shape != sl.shape or lz.shape[1] != G:
+        raise ValueError(f"log_z and slopes must both be (K, {G}), got {lz.shape} and {sl.shape}.")
+    if not (np.all(np.isfinite(lz)) and np.all(np.isfinite(sl))):
+        raise ValueError("a curve's values and slopes must be finite.")
+    return b, lz, sl
+
+
+def _trusted_run(betas: np.ndarray, ess: np.ndarray, min_ess: float) -> tuple[float, float]:
+    """The rationalities at the ends of the run of grid points around 0 with at least
+    ``min_ess`` effective samples."""
+    bad = ess < min_ess
+    zero = int(np.searchsorted(betas, 0.0))
+    below = np.flatnonzero(bad[:zero])
+    above = np.flatnonzero(bad[zero + 1 :])
+    lo = int(below[-1]) + 1 if below.size else 0
+    hi = zero + int(above[0]) if above.size else len(betas) - 1
+    return float(betas[lo]), float(betas[hi])
+
+
 class _Paired(NamedTuple):
     """Episodes that began at a curve's starts: their indices per start, the starts' mean
     returns ``(K,)``, and the indices of the episodes from fresh starts."""
@@ -349,21 +403,8 @@ class SoftValueCurve:
         problems: tuple[str, ...] = (),
         starts: np.ndarray | None = None,
     ) -> None:
-        betas = np.asarray(betas, dtype=np.float64)
-        log_z = np.atleast_2d(np.asarray(log_z, dtype=np.float64))
-        slopes = np.atleast_2d(np.asarray(slopes, dtype=np.float64))
+        betas, log_z, slopes = _checked_grid(betas, log_z, slopes)
         G = betas.size
-        if betas.ndim != 1 or G < 3 or np.any(np.diff(betas) <= 0) or 0.0 not in betas:
-            raise ValueError(
-                f"a curve needs an ascending grid of at least 3 rationalities that includes 0, "
-                f"got {G} values."
-            )
-        if log_z.shape != slopes.shape or log_z.shape[1] != G:
-            raise ValueError(
-                f"log_z and slopes must both be (K, {G}), got {log_z.shape} and {slopes.shape}."
-            )
-        if not (np.all(np.isfinite(log_z)) and np.all(np.isfinite(slopes))):
-            raise ValueError("a curve's values and slopes must be finite.")
         self.betas, self.log_z, self.slopes, self.info = betas, log_z, slopes, info
         self.bias = np.zeros(G) if bias is None else np.asarray(bias, dtype=np.float64)
         self.ess = np.full(G, np.inf) if ess is None else np.asarray(ess, dtype=np.float64)
@@ -372,16 +413,8 @@ class SoftValueCurve:
                 f"bias and ess must be ({G},), got {self.bias.shape}, {self.ess.shape}."
             )
         self.min_ess = float(min_ess)
-        if trusted is None:
-            # the run of points with enough effective samples around beta = 0
-            bad = self.ess < self.min_ess
-            zero = int(np.searchsorted(betas, 0.0))
-            below = np.flatnonzero(bad[:zero])
-            above = np.flatnonzero(bad[zero + 1 :])
-            lo = int(below[-1]) + 1 if below.size else 0
-            hi = zero + int(above[0]) if above.size else G - 1
-            trusted = (float(betas[lo]), float(betas[hi]))
-        self.trusted = (float(trusted[0]), float(trusted[1]))
+        lo, hi = _trusted_run(betas, self.ess, self.min_ess) if trusted is None else trusted
+        self.trusted = (float(lo), float(hi))
         if returns_found is None:
             returns_found = (float(self.slope[0]), float(self.slope[-1]))
         self.returns_found = (float(returns_found[0]), float(returns_found[1]))
@@ -479,15 +512,7 @@ class SoftValueCurve:
             ValueError: no or non-finite returns, too few replicates, or a confidence outside
                 ``(0, 1)``.
         """
-        r = np.atleast_1d(np.asarray(returns, dtype=np.float64)).reshape(-1)
-        if r.size == 0 or not np.all(np.isfinite(r)):
-            raise ValueError(
-                f"score needs the finite returns of at least one episode, got {r.size} values"
-                + ("" if r.size == 0 else f" ({int((~np.isfinite(r)).sum())} not finite)")
-                + "."
-            )
-        if not 0.0 < float(confidence) < 1.0:
-            raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}.")
+        r = _checked_returns(returns, confidence)
         noiseless = self.exact and (exact_return or r.size == 1)
         if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)):
             raise TypeError(f"n_boot must be an integer, got {n_boot!r}.")
@@ -499,21 +524,13 @@ class SoftValueCurve:
         J = float(r.mean())
         J_se = 0.0 if exact_return or r.size < 2 else float(r.std(ddof=1) / math.sqrt(r.size))
         paired = self._paired(units, r)
-        if paired is None:
-            lam, slope = self.value[None], self.slope[None]
-            raw, beta = self.conjugate(J)
-        else:
-            K = self.n_units
-            lam, slope = self._adjusted(np.full((1, K), 1.0 / K), paired.means[None], np.array([J]))
-            c0 = conjugate_on_grid(self.betas, lam, slope, np.array([J]))
-            raw, beta = float(c0.meg[0]), float(c0.beta[0])
+        lam, slope, raw, beta = self._maximum(J, paired)
         c = conjugate_on_grid(self.betas, lam, slope, np.array([J]))
-        at_edge = bool(c.at_edge[0]) and not (self._exact is not None and math.isfinite(beta))
-        k = int(c.below[0])
-        bias = float(np.interp(beta, self.betas, self.bias)) if math.isfinite(beta) else 0.0
-        ess = float(np.interp(beta, self.betas, self.ess)) if math.isfinite(beta) else math.inf
-        reps = np.array([raw])
-        se = 0.0
+        finite = math.isfinite(beta)
+        at_edge = bool(c.at_edge[0]) and not (self._exact is not None and finite)
+        bias = float(np.interp(beta, self.betas, self.bias)) if finite else 0.0
+        ess = float(np.interp(beta, self.betas, self.ess)) if finite else math.inf
+        reps, se = np.array([raw]), 0.0
         if not noiseless:
             reps = (
                 self._bootstrap(r, n_boot, seed, exact_return)
@@ -522,9 +539,7 @@ class SoftValueCurve:
             )
             se = float(reps.std(ddof=1))
         z = statistics.NormalDist().inv_cdf(0.5 + float(confidence) / 2.0)
-        scale = float(max(abs(self.returns_found[0]), abs(self.returns_found[1]), abs(J), 1e-300))
-        rounding = _ROUNDING * (1.0 + (abs(beta) if math.isfinite(beta) else 0.0) * scale)
-        rounding += _ROUNDING * abs(float(lam[0, k]))
+        rounding = self._rounding(J, beta, float(lam[0, int(c.below[0])]))
         half = z * se + bias + rounding
         low, high = raw - half, raw + half
         unseen = self._unseen(r, confidence, exact_return, lam, slope)
@@ -532,12 +547,10 @@ class SoftValueCurve:
             low, high = min(low, unseen - bias - rounding), max(high, unseen + bias + rounding)
         top = max(float(certificate), 0.0)
         ceiling = top + 1e-9 * max(1.0, top) if math.isfinite(top) else math.inf
-        clip = lambda v: float(min(max(v, 0.0), ceiling))  # noqa: E731
-        estimate = float(min(max(raw, 0.0), top))
         return CurveScore(
-            meg=estimate,
-            low=clip(low),
-            high=clip(high),
+            meg=float(min(max(raw, 0.0), top)),
+            low=float(min(max(low, 0.0), ceiling)),
+            high=float(min(max(high, 0.0), ceiling)),
             beta=float(beta) if raw > 0 else 0.0,
             raw=float(raw),
             bootstrap_se=se,
@@ -550,6 +563,26 @@ class SoftValueCurve:
             replicates=reps,
             start_return=math.nan if paired is None else float(paired.means.mean()),
         )
+
+    def _maximum(
+        self, J: float, paired: _Paired | None
+    ) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """The curve the score uses ``(1, G)`` (with the control variate where paired) with its
+        slope, and its conjugate's maximum and maximiser at ``J``."""
+        if paired is None:
+            raw, beta = self.conjugate(J)
+            return self.value[None], self.slope[None], raw, beta
+        K = self.n_units
+        lam, slope = self._adjusted(np.full((1, K), 1.0 / K), paired.means[None], np.array([J]))
+        c = conjugate_on_grid(self.betas, lam, slope, np.array([J]))
+        return lam, slope, float(c.meg[0]), float(c.beta[0])
+
+    def _rounding(self, J: float, beta: float, lam_at: float) -> float:
+        """The float64 rounding of the conjugate's sums at ``beta`` (terms as large as
+        ``|beta| x`` the returns, and the curve's value there)."""
+        scale = float(max(abs(self.returns_found[0]), abs(self.returns_found[1]), abs(J), 1e-300))
+        rounding = _ROUNDING * (1.0 + (abs(beta) if math.isfinite(beta) else 0.0) * scale)
+        return rounding + _ROUNDING * abs(lam_at)
 
     def _unseen(
         self,
