@@ -388,64 +388,99 @@ def collect(
     box = source.actions.is_box
     if features and box:
         raise ValueError("features= reads a Discrete agent's hidden features; a box has none.")
-    H = source.horizon
     seed_rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
-    cap = n_episodes if n_episodes is not None else max(1, -(-int(min_steps or 1) // H))
-    envs = [source.make() for _ in range(max(1, min(n_envs, cap)))]
-    slots: list[dict[str, Any] | None] = [None] * len(envs)
-    rows: list[list[dict[str, Any]]] = []
-    info = {"next": 0, "truncated": 0, "steps": 0}
+    runner = _Lockstep(source, n_envs, n_episodes, min_steps, seed_rng)
     kind: list[str] = []  # the scored laws' kind (a box)
-
-    def start(k: int) -> None:
-        i = info["next"]
-        more = i < n_episodes if n_episodes is not None else info["steps"] < (min_steps or 0)
-        if not more:
-            slots[k] = None
-            return
-        info["next"] = i + 1
-        rows.append([])
-        obs, _ = envs[k].reset(seed=int(seed_rng.integers(0, 2**31 - 1)))
-        slots[k] = {"ep": i, "obs": obs, "t": 0}
-
-    for k in range(len(envs)):
-        start(k)
-    while any(s is not None for s in slots):
-        active = [k for k, s in enumerate(slots) if s is not None]
-        raw = [slots[k]["obs"] for k in active]  # type: ignore[index]
-        raw_batch = source.stack(raw)
-        x = source.flatten(raw)
-        t = np.array([slots[k]["t"] for k in active], dtype=np.int64)  # type: ignore[index]
+    while active := runner.active():
+        raw_batch, x, t = runner.observe(active)
         if box:
             acts = np.asarray(behaviour(raw_batch, x, t, rng), dtype=np.float64)
             acts = acts.reshape(len(active), -1)
         else:
             acts = sample_discrete(np.asarray(behaviour(raw_batch, x, t), dtype=np.float64), rng)
         extra = _scored_rows(scored, raw_batch, box, features, kind)
+        runner.step(active, acts, x, extra)
+        if on_step is not None:
+            on_step(len(active))
+    runner.close()
+    return _assemble(source, runner.rows, runner.truncated, kind[-1] if kind else None)
+
+
+class _Lockstep:
+    """Copies of an environment stepped in lockstep, each running one episode at a time, each
+    episode reset with its own seed; the rows of every episode, in episode order."""
+
+    def __init__(
+        self,
+        source: EnvSource,
+        n_envs: int,
+        n_episodes: int | None,
+        min_steps: int | None,
+        seed_rng: np.random.Generator,
+    ) -> None:
+        self.source, self.seed_rng = source, seed_rng
+        self.n_episodes, self.min_steps = n_episodes, min_steps
+        H = source.horizon
+        cap = n_episodes if n_episodes is not None else max(1, -(-int(min_steps or 1) // H))
+        self.envs = [source.make() for _ in range(max(1, min(n_envs, cap)))]
+        self.slots: list[dict[str, Any] | None] = [None] * len(self.envs)
+        self.rows: list[list[dict[str, Any]]] = []
+        self.next = self.truncated = self.steps = 0
+        for k in range(len(self.envs)):
+            self.start(k)
+
+    def start(self, k: int) -> None:
+        """Begin the next episode in copy ``k``, or retire it when none is due."""
+        i = self.next
+        if self.n_episodes is not None:
+            more = i < self.n_episodes
+        else:
+            more = self.steps < (self.min_steps or 0)
+        if not more:
+            self.slots[k] = None
+            return
+        self.next = i + 1
+        self.rows.append([])
+        obs, _ = self.envs[k].reset(seed=int(self.seed_rng.integers(0, 2**31 - 1)))
+        self.slots[k] = {"ep": i, "obs": obs, "t": 0}
+
+    def active(self) -> list[int]:
+        """The copies with an episode under way."""
+        return [k for k, s in enumerate(self.slots) if s is not None]
+
+    def observe(self, active: list[int]) -> tuple[Any, np.ndarray, np.ndarray]:
+        """The raw observations as a batch, flattened ``(n, d)``, and the decision times."""
+        raw = [self.slots[k]["obs"] for k in active]  # type: ignore[index]
+        t = np.array([self.slots[k]["t"] for k in active], dtype=np.int64)  # type: ignore[index]
+        return self.source.stack(raw), self.source.flatten(raw), t
+
+    def step(
+        self, active: list[int], acts: np.ndarray, x: np.ndarray, extra: dict[str, np.ndarray]
+    ) -> None:
+        """Step each active copy with its action; record the rows; start the next episodes."""
+        source, box = self.source, self.source.actions.is_box
         for j, k in enumerate(active):
-            s = slots[k]
+            s = self.slots[k]
             assert s is not None
             a: Any = acts[j] if box else int(acts[j])
-            obs2, r, term, trunc, _ = envs[k].step(
+            obs2, r, term, trunc, _ = self.envs[k].step(
                 a.reshape(source.action_shape).astype(np.float32) if box else a
             )
             t_next = s["t"] + 1
-            end = bool(term) or t_next >= H
+            end = bool(term) or t_next >= source.horizon
             row = {"x": x[j], "t": s["t"], "a": a, "r": float(r), "obs_next": obs2, "done": end}
             row.update((key, v[j]) for key, v in extra.items())
-            rows[s["ep"]].append(row)
+            self.rows[s["ep"]].append(row)
             if end or trunc:
-                if trunc and not end:
-                    info["truncated"] += 1
-                start(k)
+                self.truncated += bool(trunc and not end)
+                self.start(k)
             else:
                 s["obs"], s["t"] = obs2, t_next
-        info["steps"] += len(active)
-        if on_step is not None:
-            on_step(len(active))
-    for env in envs:
-        env.close()
-    return _assemble(source, rows, info["truncated"], kind[-1] if kind else None)
+        self.steps += len(active)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
 
 
 def _scored_rows(
