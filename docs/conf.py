@@ -14,6 +14,7 @@ sys.path.insert(0, str(ROOT))  # document this checkout, not whatever is install
 sys.path.insert(0, str(ROOT / "docs"))
 
 import _api_names  # noqa: E402
+from sphinx.domains.python import PythonDomain  # noqa: E402
 from sphinx.util import logging  # noqa: E402
 
 import imitation_meg  # noqa: E402
@@ -36,7 +37,7 @@ root_doc = "index"
 # results/ holds the published CSV / JSON / PNG files the pages show, not pages.
 exclude_patterns = ["_build", "results/**/*.md", "README.md"]
 
-# MyST: anchors for headings down to ###, so that links like `approx.md#how` resolve.
+# MyST: anchors for headings down to ###, so that links like `approx.md#every-option` resolve.
 myst_heading_anchors = 3
 myst_enable_extensions = ["dollarmath"]
 
@@ -81,5 +82,30 @@ def _check_api_reference(app, exception):  # type: ignore[no-untyped-def]
             log.warning("%s.%s is in %s.__all__ but has no entry in docs/api/", pkg, name, pkg)
 
 
+class _PythonDomain(PythonDomain):
+    """The Python domain, with a class's own attribute names kept to that class.
+
+    An ``Attributes:`` entry of a class becomes a reference to that name (and, where napoleon
+    reads part of the entry as its type, a type reference to it); where the class does not
+    document the attribute as a member (an instance attribute set in ``__init__``), Sphinx would
+    search every class for an attribute of that name and warn when it finds several. Such a name
+    is left as text instead of being linked to another class's attribute; type references to
+    classes and documented type aliases resolve as before.
+    """
+
+    def resolve_xref(self, env, fromdocname, builder, typ, target, node, contnode):  # type: ignore[no-untyped-def]
+        cls, module = node.get("py:class"), node.get("py:module")
+        local = node.hasattr("refspecific") and cls and "." not in target
+        if local and f"{module}.{cls}.{target}" not in self.objects:
+            if typ in ("attr", "obj"):
+                return None
+            if typ == "class" and not any(
+                self.find_obj(env, module, cls, target, kind, 1) for kind in ("class", "data")
+            ):
+                return None
+        return super().resolve_xref(env, fromdocname, builder, typ, target, node, contnode)
+
+
 def setup(app):  # type: ignore[no-untyped-def]
+    app.add_domain(_PythonDomain, override=True)
     app.connect("build-finished", _check_api_reference)

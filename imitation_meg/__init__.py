@@ -10,7 +10,7 @@ Example:
     True
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 import os as _os
 from typing import Any

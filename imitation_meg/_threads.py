@@ -6,37 +6,12 @@ elementwise kernels, or a compiled loop over chunks of states. Each region ends 
 it is only as fast as its slowest thread. On a quiet machine a second thread pays off only where
 a step's work is large; beside other multi-threaded programs (a training job) a thread that the
 kernel has descheduled holds every region up by a scheduler slice (milliseconds), and the many
-small regions of a pass then cost more than the whole pass on one thread. Measured on this
-2-core host beside other programs (load average 12-15), one known-utility MEG pass with torch's
-passes (``/tmp``-free command below), one thread against two:
-
-- a random 250-state MDP (4 actions, 4 successors, H = 20): 2.5 ms against 460 ms;
-- a random 1e5-state MDP (H = 5): 0.24-0.30 s against 2.7 s.
-
-On a quiet machine (docs/benchmark.md, the ``meg_pass`` and ``meg_random`` rows, one thread
-against two) a second thread gains nothing at 2e4 states (3.2e5 stored transitions per step:
-fused pass 63 -> 81 ms, torch pass 152 -> 210 ms), 1.05-1.19x at 2e5 states (3.2e6) and
-1.08-1.59x at 1e6 states (1.6e7; a whole MEG call 59.3 -> 42.1 s). Hence
-:data:`PARALLEL_MIN_WORK`: below ``2**22`` stored transitions per step a computation runs on one
-thread whatever the caller's setting; at or above it, on the caller's threads.
-
-The measurement beside the load (``benchmarks/`` on the path, torch passes forced)::
-
-    python - <<'PY'
-    import sys, time; sys.path.insert(0, "benchmarks")
-    import torch as th, bench
-    from imitation_meg import _fused
-    from imitation_meg.envs import random_mdp
-    from imitation_meg.known import MEGObjective
-    _fused.FUSED_MIN_SA = 2**62; _fused.SMALL_MAX_WORK = -1
-    for S, H in ((250, 20), (100_000, 5)):
-        mdp = random_mdp(S, 4, H, branching=4, seed=0)
-        obj = MEGObjective(mdp, bench.goal_directed_policy(mdp))
-        for n in (1, 2, 1, 2, 1, 2):
-            th.set_num_threads(n); t0 = time.perf_counter()
-            obj.evaluate_batch(th.ones(1, dtype=th.float64))
-            print(S, n, time.perf_counter() - t0)
-    PY
+small regions of a pass then cost more than the whole pass on one thread: beside such a load
+one pass over a 250-state MDP takes about 180 times longer on two threads than on one, while
+on a quiet machine a second thread pays only from millions of stored transitions per step (the
+measurements and their command are in docs/reports/benchmark.md, "One thread for small work").
+Hence :data:`PARALLEL_MIN_WORK`: below ``2**22`` stored transitions per step a computation runs
+on one thread whatever the caller's setting; at or above it, on the caller's threads.
 
 Results do not depend on the number of threads (every long sum in the package has a fixed
 order), so this choice changes only speed.
@@ -44,9 +19,8 @@ order), so this choice changes only speed.
 Independent tasks of many large operations (the approximate estimator's linear fits, each a
 backward induction of hundreds of matrix products) run side by side instead
 (:func:`parallel_map`): each task on its own Python thread with one torch thread, so the only
-barrier is the end of the tasks. Beside the load above a CartPole score of six such fits took
-148 s this way against 424 s on torch's two threads per operation (50-52 s quiet either way),
-with the one-thread result to the last bit (docs/approx.md).
+barrier is the end of the tasks, and the result is the one-thread result to the last bit
+(docs/reports/approx_linear.md, "Threads", measures it beside a load).
 
 The public entry points run under :func:`entry_point`: torch's thread count
 (``torch.get_num_threads()``) and numba's (``numba.get_num_threads()``, of the calling thread)
@@ -186,8 +160,8 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
     For independent tasks of many large operations (the approximate estimator's fits): a task's
     operations run inline on its own thread, so there is no barrier per operation, only one at
     the end. Beside other multi-threaded programs a descheduled thread then delays its own task,
-    not every operation of every task (torch's own threads wait at each operation's barrier:
-    7 times slower there on this 2-core host, docs/approx.md). Each task computes on one thread
+    not every operation of every task (torch's own threads wait at each operation's barrier;
+    docs/reports/approx_linear.md, "Threads"). Each task computes on one thread
     whatever the caller's count, so the results are those of the loop on one thread, to the
     last bit.
     """

@@ -209,7 +209,7 @@ def test_beside_load_times_one_meg_call_per_checkout_and_condition():
 
 def test_the_budget_screen_judges_a_run_unit_by_unit(capsys):
     """``benchmarks/approx_budget_screen.py`` on the published run itself: every row's two
-    lines agree, and the counts are the published table's (docs/approx.md)."""
+    lines agree, and the counts are the published table's (docs/reports/approx_soft_q.md)."""
     screen = _script("approx_budget_screen")
     published = ROOT / "docs" / "results" / "approx_validation"
     screen.main([str(published)])
@@ -272,7 +272,7 @@ def test_the_unknown_accuracy_table_in_the_docs_is_what_the_script_prints(capsys
 
 
 def test_the_stop_rule_figures_in_the_docs_are_the_scripts():
-    """docs/approx.md's case against stopping the refits early ("Why the refits are not stopped
+    """docs/approx_soft_q.md's case against stopping the refits early ("Why the refits are not stopped
     once the estimate settles") is what ``benchmarks/approx_stop_rules.py`` finds on the
     published validation units."""
     rules = _script("approx_stop_rules")
@@ -297,7 +297,7 @@ def test_the_stop_rule_figures_in_the_docs_are_the_scripts():
     assert share == 74
     assert per[("frozenlake_onehot", "ppo")][1] == 9
     assert per[("frozenlake_onehot", "eps0.1")][2] == 4
-    page = (ROOT / "docs" / "approx.md").read_text()
+    page = (ROOT / "docs" / "approx_soft_q.md").read_text()
     for claim in (
         "fits 53% of the stages",
         "drops to 8 of 10 seeds",

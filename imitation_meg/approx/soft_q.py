@@ -2,7 +2,7 @@
 
 The model family is the finite-horizon soft-optimal one of the exact code, with episodes that
 end early treated as the tabular converters treat them (the state entered on termination is
-absorbing and worth nothing). In utility units, with ``m_b`` the exponential mean over actions,
+absorbing and worth nothing). In utility units, with ``m_b`` the exponential mean over actions::
 
     q_t(s, a) = r(s, a) + E[ m_beta(q_{t+1}(s', .)) ],     q_H = 0,   q = 0 after termination,
     m_beta(y)  = (1 / beta) log( (1/|A|) sum_a exp(beta y_a) )   (mean at 0, max / min at +-inf),

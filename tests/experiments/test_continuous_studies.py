@@ -48,7 +48,7 @@ def test_continuous_training_fast(tmp_path):
 
 
 def test_published_training_study_supports_the_pages_claims():
-    """docs/continuous.md and the README read the published table; these are their claims."""
+    """docs/reports/continuous.md and the README read the published table; these are their claims."""
     import csv
 
     path = ROOT / "docs" / "results" / "continuous_training" / "results.csv"
@@ -71,7 +71,7 @@ def test_published_training_study_supports_the_pages_claims():
     for algo in ("sac", "ppo"):
         own = {k: v for k, v in mcc.items() if k[1] == algo}
         assert max(own, key=own.__getitem__)[2] == 0
-    page = (ROOT / "docs" / "continuous.md").read_text()
+    page = (ROOT / "docs" / "reports" / "continuous.md").read_text()
     for r in rows:
         value = float(r["meg"])
         assert (f"{value:.1f}" if value >= 10 else f"{value:.2f}") in page, key(r)
