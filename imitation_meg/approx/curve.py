@@ -139,14 +139,11 @@ class CurveInfo:
 
 
 def _library_version() -> str:
-    """This library's version, from its installed metadata (the package itself is not imported
-    here: it sits above this module)."""
-    import importlib.metadata
+    """This library's version (``imitation_meg.__version__``, read from the package already
+    imported: it sits above this module, which does not import it)."""
+    import sys
 
-    try:
-        return importlib.metadata.version("imitation-meg")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a bare source tree
-        return "unknown"
+    return str(sys.modules["imitation_meg"].__version__)
 
 
 def _jsonable(value: Any) -> Any:
