@@ -41,9 +41,9 @@ import torch as th
 from imitation_meg.approx import core, known, linear
 from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
-from imitation_meg.config import load_config, load_yaml
+from imitation_meg.core.soft_vi import soft_value_iteration
 from imitation_meg.runners import load_driver, parse_seeds
-from imitation_meg.soft_vi import soft_value_iteration
+from imitation_meg.runners.config import load_config, load_yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 #: The studies whose cases this script splits: the validation cases and the held-out families.

@@ -26,9 +26,13 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.known import meg
-from imitation_meg.mdp import TabularMDP
-from imitation_meg.soft_vi import occupancy_measures, soft_state_visitation, soft_value_iteration
+from imitation_meg.core.known import meg
+from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.soft_vi import (
+    occupancy_measures,
+    soft_state_visitation,
+    soft_value_iteration,
+)
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -423,7 +427,7 @@ def row_meg_random(
     fused passes') threads for the timed call; the row records whether the fused passes ran.
     ``build_s``: building the MDP and the policy, timed apart from the call.
     """
-    from imitation_meg import _fused
+    from imitation_meg.core.kernels import fused as _fused
     from imitation_meg.envs import random_mdp
 
     dt = th.float32 if dtype == "float32" else th.float64
@@ -576,7 +580,7 @@ def row_meg_discounted(
     from imitation_meg.envs import random_mdp
 
     mdp = random_mdp(n_states, 4, None, branching=4, discount=gamma, seed=seed)
-    pi = imitation_meg.policies.epsilon_greedy(mdp, 0.3)
+    pi = imitation_meg.core.policies.epsilon_greedy(mdp, 0.3)
     t0 = time.perf_counter()
     known = imitation_meg.meg(pi, mdp)
     t_known = time.perf_counter() - t0
@@ -687,9 +691,10 @@ def row_meg_pass(
     the compiled fused pass (ours) against the torch pass (the incumbent), interleaved in one
     process with ``n_threads`` threads, best of ``repeats``; the numba compile is warmed up on
     a small MDP first (it is cached on disk after the first process)."""
-    from imitation_meg import _fused, _operators
+    from imitation_meg.core.kernels import fused as _fused
+    from imitation_meg.core.kernels import operators as _operators
+    from imitation_meg.core.known import MEGObjective
     from imitation_meg.envs import random_mdp
-    from imitation_meg.known import MEGObjective
 
     if not _fused.available():
         raise RuntimeError("the fused pass needs numba (pip install -e '.[fast]').")

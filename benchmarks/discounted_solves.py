@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from imitation_meg import discounted
+from imitation_meg.core import discounted
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench

@@ -23,8 +23,8 @@ from typing import Any
 import torch as th
 
 from imitation_meg.approx import meg_approx
-from imitation_meg.config import load_config, load_yaml
 from imitation_meg.runners import load_driver
+from imitation_meg.runners.config import load_config, load_yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

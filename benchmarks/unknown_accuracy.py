@@ -20,9 +20,9 @@ from scipy.special import logsumexp
 
 import imitation_meg as im
 from imitation_meg import policies
+from imitation_meg.core.known import sa_occupancy_of
+from imitation_meg.core.likelihood import gibbs_certificate
 from imitation_meg.envs import cliff_world, random_mdp
-from imitation_meg.known import sa_occupancy_of
-from imitation_meg.likelihood import gibbs_certificate
 
 
 def scipy_meg(pi: np.ndarray, mdp: im.TabularMDP, phi: np.ndarray) -> float:

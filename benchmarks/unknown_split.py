@@ -10,7 +10,7 @@ with the objective's three kinds of work timed (docs/benchmark.md, "Targets"):
 
 ``--threads`` times one Hessian-vector product at the solution's first Newton point on one
 thread and on two, alternating (the library picks one thread below ``2**22`` stored transitions
-per step, :data:`imitation_meg._threads.PARALLEL_MIN_WORK`; the script overrides that choice).
+per step, :data:`imitation_meg.core.kernels.threads.PARALLEL_MIN_WORK`; the script overrides that choice).
 
 Usage::
 
@@ -32,9 +32,10 @@ from typing import Any
 import torch as th
 
 import imitation_meg
-from imitation_meg import _threads, unknown
+from imitation_meg.core import unknown
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.likelihood import ClassObjective
 from imitation_meg.envs import random_mdp
-from imitation_meg.likelihood import ClassObjective
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench

@@ -26,9 +26,9 @@ import torch as th
 
 from imitation_meg.approx import ApproxOptions, meg_approx
 from imitation_meg.approx.options import AVERAGE, LAST_STEPS, LR, check_config
-from imitation_meg.config import check_values, follow_results_dir
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
+from imitation_meg.runners.config import check_values, follow_results_dir
 
 UNIT_RESOURCES = {"num_cpus": 1}
 # Fields that only choose units (each unit holds its own values): a run of some of them reuses the

@@ -60,9 +60,9 @@ from imitation_meg.approx.options import (
     check_config,
 )
 from imitation_meg.approx.unknown import OBSERVATION_METHODS
-from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
+from imitation_meg.runners.config import check_values
 
 UNIT_RESOURCES = {"num_cpus": 1}
 # Units name their case, horizon, policy and seed, so a run over some cases, policies or seeds

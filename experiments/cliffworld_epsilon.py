@@ -16,11 +16,11 @@ import sys
 from typing import Any
 
 from imitation_meg import envs, policies
-from imitation_meg.config import check_values
 from imitation_meg.plotting import plot_meg_series
 from imitation_meg.report import SUMMARY_COLUMNS, meg_summary
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
+from imitation_meg.runners.config import check_values
 
 # Appendix D.1 of the paper (epsilon = 0.1 .. 0.9).
 PAPER_KNOWN = {

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from imitation_meg import envs, occupancy_measures, policies
-from imitation_meg.config import check_values
 from imitation_meg.plotting import plot_grid_values, plot_meg_bars
 from imitation_meg.report import SUMMARY_COLUMNS, meg_summary
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
+from imitation_meg.runners.config import check_values
 
 # Appendix D.1 of the paper (k = 1 .. 4): known utility, unknown utility (MLP) mean and spread.
 PAPER_KNOWN = {1: 37.8, 2: 21.4, 3: 16.8, 4: 18.9}

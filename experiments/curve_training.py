@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
+from imitation_meg.runners.config import check_values
 
 UNIT_RESOURCES = {"num_cpus": 1}
 SWEEP_FIELDS = ("envs", "seeds")

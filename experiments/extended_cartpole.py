@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg.config import check_values
 from imitation_meg.extended import envs, run
 from imitation_meg.extended.gym_view import combine as combine_env
 from imitation_meg.extended.registry import agent_factory
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
+from imitation_meg.runners.config import check_values
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 import imitation_meg
-from imitation_meg.config import check_values
 from imitation_meg.extended import agents, envs, run
 from imitation_meg.extended.meg_frames import (
     crying_baby_frame,
@@ -28,6 +27,7 @@ from imitation_meg.extended.meg_frames import (
 )
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
+from imitation_meg.runners.config import check_values
 
 
 @dataclasses.dataclass(frozen=True)

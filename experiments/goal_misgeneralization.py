@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 
 import imitation_meg as im
-from imitation_meg.config import follow_results_dir
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
+from imitation_meg.runners.config import follow_results_dir
 
 CONDITIONS = ("corner", "random")
 #: Candidate goals: known state utilities, then classes (targets).

@@ -50,9 +50,9 @@ from imitation_meg.approx import ApproxOptions, as_policy_fn, meg_approx
 from imitation_meg.approx.options import N_EVAL_EPISODES
 from imitation_meg.approx.paths import MAX_ENUMERATED, enumerate_paths
 from imitation_meg.approx.simulators import dynamics_for
-from imitation_meg.config import check_values
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
+from imitation_meg.runners.config import check_values
 
 UNIT_RESOURCES = {"num_cpus": 1}
 SWEEP_FIELDS = ("cases", "horizons", "case_policies", "seeds")

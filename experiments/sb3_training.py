@@ -23,9 +23,9 @@ import numpy as np
 
 import imitation_meg as im
 from imitation_meg.adapters import policy_table
-from imitation_meg.config import check_values, follow_results_dir
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
+from imitation_meg.runners.config import check_values, follow_results_dir
 from imitation_meg.training import ALGOS, make_model
 
 ENVS = ("cliffworld", "frozenlake")

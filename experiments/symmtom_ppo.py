@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg.config import check_values
 from imitation_meg.results import library_versions, write_csv, write_json
 from imitation_meg.runners import run_serially
+from imitation_meg.runners.config import check_values
 from imitation_meg.symmtom import parallel_env
 from imitation_meg.symmtom.agents import run_episodes
 

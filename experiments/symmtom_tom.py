@@ -13,9 +13,9 @@ import pathlib
 import sys
 from typing import Any
 
-from imitation_meg.config import check_values
 from imitation_meg.results import library_versions, write_csv, write_json
 from imitation_meg.runners import run_serially
+from imitation_meg.runners.config import check_values
 from imitation_meg.symmtom.agents import HeuristicPolicy, RandomPolicy
 from imitation_meg.symmtom.tom import (
     BeliefGreedyPolicy,

@@ -19,15 +19,16 @@ from typing import Any
 # which imports pygame, which greets on stdout: keep stdout for results (tables, doctests).
 _os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
-from imitation_meg import envs, policies, soft_vi
+from imitation_meg import envs
 from imitation_meg.cid import CBN, CID, meg_cid, meg_cid_target, meg_cid_unknown
+from imitation_meg.core import policies, soft_vi
+from imitation_meg.core.known import MEGResult, meg, meg_one_step
+from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.soft_vi import occupancy_measures, soft_value_iteration
+from imitation_meg.core.trajectories import meg_from_trajectories
+from imitation_meg.core.unknown import meg_target, meg_unknown
 from imitation_meg.interventions import InterventionalMEG, meg_interventional
-from imitation_meg.known import MEGResult, meg, meg_one_step
-from imitation_meg.mdp import TabularMDP
 from imitation_meg.report import meg_summary
-from imitation_meg.soft_vi import occupancy_measures, soft_value_iteration
-from imitation_meg.trajectories import meg_from_trajectories
-from imitation_meg.unknown import meg_target, meg_unknown
 
 __all__ = [
     "CBN",

@@ -5,7 +5,7 @@ Every public function validates its arguments here, at the boundary, and raises 
 Nothing in this module imports another module of the package, so every layer may use it.
 
 The MDP-dependent checks take any object with the shape attributes of a
-:class:`~imitation_meg.mdp.TabularMDP` (:class:`MDPShape`), so that this module stays below it.
+:class:`~imitation_meg.core.mdp.TabularMDP` (:class:`MDPShape`), so that this module stays below it.
 """
 
 from __future__ import annotations

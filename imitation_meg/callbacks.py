@@ -42,8 +42,8 @@ from typing import Any
 
 from stable_baselines3.common.callbacks import BaseCallback
 
-from imitation_meg._env_tables import make_env
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.env_tables import make_env
+from imitation_meg.core.mdp import TabularMDP
 from imitation_meg.type_aliases import PathLike
 
 __all__ = ["MEGCallback"]

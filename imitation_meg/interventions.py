@@ -41,16 +41,16 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg import _threads
 from imitation_meg._validation import ImitationMEGWarning, as_policy, as_tensor
-from imitation_meg.beta_solver import BetaObjective
-from imitation_meg.discounted import DiscountedMEGObjective
-from imitation_meg.known import MEGObjective, MEGResult, meg, meg_upper_bound, sa_occupancy_of
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.beta.solver import BetaObjective
+from imitation_meg.core.discounted import DiscountedMEGObjective
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.known import MEGObjective, MEGResult, meg, meg_upper_bound, sa_occupancy_of
+from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.soft_vi import soft_value_iteration
+from imitation_meg.core.unknown import _reduce_features, meg_target, meg_unknown
 from imitation_meg.results import to_jsonable
-from imitation_meg.soft_vi import soft_value_iteration
 from imitation_meg.type_aliases import ArrayLike, PolicySource, UtilityLike
-from imitation_meg.unknown import _reduce_features, meg_target, meg_unknown
 
 __all__ = [
     "InterventionalMEG",

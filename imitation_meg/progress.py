@@ -5,9 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
-__all__ = ["progress"]
+__all__ = ["long_pass", "progress"]
 
 T = TypeVar("T")
+
+# Passes of at least this many steps or (step, state, action, column) entries show progress.
+_LONG_PASS_WORK = 1 << 28
+_LONG_PASS_STEPS = 1 << 15
+
+
+def long_pass(H: int, work: int) -> bool:
+    """Whether a pass of ``H`` steps over ``work`` entries is long enough for a progress bar
+    (many steps, each costing ~20 us of calls on small MDPs, or much data)."""
+    return H >= _LONG_PASS_STEPS or work >= _LONG_PASS_WORK
 
 
 def progress(

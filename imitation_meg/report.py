@@ -6,10 +6,10 @@ import math
 import numbers
 from typing import Any
 
-from imitation_meg.known import meg
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.known import meg
+from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.unknown import meg_unknown
 from imitation_meg.type_aliases import PolicyLike, UtilityLike
-from imitation_meg.unknown import meg_unknown
 
 __all__ = ["SUMMARY_COLUMNS", "meg_summary"]
 

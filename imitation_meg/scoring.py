@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
 
 __all__ = [
     "BUILTIN_POLICIES",
@@ -142,7 +142,7 @@ def policy_of(source: str, mdp: TabularMDP, opts: ScoreOptions) -> tuple[Any, di
     Raises:
         ValueError / TypeError / FileNotFoundError: bad sources or options (from the adapters).
     """
-    from imitation_meg import policies
+    from imitation_meg.core import policies
 
     if source in BUILTIN_POLICIES:
         if opts.algo is not None:

@@ -29,15 +29,15 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(0)
 
 
-#: Every path of the transition operator's products (see ``imitation_meg._operators``).
+#: Every path of the transition operator's products (see ``imitation_meg.core.kernels.operators``).
 LAYOUTS = ("dense", "csr", "scipy", "state_major")
 
 
 @pytest.fixture
 def torch_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The torch MEG passes on every MDP: no compiled whole pass on small MDPs (numba's, see
-    ``imitation_meg._fused``), as on an install without the ``fast`` extra."""
-    from imitation_meg import _fused
+    ``imitation_meg.core.kernels.fused``), as on an install without the ``fast`` extra."""
+    from imitation_meg.core.kernels import fused as _fused
 
     monkeypatch.setattr(_fused, "SMALL_MAX_WORK", -1)
 
@@ -49,7 +49,7 @@ def layout(
     """Force one operator path on the MDPs a test builds after requesting this fixture (the
     state-major path also without the dense state-major matrix, as on large MDPs), with the
     torch MEG passes (whose products the layouts are)."""
-    from imitation_meg import _operators
+    from imitation_meg.core.kernels import operators as _operators
 
     monkeypatch.setattr(_operators, "LAYOUT_OVERRIDE", request.param)
     if request.param == "state_major":

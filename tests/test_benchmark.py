@@ -14,9 +14,9 @@ import pytest
 import torch as th
 
 import imitation_meg
-from imitation_meg import _fused
-from imitation_meg.config import load_config
+from imitation_meg.core.kernels import fused as _fused
 from imitation_meg.runners import load_driver
+from imitation_meg.runners.config import load_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -228,7 +228,7 @@ def test_the_budget_screen_judges_a_run_unit_by_unit(capsys):
 def test_the_discounted_solve_probe_changes_only_the_solves():
     """``benchmarks/discounted_solves.py`` on an MDP above the LU limit (so BiCGSTAB runs): each
     variant reaches the library's own MEG, counts its solves, and leaves the library as it was."""
-    from imitation_meg import discounted
+    from imitation_meg.core import discounted
 
     probe = _script("discounted_solves")
     n = discounted.LU_MAX_STATES + 500
@@ -237,7 +237,7 @@ def test_the_discounted_solve_probe_changes_only_the_solves():
     assert discounted._PolicySolver is solver
     assert discounted.DiscountedClassObjective.neg_hvp is hvp
     mdp = imitation_meg.envs.random_mdp(n, 4, None, branching=4, discount=0.9, seed=0)
-    ref = imitation_meg.meg_unknown(imitation_meg.policies.epsilon_greedy(mdp, 0.3), mdp)
+    ref = imitation_meg.meg_unknown(imitation_meg.core.policies.epsilon_greedy(mdp, 0.3), mdp)
     assert plain["meg_unknown"] == pytest.approx(ref.meg, rel=1e-12)
     assert plain["solves"] > 0 and plain["bicgstab_steps"] > plain["solves"]
     loose = probe.run(n, hvp_rtol=1e-8)
@@ -323,7 +323,8 @@ def test_empirical_applies_reports_the_estimate_or_why_not():
 def test_the_unknown_split_script_times_every_call_of_the_solve_and_restores_the_library():
     """``benchmarks/unknown_split.py`` at a small size: the same MEG as the library, each pass
     counted once in its part, and the library's class, thread count and threshold as before."""
-    from imitation_meg import _threads, unknown
+    from imitation_meg.core import unknown
+    from imitation_meg.core.kernels import threads as _threads
 
     script = _script("unknown_split")
     cls, floor, before = unknown.ClassObjective, _threads.PARALLEL_MIN_WORK, th.get_num_threads()

@@ -9,14 +9,15 @@ import pytest
 import torch as th
 
 import imitation_meg as im
-from imitation_meg._hermite import cubic_roots
-from imitation_meg.beta_solver import BetaEvaluation, BetaObjective, LimitValue, solve_beta
+from imitation_meg.core.beta.hermite import cubic_roots
+from imitation_meg.core.beta.solver import BetaEvaluation, BetaObjective, LimitValue, solve_beta
+from imitation_meg.core.known import MEGObjective
 
 
 class OneDecision:
     """MEG of one decision with utilities ``U (D,)`` and decision probabilities ``p (D,)``, in
     closed form: ``L(beta) = sum_d p_d log softmax(beta U)_d`` (the example of the protocol's
-    documentation in ``imitation_meg.known``)."""
+    documentation in ``imitation_meg.core.known``)."""
 
     def __init__(self, U, p):
         self.U = th.as_tensor(U, dtype=th.float64)
@@ -57,7 +58,7 @@ class OneDecision:
 def test_the_example_satisfies_the_protocol():
     assert isinstance(OneDecision([1.0, -1.0], [0.8, 0.2]), BetaObjective)
     assert isinstance(
-        im.known.MEGObjective(im.envs.cliff_world(horizon=3), np.full((40, 4), 0.25)), BetaObjective
+        MEGObjective(im.envs.cliff_world(horizon=3), np.full((40, 4), 0.25)), BetaObjective
     )
 
 
@@ -172,7 +173,7 @@ def test_one_decision_in_both_modes(per_pass):
 def test_behaviour_on_the_ties_needs_no_search():
     # The optimal policy of CliffWorld: dL/dbeta stays positive up to the limit (its limit is
     # 0), so the supremum is the exact limit after the beta = 0 pass and one limit pass.
-    from imitation_meg.known import MEGObjective
+    from imitation_meg.core.known import MEGObjective
 
     mdp = im.envs.cliff_world(horizon=12)
     obj = MEGObjective(mdp, im.policies.optimal(mdp))

@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 from scipy.optimize import minimize, minimize_scalar
 
 import imitation_meg as im
-from imitation_meg import discounted, policies
+from imitation_meg import policies
+from imitation_meg.core import discounted
+from imitation_meg.core.trajectories import sample_trajectories
 from imitation_meg.envs import notebook_grid, random_mdp
-from imitation_meg.trajectories import sample_trajectories
 
 LD = np.longdouble
 

@@ -30,7 +30,9 @@ MODULES = _modules_with_examples()
 
 
 def test_the_examples_are_found():
-    assert {"imitation_meg", "imitation_meg.known", "imitation_meg.approx.known"} <= set(MODULES)
+    assert {"imitation_meg", "imitation_meg.core.known", "imitation_meg.approx.known"} <= set(
+        MODULES
+    )
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -14,9 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import imitation_meg as im
-from imitation_meg import _fused, _operators, policies
+from imitation_meg import policies
+from imitation_meg.core.kernels import fused as _fused
+from imitation_meg.core.kernels import operators as _operators
+from imitation_meg.core.known import MEGObjective, objective_reference, sa_occupancy_of
 from imitation_meg.envs import random_mdp
-from imitation_meg.known import MEGObjective, objective_reference, sa_occupancy_of
 
 pytest.importorskip("numba")
 
@@ -151,7 +153,8 @@ def test_compiled_small_off_never_imports_numba_and_gives_the_same_meg():
     code = """
 import json, sys
 import imitation_meg as im
-from imitation_meg import _fused, policies
+from imitation_meg import policies
+from imitation_meg.core.kernels import fused as _fused
 mdp = im.envs.cliff_world(width=10, height=4)
 res = im.meg(policies.epsilon_greedy(mdp, 0.1), mdp)
 print(json.dumps({"meg": res.meg, "numba": "numba" in sys.modules,

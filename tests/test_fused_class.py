@@ -10,10 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import imitation_meg as im
-from imitation_meg import _fused, _fused_class, _threads, likelihood, policies
+from imitation_meg import policies
+from imitation_meg.core import likelihood
+from imitation_meg.core.kernels import fused as _fused
+from imitation_meg.core.kernels import fused_class as _fused_class
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.known import sa_occupancy_of
+from imitation_meg.core.unknown import class_features
 from imitation_meg.envs import random_mdp
-from imitation_meg.known import sa_occupancy_of
-from imitation_meg.unknown import class_features
 
 pytest.importorskip("numba")
 

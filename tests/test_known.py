@@ -176,7 +176,7 @@ def test_time_dependent_policy_and_discount(rng):
     res = im.meg(pi, mdp)
     assert 0 < res.meg < res.upper_bound and res.converged
     # dL/dbeta vanishes at the optimum under discounting too (checked by finite differences).
-    from imitation_meg.known import MEGObjective
+    from imitation_meg.core.known import MEGObjective
 
     obj = MEGObjective(mdp, pi)
     h = 1e-5 * max(1.0, abs(res.beta))
@@ -326,8 +326,8 @@ def test_property_scale_and_translation_invariance(
 # ----------------------------------------------------------------------------- solver internals
 def test_zero_pass_matches_the_general_pass(torch_passes, rng):
     # the torch passes (the compiled ones run the general pass at beta = 0: test_fused.py)
-    from imitation_meg import _fused
-    from imitation_meg.known import MEGObjective
+    from imitation_meg.core.kernels import fused as _fused
+    from imitation_meg.core.known import MEGObjective
 
     for mdp in (cliff_world(horizon=9), random_mdp(30, 3, 7, discount=0.8, seed=3)):
         pi = th.as_tensor(rng.dirichlet(np.ones(mdp.n_actions), size=(mdp.horizon, mdp.n_states)))
@@ -341,9 +341,9 @@ def test_zero_pass_matches_the_general_pass(torch_passes, rng):
 def test_limit_pass_matches_the_limit_recursion(layout, rng):
     # L at +-inf from limit_value_iteration's policy (the reference loop), both signs in one
     # pass or one at a time; on a tie-free MDP L(beta) tends to it.
-    from imitation_meg import _known_passes
-    from imitation_meg.known import MEGObjective, objective_reference, sa_occupancy_of
-    from imitation_meg.soft_vi import limit_value_iteration
+    from imitation_meg.core.kernels import known_passes as _known_passes
+    from imitation_meg.core.known import MEGObjective, objective_reference, sa_occupancy_of
+    from imitation_meg.core.soft_vi import limit_value_iteration
 
     for mdp, eps in ((cliff_world(horizon=7), 0.0), (cliff_world(horizon=7), 0.3)):
         pi = policies.epsilon_greedy(mdp, eps, tie_break="max_entropy")
@@ -388,7 +388,7 @@ def test_limit_of_l_breaks_ties_by_future_entropy():
     pi = np.zeros((3, S, A))
     pi[:, :, 0] = 1.0
     pi[1, 1] = [0.5, 0.5]
-    from imitation_meg.known import MEGObjective
+    from imitation_meg.core.known import MEGObjective
 
     lim = MEGObjective(mdp, pi).evaluate_limit(1.0)
     assert pytest.approx(math.log(2 / 3) + 2 * math.log(0.5), rel=1e-14) == lim.L
@@ -406,8 +406,8 @@ def test_supremum_beyond_the_tied_limit(k):
     mdp = cliff_world(horizon=30, goal_region=k)
     pi = policies.optimal(mdp, tie_break="first")
     res = im.meg(pi, mdp)
-    from imitation_meg.known import MEGObjective, sa_occupancy_of
-    from imitation_meg.soft_vi import hard_value_iteration
+    from imitation_meg.core.known import MEGObjective, sa_occupancy_of
+    from imitation_meg.core.soft_vi import hard_value_iteration
 
     obj = MEGObjective(mdp, pi)
     L_big = float(obj.evaluate(th.tensor([1e4], dtype=th.float64))[0][0])
@@ -422,7 +422,7 @@ def test_supremum_beyond_the_tied_limit(k):
 
 
 def test_light_pass_matches_the_full_pass(rng):
-    from imitation_meg.known import MEGObjective
+    from imitation_meg.core.known import MEGObjective
 
     for mdp in (cliff_world(horizon=9), random_mdp(30, 3, 7, discount=0.8, seed=5)):
         pi = th.as_tensor(rng.dirichlet(np.ones(mdp.n_actions), size=(mdp.horizon, mdp.n_states)))
@@ -437,7 +437,7 @@ def test_light_pass_matches_the_full_pass(rng):
 
 @pytest.mark.parametrize("eps", [0.0, 0.2, 1.0])
 def test_limit_upper_bound_bounds_both_limits(eps, rng):
-    from imitation_meg.known import MEGObjective
+    from imitation_meg.core.known import MEGObjective
 
     for mdp in (
         cliff_world(horizon=8),
@@ -470,7 +470,7 @@ def test_limit_upper_bound_bounds_both_limits(eps, rng):
 def test_property_last_step_bound_implies_both_limits_are_minus_inf(seed, S, A, H, zeros):
     """When the last two steps' mass leaves the ties of u and of -u, the hard pass agrees: L and
     the limit of L(beta) are -inf at both ends (so skipping that pass loses nothing)."""
-    from imitation_meg.known import MEGObjective
+    from imitation_meg.core.known import MEGObjective
 
     gen = np.random.default_rng(seed)
     mdp = random_mdp(S, A, H, seed=seed)
@@ -492,7 +492,7 @@ def test_property_last_step_bound_implies_both_limits_are_minus_inf(seed, S, A, 
 def test_float32_underflow_skips_the_limit_pass(monkeypatch):
     """A softmax policy with probabilities underflowed to 0 has a Gibbs bound above L(0), but
     its last two steps leave the ties: no hard pass, the same MEG as with the pass."""
-    from imitation_meg.known import MEGObjective
+    from imitation_meg.core.known import MEGObjective
 
     mdp = random_mdp(30, 4, 6, seed=1)
     pi = th.softmax(40.0 * th.as_tensor(np.random.default_rng(0).normal(size=(30, 4))), -1)
@@ -511,7 +511,7 @@ def test_float32_underflow_skips_the_limit_pass(monkeypatch):
 def test_pass_workspaces_shared_on_one_mdp_keep_objectives_apart(rng):
     # Workspaces are kept on the MDP: a second objective (another utility, another policy) on the
     # same MDP must not see the first one's constants.
-    from imitation_meg.known import MEGObjective
+    from imitation_meg.core.known import MEGObjective
 
     mdp = cliff_world(horizon=10)
     U2 = th.as_tensor(rng.standard_normal(mdp.n_states))
@@ -539,8 +539,8 @@ def test_pass_workspaces_shared_on_one_mdp_keep_objectives_apart(rng):
 # ----------------------------------------------------------------------------- fast vs reference
 @pytest.mark.parametrize("lean", [False, True])
 def test_fused_pass_matches_the_reference_loop(layout, lean, rng, monkeypatch):
-    from imitation_meg import _known_passes
-    from imitation_meg.known import MEGObjective, objective_reference, sa_occupancy_of
+    from imitation_meg.core.kernels import known_passes as _known_passes
+    from imitation_meg.core.known import MEGObjective, objective_reference, sa_occupancy_of
 
     if lean:  # no cached occupancy: one slot per step, accumulated per step
         monkeypatch.setattr(_known_passes, "_W_BYTES", 0)
@@ -563,7 +563,7 @@ def test_fused_pass_matches_the_reference_loop(layout, lean, rng, monkeypatch):
 
 
 def test_reference_derivatives_match_autograd(rng):
-    from imitation_meg.known import objective_reference, sa_occupancy_of
+    from imitation_meg.core.known import objective_reference, sa_occupancy_of
 
     mdp = random_mdp(12, 3, 5, discount=0.85, seed=4)
     w = sa_occupancy_of(mdp, th.as_tensor(rng.dirichlet(np.ones(3), size=(5, 12))))
@@ -588,9 +588,9 @@ def test_reference_derivatives_match_autograd(rng):
 def test_long_passes_show_progress(monkeypatch, capsys, torch_passes):
     # the torch passes (a compiled pass on a small MDP is short: at most SMALL_MAX_WORK)
     pytest.importorskip("tqdm")
-    from imitation_meg import soft_vi
+    from imitation_meg import progress
 
-    monkeypatch.setattr(soft_vi, "_LONG_PASS_STEPS", 1)  # every pass counts as long
+    monkeypatch.setattr(progress, "_LONG_PASS_STEPS", 1)  # every pass counts as long
     mdp = random_mdp(3, 2, 5, seed=0)
     res = im.meg(policies.epsilon_greedy(mdp, 0.3), mdp)
     err = capsys.readouterr().err
@@ -603,7 +603,7 @@ def test_nearly_linear_l_with_a_slope_below_tolerance_is_not_extrapolated():
     # Newton gain 0.5 dL^2 / |d2L| must not be taken there: it once put L at 4e4 and MEG at its
     # bound (194.6 instead of 0.90).
     pytest.importorskip("minigrid")
-    from imitation_meg.known import MEGObjective
+    from imitation_meg.core.known import MEGObjective
 
     mdp = im.envs.minigrid_mdp("MiniGrid-Empty-5x5-v0", seed=0)
     mix = 0.5 * policies.optimal(mdp) + 0.5 * policies.uniform(mdp)

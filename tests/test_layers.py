@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -126,45 +127,132 @@ def test_the_checker_finds_a_cycle():
     assert find_cycles(graph) == [["a", "b", "c"]]
 
 
-def test_core_modules_do_not_import_adapters_or_studies():
-    graph = import_graph()
-    core = [
-        m
-        for m in graph
-        if m.split(".")[1:2]
-        and m.split(".")[1]
-        in (
-            "_validation",
-            "type_aliases",
-            "mdp",
-            "_operators",
-            "soft_vi",
-            "policies",
-            "beta_solver",
-            "_beta_types",
-            "_beta_search",
-            "_hermite",
-            "_known_passes",
-            "known",
-            "likelihood",
-            "unknown",
-            "faces",
-            "algorithm2",
-            "trajectories",
-            "trajectory_data",
-            "results",
-        )
+#: The modules directly under ``imitation_meg/`` that everything may import: they import only
+#: each other (named types, input checks, the JSON layer and writers, progress bars).
+GROUND = ("type_aliases", "_validation", "results", "progress")
+#: Most modules directly under ``imitation_meg/`` besides ``__init__.py``.
+MAX_TOP_MODULES = 12
+_MAY_IMPORT = re.compile(r"^May import:(.*?)(?:\n\s*\n|\Z)", re.DOTALL | re.MULTILINE)
+_FOLDER_TOKEN = re.compile(r"``([\w/]+)/``")
+
+
+def folders() -> list[str]:
+    """Every folder of the package, as a path below ``imitation_meg/`` (``core/kernels``)."""
+    return sorted(
+        str(p.parent.relative_to(PKG)) for p in PKG.rglob("__init__.py") if p.parent != PKG
+    )
+
+
+def unit_of(module: str, names: list[str]) -> str:
+    """The folder a module lives in (its deepest folder), or its own name at the top
+    (``imitation_meg.core.kernels.fused`` -> ``core/kernels``; ``imitation_meg.results`` ->
+    ``results``; the root package -> ``""``)."""
+    parts = module.split(".")[1:]
+    for depth in range(len(parts), 0, -1):
+        path = "/".join(parts[:depth])
+        if path in names:
+            return path
+    return parts[0] if parts else ""
+
+
+def allowed_imports(docstring: str) -> set[str] | None:
+    """What a folder's docstring says it may import: folder paths, ``ground`` for the modules
+    of :data:`GROUND`, ``*`` for the whole package; None when it says nothing."""
+    match = _MAY_IMPORT.search(docstring)
+    if match is None:
+        return None
+    text = match.group(1)
+    allowed = set(_FOLDER_TOKEN.findall(text))
+    if "the ground modules" in text:
+        allowed.add("ground")
+    if "the whole package" in text:
+        allowed.add("*")
+    return allowed
+
+
+def folder_rules() -> dict[str, set[str] | None]:
+    """Each folder's allowed imports, read from its ``__init__`` docstring."""
+    rules = {}
+    for folder in folders():
+        tree = ast.parse((PKG / folder / "__init__.py").read_text())
+        rules[folder] = allowed_imports(ast.get_docstring(tree) or "")
+    return rules
+
+
+def layer_violations(graph: dict[str, set[str]], rules: dict[str, set[str] | None]) -> list[str]:
+    """Every import that leaves its folder for something the folder may not import, and every
+    ground module importing anything but the ground."""
+    names = list(rules)
+    out = []
+    for mod, targets in sorted(graph.items()):
+        unit = unit_of(mod, names)
+        if unit in GROUND:
+            allowed: set[str] | None = {"ground"}
+        elif unit in rules:
+            allowed = rules[unit]
+        else:
+            continue  # the root package and the entry points at the top import anything
+        if allowed is None or "*" in allowed:
+            continue
+        for target in sorted(targets):
+            other = unit_of(target, names)
+            if other == unit or (other in GROUND and "ground" in allowed):
+                continue
+            if not any(other == a or other.startswith(a + "/") for a in allowed):
+                out.append(f"{mod} -> {target}")
+    return out
+
+
+def rule_cycles(rules: dict[str, set[str] | None]) -> list[list[str]]:
+    """Folders that may import each other (directly or around a loop): the rules must be
+    layers, each folder above everything it may import."""
+    graph: dict[str, set[str]] = {f: set() for f in rules}
+    for folder, allowed in rules.items():
+        for a in allowed or ():
+            graph[folder] |= {f for f in rules if f != folder and (f == a or f.startswith(a + "/"))}
+    return find_cycles(graph)
+
+
+def test_every_folder_says_what_lives_there_and_what_it_may_import():
+    rules = folder_rules()
+    silent = [f for f, allowed in rules.items() if allowed is None]
+    assert not silent, f"folders whose __init__ docstring has no 'May import:' paragraph: {silent}"
+    for folder in rules:
+        doc = ast.get_docstring(ast.parse((PKG / folder / "__init__.py").read_text())) or ""
+        assert len(doc.split("May import:")[0].split()) >= 8, f"{folder}: say what lives there"
+
+
+def test_each_folder_imports_only_the_folders_below_it():
+    rules = folder_rules()
+    assert rule_cycles(rules) == [], "folders allowed to import each other"
+    bad = layer_violations(import_graph(), rules)
+    assert bad == [], "imports a folder's docstring does not allow:\n" + "\n".join(bad)
+
+
+def test_the_layer_check_sees_an_import_against_the_rules():
+    rules = {"core": {"ground"}, "adapters": {"ground", "core"}, "approx": {"*"}}
+    graph = {
+        "imitation_meg.core.known": {"imitation_meg.results", "imitation_meg.adapters.sb3"},
+        "imitation_meg.adapters.sb3": {"imitation_meg.core.mdp", "imitation_meg"},
+        "imitation_meg.approx.known": {"imitation_meg.cli"},
+        "imitation_meg.results": {"imitation_meg.core.mdp"},
+    }
+    assert layer_violations(graph, rules) == [
+        "imitation_meg.adapters.sb3 -> imitation_meg",
+        "imitation_meg.core.known -> imitation_meg.adapters.sb3",
+        "imitation_meg.results -> imitation_meg.core.mdp",
     ]
-    for mod in core:
-        bad = sorted(
-            t
-            for t in graph[mod]
-            if any(
-                t.startswith(f"imitation_meg.{layer}")
-                for layer in ("adapters", "cli", "runners", "extended", "symmtom")
-            )
-        )
-        assert not bad, f"{mod} imports the upper layers {bad}"
+    assert rule_cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b"]]
+    assert allowed_imports("Lives here.\n\nMay import: the ground modules and ``core/``.") == {
+        "ground",
+        "core",
+    }
+
+
+def test_the_top_holds_few_modules():
+    top = sorted(p.name for p in PKG.glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= MAX_TOP_MODULES, top
+    assert set(GROUND) <= {p.removesuffix(".py") for p in top}
 
 
 def test_validation_imports_nothing_above_it():
@@ -177,7 +265,7 @@ def test_meg_is_the_function_and_the_solver_module_has_its_own_name():
 
     assert callable(imitation_meg.meg)
     assert not (PKG / "meg.py").exists()
-    assert imitation_meg.meg.__module__ == "imitation_meg.known"
+    assert imitation_meg.meg.__module__ == "imitation_meg.core.known"
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch as th
 
-from imitation_meg import _operators
+from imitation_meg.core.kernels import operators as _operators
 from imitation_meg.envs import random_mdp
 
 

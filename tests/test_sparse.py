@@ -9,10 +9,11 @@ import pytest
 import torch as th
 
 import imitation_meg as im
-from imitation_meg import _operators, policies
+from imitation_meg import policies
+from imitation_meg.core.kernels import operators as _operators
+from imitation_meg.core.known import MEGObjective, sa_occupancy_of, solve_beta
+from imitation_meg.core.soft_vi import soft_state_visitation
 from imitation_meg.envs import cliff_world, random_mdp
-from imitation_meg.known import MEGObjective, sa_occupancy_of, solve_beta
-from imitation_meg.soft_vi import soft_state_visitation
 
 
 def _force_sparse(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -180,7 +181,7 @@ def test_solver_same_answer_for_any_batch_size(batch, rng):
 
 def test_meg_pass_history_equals_per_step_accumulation(monkeypatch, torch_passes):
     """The batched accumulation after the loop (small MDPs) equals the per-step one."""
-    from imitation_meg import _known_passes
+    from imitation_meg.core.kernels import known_passes as _known_passes
 
     mdp = cliff_world(horizon=12)
     pi = policies.epsilon_greedy(mdp, 0.3)

@@ -13,10 +13,13 @@ import pytest
 import torch as th
 
 import imitation_meg as im
-from imitation_meg import _fused, _fused_class, _threads, policies
+from imitation_meg import policies
 from imitation_meg.cid import examples
+from imitation_meg.core.kernels import fused as _fused
+from imitation_meg.core.kernels import fused_class as _fused_class
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.trajectories import sample_trajectories
 from imitation_meg.envs import cliff_world, random_mdp
-from imitation_meg.trajectories import sample_trajectories
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -115,7 +118,9 @@ _OMP_CASE = """
 import sys
 import numpy as np, torch as th, numba
 import imitation_meg as im
-from imitation_meg import _fused, _fused_class, _threads
+from imitation_meg.core.kernels import fused as _fused
+from imitation_meg.core.kernels import fused_class as _fused_class
+from imitation_meg.core.kernels import threads as _threads
 from imitation_meg.envs import random_mdp
 S, first = int(sys.argv[1]), sys.argv[2]
 if S < 100_000:  # a small MDP with the large MDPs' compiled passes (numba's parallel loops)

@@ -9,7 +9,7 @@ import pytest
 import torch as th
 
 import imitation_meg as im
-from imitation_meg.trajectories import (
+from imitation_meg.core.trajectories import (
     TrajectoryLengthWarning,
     empirical_occupancy,
     meg_from_trajectories,
@@ -39,7 +39,7 @@ def test_occupancy_by_hand():
 
 def test_sampler_matches_exact_occupancy(small):
     mdp, pi = small
-    from imitation_meg.known import sa_occupancy_of
+    from imitation_meg.core.known import sa_occupancy_of
 
     w = empirical_occupancy(sample_trajectories(mdp, pi, 40_000, rng=0), mdp)
     np.testing.assert_allclose(w.numpy(), sa_occupancy_of(mdp, pi).numpy(), atol=0.01)

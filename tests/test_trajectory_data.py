@@ -8,8 +8,12 @@ import numpy as np
 import pytest
 
 import imitation_meg as im
-from imitation_meg.trajectories import empirical_occupancy, meg_from_trajectories
-from imitation_meg.trajectory_data import check_transitions, trajectory_state_actions
+from imitation_meg.core.trajectories import (
+    empirical_occupancy,
+    meg_from_trajectories,
+    sample_trajectories,
+)
+from imitation_meg.core.trajectory_data import check_transitions, trajectory_state_actions
 
 
 def _chain():
@@ -54,7 +58,7 @@ def test_the_last_step_to_the_final_state_is_checked():
 def test_sampled_trajectories_are_all_possible():
     mdp = im.envs.cliff_world(width=5, height=3, horizon=8)
     pi = im.policies.epsilon_greedy(mdp, 0.3)
-    data = im.trajectories.sample_trajectories(mdp, pi, 400, rng=3)
+    data = sample_trajectories(mdp, pi, 400, rng=3)
     items = trajectory_state_actions(data, mdp)
     assert check_transitions(items, mdp).total == 0
     # Shifting every state by one column makes most transitions impossible.

@@ -12,8 +12,8 @@ from scipy.special import logsumexp
 
 import imitation_meg as im
 from imitation_meg import policies
+from imitation_meg.core.unknown import gibbs_certificate, target_features
 from imitation_meg.envs import cliff_world, random_mdp
-from imitation_meg.unknown import gibbs_certificate, target_features
 
 
 # ----------------------------------------------------------------------------- independent solver
@@ -138,7 +138,7 @@ def test_unknown_at_least_known_even_with_tied_optimal_policy():
 
 
 def res_occ(mdp, pi):
-    from imitation_meg.known import sa_occupancy_of
+    from imitation_meg.core.known import sa_occupancy_of
 
     return sa_occupancy_of(mdp, pi)
 
@@ -311,7 +311,7 @@ def test_solver_option_validation():
 def test_dense_class_that_holds_the_constants():
     # [first half, second half, ramp] spans the constant utility (a null direction of L: it changes
     # no policy); it is the class of [first half, ramp] up to that constant, so the values agree.
-    from imitation_meg.unknown import class_features
+    from imitation_meg.core.unknown import class_features
 
     mdp = im.envs.cliff_world(horizon=10)
     pi = im.policies.epsilon_greedy(mdp, 0.2)

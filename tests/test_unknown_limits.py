@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 import imitation_meg as im
 from imitation_meg import policies
+from imitation_meg.core.faces import find_face, needs_face
+from imitation_meg.core.known import sa_occupancy_of
+from imitation_meg.core.likelihood import gibbs_certificate
+from imitation_meg.core.unknown import class_features
 from imitation_meg.envs import cliff_world, random_mdp
-from imitation_meg.faces import find_face, needs_face
-from imitation_meg.known import sa_occupancy_of
-from imitation_meg.likelihood import gibbs_certificate
-from imitation_meg.unknown import class_features
 
 
 # ----------------------------------------------------------------------------- hand-derived cases
@@ -347,7 +347,7 @@ def test_conjugate_gradients_stop_when_the_preconditioned_residual_is_orthogonal
     """A projected, preconditioned residual orthogonal to the residual (``r . z = 0`` with
     ``z != 0``) leaves no CG direction: the solve stops there instead of dividing by zero (an
     empirical MDP's replicate of FrozenLake hit this inside ``meg_unknown``)."""
-    from imitation_meg.likelihood import _pcg
+    from imitation_meg.core.likelihood import _pcg
 
     d = th.tensor([1.0, 1.0], dtype=th.float64)
 

@@ -3,7 +3,7 @@ result, never a library's internal error or a silently wrong number.
 
 The property test feeds malformed arrays (complex, object, empty, 0-d, ragged) in each array
 argument of every function of ``imitation_meg.__all__`` that takes arrays or MDPs (and the
-policy builders of ``imitation_meg.policies``; the continuous-action MDP, policies and MEG of
+policy builders of ``imitation_meg.core.policies``; the continuous-action MDP, policies and MEG of
 ``imitation_meg.continuous``), and MDPs whose horizon no memory can hold. A
 clear error is one the package raises itself, naming the problem: its innermost frame lies in
 ``imitation_meg`` (a numpy / torch error escaping from inside is a defect, a wrapped one is

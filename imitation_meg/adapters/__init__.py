@@ -15,6 +15,9 @@ stable-baselines3, sb3-contrib and imitation only when they handle one of their 
 - :mod:`imitation_meg.adapters.zoo`: RL Baselines3 Zoo run folders.
 - :mod:`imitation_meg.adapters.imitation`: imitation's ``TabularPolicy`` and ``load_policy`` names.
 - :mod:`imitation_meg.adapters.mce_irl`: imitation ``RewardNet`` utilities and ``MCEIRL`` scores.
+
+May import: the ground modules (``type_aliases``, ``_validation``, ``results``, ``progress``) and ``core/``; nothing below it knows SB3, sb3-contrib, the Zoo or
+imitation.
 """
 
 from imitation_meg.adapters.dispatch import ResolvedPolicy, policy_table, resolve_policy

@@ -27,7 +27,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg._validation import ImitationMEGWarning, is_loaded_instance
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
 
 __all__ = [
     "ActionMaskWarning",

@@ -36,7 +36,7 @@ from imitation_meg.adapters.observations import (
     no_epsilon,
     resolve_mdp,
 )
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
 from imitation_meg.type_aliases import (
     ArrayLike,
     EnvLike,

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
 
 __all__ = ["load_policy", "nontrainable_policy_table", "policy_names", "tabular_policy_table"]
 

@@ -22,11 +22,11 @@ import torch as th
 from torch import nn
 
 from imitation_meg._validation import as_sa_occupancy
-from imitation_meg.algorithm2 import check_reward_net, reward_net_sa
-from imitation_meg.known import MEGResult, meg, sa_occupancy_of
-from imitation_meg.likelihood import log_likelihood
-from imitation_meg.mdp import TabularMDP
-from imitation_meg.unknown import meg_unknown
+from imitation_meg.core.algorithm2 import check_reward_net, reward_net_sa
+from imitation_meg.core.known import MEGResult, meg, sa_occupancy_of
+from imitation_meg.core.likelihood import log_likelihood
+from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.unknown import meg_unknown
 
 __all__ = ["MCEIRLScore", "linear_features", "reward_net_sa", "score_mce_irl"]
 
@@ -118,7 +118,7 @@ def score_mce_irl(
     MCE-IRL keeps only a time-summed state occupancy of its demonstrations, which does not
     determine the causal likelihood; pass the demonstrator's policy (``(H, S, A)`` or
     ``(S, A)``) or its state-action occupancy (``(H, S, A)``, e.g. from
-    :func:`imitation_meg.trajectories` counts).
+    :func:`imitation_meg.core.trajectories` counts).
 
     Args:
         mce_irl: a trained ``imitation.algorithms.mce_irl.MCEIRL``.

@@ -44,7 +44,7 @@ from imitation_meg.adapters.vec_normalize import (
     vec_normalize_for_file,
     vec_normalize_of,
 )
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
 
 __all__ = [
     "SB3_ALGOS",

@@ -25,6 +25,8 @@ an SB3 object has to be handled.
   with their exact MEG, for validation.
 - :mod:`imitation_meg.approx.empirical` and :mod:`imitation_meg.approx.linear`: the opt-in
   methods ``method="empirical"`` / ``"auto"`` and ``method="linear"`` (docs/approx.md).
+
+May import: the ground modules (``type_aliases``, ``_validation``, ``results``, ``progress``), ``core/``, ``envs/``, ``adapters/`` and ``continuous/``.
 """
 
 from imitation_meg.approx.curve import CurveInfo, SoftValueCurve, exact_curve

@@ -47,7 +47,7 @@ import numpy as np
 from imitation_meg.type_aliases import ArrayLike, EnvKwargs, JSONDict
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from imitation_meg.mdp import TabularMDP
+    from imitation_meg.core.mdp import TabularMDP
 
 __all__ = [
     "GRID_DECADES",
@@ -795,7 +795,7 @@ def exact_curve(
     with its utility as the reward.
 
     On the grid, ``Lambda`` and its slope come from the exact passes of
-    :class:`~imitation_meg.known.MEGObjective` for the uniform policy (the identity at
+    :class:`~imitation_meg.core.known.MEGObjective` for the uniform policy (the identity at
     ``pi = uniform``: ``Lambda(beta) = beta J(uniform) - L_uniform(beta) - H log|A|``); the
     conjugate at a return ``J`` is solved exactly by :func:`imitation_meg.meg` on the
     state-action occupancy ``lam D_max + (1 - lam) D_min`` of the optimal and anti-optimal
@@ -808,9 +808,9 @@ def exact_curve(
     """
     import torch as th
 
-    from imitation_meg import policies
-    from imitation_meg.known import MEGObjective, _normalisation, meg, sa_occupancy_of
-    from imitation_meg.mdp import TabularMDP
+    from imitation_meg.core import policies
+    from imitation_meg.core.known import MEGObjective, _normalisation, meg, sa_occupancy_of
+    from imitation_meg.core.mdp import TabularMDP
 
     if not isinstance(mdp, TabularMDP):
         raise TypeError(f"exact_curve takes an imitation_meg.TabularMDP, got {type(mdp).__name__}.")

@@ -35,7 +35,7 @@ milliseconds. This is what :func:`~imitation_meg.approx.meg_approx` does by defa
    is the estimate plus or minus ``z`` standard deviations of the replicates (at least
    :data:`ROUNDING` of ``max(1, |estimate|)``, the solver's rounding), clipped to
    ``[0, certificate]``. The replicates are solved side by side on the caller's torch threads
-   (:func:`imitation_meg._threads.parallel_map`): the same values as one after another.
+   (:func:`imitation_meg.core.kernels.threads.parallel_map`): the same values as one after another.
 5. **Stopping**: after each round, when coverage holds and the half-width is at most
    :data:`PRECISION_SHARE` of the estimate or :data:`PRECISION_BOUND` of ``H log|A|``, whichever
    is larger (``settled=True``); a call that reaches the data budget first reports
@@ -68,14 +68,14 @@ import numpy as np
 import scipy.sparse as sp
 import torch as th
 
-from imitation_meg import _threads
 from imitation_meg.approx.core import Run, collect_data, policy_behaviour
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
 from imitation_meg.approx.rollouts import Rollouts, collect
-from imitation_meg.known import MEGResult, meg
-from imitation_meg.mdp import TabularMDP
-from imitation_meg.soft_vi import occupancy_measures
-from imitation_meg.unknown import meg_unknown
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.known import MEGResult, meg
+from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.soft_vi import occupancy_measures
+from imitation_meg.core.unknown import meg_unknown
 
 __all__ = [
     "FIRST_STEPS",

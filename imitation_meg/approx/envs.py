@@ -36,7 +36,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg.continuous.envs import ObservedStatesEnv
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
 
 __all__ = [
     "CASES",
@@ -361,7 +361,7 @@ def stationary_epsilon_greedy(mdp: TabularMDP, epsilon: float) -> th.Tensor:
     A stationary policy (the greedy part is the optimal first decision of the finite-horizon
     problem, ties split evenly), so that it can act on observations alone.
     """
-    from imitation_meg import policies
+    from imitation_meg.core import policies
 
     greedy = policies.optimal(mdp)[0]
     return (1.0 - epsilon) * greedy + epsilon / mdp.n_actions

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import numpy as np
 import torch as th
 
-from imitation_meg import _threads
 from imitation_meg._validation import ImitationMEGWarning
 from imitation_meg.approx.rollouts import Rollouts
 from imitation_meg.approx.soft_q import ActionGrid, BoxSoftQModel, SoftQModel, bellman_residual
+from imitation_meg.core.kernels import threads as _threads
 from imitation_meg.results import to_jsonable
 
 if TYPE_CHECKING:  # pragma: no cover - typing only

@@ -61,7 +61,6 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg import _threads
 from imitation_meg.approx.agent import curve_result, episodes_of
 from imitation_meg.approx.core import (
     ProgressBar,
@@ -85,7 +84,8 @@ from imitation_meg.approx.options import APPLIES, ApproxOptions, ResolvedOptions
 from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource
 from imitation_meg.approx.simulators import simulator
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.mdp import TabularMDP
 from imitation_meg.type_aliases import EnvKwargs, EnvLike, GymEnv, PolicySource
 
 __all__ = [
@@ -266,8 +266,8 @@ def soft_value_curve(
         ValueError: an environment the library has no way to compute a curve of (the message
             says why: today a simulator is needed), or settings that do not apply.
     """
-    from imitation_meg._env_tables import is_tabular
     from imitation_meg.approx.curve import exact_curve
+    from imitation_meg.core.env_tables import is_tabular
 
     if isinstance(env, TabularMDP) or (isinstance(env, str) and is_tabular(env)):
         if settings or options is not None:
@@ -276,7 +276,7 @@ def soft_value_curve(
                 f"{sorted(settings) + (['options'] if options is not None else [])}."
             )
         if isinstance(env, str):
-            from imitation_meg._env_tables import make_env
+            from imitation_meg.core.env_tables import make_env
 
             mdp = TabularMDP.from_env(make_env(env, dict(env_kwargs or {})), horizon=horizon)
             return exact_curve(mdp, env=env, env_kwargs=env_kwargs)

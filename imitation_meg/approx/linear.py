@@ -32,7 +32,6 @@ import numpy as np
 import torch as th
 from scipy.special import stdtrit
 
-from imitation_meg import _threads
 from imitation_meg.approx.core import Run, collect_data, evaluation_episodes
 from imitation_meg.approx.evaluate import (
     ApproxMEGResult,
@@ -44,6 +43,7 @@ from imitation_meg.approx.evaluate import (
 )
 from imitation_meg.approx.rollouts import Rollouts
 from imitation_meg.approx.soft_q import is_null_problem, returns_scale, standardisation
+from imitation_meg.core.kernels import threads as _threads
 
 __all__ = [
     "BANDWIDTH",

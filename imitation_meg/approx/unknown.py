@@ -43,7 +43,6 @@ import numpy as np
 import torch as th
 from torch import nn
 
-from imitation_meg import _threads
 from imitation_meg.approx.core import (
     Run,
     collect_data,
@@ -70,6 +69,7 @@ from imitation_meg.approx.soft_q import (
     fit_soft_q,
     standardisation,
 )
+from imitation_meg.core.kernels import threads as _threads
 from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
 
 __all__ = ["OBSERVATION_METHODS", "ApproxUnknownResult", "ObservationUtility", "meg_approx_unknown"]

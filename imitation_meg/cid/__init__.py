@@ -11,6 +11,9 @@
 - :mod:`~imitation_meg.cid.examples`: the paper's mouse examples.
 
 See ``docs/cid.md``.
+
+May import: the ground modules (``type_aliases``, ``_validation``, ``results``, ``progress``) and ``core/`` (the beta solver, the limit step, known-utility MEG's
+result).
 """
 
 from imitation_meg.cid import examples

@@ -44,7 +44,7 @@ import torch as th
 
 from imitation_meg.cid._infer import Factor, _elimination_order, contract, d_connected
 from imitation_meg.cid.model import CID
-from imitation_meg.soft_vi import TIE_TOL, limit_step
+from imitation_meg.core.kernels.limits import TIE_TOL, limit_step
 
 __all__ = ["TIE_TOL", "Engine", "InsufficientRecallError", "decision_order"]
 
@@ -143,7 +143,7 @@ def limit_log_rule(W: np.ndarray, entropy: np.ndarray, sign: float) -> np.ndarra
     """Log decision rule of the ``beta = sign * inf`` limit: over the tied best (``sign=+1``)
     or worst (``-1``) decisions of the hard expected utilities ``W (..., |D|)``, the softmax of
     ``entropy``, the causal entropy of the later limit rules after each decision; ``-inf`` off
-    the ties. The step :func:`imitation_meg.soft_vi.limit_step` (ties as the MDP solvers'),
+    the ties. The step :func:`imitation_meg.core.soft_vi.limit_step` (ties as the MDP solvers'),
     on numpy arrays."""
     lp, _, _ = limit_step(th.from_numpy(sign * W), th.from_numpy(entropy), -1, TIE_TOL)
     return lp.numpy()

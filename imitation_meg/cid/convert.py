@@ -17,7 +17,7 @@ import numpy as np
 
 from imitation_meg._validation import ImitationMEGWarning
 from imitation_meg.cid.model import CID, Chance, Decision, Node, Utility
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
 from imitation_meg.type_aliases import PolicyLike, UtilityLike
 
 __all__ = ["from_mdp", "from_pycid", "policy_from_mdp", "policy_from_pycid"]

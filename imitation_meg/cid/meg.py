@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg import _threads
-from imitation_meg.beta_solver import BetaSolution, solve_beta
 from imitation_meg.cid.backward import Engine
 from imitation_meg.cid.model import CBN, CID, Chance, Policy, Utility, log_card
 from imitation_meg.cid.objective import CIDObjective, own_log_likelihood
-from imitation_meg.known import MEGResult, clipped_meg, signed_meg
+from imitation_meg.core.beta.solver import BetaSolution, solve_beta
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.known import MEGResult, clipped_meg, signed_meg
 
 __all__ = ["maxent_policy", "meg_cid", "meg_cid_target", "meg_cid_unknown"]
 

@@ -16,10 +16,10 @@ import math
 import numpy as np
 import torch as th
 
-from imitation_meg.beta_solver import BetaEvaluation, LimitValue
 from imitation_meg.cid._infer import Factor
 from imitation_meg.cid.backward import Engine
 from imitation_meg.cid.model import CID, Policy, log_card
+from imitation_meg.core.beta.solver import BetaEvaluation, LimitValue
 
 __all__ = ["CIDObjective", "own_log_likelihood"]
 
@@ -38,7 +38,7 @@ def own_log_likelihood(
 
 class CIDObjective:
     """``L(beta)``, ``dL/dbeta``, ``d2L/dbeta2`` and the limits for one policy and utility: a
-    :class:`~imitation_meg.beta_solver.BetaObjective` for :func:`~imitation_meg.beta_solver.
+    :class:`~imitation_meg.core.beta.solver.BetaObjective` for :func:`~imitation_meg.core.beta.solver.
     solve_beta`.
 
     Args:

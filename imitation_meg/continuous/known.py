@@ -14,7 +14,7 @@ and known-utility MEG is
 ``L(0) = 0`` (the uniform model), so ``MEG >= 0``. As in the discrete case, ``L`` is concave with
 ``dL/dbeta = E_pi[sum_t r] - E_{pi_beta}[sum_t r]`` and
 ``d2L/dbeta2 = -sum_t E_{pi_beta}[ Var_{a ~ pi_beta,t}(G_t(s, a)) ]`` (``G_t`` the utility-to-go
-of ``pi_beta``), and the 1-D solver :func:`imitation_meg.beta_solver.solve_beta` maximises it
+of ``pi_beta``), and the 1-D solver :func:`imitation_meg.core.beta.solver.solve_beta` maximises it
 through :class:`ContinuousMEGObjective`.
 
 **The limits.** As ``beta -> +inf`` the models concentrate on the argmax of the hard ``Q_t``
@@ -55,7 +55,6 @@ import numpy as np
 import torch as th
 
 from imitation_meg._validation import ImitationMEGWarning
-from imitation_meg.beta_solver import BetaEvaluation, LimitValue, solve_beta
 from imitation_meg.continuous.mdp import BoxUtility, ContinuousMDP
 from imitation_meg.continuous.policies import (
     ContinuousPolicy,
@@ -63,6 +62,7 @@ from imitation_meg.continuous.policies import (
     require_continuous_mdp,
 )
 from imitation_meg.continuous.soft_vi import model_tables, soft_mean, soft_values
+from imitation_meg.core.beta.solver import BetaEvaluation, LimitValue, solve_beta
 from imitation_meg.results import to_jsonable
 
 __all__ = [
@@ -160,7 +160,7 @@ def _at(x: th.Tensor, t: int) -> th.Tensor:
 
 class ContinuousMEGObjective:
     """``L(beta)`` of a behaviour on a :class:`ContinuousMDP`, with exact derivatives (of the
-    problem at one quadrature rule): the :class:`~imitation_meg.beta_solver.BetaObjective` of
+    problem at one quadrature rule): the :class:`~imitation_meg.core.beta.solver.BetaObjective` of
     continuous-action MEG, in normalised utility units (spread 1; ``unit`` and ``shift`` map
     back).
 

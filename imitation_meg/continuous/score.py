@@ -1,7 +1,7 @@
 """Scoring continuous-action agents on continuous-action MDPs (exact MEG) with the interfaces of
 the discrete ones. (Environments given only through reset / step, Box actions included, are
 scored by :mod:`imitation_meg.approx`: ``imitation-meg score`` through
-:func:`~imitation_meg.approx.score.score_approx`.)
+:func:`~imitation_meg.cli.approx.score_approx`.)
 
 - :func:`is_continuous`, :func:`as_mdp`: a :class:`~imitation_meg.continuous.ContinuousMDP` or
   an environment built on one, and its MDP.

@@ -11,12 +11,13 @@ row instead (replacing cliff squares), and an explicit list of cells is also acc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch as th
 
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.targets import grid_target
 
 __all__ = ["DEFAULT_HORIZON", "cliff_world", "goal_region_cells", "grid_target"]
 
@@ -157,44 +158,3 @@ def cliff_world(
         name=f"CliffWorld{width}x{height}(H={horizon}, goal={k})",
         metadata={"grid_shape": (int(height), int(width)), "goal_cells": cells},
     )
-
-
-def grid_target(mdp: TabularMDP, kind: str | Callable[[int, int], Hashable] = "cell") -> np.ndarray:
-    """Integer target values ``(S,)`` for a grid MDP built by :func:`cliff_world`.
-
-    Args:
-        mdp: an MDP whose ``metadata`` has ``grid_shape`` (and ``goal_cells`` for ``"goal"``).
-        kind: ``"row"``, ``"column"``, ``"cell"`` (the state itself), ``"goal"`` (1 inside the
-            goal region, 0 elsewhere), or a callable ``f(row, col)`` whose values are relabelled
-            to integers.
-
-    Returns:
-        ``(S,)`` int64 array of target values.
-
-    Raises:
-        ValueError: if the MDP carries no grid shape or ``kind`` is unknown.
-    """
-    shape = mdp.metadata.get("grid_shape")
-    if shape is None:
-        raise ValueError(
-            f"{mdp.name} has no grid_shape in its metadata; grid targets need an MDP built by "
-            "imitation_meg.envs.cliff_world (or pass an integer target array)."
-        )
-    _height, width = shape
-    rows, cols = np.divmod(np.arange(mdp.n_states), width)
-    if kind == "row":
-        return rows.astype(np.int64)
-    if kind in ("column", "col"):
-        return cols.astype(np.int64)
-    if kind == "cell":
-        return np.arange(mdp.n_states, dtype=np.int64)
-    if kind == "goal":
-        goal = {(int(r), int(c)) for r, c in mdp.metadata.get("goal_cells", [])}
-        return np.array(
-            [int((r, c) in goal) for r, c in zip(rows, cols, strict=True)], dtype=np.int64
-        )
-    if callable(kind):
-        values = [kind(int(r), int(c)) for r, c in zip(rows, cols, strict=True)]
-        _, inverse = np.unique(np.asarray(values, dtype=object).astype(str), return_inverse=True)
-        return inverse.astype(np.int64)
-    raise ValueError(f"kind must be 'row', 'column', 'cell', 'goal' or a callable, got {kind!r}.")

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch as th
 
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
 from imitation_meg.type_aliases import Device, EnvLike
 
 __all__ = ["mdp_from_env"]

@@ -57,7 +57,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg._validation import as_policy, as_tensor
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
 
 __all__ = [
     "MAX_STATES",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch as th
 
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
 from imitation_meg.type_aliases import UtilityLike
 
 __all__ = ["notebook_grid"]

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
 from imitation_meg.type_aliases import EnvLike
 
 __all__ = [
@@ -297,7 +297,7 @@ def _auto_observation(env: Any, space: Any) -> str:
 def _make(env: Any, make_kwargs: dict[str, Any]) -> Any:
     import minigrid  # noqa: F401  (registers the MiniGrid ids)
 
-    from imitation_meg._env_tables import make_env  # the one gymnasium.make wrapper
+    from imitation_meg.core.env_tables import make_env  # the one gymnasium.make wrapper
 
     return make_env(env, make_kwargs)
 

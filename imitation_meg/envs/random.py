@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch as th
 
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
 
 __all__ = ["random_mdp"]
 

@@ -13,6 +13,9 @@ Public API::
 SB3 agents (``DQN``, ``A2C``, ``PPO``) live in :mod:`imitation_meg.extended.sb3_agents`, which
 imports stable_baselines3 lazily; the gymnasium view and the paper's gym combination (Def. 12) in
 :mod:`imitation_meg.extended.gym_view`.
+
+May import: nothing of the package (the environments and agents stand alone; MEG reads
+them through :mod:`imitation_meg.extended.meg_frames`' plain tables).
 """
 
 from imitation_meg.extended import agents, envs

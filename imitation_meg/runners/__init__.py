@@ -19,6 +19,8 @@ Example:
     >>> results = run_config(
     ...     "configs/extended_table1_fast.yaml", backend="process", workers=2, seeds="0-1"
     ... )  # doctest: +SKIP
+
+May import: the ground modules (``type_aliases``, ``_validation``, ``results``, ``progress``) only: the runners know nothing of MEG.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from imitation_meg.config import load_config, load_yaml, parse_yaml_value
 from imitation_meg.runners._worker import DriverSpec
+from imitation_meg.runners.config import load_config, load_yaml, parse_yaml_value
 from imitation_meg.runners.publish import publish
 from imitation_meg.runners.study import (
     RUN_LOG,

@@ -85,7 +85,7 @@ def load_spec(spec: DriverSpec) -> tuple[types.ModuleType, Any]:
     """The driver module and its ``Config`` instance for ``spec`` (cached per process)."""
     digest = spec.digest
     if digest not in _LOADED:
-        from imitation_meg.config import load_config
+        from imitation_meg.runners.config import load_config
 
         module = module_from_source(spec.name, spec.path, spec.source)
         cfg = load_config(dict(spec.data), module.Config, where=spec.path)

@@ -2,6 +2,8 @@
 
 ``import imitation_meg.symmtom`` needs pettingzoo (extra ``multiagent``); stable-baselines3 is imported
 only by :mod:`imitation_meg.symmtom.sb3` when a learned agent is built or trained.
+
+May import: the ground modules (``type_aliases``, ``_validation``, ``results``, ``progress``) and ``core/`` (the tabular MDP of a SymmToM task).
 """
 
 from imitation_meg.symmtom.env import (

@@ -50,7 +50,7 @@ class SymmToMTabular:
 
     def to_mdp(self):
         """The :class:`imitation_meg.TabularMDP` with agent 0's expected reward as utility."""
-        from imitation_meg import TabularMDP
+        from imitation_meg.core.mdp import TabularMDP
 
         return TabularMDP(
             (self.next_state, self.prob),

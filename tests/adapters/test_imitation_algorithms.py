@@ -11,7 +11,7 @@ import torch as th
 
 import imitation_meg as im
 from imitation_meg.adapters import policy_table
-from imitation_meg.algorithm2 import reward_net_sa
+from imitation_meg.core.algorithm2 import reward_net_sa
 
 from .conftest import CLIFF
 

@@ -40,7 +40,7 @@ def _cliff_obs(s: int) -> np.ndarray:
 
 def test_import_is_light():
     code = (
-        "import sys, imitation_meg, imitation_meg.adapters, imitation_meg.trajectories, "
+        "import sys, imitation_meg, imitation_meg.adapters, imitation_meg.core.trajectories, "
         "imitation_meg.adapters.sb3, imitation_meg.adapters.imitation, imitation_meg.cli, "
         "imitation_meg.adapters.zoo, imitation_meg.adapters.contrib, imitation_meg.scoring\n"
         "bad = [m for m in ('stable_baselines3', 'imitation', 'sb3_contrib', 'yaml', 'matplotlib', 'numba')"

@@ -160,8 +160,10 @@ def test_table_policy_states_in_blocks_are_the_nearest_rows(monkeypatch):
 # ------------------------------------------------------------------------------ rollouts
 def test_env_source_checks_spaces_and_horizon():
     pend = EnvSource("Pendulum-v1")  # a bounded box: its uniform density is the reference
-    assert pend.n_actions == 0 and pend.actions.is_box and pend.actions.log_measure == pytest.approx(
-        math.log(4.0)
+    assert (
+        pend.n_actions == 0
+        and pend.actions.is_box
+        and pend.actions.log_measure == pytest.approx(math.log(4.0))
     )
 
     class Unbounded(gym.Env):
@@ -871,7 +873,7 @@ def test_core_does_not_import_approx():
 
 
 def test_score_function_prints_an_estimate(capsys, tmp_path):
-    from imitation_meg.approx.score import is_tabular, score_approx
+    from imitation_meg.cli.approx import is_tabular, score_approx
 
     assert is_tabular("FrozenLake-v1") and not is_tabular("CartPole-v1")
     args = argparse.Namespace(

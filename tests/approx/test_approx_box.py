@@ -253,8 +253,8 @@ def _args(**kw):
 
 
 def test_command_line_scores_a_sac_zip_and_refuses_td3(sac_zip, tmp_path, capsys):
-    from imitation_meg.approx.score import score_approx
     from imitation_meg.cli import main
+    from imitation_meg.cli.approx import score_approx
 
     assert score_approx(_args(policy=[str(sac_zip)], json=str(tmp_path / "o.json"))) == 0
     out = capsys.readouterr().out
@@ -283,7 +283,7 @@ def test_command_line_scores_a_sac_zip_and_refuses_td3(sac_zip, tmp_path, capsys
 def test_noise_std_reaches_the_estimator(tmp_path, capsys):
     """``--noise-std`` smooths a deterministic agent: the score is of the smoothed policy (a
     clipped Gaussian, whose certificate is infinite)."""
-    from imitation_meg.approx.score import score_approx
+    from imitation_meg.cli.approx import score_approx
 
     td3 = sb3.TD3("MlpPolicy", "Pendulum-v1", learning_starts=10, seed=0)
     td3.save(tmp_path / "td3.zip")

@@ -4,7 +4,7 @@ For every policy ``pi`` in every finite MDP (stochastic dynamics, time-dependent
 ``E_pi[sum_t (log pi_beta,t + log|A|)] = beta J(pi) - Lambda(beta)`` with
 ``Lambda(beta) = E_{s0} W_0(s0)``, ``W_t(s) = log mean_a exp(beta r(s, a) + E[W_{t+1}(s')])``
 (docs/approx.md has the proof). The property tests check it against the exact code: the
-discrete passes of :class:`~imitation_meg.known.MEGObjective` at finite rationalities and its
+discrete passes of :class:`~imitation_meg.core.known.MEGObjective` at finite rationalities and its
 exact limits at ``beta = +-inf``, and the Box-action passes of
 :class:`~imitation_meg.continuous.known.ContinuousMEGObjective` (their own quadrature).
 """
@@ -29,7 +29,7 @@ from imitation_meg.approx.curve import (
     conjugate_on_grid,
     exact_curve,
 )
-from imitation_meg.known import MEGObjective
+from imitation_meg.core.known import MEGObjective
 
 
 def _random_mdp(rng: np.random.Generator, S: int, A: int, H: int, integer: bool) -> im.TabularMDP:
@@ -96,7 +96,9 @@ def test_the_identity_holds_in_the_limits(seed, S, A, H):
         obj = MEGObjective(mdp, pi, mdp.reward_sa())
         limit = obj.evaluate_limit(sign).L + H * math.log(A)
         b = sign * 60.0 * 2**H
-        assert limit == pytest.approx(b * obj.expected_utility - _reference_lambda(mdp, b), abs=1e-9)
+        assert limit == pytest.approx(
+            b * obj.expected_utility - _reference_lambda(mdp, b), abs=1e-9
+        )
     spread = rng.dirichlet(np.ones(A), size=(H, S))
     obj = MEGObjective(mdp, spread, mdp.reward_sa())
     j, j_max = obj.expected_utility, MEGObjective(mdp, policies.optimal(mdp)).expected_utility
@@ -206,7 +208,7 @@ def test_scores_from_sampled_returns_cover_the_exact_value():
     curve = exact_curve(mdp)
     pi = policies.epsilon_greedy(mdp, 0.3)
     exact = im.meg(pi, mdp)
-    from imitation_meg.trajectories import sample_trajectories
+    from imitation_meg.core.trajectories import sample_trajectories
 
     covered = 0
     for seed in range(20):

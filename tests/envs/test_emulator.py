@@ -302,8 +302,8 @@ def test_a_tiny_ppo_agent_is_scored_exactly(tmp_path):
 def test_the_atari_study_runs_from_its_fast_config(tmp_path):
     _ale()
     pytest.importorskip("rl_zoo3")
-    from imitation_meg.config import load_config, load_yaml
     from imitation_meg.runners import load_driver
+    from imitation_meg.runners.config import load_config, load_yaml
 
     fast = load_yaml(ROOT / "configs" / "atari_exact_fast.yaml")
     module = load_driver("atari_exact", ROOT / "experiments")

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from imitation_meg.config import load_config, load_yaml
 from imitation_meg.runners import load_driver
+from imitation_meg.runners.config import load_config, load_yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ import pathlib
 
 import pytest
 
-from imitation_meg.config import load_config, load_yaml
 from imitation_meg.runners import load_driver
+from imitation_meg.runners.config import load_config, load_yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

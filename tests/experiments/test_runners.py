@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from imitation_meg.cli import main as cli_main
-from imitation_meg.config import load_config, load_yaml
 from imitation_meg.runners import (
     UnitsFailedError,
     apply_overrides,
@@ -31,6 +30,7 @@ from imitation_meg.runners import (
     run_config,
 )
 from imitation_meg.runners._store import UnitStore, _same_result, config_fingerprint
+from imitation_meg.runners.config import load_config, load_yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"

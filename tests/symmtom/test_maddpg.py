@@ -10,8 +10,8 @@ import pytest
 import torch as th
 from torch import nn
 
-from imitation_meg.config import load_config, load_yaml
 from imitation_meg.runners import load_driver
+from imitation_meg.runners.config import load_config, load_yaml
 from imitation_meg.symmtom import SymmToMEnv
 from imitation_meg.symmtom import maddpg as M
 from imitation_meg.symmtom import networks as N

@@ -67,8 +67,8 @@ def test_uniform_policy_has_zero_meg(tab):
 def test_meg_experiment_fast(tmp_path):
     import pathlib
 
-    from imitation_meg.config import load_config, load_yaml
     from imitation_meg.runners import load_driver
+    from imitation_meg.runners.config import load_config, load_yaml
 
     root = pathlib.Path(__file__).resolve().parents[2]
     module = load_driver("symmtom_meg", root / "experiments")

@@ -31,7 +31,7 @@ how many impossible steps there were (``n_impossible``).
 
 Unknown-utility and target MEG from trajectories. The empirical occupancy of trajectories in a
 stochastic MDP satisfies the MDP's flow equations only approximately, and the class's
-log-likelihood is then not guaranteed concave (see :mod:`imitation_meg.faces`); the solver
+log-likelihood is then not guaranteed concave (see :mod:`imitation_meg.core.faces`); the solver
 returns a stationary point (``result.extra["concave"]`` is False).
 """
 
@@ -46,12 +46,12 @@ from typing import Any, TypeAlias
 import numpy as np
 import torch as th
 
-from imitation_meg import _threads
 from imitation_meg._validation import ImitationMEGWarning, as_policy, as_tensor
-from imitation_meg.known import meg
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.known import meg
+from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.trajectory_data import check_transitions, trajectory_state_actions
 from imitation_meg.results import to_jsonable
-from imitation_meg.trajectory_data import check_transitions, trajectory_state_actions
 from imitation_meg.type_aliases import ArrayLike, TargetLike, UtilityLike
 
 #: Trajectories: imitation ``Trajectory`` objects, SB3-style step records, or a pair
@@ -358,23 +358,23 @@ def _scorer(
             "signed=True applies to known-utility MEG only (it needs the utility's sign)."
         )
     try:
-        from imitation_meg import unknown  # issue 3 (unknown-utility MEG)
+        from imitation_meg.core import unknown
     except ImportError as e:
         raise ValueError(
-            "unknown-utility and target MEG need imitation_meg.unknown (meg_unknown / meg_target), "
+            "unknown-utility and target MEG need imitation_meg.core.unknown (meg_unknown / meg_target), "
             f"which this installation does not provide ({e}); use utility= for known-utility MEG."
         ) from e
     if features is not None:
         fn = getattr(unknown, "meg_unknown", None)
         if fn is None:
-            raise ValueError("imitation_meg.unknown has no meg_unknown; update imitation_meg.")
+            raise ValueError("imitation_meg.core.unknown has no meg_unknown; update imitation_meg.")
         feats = None if isinstance(features, str) and features in ("all", "state") else features
         if isinstance(features, str) and feats is not None:
             raise ValueError(f"features must be an (S, F) array or 'all', got {features!r}.")
         return "unknown", lambda w: fn(None, mdp, features=feats, sa_occupancy=w)
     fn = getattr(unknown, "meg_target", None)
     if fn is None:
-        raise ValueError("imitation_meg.unknown has no meg_target; update imitation_meg.")
+        raise ValueError("imitation_meg.core.unknown has no meg_target; update imitation_meg.")
     return "target", lambda w: fn(None, mdp, target, sa_occupancy=w)
 
 
@@ -413,9 +413,9 @@ def meg_from_trajectories(
         mdp: the MDP the trajectories were sampled in (dynamics, horizon ``H``, ``p0``).
         utility: known utility ``(S,)``, ``(S, A)`` or ``(S, A, S)``; default ``mdp.utility``.
         features: unknown-utility MEG over linear utilities of these ``(S, F)`` features, or
-            ``"all"`` for every utility function of the state (needs ``imitation_meg.unknown``).
+            ``"all"`` for every utility function of the state (needs ``imitation_meg.core.unknown``).
         target: target-variable MEG for this target (``(S,)`` labels of any hashable kind, a
-            callable on states, a grid-helper name; see :func:`imitation_meg.unknown.target_features`).
+            callable on states, a grid-helper name; see :func:`imitation_meg.core.unknown.target_features`).
         signed: the signed known-utility variant (paper footnote 4).
         n_boot: bootstrap replicates (0 disables the interval: ``low = high = nan``).
         confidence: nominal coverage of the percentile interval, in ``(0, 1)``.

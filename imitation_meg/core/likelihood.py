@@ -3,8 +3,8 @@
 For a per-step reward ``r (S, A)`` (rationality absorbed), ``L(r) = E_w[sum_t log pi_r,t(a | s)]``
 with ``pi_r`` the soft-optimal policy of ``r`` at ``beta = 1`` and ``w (H, S, A)`` the scored
 behaviour's state-action occupancy. Unknown-utility MEG over a class is ``sup_r L(r) + H log|A|``:
-:mod:`imitation_meg.unknown` maximises it exactly over linear classes and
-:mod:`imitation_meg.algorithm2` by gradient ascent over differentiable ones. Both build their
+:mod:`imitation_meg.core.unknown` maximises it exactly over linear classes and
+:mod:`imitation_meg.core.algorithm2` by gradient ascent over differentiable ones. Both build their
 results here, with the Gibbs certificate that bounds them all.
 
 For linear classes, :class:`ClassObjective` evaluates ``L``, its gradient and Hessian-vector
@@ -29,12 +29,13 @@ from typing import Any, Protocol
 import numpy as np
 import torch as th
 
-from imitation_meg import _fused_class, discounted
 from imitation_meg._validation import as_policy, as_sa_occupancy
-from imitation_meg.known import MEGResult, clipped_meg, meg_upper_bound, sa_occupancy_of
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core import discounted
+from imitation_meg.core.kernels import fused_class as _fused_class
+from imitation_meg.core.known import MEGResult, clipped_meg, meg_upper_bound, sa_occupancy_of
+from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.soft_vi import occupancy_measures, soft_value_iteration
 from imitation_meg.progress import progress as _progress
-from imitation_meg.soft_vi import occupancy_measures, soft_value_iteration
 from imitation_meg.type_aliases import ArrayLike, PolicyLike
 
 __all__ = [
@@ -343,7 +344,7 @@ class ClassObjective:
 
     ``allowed (H, S, A)`` restricts the model to a face: the model's policy is the softmax over
     the allowed actions only (the limit of ``theta + t d`` for a direction ``d`` whose optimal
-    actions are the allowed ones, see :mod:`imitation_meg.faces`).
+    actions are the allowed ones, see :mod:`imitation_meg.core.faces`).
 
     One value costs a backward pass, a gradient one more forward pass, a Hessian-vector product
     a backward and a forward pass. Arrays are kept action-major ``(H, A, S)``.
@@ -536,7 +537,7 @@ class ClassObjective:
 # --------------------------------------------------------------------------- the solver
 class LinearClassObjective(Protocol):
     """What :func:`maximise` needs of a class's objective: :class:`ClassObjective` (finite
-    horizon) or :class:`imitation_meg.discounted.DiscountedClassObjective`."""
+    horizon) or :class:`imitation_meg.core.discounted.DiscountedClassObjective`."""
 
     features: ClassFeatures
     w: th.Tensor  # its dtype and device are the parameters'

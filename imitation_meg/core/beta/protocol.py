@@ -1,4 +1,4 @@
-"""The records and the protocol of the 1-D solve in beta (see :mod:`imitation_meg.beta_solver`)."""
+"""The records and the protocol of the 1-D solve in beta (see :mod:`imitation_meg.core.beta.solver`)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class LimitValue(NamedTuple):
 class BetaObjective(Protocol):
     """A concave ``L(beta)`` with exact derivatives, as :func:`solve_beta` needs it.
 
-    See the module docstring for the meaning of each member; :class:`imitation_meg.known.
+    See the module docstring for the meaning of each member; :class:`imitation_meg.core.known.
     MEGObjective` is the known-utility implementation, and ``tests/test_beta_solver.py`` holds a
     one-decision objective in closed form.
     """

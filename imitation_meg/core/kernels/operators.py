@@ -43,7 +43,7 @@ import dataclasses
 import threading
 import warnings
 from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch as th
@@ -62,6 +62,7 @@ __all__ = [
     "TORCH_KERNELS",
     "Kernels",
     "Operands",
+    "PassMDP",
     "Products",
     "TransitionOperator",
     "promoted_dtype",
@@ -85,6 +86,30 @@ W = TypeVar("W")
 Array = Any  # a torch tensor, or a numpy view of one in the numpy paths
 #: Per-step operands, indexed by step: a list of views, or an array / tensor whose rows are.
 Operands = list[Any] | np.ndarray | th.Tensor
+
+
+class PassMDP(Protocol):
+    """A finite-horizon MDP as the compiled and fused passes read it (a
+    :class:`~imitation_meg.core.mdp.TabularMDP` is one): its sizes, its number of decisions, its
+    discount, ``p0 (S,)`` and its :class:`TransitionOperator`."""
+
+    @property
+    def n_states(self) -> int: ...
+
+    @property
+    def n_actions(self) -> int: ...
+
+    @property
+    def steps(self) -> int: ...
+
+    @property
+    def discount(self) -> float: ...
+
+    @property
+    def initial_state_dist(self) -> th.Tensor: ...
+
+    @property
+    def operator(self) -> TransitionOperator: ...
 
 
 @dataclasses.dataclass(frozen=True)

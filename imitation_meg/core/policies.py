@@ -13,10 +13,10 @@ import math
 import numpy as np
 import torch as th
 
-from imitation_meg import discounted
 from imitation_meg._validation import POLICY_ROW_TOL, as_policy, check_horizon_memory
-from imitation_meg.mdp import TabularMDP
-from imitation_meg.soft_vi import (
+from imitation_meg.core import discounted
+from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.soft_vi import (
     hard_value_iteration,
     limit_value_iteration,
     soft_value_iteration,
@@ -98,7 +98,7 @@ def optimal(
             argmax-based planner would follow; ``"max_entropy"`` weights tied actions by the
             causal entropy still available after them: the optimal policy of highest causal
             entropy, which is the ``beta = +inf`` limit of the soft-optimal policies and MEG's
-            model there (:func:`imitation_meg.soft_vi.limit_value_iteration`).
+            model there (:func:`imitation_meg.core.soft_vi.limit_value_iteration`).
 
     Raises:
         ValueError: an unknown ``tie_break``.

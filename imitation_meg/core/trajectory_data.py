@@ -18,7 +18,7 @@ import numpy as np
 import torch as th
 
 from imitation_meg._validation import as_tensor, check_horizon_memory
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
 
 __all__ = ["ImpossibleSteps", "check_transitions", "trajectory_state_actions"]
 

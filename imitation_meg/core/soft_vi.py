@@ -21,7 +21,7 @@ Each recursion exists twice: as a readable reference loop written like imitation
 :func:`occupancy_reference`; also the autograd paths, so everything is differentiable with
 respect to the utility), and as a fast pass on the transition operator's buffers
 (:func:`soft_value_iteration` and :func:`occupancy_measures` without autograd; how the products
-run is :mod:`imitation_meg._operators`' business), tested against the reference on every operator
+run is :mod:`imitation_meg.core.kernels.operators`' business), tested against the reference on every operator
 path.
 
 The module also carries drop-in twins of imitation's ``mce_partition_fh`` and
@@ -40,10 +40,11 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg import _threads
 from imitation_meg._validation import as_betas, as_policy, check_horizon_memory
-from imitation_meg.mdp import TabularMDP
-from imitation_meg.progress import progress
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.kernels.limits import TIE_TOL, limit_step, tie_set
+from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.progress import long_pass, progress
 from imitation_meg.type_aliases import ArrayLike, PolicyLike, UtilityLike
 
 __all__ = [
@@ -61,18 +62,6 @@ __all__ = [
     "soft_state_visitation",
     "soft_value_iteration",
 ]
-
-#: Relative tolerance under which hard Q-values count as tied (beta = +-inf).
-TIE_TOL = 1e-9
-# Passes of at least this many steps or (step, state, action, column) entries show progress.
-_LONG_PASS_WORK = 1 << 28
-_LONG_PASS_STEPS = 1 << 15
-
-
-def long_pass(H: int, work: int) -> bool:
-    """Whether a pass of ``H`` steps over ``work`` entries is long enough for a progress bar
-    (many steps, each costing ~20 us of calls on small MDPs, or much data)."""
-    return H >= _LONG_PASS_STEPS or work >= _LONG_PASS_WORK
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,53 +98,11 @@ class SoftVIResult:
         return self._pi if self._pi is not None else self.log_pi.exp()
 
 
-def tie_set(Q: th.Tensor, dim: int = -1, tie_tol: float = TIE_TOL) -> tuple[th.Tensor, th.Tensor]:
-    """The tied best actions of hard Q-values: ``(ties, best)``.
-
-    ``ties`` is the boolean mask ``Q >= best - tie_tol * (1 + max |Q|)`` (maxima over the action
-    axis ``dim``, kept as a size-1 axis in ``best``); the one definition of a tie used by the
-    hard policies, the limit pass and the limit bound of known-utility MEG (package-internal,
-    like :func:`long_pass`).
-    """
-    best = Q.amax(dim, keepdim=True)
-    tol = tie_tol * (1.0 + Q.abs().amax(dim, keepdim=True))
-    return th.ge(Q, best - tol), best
-
-
 def _tie_log_policy(Q: th.Tensor, sign: float, tie_tol: float) -> th.Tensor:
     """Uniform log-policy over the argmax (sign=+1) or argmin (sign=-1) of ``Q (..., A)``."""
     ties, _ = tie_set(sign * Q, -1, tie_tol)
     n = ties.sum(-1, keepdim=True).to(Q.dtype)
     return th.where(ties, -th.log(n), th.full_like(Q, -math.inf))
-
-
-def limit_step(
-    Q: th.Tensor, q1: th.Tensor, dim: int = -1, tie_tol: float = TIE_TOL
-) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-    """One decision of the ``beta -> +inf`` limit of the soft-optimal policies.
-
-    As ``beta`` grows, ``Q_beta = beta Q* + q1 + o(1)``: the hard values ``Q*`` decide which
-    actions survive (the tie set of :func:`tie_set`) and the finite part ``q1``, the causal
-    entropy still available after each action, weights the survivors. The limit policy is the
-    softmax of ``q1`` over the ties, and ``V_beta = beta V* + v1 + o(1)`` with
-    ``v1 = logsumexp`` of ``q1`` over the ties. This is the one definition of the limit used by
-    the MDP solvers (finite horizon and discounted), the class limits and the CID backward
-    induction; ``beta -> -inf`` is the same step on ``-Q*``.
-
-    Args:
-        Q: hard values ``Q*`` to maximise, actions along ``dim``.
-        q1: the finite part ``q1`` (same shape): ``gamma E[v1']`` of the next decision.
-        dim: the action axis.
-        tie_tol: relative tie tolerance (see :func:`tie_set`).
-
-    Returns:
-        ``(log_pi, best, v1)``: the limit log-policy (``-inf`` off the ties), ``max Q*`` and
-        ``v1``, the last two with a size-1 action axis.
-    """
-    ties, best = tie_set(Q, dim, tie_tol)
-    masked = th.where(ties, q1, th.full_like(q1, -math.inf))
-    v1 = th.logsumexp(masked, dim, keepdim=True)
-    return masked - v1, best, v1
 
 
 @_threads.entry_point
@@ -168,7 +115,7 @@ def limit_value_iteration(
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """The policies at ``beta = +inf`` (``sign=+1``) or ``-inf`` (``-1``): the limits of the
     soft-optimal policies, as a plain loop (the reference of the limit pass of
-    :mod:`imitation_meg._known_passes`).
+    :mod:`imitation_meg.core.kernels.known_passes`).
 
     With ``V*_H = v1_H = 0``, for ``t = H - 1 .. 0``::
 
@@ -479,7 +426,7 @@ def occupancy_measures(mdp: TabularMDP, policy: PolicyLike, *, validate: bool = 
     Args:
         mdp: the MDP.
         policy: stationary ``(S, A)``, time-dependent ``(H, S, A)``, or batched
-            ``(K, H, S, A)`` probabilities (validated with :func:`imitation_meg.policies.as_policy`
+            ``(K, H, S, A)`` probabilities (validated with :func:`imitation_meg.core.policies.as_policy`
             unless batched).
         validate: set False only for a policy that already passed ``as_policy`` (in the MDP's
             dtype and device).

@@ -30,7 +30,7 @@ actions the behaviour never takes -- finds a direction ``d`` in the relative int
 whose face ``Z`` excludes every action that any rationalising direction excludes.
 
 **The supremum.** For a policy's occupancy (``nu_t = w_t - gamma push(w_{t-1}) >= 0``, see
-:class:`imitation_meg.likelihood.ClassObjective`), ``L = <w, r> - sum_t nu_t . V_t`` and smaller
+:class:`imitation_meg.core.likelihood.ClassObjective`), ``L = <w, r> - sum_t nu_t . V_t`` and smaller
 faces give smaller soft values, so ``Z`` (the smallest face) gives the largest limit for every
 ``theta0``; and ``L_Z`` attains its supremum at a finite ``theta0`` (a further direction of ascent
 inside ``Z`` would give a rationalising direction with a smaller face). Hence
@@ -44,7 +44,7 @@ whose solution's support is ``Z``.
 The linear programme has a variable per reachable ``(t, s)`` and a row per reachable
 ``(t, s, a)``; it is solved by HiGHS (scipy) and needed only when the behaviour leaves some
 action untried in a state it visits. Its direction is checked against the hard values of
-``phi @ d`` (:func:`imitation_meg.soft_vi.hard_value_iteration`).
+``phi @ d`` (:func:`imitation_meg.core.soft_vi.hard_value_iteration`).
 
 Empirical occupancies (trajectories in a stochastic MDP) satisfy the flow equations only
 approximately; the programme's cone then contains the rationalising directions but may be
@@ -62,10 +62,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch as th
 
-from imitation_meg.discounted import Dynamics, hard_values
-from imitation_meg.likelihood import ClassFeatures
-from imitation_meg.mdp import TabularMDP
-from imitation_meg.soft_vi import hard_value_iteration
+from imitation_meg.core.discounted import Dynamics, hard_values
+from imitation_meg.core.likelihood import ClassFeatures
+from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.soft_vi import hard_value_iteration
 
 __all__ = ["Face", "find_face", "needs_face", "reachable"]
 

@@ -1,6 +1,6 @@
 """The fast passes of known-utility MEG: ``L``, ``dL/dbeta``, ``d2L/dbeta2`` in one fused pass.
 
-The math is :func:`imitation_meg.known.objective_reference` (a plain loop, the reference these
+The math is :func:`imitation_meg.core.known.objective_reference` (a plain loop, the reference these
 passes are tested against): with ``Q_t = beta r + gamma E[V_{t+1}]`` and ``log pi_t = Q_t - V_t``,
 the derivatives of the soft values obey
 
@@ -10,7 +10,7 @@ the derivatives of the soft values obey
 and ``L = sum_t E_w[log pi_t]``, ``dL = sum_t E_w[G_t - g_t]``, ``d2L = sum_t E_w[d2Q_t - h_t]``
 over the behaviour's state-action occupancy ``w``. Here the carry ``[V | g | h] (S, 3K)`` of
 ``K`` betas goes through one product per step (the transition operator's action-major
-:meth:`~imitation_meg._operators.Products.backup`, which also adds the constant
+:meth:`~imitation_meg.core.kernels.operators.Products.backup`, which also adds the constant
 ``[beta r | r | 0]``), every temporary is a preallocated buffer of a :class:`PassBuffers` record
 (kept on the operator for the next pass of the same shape on small MDPs), and on small MDPs every
 step's rows are kept so that the accumulations against the occupancy are batched products after
@@ -25,11 +25,10 @@ import math
 
 import torch as th
 
-from imitation_meg import _fused
-from imitation_meg._operators import Array, Operands, Products
-from imitation_meg.mdp import TabularMDP
-from imitation_meg.progress import progress
-from imitation_meg.soft_vi import limit_step, long_pass
+from imitation_meg.core.kernels import fused as _fused
+from imitation_meg.core.kernels.limits import limit_step
+from imitation_meg.core.kernels.operators import Array, Operands, PassMDP, Products
+from imitation_meg.progress import long_pass, progress
 
 __all__ = ["Behaviour", "PassBuffers", "derivative_pass", "limit_pass", "zero_pass"]
 
@@ -102,7 +101,7 @@ class Behaviour:
     def entropy_bound(self) -> float:
         """``sum_t E_w[log pi_t(a | s)]``, minus the behaviour's causal entropy: by Gibbs'
         inequality no model's ``L`` exceeds it (see
-        :meth:`imitation_meg.known.MEGObjective.limit_upper_bound`)."""
+        :meth:`imitation_meg.core.known.MEGObjective.limit_upper_bound`)."""
         if self._entropy_bound is None:
             # From the policy (no (H, S, A) occupancy is formed) or from the occupancy.
             if self.pi is not None:
@@ -175,7 +174,7 @@ def _dot64(p: th.Tensor, x: th.Tensor) -> th.Tensor:
 
 
 def _pass_buffers(
-    mdp: TabularMDP, r: th.Tensor, W: th.Tensor | None, K: int, second: bool
+    mdp: PassMDP, r: th.Tensor, W: th.Tensor | None, K: int, second: bool
 ) -> PassBuffers:
     """The buffers of a pass over ``K`` betas; kept on the MDP's operator for the next pass with
     the same ``K`` when small (creating them costs about as much as a few steps)."""
@@ -236,7 +235,7 @@ def _pass_buffers(
 
 
 def derivative_pass(
-    mdp: TabularMDP, r: th.Tensor, beh: Behaviour, betas: th.Tensor, *, second: bool = True
+    mdp: PassMDP, r: th.Tensor, beh: Behaviour, betas: th.Tensor, *, second: bool = True
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
     """One fused backward pass for finite ``betas (K,)``: ``(L, dL, d2L, model_eu, dmodel_eu)``,
     each ``(K,)`` (``d2L`` and ``dmodel_eu`` NaN and no ``d2Q`` / ``h`` columns when ``second``
@@ -254,7 +253,7 @@ def derivative_pass(
 
 
 def _torch_derivative_pass(
-    mdp: TabularMDP, r: th.Tensor, beh: Behaviour, betas: th.Tensor, second: bool
+    mdp: PassMDP, r: th.Tensor, beh: Behaviour, betas: th.Tensor, second: bool
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
     """:func:`derivative_pass` in torch's kernels."""
     K = betas.numel()
@@ -318,7 +317,7 @@ def _torch_derivative_pass(
 
 
 def zero_pass(
-    mdp: TabularMDP, r: th.Tensor, beh: Behaviour
+    mdp: PassMDP, r: th.Tensor, beh: Behaviour
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
     """The pass at ``beta = 0`` (the uniform policy): ``log pi = -log A`` needs no softmax.
 
@@ -333,7 +332,7 @@ def zero_pass(
 
 
 def _torch_zero_pass(
-    mdp: TabularMDP, r: th.Tensor, beh: Behaviour
+    mdp: PassMDP, r: th.Tensor, beh: Behaviour
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
     """:func:`zero_pass` in torch's kernels."""
     H, S, A = mdp.steps, mdp.n_states, mdp.n_actions
@@ -388,15 +387,15 @@ def _torch_zero_pass(
 
 
 def limit_pass(
-    mdp: TabularMDP, r: th.Tensor, beh: Behaviour, signs: tuple[float, ...] = (1.0, -1.0)
+    mdp: PassMDP, r: th.Tensor, beh: Behaviour, signs: tuple[float, ...] = (1.0, -1.0)
 ) -> dict[float, tuple[float, float, float]]:
     """The limits at ``beta = sign * inf`` in one hard backward pass (both signs as columns).
 
     For ``u = sign * r``, ``Q_beta,t = beta Q*_t + q1_t + o(1)`` with hard values ``Q*``, the
-    tie sets ``T_t(s)`` of :func:`~imitation_meg.soft_vi.tie_set` and the finite part
+    tie sets ``T_t(s)`` of :func:`~imitation_meg.core.kernels.limits.tie_set` and the finite part
     ``q1_t = gamma E[v1_{t+1}]``, ``v1_t = logsumexp_{a in T_t} q1_t`` (``v1_H = 0``): the step
-    :func:`~imitation_meg.soft_vi.limit_step`, whose reference loop is
-    :func:`~imitation_meg.soft_vi.limit_value_iteration`. So the soft policies tend to
+    :func:`~imitation_meg.core.kernels.limits.limit_step`, whose reference loop is
+    :func:`~imitation_meg.core.soft_vi.limit_value_iteration`. So the soft policies tend to
     ``softmax(q1_t)`` over the ties (ties weighted by the causal entropy after them), and
 
     - ``L``, the limit of ``L(beta)``: ``sum_t E_w[log softmax_T(q1_t)]`` (``-inf`` when ``w``
@@ -445,7 +444,7 @@ def limit_pass(
     }
 
 
-def _long(mdp: TabularMDP, columns: int) -> bool:
+def _long(mdp: PassMDP, columns: int) -> bool:
     """Whether a pass over ``columns`` value columns is long enough for a progress bar."""
     H = mdp.steps
     return long_pass(H, H * mdp.n_states * mdp.n_actions * columns)

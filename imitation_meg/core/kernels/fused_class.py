@@ -1,5 +1,5 @@
 """Compiled passes of a linear class's log-likelihood on CPU (numba, optional): the gradient and
-the Hessian-vector product of :class:`imitation_meg.likelihood.ClassObjective`.
+the Hessian-vector product of :class:`imitation_meg.core.likelihood.ClassObjective`.
 
 Unknown-utility MEG spends nearly all of its time in Hessian-vector products (the conjugate
 gradients of every Newton step). In torch each step of their two passes is a sparse product
@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg import _threads
-from imitation_meg._fused import call_specialised
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.kernels.fused import call_specialised
+from imitation_meg.core.kernels.operators import PassMDP
 
 __all__ = ["MIN_WORK", "STORE_MAX_BYTES", "ClassPasses", "usable"]
 
@@ -49,7 +49,7 @@ STORE_MAX_BYTES = 1 << 30
 N_CHUNKS = 256
 
 
-def usable(mdp: TabularMDP, w: th.Tensor) -> bool:
+def usable(mdp: PassMDP, w: th.Tensor) -> bool:
     """Whether the compiled passes run for this objective: numba installed, CPU, float32 /
     float64, and at least :data:`MIN_WORK` transitions times steps."""
     op = mdp.operator
@@ -360,7 +360,7 @@ class ClassPasses:
         horizon: ``H``, the objective's number of steps.
     """
 
-    def __init__(self, mdp: TabularMDP, dtype: th.dtype, *, per_state: bool, horizon: int) -> None:
+    def __init__(self, mdp: PassMDP, dtype: th.dtype, *, per_state: bool, horizon: int) -> None:
         S, A = self.S, self.A = mdp.n_states, mdp.n_actions
         self.gamma = float(mdp.discount)
         self.per_state = per_state

@@ -1,7 +1,7 @@
 """Compiled fused passes of known-utility MEG on CPU (numba, optional): large sparse MDPs, and
 small MDPs of any kind.
 
-On a large sparse MDP a torch MEG pass (:func:`imitation_meg._known_passes.derivative_pass`)
+On a large sparse MDP a torch MEG pass (:func:`imitation_meg.core.kernels.known_passes.derivative_pass`)
 runs, per step, one sparse product (torch's CSR kernel copies and zero-fills its output) and
 about a dozen elementwise kernels over ``(A, S, 3K)`` arrays: memory traffic, several times
 over. Here one compiled loop per step does all of it, block of states by block of states: it
@@ -10,7 +10,7 @@ actions, takes the softmax, writes the state's new carry and adds its terms of `
 ``d2L``. What remains is the latency of the random gathers (one per stored transition: ~90 ms a
 step for the 1e6-state benchmark MDP on 2 cores, against ~18 ms for everything else; 2 threads
 take half the time of 1). The math is the torch pass's (and
-:func:`imitation_meg.known.objective_reference`'s); the tests hold them together.
+:func:`imitation_meg.core.known.objective_reference`'s); the tests hold them together.
 
 On a small MDP the torch pass costs the overhead of its calls (about a dozen per step, a few
 microseconds each), not its arithmetic: there one compiled call (:func:`_horizon`) runs the
@@ -42,10 +42,9 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg import _threads
-from imitation_meg.mdp import TabularMDP
-from imitation_meg.progress import progress
-from imitation_meg.soft_vi import long_pass
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.kernels.operators import PassMDP
+from imitation_meg.progress import long_pass, progress
 
 # numba (the ``fast`` extra) is imported on first use (importing it costs ~0.25 s).
 _HAS_NUMBA = importlib.util.find_spec("numba") is not None
@@ -92,7 +91,7 @@ def available() -> bool:
     return _HAS_NUMBA
 
 
-def usable(mdp: TabularMDP, r: th.Tensor) -> bool:
+def usable(mdp: PassMDP, r: th.Tensor) -> bool:
     """Whether a compiled pass runs for this MDP: numba installed, CPU, and either sparse and
     large enough (:data:`FUSED_MIN_SA`) or small (:func:`small`, with :data:`COMPILED_SMALL`)."""
     if not (_HAS_NUMBA and r.device.type == "cpu" and r.dtype in (th.float32, th.float64)):
@@ -102,7 +101,7 @@ def usable(mdp: TabularMDP, r: th.Tensor) -> bool:
     return mdp.n_states * mdp.n_actions > FUSED_MIN_SA and not mdp.operator.has_dense(r.dtype)
 
 
-def small(mdp: TabularMDP) -> bool:
+def small(mdp: PassMDP) -> bool:
     """Whether a pass over ``mdp`` is small enough for the one-thread whole-pass loop: at most
     :data:`SMALL_MAX_WORK` stored transitions times steps (there the torch passes cost their
     calls' overhead, about a dozen calls per step, not their arithmetic)."""
@@ -360,9 +359,9 @@ def _np(t: th.Tensor) -> np.ndarray:
 
 
 def derivative_pass(
-    mdp: TabularMDP, r: th.Tensor, beh: Any, betas: th.Tensor, *, second: bool = True
+    mdp: PassMDP, r: th.Tensor, beh: Any, betas: th.Tensor, *, second: bool = True
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
-    """The fused form of :func:`imitation_meg._known_passes.derivative_pass` (same outputs).
+    """The fused form of :func:`imitation_meg.core.kernels.known_passes.derivative_pass` (same outputs).
 
     One pass per beta (on these MDPs a pass over ``K`` betas costs about ``K`` passes in any
     form: the gathers of the successors' carries dominate, or on small MDPs the softmaxes); on a
@@ -371,7 +370,7 @@ def derivative_pass(
     Args:
         mdp: an MDP on CPU, sparse and large or small (see :func:`usable`).
         r: ``(S, A)`` utility of state-action pairs, in the MDP's dtype.
-        beh: the :class:`~imitation_meg._known_passes.Behaviour` scored.
+        beh: the :class:`~imitation_meg.core.kernels.known_passes.Behaviour` scored.
         betas: ``(K,)`` finite betas (``0`` gives the uniform policy's pass).
         second: report the second derivatives (computed either way: the ``h`` carry shares
             the cache lines of the other two); else ``d2L`` and ``dmodel_eu`` are NaN.
@@ -391,7 +390,7 @@ def derivative_pass(
     return out[0], out[1], out[2], out[3], out[4]
 
 
-def _small_pass(mdp: TabularMDP, r: th.Tensor, beh: Any, betas: th.Tensor) -> th.Tensor:
+def _small_pass(mdp: PassMDP, r: th.Tensor, beh: Any, betas: th.Tensor) -> th.Tensor:
     """``(5, K)``: :func:`_horizon`'s whole passes for ``betas``."""
     kernel = _kernel(small=True)
     nxt, prob = mdp.operator.branching_arrays(r.dtype)
@@ -410,7 +409,7 @@ def _small_pass(mdp: TabularMDP, r: th.Tensor, beh: Any, betas: th.Tensor) -> th
 
 
 def _one_beta(
-    mdp: TabularMDP, r: th.Tensor, beh: Any, beta: float
+    mdp: PassMDP, r: th.Tensor, beh: Any, beta: float
 ) -> tuple[float, float, float, float, float]:
     """``(L, dL, d2L, model_eu, dmodel_eu)`` at one finite ``beta``: ``H`` compiled steps."""
     H, S, A = mdp.steps, mdp.n_states, mdp.n_actions

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg._env_tables import read_env_tables
-from imitation_meg._operators import TransitionOperator, promoted_dtype
 from imitation_meg._validation import as_tensor, check_finite
+from imitation_meg.core.env_tables import read_env_tables
+from imitation_meg.core.kernels.operators import TransitionOperator, promoted_dtype
 from imitation_meg.type_aliases import ArrayLike, TransitionLike, UtilityLike
 
 __all__ = ["DISCOUNT_MAX", "TabularMDP"]
@@ -83,7 +83,7 @@ class TabularMDP:
         horizon: number of decisions ``H >= 1``; ``None`` for the discounted infinite-horizon
             setting (stationary policies, the log-likelihood weighted by the discounted
             occupancy; needs ``discount <= DISCOUNT_MAX = 1 - 1e-8``, see
-            :mod:`imitation_meg.discounted`).
+            :mod:`imitation_meg.core.discounted`).
         initial_state_dist: ``p0 (S,)`` summing to 1. ``None`` means state 0 with probability 1.
         discount: ``gamma`` in ``[0, 1]`` used by the soft Bellman backup (with a finite
             horizon it discounts the utility only; every step's log-likelihood counts fully).
@@ -416,7 +416,7 @@ class TabularMDP:
             ValueError: for a discounted infinite-horizon MDP (``horizon=None``), which has no
                 last step; the finite-horizon computations that read ``steps`` do not apply to
                 it (``meg``, ``meg_unknown``, ``meg_target``, the policies and
-                :mod:`imitation_meg.discounted` do).
+                :mod:`imitation_meg.core.discounted` do).
         """
         if self.horizon is None:
             raise ValueError(

@@ -19,9 +19,9 @@ policies of ``E[sum_t gamma^t (beta r + H(pi(. | s_t)))]``, a maximum of functio
 ``beta``: convex. So ``L`` is concave, with ``dL/dbeta = E_pi[sum gamma^t r] - E_{pi_beta}[sum
 gamma^t r]`` and ``d2L/dbeta2 = -E_p0[h]``, where ``h`` solves the policy evaluation of
 ``Var_{pi_beta}(G)`` (``G = dQ/dbeta``). The project's 1-D solver
-(:func:`imitation_meg.beta_solver.solve_beta`) maximises it exactly; the limits at
+(:func:`imitation_meg.core.beta.solver.solve_beta`) maximises it exactly; the limits at
 ``beta = +-inf`` are the limits of the soft policies (ties weighted by the causal entropy
-after them, :func:`imitation_meg.soft_vi.limit_step`). The same argument with ``beta r``
+after them, :func:`imitation_meg.core.soft_vi.limit_step`). The same argument with ``beta r``
 replaced by ``phi @ theta`` makes the linear classes' ``L(theta)`` concave (a maximum of affine
 functions of ``theta`` again), which :class:`DiscountedClassObjective` serves to the same
 Newton solver as the finite-horizon classes.
@@ -41,7 +41,7 @@ relative residual of ``1e-13``.
 differences of the size of one step's reward, which float64 resolves to about
 ``eps / (1 - gamma)`` of the values. Hard values count as tied within ``TIE_TOL`` of the
 state's advantages plus that rounding floor (:func:`ties`), and an MDP is refused above
-``DISCOUNT_MAX = 1 - 1e-8`` (:class:`~imitation_meg.mdp.TabularMDP`), where the solves agree
+``DISCOUNT_MAX = 1 - 1e-8`` (:class:`~imitation_meg.core.mdp.TabularMDP`), where the solves agree
 with an extended-precision solve to about 1e-7 relative.
 """
 
@@ -55,10 +55,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch as th
 
-from imitation_meg import _threads
-from imitation_meg.beta_solver import BetaEvaluation, LimitValue
-from imitation_meg.mdp import DISCOUNT_MAX, TabularMDP
-from imitation_meg.soft_vi import TIE_TOL, limit_step
+from imitation_meg.core.beta.solver import BetaEvaluation, LimitValue
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.kernels.limits import TIE_TOL, limit_step
+from imitation_meg.core.mdp import DISCOUNT_MAX, TabularMDP
 
 __all__ = [
     "CONVERGED_RESIDUAL",
@@ -280,9 +280,9 @@ def ties(Q: np.ndarray) -> np.ndarray:
     """The tied best actions of stationary hard values ``Q (S, A)``: a ``(S, A)`` bool mask.
 
     The stationary values carry a common part of order ``max |r| / (1 - gamma)`` that no choice
-    of action changes, so the tolerance is :data:`~imitation_meg.soft_vi.TIE_TOL` relative to the
+    of action changes, so the tolerance is :data:`~imitation_meg.core.soft_vi.TIE_TOL` relative to the
     state's advantages, ``TIE_TOL * (1 + max_a |Q(s, a) - max_a Q(s, a)|)`` (the finite-horizon
-    rule of :func:`~imitation_meg.soft_vi.tie_set` with the values measured from the state's
+    rule of :func:`~imitation_meg.core.soft_vi.tie_set` with the values measured from the state's
     best), plus the rounding floor of values of size ``max |Q|``.
     """
     best = Q.max(-1, keepdims=True)
@@ -321,7 +321,7 @@ def limit_policy(
     ``Q_beta = beta Q* + q1 + o(1)``: the hard values ``Q*`` of ``sign * r`` decide the tied
     actions, and ``q1 = gamma P v1`` with ``v1 = logsumexp`` of ``q1`` over the ties (the soft
     values of the zero reward restricted to the ties) weights them
-    (:func:`imitation_meg.soft_vi.limit_step`).
+    (:func:`imitation_meg.core.soft_vi.limit_step`).
 
     Returns:
         ``(log_pi (S, A), Q* (S, A), V* (S,))`` with ``Q*``, ``V*`` the hard values of
@@ -348,7 +348,7 @@ def _wlog(w: np.ndarray, log_pi: np.ndarray) -> float:
 # --------------------------------------------------------------------------- known utility
 class DiscountedMEGObjective:
     """``L(beta)`` of a stationary behaviour in a discounted MDP: the
-    :class:`~imitation_meg.beta_solver.BetaObjective` of known-utility MEG in this setting.
+    :class:`~imitation_meg.core.beta.solver.BetaObjective` of known-utility MEG in this setting.
 
     Args:
         mdp: a discounted MDP (``horizon=None``).
@@ -397,7 +397,7 @@ class DiscountedMEGObjective:
         return L, dL, -eu2, eu, eu2
 
     def evaluate_batch(self, betas: th.Tensor, *, second: bool = True) -> BetaEvaluation:
-        """Finite ``betas (K,)`` -> :class:`~imitation_meg.beta_solver.BetaEvaluation`."""
+        """Finite ``betas (K,)`` -> :class:`~imitation_meg.core.beta.solver.BetaEvaluation`."""
         vals = [self._one(float(b), second) for b in betas.reshape(-1).tolist()]
         self.evaluations += len(vals)
         self.passes += len(vals)
@@ -430,18 +430,18 @@ class DiscountedMEGObjective:
 # --------------------------------------------------------------------------- linear classes
 class DiscountedClassObjective:
     """``L(theta) = sum_s d(s) sum_a pi(a | s) log pi_theta(a | s)`` of a linear class in a
-    discounted MDP, with the interface :func:`imitation_meg.likelihood.maximise` uses.
+    discounted MDP, with the interface :func:`imitation_meg.core.likelihood.maximise` uses.
 
     With ``mu = d pi`` the behaviour's discounted state-action occupancy and ``mu_theta`` the
     model's, ``L = <mu, r_theta> - p0 . V_theta`` (telescoped), so the gradient is
     ``phi^T (mu - mu_theta)`` and a Hessian-vector product is ``-phi^T dmu_theta``: the
     tangent of the model's occupancy, two policy evaluations (one with the transpose).
-    ``allowed (S, A)`` restricts the model to a face (see :mod:`imitation_meg.faces`).
+    ``allowed (S, A)`` restricts the model to a face (see :mod:`imitation_meg.core.faces`).
 
     Args:
         mdp: a discounted MDP.
         mu: ``(S, A)`` the behaviour's discounted state-action occupancy.
-        features: the normalised class (:class:`imitation_meg.likelihood.ClassFeatures`).
+        features: the normalised class (:class:`imitation_meg.core.likelihood.ClassFeatures`).
         allowed: optional ``(S, A)`` bool face.
     """
 

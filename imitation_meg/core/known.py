@@ -12,9 +12,9 @@ with the expectation over ``pi``'s own state occupancy. ``L`` is concave in ``be
 where ``G_t`` is the (discounted) utility-to-go of ``pi_beta``; with ``discount = 1`` this is
 ``E_pi[sum_t U] - E_{pi_beta}[sum_t U]``. :func:`objective_reference` computes ``L`` and its
 first two derivatives by a plain loop over time (the reference); :class:`MEGObjective` computes
-them for a batch of betas in one fused pass (:mod:`imitation_meg._known_passes`, tested against
+them for a batch of betas in one fused pass (:mod:`imitation_meg.core.kernels.known_passes`, tested against
 the reference), and :func:`meg` maximises ``L`` with the 1-D solver of
-:mod:`imitation_meg.beta_solver`, which also compares the interior optimum with the exact limits
+:mod:`imitation_meg.core.beta.solver`, which also compares the interior optimum with the exact limits
 at ``beta = +-inf``. :func:`meg` solves for the normalised utility ``(r - shift) / unit`` (spread 1
 across actions) and maps ``beta`` and the expected utilities back, so the result does not depend
 on the utility's scale or offset (Proposition 3.1; tested for scales 1e-200 .. 1e200). The result
@@ -25,8 +25,8 @@ rounding.
 Reusing the solver. Any objective of the same form (a concave ``L(beta)`` with exact first and
 second derivatives and exact limits at ``+-inf``; e.g. MEG of a decision in a causal influence
 diagram) gets the same exact 1-D solve by implementing
-:class:`~imitation_meg.beta_solver.BetaObjective` and calling
-:func:`~imitation_meg.beta_solver.solve_beta`::
+:class:`~imitation_meg.core.beta.solver.BetaObjective` and calling
+:func:`~imitation_meg.core.beta.solver.solve_beta`::
 
     class OneDecision:                      # U(d) for a decision with D options, policy p(d)
         scale = U.max() - U.min()           # natural unit of 1 / beta
@@ -64,20 +64,26 @@ from typing import Any
 
 import torch as th
 
-from imitation_meg import _threads
-from imitation_meg._known_passes import Behaviour, derivative_pass, limit_pass, zero_pass
 from imitation_meg._validation import BetaRangeWarning, as_policy, as_sa_occupancy, as_tensor
-from imitation_meg.beta_solver import (
+from imitation_meg.core.beta.solver import (
     BetaEvaluation,
     BetaObjective,
     BetaSolution,
     LimitValue,
     solve_beta,
 )
-from imitation_meg.discounted import CONVERGED_RESIDUAL, DiscountedMEGObjective
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.discounted import CONVERGED_RESIDUAL, DiscountedMEGObjective
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.kernels.known_passes import (
+    Behaviour,
+    derivative_pass,
+    limit_pass,
+    zero_pass,
+)
+from imitation_meg.core.kernels.limits import tie_set
+from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.soft_vi import occupancy_measures
 from imitation_meg.results import to_jsonable
-from imitation_meg.soft_vi import occupancy_measures, tie_set
 from imitation_meg.type_aliases import ArrayLike, PolicyLike, UtilityLike
 
 __all__ = [
@@ -177,7 +183,7 @@ def signed_meg(value: float, expected_utility: float, uniform_expected_utility: 
 
 class MEGObjective:
     """``L(beta)``, its derivatives and the model's expected utility for a fixed behaviour and
-    utility: the known-utility :class:`~imitation_meg.beta_solver.BetaObjective`.
+    utility: the known-utility :class:`~imitation_meg.core.beta.solver.BetaObjective`.
 
     The behaviour enters only through its state-action occupancy ``w[t, s, a] = P(s_t = s,
     a_t = a)``: either computed from a policy in the MDP's dynamics, or given directly (for
@@ -271,7 +277,7 @@ class MEGObjective:
         a cheaper pass: 9 instead of 12 calls per step).
 
         Returns:
-            :class:`~imitation_meg.beta_solver.BetaEvaluation` ``(L, dL, d2L, model_eu,
+            :class:`~imitation_meg.core.beta.solver.BetaEvaluation` ``(L, dL, d2L, model_eu,
             dmodel_eu)``, each ``(K,)``.
         """
         betas = betas.to(dtype=self.mdp.dtype, device=self.mdp.device).reshape(-1)
@@ -319,7 +325,7 @@ class MEGObjective:
     def _leaves_the_last_ties(self) -> bool:
         """Whether the behaviour's last two steps put mass off the ties of ``u`` and (maybe at
         another step) off the ties of ``-u``: the tie sets of
-        :func:`~imitation_meg._known_passes.limit_pass` at ``t = H - 1`` (``Q* = +-u``) and
+        :func:`~imitation_meg.core.kernels.known_passes.limit_pass` at ``t = H - 1`` (``Q* = +-u``) and
         ``t = H - 2`` (one hard backup of both signs: one product, not a pass)."""
         mdp, H = self.mdp, self.mdp.steps
         u = th.stack([self.r, -self.r])  # (2, S, A)
@@ -338,7 +344,7 @@ class MEGObjective:
 
     def evaluate_limit(self, sign: float) -> LimitValue:
         """The limits of ``L(beta)``, of the model's expected utility and of ``dL/dbeta`` as
-        ``beta -> sign * inf``, exact (see :func:`imitation_meg._known_passes.limit_pass`: ties
+        ``beta -> sign * inf``, exact (see :func:`imitation_meg.core.kernels.known_passes.limit_pass`: ties
         weighted by the causal entropy after them, as the soft policies do in the limit).
 
         Small MDPs compute both signs in one hard backward pass and cache them; large ones

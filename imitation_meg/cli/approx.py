@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["curve_command", "estimator_settings", "is_tabular", "score_approx"]
+__all__ = ["estimator_settings", "is_tabular", "score_approx"]
 
-from imitation_meg._env_tables import is_tabular  # re-exported, as before
+from imitation_meg.core.env_tables import is_tabular  # re-exported, as before
 
 #: Built-in policies the approximate path can score (it has no tabular MDP for the others).
 APPROX_POLICIES = ("uniform",)
@@ -36,7 +36,7 @@ def estimator_settings(items: Sequence[str] | None, allowed: Collection[str]) ->
         ValueError: an item without ``=``, a key given twice, a key that has its own flag, a
             key that names no setting in ``allowed`` (the message lists them), malformed YAML.
     """
-    from imitation_meg.config import parse_yaml_value
+    from imitation_meg.runners.config import parse_yaml_value
 
     out: dict[str, Any] = {}
     for item in items or ():
@@ -331,63 +331,6 @@ def _score_with_curve(
     return 0
 
 
-def _curve_row(source: str, label: str, res: Any, seconds: float) -> dict[str, Any]:
-    """One flat row of a curve score, with the training steps of a saved model."""
-    timesteps = None
-    model = _model_file(source)
-    if model.endswith(".zip"):
-        from imitation_meg.adapters.saved_models import read_model_info
-
-        timesteps = read_model_info(model).num_timesteps
-    return {
-        "policy": label,
-        "source": source,
-        "timesteps": timesteps,
-        "meg": res.meg,
-        "low": res.low,
-        "high": res.high,
-        "confidence": res.confidence,
-        "beta": res.beta,
-        "expected_return": res.expected_return,
-        "certificate": res.certificate,
-        "settled": res.settled,
-        "method": res.method,
-        "n_eval_episodes": res.n_eval_episodes,
-        "seconds": seconds,
-    }
-
-
-def curve_command(args: argparse.Namespace) -> int:
-    """``imitation-meg curve --env ENV --out FILE``: compute an environment's soft-value curve
-    once and save it (with its provenance) for ``score --curve FILE`` and ``MEGCallback``.
-
-    Raises:
-        ValueError: an environment no curve can be computed for, bad settings or output path.
-    """
-    from imitation_meg.approx.known import soft_value_curve
-    from imitation_meg.results import check_output_path
-
-    check_output_path(args.out, what="--out")
-    settings = estimator_settings(
-        getattr(args, "approx_options", None), {"n_particles", "n_starts"}
-    )
-    t0 = time.perf_counter()
-    print(f"Computing the soft-value curve of {args.env} ...", flush=True)
-    bar: dict[str, Any] = {} if is_tabular(args.env) else {"progress": True}
-    curve = soft_value_curve(args.env, horizon=args.horizon, seed=args.seed, **bar, **settings)
-    seconds = time.perf_counter() - t0
-    path = curve.save(args.out)
-    lo, hi = curve.trusted_returns()
-    print(
-        f"{curve.info.env}, H={curve.info.horizon}, actions {curve.info.actions}: method "
-        f"{curve.info.method}, {curve.n_units} unit(s), trusted for mean returns in "
-        f"[{lo:.6g}, {hi:.6g}], in {seconds:.1f} s.\nWrote {path}."
-    )
-    for problem in curve.problems:
-        print(f"(Note: {problem}.)")
-    return 0
-
-
 def score_approx(args: argparse.Namespace) -> int:
     """Score ``args.policy`` in ``args.env`` with the approximate estimator and print the result.
 
@@ -618,3 +561,29 @@ def _print_result(res: Any, wall: float, *, unknown: bool, kwargs: dict[str, Any
             "grid could not integrate the models at beta*; the estimate is the certificate by "
             "clipping, not a measured value.)"
         )
+
+
+def _curve_row(source: str, label: str, res: Any, seconds: float) -> dict[str, Any]:
+    """One flat row of a curve score, with the training steps of a saved model."""
+    timesteps = None
+    model = _model_file(source)
+    if model.endswith(".zip"):
+        from imitation_meg.adapters.saved_models import read_model_info
+
+        timesteps = read_model_info(model).num_timesteps
+    return {
+        "policy": label,
+        "source": source,
+        "timesteps": timesteps,
+        "meg": res.meg,
+        "low": res.low,
+        "high": res.high,
+        "confidence": res.confidence,
+        "beta": res.beta,
+        "expected_return": res.expected_return,
+        "certificate": res.certificate,
+        "settled": res.settled,
+        "method": res.method,
+        "n_eval_episodes": res.n_eval_episodes,
+        "seconds": seconds,
+    }

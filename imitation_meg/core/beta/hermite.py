@@ -1,6 +1,6 @@
 """Cubic and quintic Hermite interpolation on an interval, and roots of cubics (pure Python).
 
-The 1-D solver (:mod:`imitation_meg.beta_solver`) knows ``f``, ``f'`` (and ``L = integral of f``)
+The 1-D solver (:mod:`imitation_meg.core.beta.solver`) knows ``f``, ``f'`` (and ``L = integral of f``)
 at a few points; these helpers turn them into root estimates and interpolated values.
 """
 

@@ -23,12 +23,12 @@ a property of the policy, the dynamics and the class alone (not of the utility t
 2. **Find the face at infinity** when the behaviour leaves some action untried in a state it
    visits: one linear programme gives the smallest set of actions ``Z`` that some member of the
    class makes optimal while keeping the behaviour's actions optimal, and that member's
-   direction ``d`` (:mod:`imitation_meg.faces`). The supremum of ``L`` is the maximum of the
+   direction ``d`` (:mod:`imitation_meg.core.faces`). The supremum of ``L`` is the maximum of the
    class restricted to ``Z`` (the limit along ``theta0 + t d``, with finite ``theta0``: the
    limit policies keep the tied actions soft, as every member's ``beta = +inf`` limit does).
 3. **Solve the (restricted) concave problem** by a truncated Newton method with exact gradients
    ``Phi^T (sum_t w_t - sum_t rho_t pi_t)`` and Hessian-vector products, each a backward and a
-   forward pass over the MDP (:func:`imitation_meg.likelihood.maximise`); it stops when the
+   forward pass over the MDP (:func:`imitation_meg.core.likelihood.maximise`); it stops when the
    Newton decrement says the remaining gap is below ``tol * max(1, |L|)``.
 
 :func:`meg_target` is MEG with respect to target variables (paper Definition 4.4): the class of
@@ -40,7 +40,7 @@ from several random restarts.
 
 (Just over 500 lines: the public entry points of unknown-utility MEG, the damped Newton
 solve and the face at infinity are one workflow; the objective itself lives in
-:mod:`imitation_meg.likelihood`.)
+:mod:`imitation_meg.core.likelihood`.)
 """
 
 from __future__ import annotations
@@ -48,20 +48,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Hashable
 from typing import Any
 
-import numpy as np
 import torch as th
 from torch import nn
 
-from imitation_meg import _threads
 from imitation_meg._validation import ImitationMEGWarning, as_tensor
-from imitation_meg.algorithm2 import meg_algorithm2
-from imitation_meg.discounted import CONVERGED_RESIDUAL, DiscountedClassObjective
-from imitation_meg.faces import find_face, needs_face
-from imitation_meg.known import MEGResult, clipped_meg, meg_upper_bound
-from imitation_meg.likelihood import (
+from imitation_meg.core.algorithm2 import meg_algorithm2
+from imitation_meg.core.discounted import CONVERGED_RESIDUAL, DiscountedClassObjective
+from imitation_meg.core.faces import find_face, needs_face
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.known import MEGResult, clipped_meg, meg_upper_bound
+from imitation_meg.core.likelihood import (
     ClassFeatures,
     ClassObjective,
     _dot,
@@ -70,7 +68,8 @@ from imitation_meg.likelihood import (
     log_likelihood,
     maximise,
 )
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.targets import target_features
 from imitation_meg.type_aliases import ArrayLike, PolicyLike, TargetLike
 
 __all__ = [
@@ -207,7 +206,7 @@ def meg_unknown(
             mapping the ``(S, O)`` observation matrix to ``(S,)`` state utilities, an imitation
             ``RewardNet`` (evaluated on every ``(s, a, s')``), or ``"mlp"`` for the paper's
             one-hidden-layer 256-unit MLP. Gives a lower bound; see
-            :func:`imitation_meg.algorithm2.meg_algorithm2`.
+            :func:`imitation_meg.core.algorithm2.meg_algorithm2`.
         tol: relative tolerance of the exact solver: it stops when the Newton decrement bounds
             the remaining gap of ``L`` by ``tol * max(1, |L|)``.
         max_iter: Newton-step budget of the exact solver.
@@ -440,97 +439,6 @@ def _result(
         evaluations=int(extra["passes"]),
         extra=dict(extra, utility=r_sa.contiguous().cpu(), certificate=gibbs_certificate(mdp, w)),
     )
-
-
-# --------------------------------------------------------------------------- targets
-def _labels(values: list[Any]) -> np.ndarray:
-    """Integer labels ``(S,)`` of hashable values, equal values (``==``) sharing a label."""
-    index: dict[Hashable, int] = {}
-    out = np.empty(len(values), dtype=np.int64)
-    for i, v in enumerate(values):
-        if isinstance(v, np.generic):
-            v = v.item()
-        if isinstance(v, float) and math.isnan(v):
-            raise ValueError(f"target value of state {i} is NaN; NaN is no label.")
-        if not isinstance(v, Hashable):
-            raise TypeError(
-                f"target value of state {i} is a {type(v).__name__}, which is not hashable; "
-                "return str, int, float, bool or tuples of them."
-            )
-        try:
-            out[i] = index.setdefault(v, len(index))
-        except TypeError as e:  # a tuple holding an unhashable item
-            raise TypeError(
-                f"target value of state {i} ({v!r}) is not hashable ({e}); return str, int, "
-                "float, bool or tuples of them."
-            ) from e
-    return out
-
-
-def _is_label_list(target: Any) -> bool:
-    """A list or 1-D array of labels (not a matrix of probabilities, not a numeric array)."""
-    if isinstance(target, np.ndarray):
-        return target.ndim == 1 and target.dtype.kind in "OUS"
-    if isinstance(target, list):
-        return all(not isinstance(v, (list, np.ndarray, th.Tensor)) for v in target)
-    return False
-
-
-def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
-    """One-hot state features ``(S, K)`` of a target variable.
-
-    Args:
-        mdp: the MDP.
-        target: an array ``(S,)`` of target values per state (numbers, strings or other
-            hashable labels: equal values share a label); a callable on state indices returning
-            hashable values; a grid-helper name (``"row"``, ``"column"``, ``"cell"``,
-            ``"goal"``) for MDPs built by :func:`imitation_meg.envs.cliff_world`; or a ``(S, K)``
-            matrix of probabilities ``P(T = k | s)`` for a target that depends on the state only
-            stochastically (rows summing to 1); or a tuple of any of the deterministic kinds, for
-            several target variables jointly (e.g. an instruction and the position, for a
-            goal-conditioned agent).
-
-    Raises:
-        ValueError: wrong length, NaN labels, or a probability matrix whose rows do not sum to 1.
-        TypeError: a target of unsupported kind, or unhashable target values.
-    """
-    S = mdp.n_states
-    if isinstance(target, tuple):
-        # Several target variables: the class is every function of their joint value.
-        if not target:
-            raise ValueError("a tuple of targets must name at least one variable.")
-        parts = [target_features(mdp, t).argmax(1).cpu().numpy() for t in target]
-        _, joint = np.unique(np.stack(parts, 1), axis=0, return_inverse=True)
-        target = joint.reshape(-1)
-    if isinstance(target, str):
-        from imitation_meg.envs.cliff import grid_target
-
-        target = grid_target(mdp, target)
-    elif callable(target):
-        target = _labels([target(s) for s in range(S)])
-    elif _is_label_list(target):
-        if len(target) != S:
-            raise ValueError(
-                f"target must give one value per state: shape ({S},), got ({len(target)},)."
-            )
-        target = _labels(list(target))
-    t = as_tensor(target, name="target", device=mdp.device)
-    if t.ndim == 2:
-        if t.shape[0] != S:
-            raise ValueError(
-                f"a probabilistic target must have shape ({S}, K), got {tuple(t.shape)}."
-            )
-        t = t.to(mdp.dtype)
-        if bool((t < 0).any()) or bool(((t.sum(1) - 1).abs() > 1e-6).any()):
-            raise ValueError("a probabilistic target's rows must be distributions P(T = k | s).")
-        return t
-    if t.ndim != 1 or t.shape[0] != S:
-        raise ValueError(
-            f"target must give one value per state: shape ({S},), got {tuple(t.shape)}."
-        )
-    inv = th.as_tensor(_labels(t.cpu().tolist()), device=mdp.device)
-    K = int(inv.max()) + 1
-    return th.nn.functional.one_hot(inv, K).to(mdp.dtype)
 
 
 @_threads.entry_point

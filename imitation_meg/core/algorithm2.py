@@ -3,7 +3,7 @@
 The class is a utility network (the paper's one-hidden-layer MLP, any ``torch.nn.Module`` on the
 MDP's observations, or an imitation ``RewardNet``); the rationality ``beta`` and the network's
 parameters are fitted jointly by gradient ascent on the causal log-likelihood. Unlike the linear
-classes of :mod:`imitation_meg.unknown`, the problem is not concave: the result is a lower bound,
+classes of :mod:`imitation_meg.core.unknown`, the problem is not concave: the result is a lower bound,
 and :func:`imitation_meg.meg_unknown` reports its gap to the exact optimum over all state
 utilities when the model is state-only.
 
@@ -20,10 +20,10 @@ import numpy as np
 import torch as th
 from torch import nn
 
-from imitation_meg import _threads
-from imitation_meg.known import MEGResult
-from imitation_meg.likelihood import behaviour_occupancy, class_result, log_likelihood
-from imitation_meg.mdp import TabularMDP
+from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.known import MEGResult
+from imitation_meg.core.likelihood import behaviour_occupancy, class_result, log_likelihood
+from imitation_meg.core.mdp import TabularMDP
 from imitation_meg.type_aliases import ArrayLike, PolicyLike
 
 __all__ = [
@@ -227,7 +227,7 @@ def meg_algorithm2(
     """A lower bound on unknown-utility MEG over a differentiable utility class (Algorithm 2).
 
     Joint gradient ascent (Adam) on ``log beta`` and the model's parameters of the causal
-    log-likelihood ``L`` (:func:`imitation_meg.likelihood.log_likelihood`), from ``restarts``
+    log-likelihood ``L`` (:func:`imitation_meg.core.likelihood.log_likelihood`), from ``restarts``
     initialisations; the best value seen is reported. Any value found is attained by a member of
     the class, so the result is a lower bound of the class's supremum (``converged=False``).
 

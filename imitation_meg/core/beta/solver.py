@@ -34,7 +34,7 @@ where ``f(x) = sign * dL/dbeta`` decreases from ``f(0) > 0`` (``sign`` is the si
   (outwards until bracketed; inside, the Hermite root of the two newest points or Newton when
   it halves the step, else the intersection of the tangents of the concave ``L``, else
   bisection); with batched passes: a log grid around the first step, then probes around the
-  root of the cubic Hermite interpolant of the bracket (:mod:`imitation_meg._beta_search`);
+  root of the cubic Hermite interpolant of the bracket (:mod:`imitation_meg.core.beta.search`);
 - it stops when the Newton decrement at an evaluated point is below ``1e-11`` relative, or two
   estimates of the root agree to that with a negligible predicted error (then ``L`` and the
   expected utility at the root are Hermite-interpolated, without a confirming pass);
@@ -50,7 +50,8 @@ import math
 
 import numpy as np
 
-from imitation_meg._beta_search import (
+from imitation_meg.core.beta.protocol import BetaEvaluation, BetaObjective, BetaSolution, LimitValue
+from imitation_meg.core.beta.search import (
     MAX_DECADES,
     RTOL,
     SATURATED_X,
@@ -61,7 +62,6 @@ from imitation_meg._beta_search import (
     newton,
     refine,
 )
-from imitation_meg._beta_types import BetaEvaluation, BetaObjective, BetaSolution, LimitValue
 
 __all__ = [
     "BetaEvaluation",

@@ -2,7 +2,7 @@
 
 :class:`Solver` holds the objective, the bracket and the points evaluated; :func:`newton` (one
 beta per pass, large MDPs) and :func:`grid` / :func:`refine` (batched passes, small MDPs) move
-the bracket to the root of ``f = sign * dL/dbeta``. :mod:`imitation_meg.beta_solver` runs them and
+the bracket to the root of ``f = sign * dL/dbeta``. :mod:`imitation_meg.core.beta.solver` runs them and
 compares the result with the limits at ``beta = +-inf``.
 """
 
@@ -14,14 +14,14 @@ import math
 import numpy as np
 import torch as th
 
-from imitation_meg._beta_types import BetaObjective, BetaSolution, LimitValue
-from imitation_meg._hermite import (
+from imitation_meg.core.beta.hermite import (
     cubic_hermite,
     hermite_root,
     hermite_secant,
     quintic_hermite,
     tangents,
 )
+from imitation_meg.core.beta.protocol import BetaObjective, BetaSolution, LimitValue
 
 __all__ = [
     "MAX_DECADES",

@@ -1,6 +1,6 @@
 """Reading the tables of tabular environments: seals' matrices and gymnasium toy-text's ``P``.
 
-Below :mod:`imitation_meg.mdp`: the readers return plain arrays (:class:`EnvTables`) that
+Below :mod:`imitation_meg.core.mdp`: the readers return plain arrays (:class:`EnvTables`) that
 :meth:`imitation_meg.TabularMDP.from_env` validates into an MDP.
 """
 
