@@ -94,7 +94,7 @@ def main() -> None:
             scipy_meg(pi_random, mdp, phi),
         )
     )
-    # Hand-derived limits (tests/test_unknown_limits.py derives them).
+    # Hand-derived limits (tests/core/test_unknown_limits.py derives them).
     T = np.zeros((3, 2, 3))
     T[0, 0, 1] = T[0, 1, 2] = 1.0
     T[1, :, 1] = T[2, :, 2] = 1.0

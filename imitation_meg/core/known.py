@@ -52,7 +52,7 @@ diagram) gets the same exact 1-D solve by implementing
 
     sol = solve_beta(OneDecision())         # BetaSolution(beta, L, grad, model_eu, ...)
 
-``tests/test_beta_solver.py`` runs this objective (in closed form) against the solver.
+``tests/core/beta/test_solver.py`` runs this objective (in closed form) against the solver.
 """
 
 from __future__ import annotations

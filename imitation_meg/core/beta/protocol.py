@@ -56,7 +56,7 @@ class BetaObjective(Protocol):
     """A concave ``L(beta)`` with exact derivatives, as :func:`solve_beta` needs it.
 
     See the module docstring for the meaning of each member; :class:`imitation_meg.core.known.
-    MEGObjective` is the known-utility implementation, and ``tests/test_beta_solver.py`` holds a
+    MEGObjective` is the known-utility implementation, and ``tests/core/beta/test_solver.py`` holds a
     one-decision objective in closed form.
     """
 

@@ -12,7 +12,7 @@ from imitation_meg.results import write_csv, write_json
 from imitation_meg.runners import apply_overrides, load_driver, run_config
 from imitation_meg.runners.config import check_values, follow_results_dir, load_config, load_yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @dataclasses.dataclass(frozen=True)

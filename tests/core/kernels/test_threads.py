@@ -21,7 +21,7 @@ from imitation_meg.core.kernels import threads as _threads
 from imitation_meg.core.trajectories import sample_trajectories
 from imitation_meg.envs import cliff_world, random_mdp
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def _numba_count() -> int | None:
