@@ -327,6 +327,8 @@ class MEGCallback(BaseCallback):
             n_eval_episodes=self.n_eval_episodes,
             seed=self.seed + len(self.records),
         )
+        if res.curve is not None:  # extended to this policy's return: keep the longer ladder
+            self.curve = res.curve
         record: dict[str, Any] = {
             "timesteps": int(self.num_timesteps),
             "meg": res.meg,

@@ -102,7 +102,7 @@ NOT_IN_A_GUIDE = re.compile(
 )
 #: A guide page waiting for its rewrite (the paths method moved here as it was): its dated
 #: measurements go to docs/reports/ with that rewrite, which then removes it from this set.
-PENDING_REWRITE = {"approx_paths.md"}
+PENDING_REWRITE: set[str] = set()
 #: What a docstring does not carry ("this machine" may mean the one a call runs on there).
 NOT_IN_A_DOCSTRING = re.compile(
     r"\b20\d\d-\d\d-\d\d\b|load average|session-1|this page used to", re.IGNORECASE
