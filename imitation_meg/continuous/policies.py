@@ -41,7 +41,7 @@ GAUSSIAN_KINDS = ("squashed", "clipped")
 #: Largest deviation from 1 of a density's integral over the box before it is refused.
 MASS_TOL = 1e-6
 #: Where a TabularMDP's policies come from, for the refusals of one.
-_TABULAR_POLICIES = "its policies are imitation_meg.core.policies.uniform / soft_optimal / optimal"
+_TABULAR_POLICIES = "its policies are imitation_meg.policies.uniform / soft_optimal / optimal"
 
 
 def require_continuous_mdp(mdp: object, what: str, tabular: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 
 __all__ = [
     "cubic_hermite",
@@ -35,6 +36,24 @@ def cubic_roots(
     def dp(u: float) -> float:
         return c1 + u * (2.0 * c2 + 3.0 * u * c3)
 
+    knots = _monotone_pieces(c1, c2, c3, u0, u1)
+    roots = []
+    for a, b in itertools.pairwise(knots):
+        pa, pb = p(a), p(b)
+        if pa == 0.0 and a > u0:
+            roots.append(a)
+            continue
+        if not (b > a) or pa * pb > 0.0:
+            continue
+        u = _piece_root(p, dp, a, b, pa, pb)
+        if u0 < u < u1:
+            roots.append(u)
+    return roots
+
+
+def _monotone_pieces(c1: float, c2: float, c3: float, u0: float, u1: float) -> list[float]:
+    """``u0``, ``u1`` and the critical points of ``c0 + c1 u + c2 u^2 + c3 u^3`` between them,
+    sorted: the ends of the pieces on which the cubic is monotone."""
     knots = [u0, u1]
     a2, a1, a0 = 3.0 * c3, 2.0 * c2, c1
     if a2 != 0.0:
@@ -44,35 +63,38 @@ def cubic_roots(
             knots += [(-a1 - sq) / (2.0 * a2), (-a1 + sq) / (2.0 * a2)]
     elif a1 != 0.0:
         knots.append(-a0 / a1)
-    knots = sorted(u for u in knots if u0 <= u <= u1)
-    roots = []
-    for a, b in itertools.pairwise(knots):
-        pa, pb = p(a), p(b)
-        if pa == 0.0 and a > u0:
-            roots.append(a)
-            continue
-        if not (b > a) or pa * pb > 0.0:
-            continue
-        u = a - pa * (b - a) / (pb - pa)  # start at the secant root
-        for _ in range(100):
-            pu = p(u)
-            if pu == 0.0:
-                break
-            if (pu > 0.0) == (pa > 0.0):
-                a, pa = u, pu
-            else:
-                b = u
-            d = dp(u)
-            nu = u - pu / d if d != 0.0 else math.nan
-            if not (a < nu < b):
-                nu = 0.5 * (a + b)
-            if abs(nu - u) <= 4e-16 * max(1.0, abs(u)) or b - a <= 4e-16 * max(1.0, abs(u)):
-                u = nu
-                break
+    return sorted(u for u in knots if u0 <= u <= u1)
+
+
+def _piece_root(
+    p: Callable[[float], float],
+    dp: Callable[[float], float],
+    a: float,
+    b: float,
+    pa: float,
+    pb: float,
+) -> float:
+    """The root of ``p`` on a monotone piece ``[a, b]`` with a sign change (``pa = p(a)``,
+    ``pb = p(b)``): safeguarded Newton from the secant root, bisection when a step leaves the
+    shrinking bracket, until the step or the bracket is below ``4e-16`` relative."""
+    u = a - pa * (b - a) / (pb - pa)  # start at the secant root
+    for _ in range(100):
+        pu = p(u)
+        if pu == 0.0:
+            break
+        if (pu > 0.0) == (pa > 0.0):
+            a, pa = u, pu
+        else:
+            b = u
+        d = dp(u)
+        nu = u - pu / d if d != 0.0 else math.nan
+        if not (a < nu < b):
+            nu = 0.5 * (a + b)
+        if abs(nu - u) <= 4e-16 * max(1.0, abs(u)) or b - a <= 4e-16 * max(1.0, abs(u)):
             u = nu
-        if u0 < u < u1:
-            roots.append(u)
-    return roots
+            break
+        u = nu
+    return u
 
 
 def cubic_hermite(y0: float, d0: float, y1: float, d1: float, h: float, t: float) -> float:

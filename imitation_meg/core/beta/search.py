@@ -111,26 +111,33 @@ class Solver:
         deus = ev.dmodel_eu.tolist() if ev.dmodel_eu is not None else [math.nan] * len(xs)
         out = []
         for j, x in enumerate(xs):
-            Lj, dj, d2j = Lp[j], dLp[j], d2Lp[j]
+            d2j = d2Lp[j]
             if light:
                 d2j = br.fp_lo + (br.fp_hi - br.fp_lo) * (x - br.lo) / (br.hi - br.lo)
-            pt = Point(sign * x, Lj, dj, eup[j], d2j, math.nan if light else deus[j], light)
-            self.points[x] = pt
-            if Lj > self.best.L:
-                self.best = pt
-            if abs(dj) < abs(self.flat.dL):
-                self.flat = pt
-            fj = sign * dj
-            if abs(dj) <= self.d_tol:
-                self.converged = True
-            if fj > 0 and x > br.lo:
-                br.lo, br.f_lo, br.fp_lo = x, fj, d2j
-            elif fj <= 0 and x < br.hi:
-                br.hi, br.f_hi, br.fp_hi = x, fj, d2j
-            out.append((x, fj, d2j, Lj))
+            pt = Point(sign * x, Lp[j], dLp[j], eup[j], d2j, math.nan if light else deus[j], light)
+            fj = self._record(x, pt)
+            out.append((x, fj, d2j, pt.L))
             if not light:
                 self.recent = [*self.recent[-1:], (x, fj, d2j)]
         return out
+
+    def _record(self, x: float, pt: Point) -> float:
+        """Keep the point evaluated at ``x``: the best and flattest points, convergence and the
+        bracket's ends follow it. Returns ``f(x) = sign * dL``."""
+        br = self.bracket
+        self.points[x] = pt
+        if pt.L > self.best.L:
+            self.best = pt
+        if abs(pt.dL) < abs(self.flat.dL):
+            self.flat = pt
+        fj = self.sign * pt.dL
+        if abs(pt.dL) <= self.d_tol:
+            self.converged = True
+        if fj > 0 and x > br.lo:
+            br.lo, br.f_lo, br.fp_lo = x, fj, pt.d2L
+        elif fj <= 0 and x < br.hi:
+            br.hi, br.f_hi, br.fp_hi = x, fj, pt.d2L
+        return fj
 
     def settle(self, x_root: float, xs: tuple[float, ...]) -> bool:
         """Report ``x_root`` (two estimates of the root agree) without a confirming pass.
@@ -145,37 +152,26 @@ class Solver:
         pts = [
             p for p in pts if math.isfinite(p.dmodel_eu) and math.isfinite(p.d2L) and not p.light
         ]
-        b = self.sign * x_root
+        estimate = self._interpolate(pts, self.sign * x_root)
+        if estimate is None:
+            return False
+        self.estimate = estimate
+        self.converged = True
+        return True
+
+    def _interpolate(self, pts: list[Point], b: float) -> Point | None:
+        """The point at ``b`` from the nearest evaluated points on either side of it (Hermite
+        interpolation), else from the nearest one (Taylor steps); None without points."""
         lo = [p for p in pts if (p.beta - b) * self.sign <= 0]
         hi = [p for p in pts if (p.beta - b) * self.sign > 0]
         if lo and hi:
-            pa, pb = (
-                max(lo, key=lambda p: self.sign * p.beta),
-                min(hi, key=lambda p: self.sign * p.beta),
-            )
-            if pa.beta > pb.beta:
-                pa, pb = pb, pa
-            h = pb.beta - pa.beta
-            t = (b - pa.beta) / h
-            L = quintic_hermite(pa.L, pa.dL, pa.d2L, pb.L, pb.dL, pb.d2L, h, t)
-            eu = cubic_hermite(pa.model_eu, pa.dmodel_eu, pb.model_eu, pb.dmodel_eu, h, t)
-            dL = cubic_hermite(pa.dL, pa.d2L, pb.dL, pb.d2L, h, t)
-            d2L = pa.d2L + t * (pb.d2L - pa.d2L)
-            self.estimate = Point(
-                b, L, dL, eu, d2L, pa.dmodel_eu + t * (pb.dmodel_eu - pa.dmodel_eu)
-            )
-        elif pts:
+            pa = max(lo, key=lambda p: self.sign * p.beta)
+            pb = min(hi, key=lambda p: self.sign * p.beta)
+            return _hermite_point(pb, pa, b) if pa.beta > pb.beta else _hermite_point(pa, pb, b)
+        if pts:
             p = min(pts, key=lambda q: abs(q.beta - b))
-            db = b - p.beta
-            d3 = self.curvature_slope()
-            L = p.L + p.dL * db + 0.5 * p.d2L * db * db + d3 * db**3 / 6.0
-            self.estimate = Point(
-                b, L, p.dL + p.d2L * db, p.model_eu + p.dmodel_eu * db, p.d2L, p.dmodel_eu
-            )
-        else:
-            return False
-        self.converged = True
-        return True
+            return _taylor_point(p, b, self.curvature_slope())
+        return None
 
     def settle_light(self, x: float, fp: float) -> bool:
         """After a pass without second derivatives at ``x``: when the Newton step from it (with
@@ -226,6 +222,11 @@ class Solver:
         br = self.bracket
         return x > 0 and d2 < 0 and abs(d / d2) <= self.rtol * x and br.lo <= x <= br.hi
 
+    def stalled(self, x: float) -> bool:
+        """No bracket will come from beyond ``x``: ``L`` has saturated, or ``x`` is the
+        largest ``x`` searched."""
+        return self.saturated() or x >= self.x_max
+
     def saturated(self) -> bool:
         """``L`` has stopped increasing to rounding at the largest beta seen (``dL`` vanishes)."""
         return abs(self.best.dL) <= self.d_tol
@@ -258,6 +259,27 @@ class Solver:
             evaluations=self.evaluations,
             passes=self.passes,
         )
+
+
+def _hermite_point(pa: Point, pb: Point, b: float) -> Point:
+    """The point at ``b`` between ``pa.beta < b <= pb.beta``: ``L`` by quintic Hermite
+    interpolation, ``dL`` and the expected utility by cubic Hermite, ``d2L`` and the expected
+    utility's slope linearly."""
+    h = pb.beta - pa.beta
+    t = (b - pa.beta) / h
+    L = quintic_hermite(pa.L, pa.dL, pa.d2L, pb.L, pb.dL, pb.d2L, h, t)
+    eu = cubic_hermite(pa.model_eu, pa.dmodel_eu, pb.model_eu, pb.dmodel_eu, h, t)
+    dL = cubic_hermite(pa.dL, pa.d2L, pb.dL, pb.d2L, h, t)
+    d2L = pa.d2L + t * (pb.d2L - pa.d2L)
+    return Point(b, L, dL, eu, d2L, pa.dmodel_eu + t * (pb.dmodel_eu - pa.dmodel_eu))
+
+
+def _taylor_point(p: Point, b: float, d3: float) -> Point:
+    """The point at ``b`` by Taylor steps from ``p``: ``L`` to third order (``d3``:
+    ``d3L/dbeta3``), ``dL`` and the expected utility to first."""
+    db = b - p.beta
+    L = p.L + p.dL * db + 0.5 * p.d2L * db * db + d3 * db**3 / 6.0
+    return Point(b, L, p.dL + p.d2L * db, p.model_eu + p.dmodel_eu * db, p.d2L, p.dmodel_eu)
 
 
 def _x0(st: Solver, scale: float) -> float:
@@ -303,52 +325,85 @@ def newton(st: Solver, scale: float) -> None:
         if light:
             fp = fp_last  # the interpolated f' only scales the decrement: keep the exact one
         fp_last = fp
-        if st.converged:
+        dec, cn = _newton_step(x, f, fp)
+        if st.converged or _decrement_done(st, x, dec):
             return
-        dec = abs(f / fp) if fp < 0 else math.inf  # Newton decrement: distance to the root
-        if dec <= st.rtol * x:
-            st.converged = True
-            return
-        lo, hi = br.lo, br.hi
-        cn = x - f / fp if fp < 0 else math.nan
-        ch = hermite_secant(st.recent, x, lo, min(hi, 64.0 * x))
-        if (
-            not light
-            and lo < cn < hi
-            and abs(ch - cn) <= st.rtol * x
-            and st.newton_error(dec) <= st.rtol * x
-            and st.settle(0.5 * (ch + cn), (x,))
-        ):
+        ch = hermite_secant(st.recent, x, br.lo, min(br.hi, 64.0 * x))
+        if not light and _newton_settles(st, x, dec, cn, ch):
             return  # Newton's predicted error is negligible, and the Hermite root agrees
-        if math.isinf(hi):
-            if st.saturated() or x >= st.x_max:
+        if math.isinf(br.hi):
+            if st.stalled(x):
                 return
-            # Newton undershoots a flattening f: the worse the last step did (f fell by less
-            # than 3/4), the further the next one reaches (twice the Newton step; 4x the point).
-            c = x + (2.0 if f > 0.25 * f_prev else 1.0) * dec if math.isfinite(dec) else 16.0 * x
-            if f > 0.5 * f_prev:
-                c = max(c, 4.0 * x)
-            elif x < ch < 64.0 * x and abs(ch - cn) <= 0.5 * dec:
-                c = ch  # the Hermite root refines Newton's (order ~2.7 from the same side)
+            c = _outward_step(x, f, f_prev, dec, cn, ch)
             f_prev, x = f, min(c, 64.0 * x, st.x_max)
             continue
-        if hi - lo <= st.rtol * hi:
+        if br.hi - br.lo <= st.rtol * br.hi:
             st.converged = True
             return
-        c = math.nan
-        for cand in (ch, cn):
-            if lo < cand < hi and abs(cand - x) <= 0.5 * step_old:
-                c = cand
-                break
-        if math.isnan(c):  # no fast step: a kink of L, or bisection
-            c = tangents(lo, L_at.get(lo), br.f_lo, hi, L_at.get(hi), br.f_hi)
-            margin = 0.01 * (hi - lo)
-            if not (lo + margin < c < hi - margin):
-                c = _bisect(lo, hi)
+        c = _inner_step(br, x, ch, cn, step_old, L_at)
         step_old = abs(c - x)
         # Quadratic convergence: a decrement of 1e-6 relative leaves ~1e-12 after this step.
         light = dec <= 1e-6 * x
         x = c
+
+
+def _newton_step(x: float, f: float, fp: float) -> tuple[float, float]:
+    """The Newton decrement ``|f / f'|`` at ``x`` (the distance to the root; inf where ``f'``
+    is not negative) and the Newton step (NaN there)."""
+    if fp < 0:
+        return abs(f / fp), x - f / fp
+    return math.inf, math.nan
+
+
+def _decrement_done(st: Solver, x: float, dec: float) -> bool:
+    """Converged when the Newton decrement at ``x`` is below ``rtol`` relative."""
+    if dec <= st.rtol * x:
+        st.converged = True
+        return True
+    return False
+
+
+def _newton_settles(st: Solver, x: float, dec: float, cn: float, ch: float) -> bool:
+    """Settle between the Newton step ``cn`` and the Hermite root ``ch`` from ``x`` when they
+    agree to ``rtol`` inside the bracket and Newton's predicted error is below it."""
+    br = st.bracket
+    return (
+        br.lo < cn < br.hi
+        and abs(ch - cn) <= st.rtol * x
+        and st.newton_error(dec) <= st.rtol * x
+        and st.settle(0.5 * (ch + cn), (x,))
+    )
+
+
+def _outward_step(x: float, f: float, f_prev: float, dec: float, cn: float, ch: float) -> float:
+    """The next point beyond ``x`` while no bracket is found: Newton undershoots a flattening
+    ``f``, so the worse the last step did (``f`` fell by less than 3/4), the further the next
+    one reaches (twice the Newton step; 4x the point when ``f`` fell by less than half); the
+    Hermite root ``ch`` refines Newton's ``cn`` (order ~2.7 from the same side) when they are
+    close."""
+    c = x + (2.0 if f > 0.25 * f_prev else 1.0) * dec if math.isfinite(dec) else 16.0 * x
+    if f > 0.5 * f_prev:
+        c = max(c, 4.0 * x)
+    elif x < ch < 64.0 * x and abs(ch - cn) <= 0.5 * dec:
+        c = ch
+    return c
+
+
+def _inner_step(
+    br: Bracket, x: float, ch: float, cn: float, step_old: float, L_at: dict[float, float]
+) -> float:
+    """The next point inside the bracket: the Hermite root ``ch`` or the Newton step ``cn``
+    when it stays inside and at least halves the previous step; else the intersection of the
+    tangents of the concave ``L`` at the ends (a kink of ``L``), or bisection."""
+    lo, hi = br.lo, br.hi
+    for cand in (ch, cn):
+        if lo < cand < hi and abs(cand - x) <= 0.5 * step_old:
+            return cand
+    c = tangents(lo, L_at.get(lo), br.f_lo, hi, L_at.get(hi), br.f_hi)
+    margin = 0.01 * (hi - lo)
+    if not (lo + margin < c < hi - margin):
+        c = _bisect(lo, hi)
+    return c
 
 
 def grid(st: Solver, scale: float) -> None:
@@ -373,59 +428,91 @@ def refine(st: Solver) -> None:
     """Shrink the bracket around the root of ``f``: Hermite root plus geometric probes."""
     br = st.bracket
     single_tried = False
-    n = st.n
     for _ in range(60):
         if st.converged or br.hi - br.lo <= st.rtol * br.hi or st.newton_done():
             st.converged = True
             break
-        c = hermite_root(br.lo, br.f_lo, br.fp_lo, br.hi, br.f_hi, br.fp_hi)
-        # Newton from the end point with the shorter step: the scale of the estimate's error.
-        steps = [
-            (abs(f / fp), x - f / fp)
-            for x, f, fp in ((br.lo, br.f_lo, br.fp_lo), (br.hi, br.f_hi, br.fp_hi))
-            if fp < 0 and math.isfinite(f / fp)
-        ]
-        cn = min(steps)[1] if steps else math.nan
-        lo, hi = br.lo, br.hi
-        if not (lo < c < hi):
-            c = cn if lo < cn < hi else _bisect(lo, hi)
-        exact = not any(st.points[e].light for e in (lo, hi) if e in st.points)
-        agree = exact and lo < cn < hi and abs(cn - c) <= st.rtol * c and hi - lo <= 1e-4 * c
-        if agree and st.settle(0.5 * (c + cn), (lo, hi)):
+        c, cn = _root_estimates(br)
+        if _estimates_agree(st, c, cn) and st.settle(0.5 * (c + cn), (br.lo, br.hi)):
             break  # the Hermite root and Newton agree: no confirming pass
-        rel = (hi - lo) / c
-        if lo < cn < hi and cn != c:
-            rel = min(rel, 4.0 * abs(cn - c) / c)
-        if n >= 3 and (rel > _SINGLE_PROBE_REL or single_tried):
-            k = (n - 1) // 2
-            # Offsets rel, rel / 10, ... (rel estimates the error of c): the root falls between
-            # two probes a decade apart, where Hermite roots of nested brackets can be compared.
-            top = math.log10(max(rel, 1e-12))
-            offs = np.logspace(max(-13.0, top - (k - 1)), top, k)
-            xs = [c] + [c * (1 - o) for o in offs] + [c * (1 + o) for o in offs]
-            if len(xs) < n and lo < cn < hi and cn not in xs:
-                xs.append(cn)  # the Newton estimate fills the batch (same pass size as the grid)
-            xs = [x for x in xs if lo < x < hi]
-        else:
-            # On a bracket this tight the Hermite root is exact to rounding (its error shrinks
-            # like the fourth power of the width): one beta (a cheaper pass) and the Newton
-            # decrement confirms it; once, after that the probes again.
-            single_tried = single_tried or n >= 3
-            xs = [c]
-        old = hi - lo
-        light = n >= 3 and len(xs) == 1
-        out = st.run(xs, light=light)
-        if light and st.settle_light(out[0][0], out[0][2]):
+        xs, single_tried = _refine_batch(st, c, cn, single_tried)
+        if _refine_pass(st, xs):
             break
-        if len(xs) > 1 and _nested_hermite_agree(st):
-            break
-        if n < 3 and br.hi - br.lo > 0.5 * old:
-            # The single estimate did not halve the bracket: bisect once (geometric when wide).
-            st.run([_bisect(br.lo, br.hi)])
-            if abs(br.f_lo) <= st.d_tol or abs(br.f_hi) <= st.d_tol:
-                st.converged = True
     if not st.converged and br.hi - br.lo <= st.rtol * br.hi:
         st.converged = True
+
+
+def _root_estimates(br: Bracket) -> tuple[float, float]:
+    """``(c, cn)``: the root of the cubic Hermite interpolant of the bracket (else ``cn``,
+    else bisection) and Newton's step from the end with the shorter step (NaN if none): the
+    scale of the estimate's error."""
+    c = hermite_root(br.lo, br.f_lo, br.fp_lo, br.hi, br.f_hi, br.fp_hi)
+    steps = [
+        (abs(f / fp), x - f / fp)
+        for x, f, fp in ((br.lo, br.f_lo, br.fp_lo), (br.hi, br.f_hi, br.fp_hi))
+        if fp < 0 and math.isfinite(f / fp)
+    ]
+    cn = min(steps)[1] if steps else math.nan
+    lo, hi = br.lo, br.hi
+    if not (lo < c < hi):
+        c = cn if lo < cn < hi else _bisect(lo, hi)
+    return c, cn
+
+
+def _estimates_agree(st: Solver, c: float, cn: float) -> bool:
+    """Both ends exact (second derivatives evaluated), the two estimates within ``rtol`` of
+    each other, and the bracket narrower than ``1e-4`` relative."""
+    lo, hi = st.bracket.lo, st.bracket.hi
+    exact = not any(st.points[e].light for e in (lo, hi) if e in st.points)
+    return exact and lo < cn < hi and abs(cn - c) <= st.rtol * c and hi - lo <= 1e-4 * c
+
+
+def _refine_batch(st: Solver, c: float, cn: float, single_tried: bool) -> tuple[list[float], bool]:
+    """The betas (as ``x``) of the next refinement pass, and whether a single-point pass has
+    been tried: around ``c`` at offsets ``rel, rel / 10, ...`` (``rel`` estimates the error of
+    ``c``, so the root falls between two probes a decade apart, where Hermite roots of nested
+    brackets can be compared), the Newton estimate filling the batch; on a bracket tight
+    enough, ``c`` alone (the Hermite root is then exact to rounding, its error shrinking like
+    the fourth power of the width: one beta, a cheaper pass, and the Newton decrement confirms
+    it), once, after that the probes again."""
+    lo, hi, n = st.bracket.lo, st.bracket.hi, st.n
+    rel = (hi - lo) / c
+    if lo < cn < hi and cn != c:
+        rel = min(rel, 4.0 * abs(cn - c) / c)
+    if not (n >= 3 and (rel > _SINGLE_PROBE_REL or single_tried)):
+        return [c], single_tried or n >= 3
+    return _probes(st.bracket, c, cn, rel, n), single_tried
+
+
+def _probes(br: Bracket, c: float, cn: float, rel: float, n: int) -> list[float]:
+    """``c`` and ``(n - 1) // 2`` probes on either side of it at offsets ``rel``, ``rel / 10``,
+    ... relative, with the Newton estimate ``cn`` filling the batch; those inside the bracket."""
+    k = (n - 1) // 2
+    top = math.log10(max(rel, 1e-12))
+    offs = np.logspace(max(-13.0, top - (k - 1)), top, k)
+    xs = [c] + [c * (1 - o) for o in offs] + [c * (1 + o) for o in offs]
+    if len(xs) < n and br.lo < cn < br.hi and cn not in xs:
+        xs.append(cn)  # the Newton estimate fills the batch (same pass size as the grid)
+    return [x for x in xs if br.lo < x < br.hi]
+
+
+def _refine_pass(st: Solver, xs: list[float]) -> bool:
+    """Evaluate ``xs``; whether the search is done (a single point settled by its Newton
+    decrement, or nested Hermite roots agreeing). With fewer than 3 betas per pass, a pass
+    that did not halve the bracket is followed by one bisection (geometric when wide)."""
+    br, n = st.bracket, st.n
+    old = br.hi - br.lo
+    light = n >= 3 and len(xs) == 1
+    out = st.run(xs, light=light)
+    if light and st.settle_light(out[0][0], out[0][2]):
+        return True
+    if len(xs) > 1 and _nested_hermite_agree(st):
+        return True
+    if n < 3 and br.hi - br.lo > 0.5 * old:
+        st.run([_bisect(br.lo, br.hi)])
+        if abs(br.f_lo) <= st.d_tol or abs(br.f_hi) <= st.d_tol:
+            st.converged = True
+    return False
 
 
 def _nested_hermite_agree(st: Solver) -> bool:
@@ -435,17 +522,29 @@ def _nested_hermite_agree(st: Solver) -> bool:
     pts = sorted((x, p) for x, p in st.points.items() if math.isfinite(p.d2L) and not p.light)
     fs = [(x, st.sign * p.dL, p.d2L) for x, p in pts]
     for i in range(len(fs) - 1):
-        (a, fa, da), (b, fb, db) = fs[i], fs[i + 1]
-        if not (fa > 0 >= fb):
-            continue
-        c1 = hermite_root(a, fa, da, b, fb, db)
-        wider = []
-        if i > 0:
-            wider.append(hermite_root(*fs[i - 1], b, fb, db))
-        if i + 2 < len(fs):
-            wider.append(hermite_root(a, fa, da, *fs[i + 2]))
-        good = [c2 for c2 in wider if abs(c2 - c1) <= 0.1 * st.rtol * c1]
-        if math.isfinite(c1) and good and b - a <= 1e-3 * c1:
-            return st.settle(c1, (a, b))
-        return False
+        if fs[i][1] > 0 >= fs[i + 1][1]:
+            return _settle_nested(st, fs, i)
     return False
+
+
+def _settle_nested(st: Solver, fs: list[tuple[float, float, float]], i: int) -> bool:
+    """Settle at the Hermite root of the bracket ``fs[i], fs[i + 1]`` when it is narrower than
+    ``1e-3`` relative and a wider bracket's root agrees with it to ``rtol / 10``."""
+    (a, fa, da), (b, fb, db) = fs[i], fs[i + 1]
+    c1 = hermite_root(a, fa, da, b, fb, db)
+    good = [c2 for c2 in _wider_roots(fs, i) if abs(c2 - c1) <= 0.1 * st.rtol * c1]
+    if math.isfinite(c1) and good and b - a <= 1e-3 * c1:
+        return st.settle(c1, (a, b))
+    return False
+
+
+def _wider_roots(fs: list[tuple[float, float, float]], i: int) -> list[float]:
+    """The Hermite roots of the brackets one point wider than ``fs[i], fs[i + 1]`` (``(x, f,
+    f')`` points in increasing ``x``), on each side where there is one."""
+    (a, fa, da), (b, fb, db) = fs[i], fs[i + 1]
+    wider = []
+    if i > 0:
+        wider.append(hermite_root(*fs[i - 1], b, fb, db))
+    if i + 2 < len(fs):
+        wider.append(hermite_root(a, fa, da, *fs[i + 2]))
+    return wider

@@ -76,36 +76,15 @@ def solve_beta(obj: BetaObjective) -> BetaSolution:
     """Maximise the concave ``L(beta)`` of ``obj`` over ``beta in R u {+-inf}`` (see the module
     docstring); deterministic, accurate to about ``1e-11`` relative in ``beta``."""
     scale = float(obj.scale)
-    ev0 = obj.evaluate_zero()
-    L0 = float(obj.L0)
-    dL0, d2L0, eu_uniform = float(ev0.dL[0]), float(ev0.d2L[0]), float(ev0.model_eu[0])
-    zero = Point(0.0, L0, dL0, eu_uniform, d2L0)
-    # Tolerances: 1e-12 on dL (relative to the expected utilities) and RTOL on the root, or 10
-    # units of the evaluations' precision (``eps``: float32 objectives) if that is coarser.
-    eps = float(getattr(obj, "eps", np.finfo(np.float64).eps))
-    d_tol = max(1e-12, 10.0 * eps) * max(
-        1.0, abs(obj.expected_utility), abs(eu_uniform), obj.utility_scale
-    )
-    sign = 1.0 if dL0 > 0 else -1.0
-    st = Solver(
-        obj=obj,
-        sign=sign,
-        d_tol=d_tol,
-        rtol=max(RTOL, 10.0 * eps),
-        n=max(1, int(obj.betas_per_pass)),
-        x_max=10.0**MAX_DECADES / scale if scale > 0 else math.inf,
-        best=dataclasses.replace(zero),
-        flat=dataclasses.replace(zero),
-        bracket=Bracket(lo=0.0, f_lo=sign * dL0, fp_lo=d2L0),
-        zero=zero,
-    )
-    if scale == 0.0 or abs(dL0) <= d_tol:
-        return st.solution(zero, L0, converged=True, at_boundary=False)
-    if obj.limit_upper_bound() > L0 + 1e-12 * max(1.0, abs(L0)):
+    st = _start(obj, scale)
+    zero = st.zero
+    if scale == 0.0 or abs(zero.dL) <= st.d_tol:
+        return st.solution(zero, zero.L, converged=True, at_boundary=False)
+    if obj.limit_upper_bound() > zero.L + 1e-12 * max(1.0, abs(zero.L)):
         # The behaviour may live on the limit policy's support: one limit pass first. If dL/dbeta
         # keeps the sign of dL(0) up to the limit, L increases all the way: no search at all.
         lim = st.limit()
-        if not math.isnan(lim.dL) and sign * lim.dL >= -d_tol:
+        if not math.isnan(lim.dL) and st.sign * lim.dL >= -st.d_tol:
             return _the_limit(st, lim)
     if st.n >= 3:  # batched passes cost about one: grid, then Hermite root with probes
         grid(st, scale)
@@ -117,6 +96,34 @@ def solve_beta(obj: BetaObjective) -> BetaSolution:
     if st.n >= 3:
         refine(st)
     return _compare_with_the_limit(st, scale)
+
+
+def _start(obj: BetaObjective, scale: float) -> Solver:
+    """The solve's state after the pass at ``beta = 0``: its point, the search's direction
+    (the sign of ``dL(0)``) and tolerances (1e-12 on ``dL``, relative to the expected utilities,
+    and ``RTOL`` on the root, or 10 units of the evaluations' precision ``eps`` (float32
+    objectives) if that is coarser)."""
+    ev0 = obj.evaluate_zero()
+    L0 = float(obj.L0)
+    dL0, d2L0, eu_uniform = float(ev0.dL[0]), float(ev0.d2L[0]), float(ev0.model_eu[0])
+    zero = Point(0.0, L0, dL0, eu_uniform, d2L0)
+    eps = float(getattr(obj, "eps", np.finfo(np.float64).eps))
+    d_tol = max(1e-12, 10.0 * eps) * max(
+        1.0, abs(obj.expected_utility), abs(eu_uniform), obj.utility_scale
+    )
+    sign = 1.0 if dL0 > 0 else -1.0
+    return Solver(
+        obj=obj,
+        sign=sign,
+        d_tol=d_tol,
+        rtol=max(RTOL, 10.0 * eps),
+        n=max(1, int(obj.betas_per_pass)),
+        x_max=10.0**MAX_DECADES / scale if scale > 0 else math.inf,
+        best=dataclasses.replace(zero),
+        flat=dataclasses.replace(zero),
+        bracket=Bracket(lo=0.0, f_lo=sign * dL0, fp_lo=d2L0),
+        zero=zero,
+    )
 
 
 def _the_limit(st: Solver, lim: LimitValue) -> BetaSolution:
