@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -230,20 +230,7 @@ def history_labels(paths: Sequence[str | pathlib.Path]) -> list[str]:
         parts = [*path.parent.parts[1:], path.stem]
         names = ["/".join(parts[-k:]) for k in range(1, len(parts) + 1)]
         candidates.append([names[0], path.name, *names[1:], str(path)])
-    level = [0] * len(distinct)
-    while True:
-        labels = [c[k] for c, k in zip(candidates, level, strict=True)]
-        clashing = {lab for lab in labels if labels.count(lab) > 1}
-        movable = [
-            i
-            for i, lab in enumerate(labels)
-            if lab in clashing and level[i] < len(candidates[i]) - 1
-        ]
-        if not movable:
-            break
-        for i in movable:
-            level[i] += 1
-    label_of = dict(zip(distinct, labels, strict=True))
+    label_of = dict(zip(distinct, _shortest_distinct(candidates), strict=True))
     seen: dict[str, int] = {}
     out = []
     for path in full:  # a file named twice (or a clash left) is numbered on its repeats
@@ -320,6 +307,24 @@ def read_history(path: str | pathlib.Path) -> list[dict[str, Any]]:
     return read_rows(p)
 
 
+def _shortest_distinct(candidates: list[list[str]]) -> list[str]:
+    """One label per file from its candidates (short to long): each file whose label clashes
+    with another's moves to its next longer candidate, until no label that can move clashes."""
+    level = [0] * len(candidates)
+    while True:
+        labels = [c[k] for c, k in zip(candidates, level, strict=True)]
+        clashing = {lab for lab in labels if labels.count(lab) > 1}
+        movable = [
+            i
+            for i, lab in enumerate(labels)
+            if lab in clashing and level[i] < len(candidates[i]) - 1
+        ]
+        if not movable:
+            return labels
+        for i in movable:
+            level[i] += 1
+
+
 def plot_meg_history(
     path: str | pathlib.Path,
     histories: Mapping[str, Sequence[Mapping[str, Any]]],
@@ -343,24 +348,77 @@ def plot_meg_history(
     if not histories or not any(histories.values()):
         raise ValueError("nothing to plot: the histories hold no rows.")
     rows_all = [r for rows in histories.values() for r in rows]
-    if metrics is None:
-        metrics = ["meg"]
-        if any(r.get("unknown") is not None for r in rows_all):
-            metrics.append("unknown")
-        if any(
-            r.get("known_meg") is not None and r.get("known_meg") != r.get("meg") for r in rows_all
-        ):
-            metrics.append("known_meg")
-    for m in metrics:
-        if not any(isinstance(r.get(m), (int, float)) for r in rows_all):
-            raise ValueError(
-                f"no row has a number in column {m!r}; columns present: "
-                f"{sorted({k for r in rows_all for k in r})}."
-            )
+    metrics = _history_metrics(rows_all, metrics)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.0))
     uses_steps = all(isinstance(r.get("timesteps"), (int, float)) for r in rows_all)
-    i = 0
+    for i, (pts, label) in enumerate(_history_lines(histories, metrics, uses_steps)):
+        ax.plot(
+            *zip(*pts, strict=True),
+            marker="o",
+            ms=3,
+            color=_COLORS[i % len(_COLORS)],
+            label=label,
+        )
+    ax.set_xlabel("training steps" if uses_steps else "policy (in file order)")
+    ax.set_ylabel("nats" if "expected_return" not in metrics else "value")
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def _history_metrics(
+    rows: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None
+) -> Sequence[str]:
+    """The columns to plot: ``metrics``, or by default ``meg`` plus ``unknown`` where the rows
+    have it and ``known_meg`` where it differs from ``meg``.
+
+    Raises:
+        ValueError: a metric that no row has a number in.
+    """
+    if metrics is None:
+        metrics = _default_metrics(rows)
+    for m in metrics:
+        if not any(isinstance(r.get(m), (int, float)) for r in rows):
+            raise ValueError(
+                f"no row has a number in column {m!r}; columns present: "
+                f"{sorted({k for r in rows for k in r})}."
+            )
+    return metrics
+
+
+def _metric_label(m: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """The legend's name of column ``m`` in these rows: ``MEG / certificate`` for continuous
+    actions (no ``H log|A|`` to divide by), ``MEG (mode)`` for score rows."""
+    label = HISTORY_METRICS.get(m, m)
+    if m == "normalized" and rows and isinstance(rows[0].get("certificate"), (int, float)):
+        label = "MEG / certificate"
+    mode = rows[0].get("mode") if rows else None
+    if m == "meg" and isinstance(mode, str):  # score rows: the mode the column holds
+        label = f"MEG ({mode})"
+    return label
+
+
+def _default_metrics(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``meg``, plus ``unknown`` where the rows have it and ``known_meg`` where it differs
+    from ``meg``."""
+    metrics = ["meg"]
+    if any(r.get("unknown") is not None for r in rows):
+        metrics.append("unknown")
+    if any(r.get("known_meg") is not None and r.get("known_meg") != r.get("meg") for r in rows):
+        metrics.append("known_meg")
+    return metrics
+
+
+def _history_lines(
+    histories: Mapping[str, Sequence[Mapping[str, Any]]],
+    metrics: Sequence[str],
+    uses_steps: bool,
+) -> Iterator[tuple[list[tuple[float, float]], str]]:
+    """Each line to draw: its ``(x, value)`` points in order of ``x`` (training steps, or the
+    row's index) and its legend label, by history and metric."""
     for name, rows in histories.items():
         xs = [float(r["timesteps"]) if uses_steps else float(k) for k, r in enumerate(rows)]
         for m in metrics:
@@ -369,27 +427,5 @@ def plot_meg_history(
                 for x, r in zip(xs, rows, strict=True)
                 if isinstance(r.get(m), (int, float))
             )
-            if not pts:
-                continue
-            label = HISTORY_METRICS.get(m, m)
-            if m == "normalized" and rows and isinstance(rows[0].get("certificate"), (int, float)):
-                label = "MEG / certificate"  # continuous actions: no H log|A| to divide by
-            mode = rows[0].get("mode") if rows else None
-            if m == "meg" and isinstance(mode, str):  # score rows: the mode the column holds
-                label = f"MEG ({mode})"
-            label += f" [{name}]" if len(histories) > 1 else ""
-            ax.plot(
-                *zip(*pts, strict=True),
-                marker="o",
-                ms=3,
-                color=_COLORS[i % len(_COLORS)],
-                label=label,
-            )
-            i += 1
-    ax.set_xlabel("training steps" if uses_steps else "policy (in file order)")
-    ax.set_ylabel("nats" if "expected_return" not in metrics else "value")
-    if title:
-        ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
+            if pts:
+                yield pts, _metric_label(m, rows) + (f" [{name}]" if len(histories) > 1 else "")

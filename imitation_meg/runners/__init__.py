@@ -128,19 +128,7 @@ def apply_overrides(
         ValueError: an override without ``=``, malformed YAML, or a key below a non-mapping.
     """
     out = copy.deepcopy(dict(data))
-    if isinstance(overrides, Mapping):
-        pairs = [(str(k), v) for k, v in overrides.items()]
-    else:
-        pairs = []
-        for text in overrides:
-            key, sep, raw = text.partition("=")
-            if not sep or not key.strip():
-                raise ValueError(
-                    f"--set {text!r} must be KEY=VALUE, e.g. --set n_steps=20000 or "
-                    "--set agents=[Q,PPO]."
-                )
-            pairs.append((key.strip(), parse_yaml_value(raw, where=f"--set {text!r}")))
-    for key, value in pairs:
+    for key, value in _override_pairs(overrides):
         if key == "experiment" or key.startswith("experiment."):
             raise ValueError("--set cannot change 'experiment' (the driver); use another config.")
         *path, last = key.split(".")
@@ -154,6 +142,29 @@ def apply_overrides(
             node = child
         node[last] = value
     return out
+
+
+def _override_pairs(
+    overrides: Sequence[str] | Mapping[str, JSONValue],
+) -> list[tuple[str, Any]]:
+    """``(key, value)`` of each override: a mapping's items, or ``KEY=VALUE`` strings with
+    their values read as YAML.
+
+    Raises:
+        ValueError: a string without ``=`` or key, or malformed YAML.
+    """
+    if isinstance(overrides, Mapping):
+        return [(str(k), v) for k, v in overrides.items()]
+    pairs = []
+    for text in overrides:
+        key, sep, raw = text.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(
+                f"--set {text!r} must be KEY=VALUE, e.g. --set n_steps=20000 or "
+                "--set agents=[Q,PPO]."
+            )
+        pairs.append((key.strip(), parse_yaml_value(raw, where=f"--set {text!r}")))
+    return pairs
 
 
 def _experiments_dir(path: pathlib.Path, name: str) -> pathlib.Path:
@@ -229,25 +240,12 @@ def run_config(
     """
     path = pathlib.Path(path)
     data = load_yaml(path)
-    name = data.get("experiment")
-    if not isinstance(name, str):
-        raise ValueError(  # noqa: TRY004 - the file's content is a bad value
-            f"config {str(path)!r} needs a top-level 'experiment: <driver name>' key "
-            "naming a file under experiments/."
-        )
+    name = _driver_name(path, data)
     exp_dir = pathlib.Path(experiments_dir) if experiments_dir else _experiments_dir(path, name)
     module = load_driver(name, exp_dir)
     data = apply_overrides(data, overrides)
     if seeds is not None:
-        fields = set(getattr(module.Config, "__dataclass_fields__", {}))
-        if "seeds" not in fields:
-            raise ValueError(
-                f"study {name!r} has no 'seeds' list (its fields: {sorted(fields)}); "
-                "use --set to change its settings."
-            )
-        if any(o.partition("=")[0].strip() == "seeds" for o in overrides if isinstance(o, str)):
-            raise ValueError("give the seeds once: --seeds or --set seeds=..., not both.")
-        data["seeds"] = list(parse_seeds(seeds) if isinstance(seeds, str) else seeds)
+        data["seeds"] = _seed_list(name, module, seeds, overrides)
     data.pop("experiment", None)
     cfg = load_config(data, module.Config, where=str(path))
     if not is_unit_driver(module):
@@ -276,3 +274,40 @@ def run_config(
         config_path=str(path),
         **kwargs,
     )
+
+
+def _driver_name(path: pathlib.Path, data: Mapping[str, Any]) -> str:
+    """The config's ``experiment`` key: the name of its driver.
+
+    Raises:
+        ValueError: the key is missing or not a string.
+    """
+    name = data.get("experiment")
+    if not isinstance(name, str):
+        raise ValueError(  # noqa: TRY004 - the file's content is a bad value
+            f"config {str(path)!r} needs a top-level 'experiment: <driver name>' key "
+            "naming a file under experiments/."
+        )
+    return name
+
+
+def _seed_list(
+    name: str,
+    module: types.ModuleType,
+    seeds: str | Sequence[int],
+    overrides: Sequence[str] | Mapping[str, JSONValue],
+) -> list[int]:
+    """``--seeds`` as the config's ``seeds`` list.
+
+    Raises:
+        ValueError: the study has no ``seeds`` field, or the seeds are also given by ``--set``.
+    """
+    fields = set(getattr(module.Config, "__dataclass_fields__", {}))
+    if "seeds" not in fields:
+        raise ValueError(
+            f"study {name!r} has no 'seeds' list (its fields: {sorted(fields)}); "
+            "use --set to change its settings."
+        )
+    if any(o.partition("=")[0].strip() == "seeds" for o in overrides if isinstance(o, str)):
+        raise ValueError("give the seeds once: --seeds or --set seeds=..., not both.")
+    return list(parse_seeds(seeds) if isinstance(seeds, str) else seeds)

@@ -197,62 +197,94 @@ class UnitStore:
         """
         incoming: dict[str, tuple[str, str, dict[str, Any]]] = {}  # key -> (from, text, record)
         for src in sources:
-            folder = pathlib.Path(src)
-            if not folder.is_dir():
-                raise ValueError(
-                    f"--merge source {str(src)!r} is not a folder: give a results folder with "
-                    "units/ in it or a published folder (run.json and results.json)."
-                )
-            if (folder / "units").is_dir():
-                folder = folder / "units"
-            if folder.resolve() == self.folder.resolve():
-                raise ValueError(
-                    f"--merge source {str(src)!r} is this run's own results folder; merge other "
-                    "runs' folders into it."
-                )
-            if (folder / "run.json").is_file():  # a run's folder without its units/
-                found = self._published(folder, published)
-            else:  # a folder of unit files
-                found = [
-                    (str(path), self._read(path), path.read_text())
-                    for path in sorted(folder.glob("*.json"))
-                ]
-            for where, record, text in found:
+            for where, record, text in self._source_records(src, published):
                 record, text = self._fill_added(record, text)
-                if record["study"] != self.study or record["config"] != self.fingerprint:
-                    raise ValueError(
-                        f"unit file {where!r} was made by another "
-                        f"{'study' if record['study'] != self.study else 'config'} "
-                        f"({_difference(record, self.study, self.fingerprint)}); merge only runs "
-                        "of the same config (same --set values)."
-                    )
+                self._check_same_config(where, record)
                 key = self.key(record["unit"])
-                unit = canonical(record["unit"])
-                # The same unit with the same result (one run published in two folders, say)
-                # is taken once; with another result it is refused.
-                if key in incoming:
-                    if _same_result(incoming[key][2], record):
-                        continue
-                    raise ValueError(
-                        f"unit {unit} is in both {incoming[key][0]!r} and {where!r} with "
-                        "different results; merging both would count it twice: remove one of "
-                        "the two."
-                    )
-                if self.path(key).is_file():
-                    if _same_result(self._read(self.path(key)), record):
-                        continue
-                    raise ValueError(
-                        f"unit {unit} from {where!r} is already in {str(self.folder)!r} with "
-                        "another result; merging it again would count it twice: drop that "
-                        "source from --merge."
-                    )
-                incoming[key] = (where, text, record)
+                if self._admit(incoming, key, where, record):
+                    incoming[key] = (where, text, record)
         written = []
         for key, (_, text, _) in incoming.items():
             if write:
                 _atomic_write(self.path(key), text)
             written.append(self.path(key))
         return written
+
+    def _source_records(
+        self, src: str | os.PathLike[str], published: PublishedRows | None
+    ) -> list[tuple[str, dict[str, Any], str]]:
+        """``(where, record, file text)`` of each unit file a ``--merge`` source holds: its
+        ``units/`` folder, a folder of unit files, or a published folder (rebuilt).
+
+        Raises:
+            ValueError: the source is not a folder, or is this run's own folder.
+        """
+        folder = pathlib.Path(src)
+        if not folder.is_dir():
+            raise ValueError(
+                f"--merge source {str(src)!r} is not a folder: give a results folder with "
+                "units/ in it or a published folder (run.json and results.json)."
+            )
+        if (folder / "units").is_dir():
+            folder = folder / "units"
+        if folder.resolve() == self.folder.resolve():
+            raise ValueError(
+                f"--merge source {str(src)!r} is this run's own results folder; merge other "
+                "runs' folders into it."
+            )
+        if (folder / "run.json").is_file():  # a run's folder without its units/
+            return self._published(folder, published)
+        return [  # a folder of unit files
+            (str(path), self._read(path), path.read_text())
+            for path in sorted(folder.glob("*.json"))
+        ]
+
+    def _check_same_config(self, where: str, record: dict[str, Any]) -> None:
+        """A merged unit file must come from this study and config.
+
+        Raises:
+            ValueError: it names another study or config fingerprint.
+        """
+        if record["study"] != self.study or record["config"] != self.fingerprint:
+            raise ValueError(
+                f"unit file {where!r} was made by another "
+                f"{'study' if record['study'] != self.study else 'config'} "
+                f"({_difference(record, self.study, self.fingerprint)}); merge only runs "
+                "of the same config (same --set values)."
+            )
+
+    def _admit(
+        self,
+        incoming: dict[str, tuple[str, str, dict[str, Any]]],
+        key: str,
+        where: str,
+        record: dict[str, Any],
+    ) -> bool:
+        """Whether the unit is new: the same unit with the same result (one run published in
+        two folders, say) is taken once; with another result it is refused.
+
+        Raises:
+            ValueError: the unit came already, from another source or this store, with
+                another result.
+        """
+        unit = canonical(record["unit"])
+        if key in incoming:
+            if _same_result(incoming[key][2], record):
+                return False
+            raise ValueError(
+                f"unit {unit} is in both {incoming[key][0]!r} and {where!r} with "
+                "different results; merging both would count it twice: remove one of "
+                "the two."
+            )
+        if self.path(key).is_file():
+            if _same_result(self._read(self.path(key)), record):
+                return False
+            raise ValueError(
+                f"unit {unit} from {where!r} is already in {str(self.folder)!r} with "
+                "another result; merging it again would count it twice: drop that "
+                "source from --merge."
+            )
+        return True
 
     def _fill_added(self, record: dict[str, Any], text: str) -> tuple[dict[str, Any], str]:
         """``record`` with the fields it predates filled in (see ``added``), and its file text."""

@@ -185,40 +185,9 @@ def run_ray(
         log: a callable taking one line of text (notes about the cluster), or ``None``.
     """
     ray = import_ray()
-    started = False
-    if not ray.is_initialized():
-        ray_worker_setup()
-        kwargs: dict[str, Any] = {
-            "include_dashboard": False,
-            "log_to_driver": False,
-            "runtime_env": {
-                "worker_process_setup_hook": "imitation_meg.runners._worker.ray_worker_setup"
-            },
-        }
-        if address is None:
-            ray.init(
-                address="local",
-                num_cpus=workers or os.cpu_count() or 1,
-                object_store_memory=128 * 1024**2,
-                **kwargs,
-            )
-        else:
-            ray.init(address=address, **kwargs)
-        started = True
+    started = _start_ray(ray, workers, address)
     try:
-        cluster = ray.cluster_resources()
-        num_cpus = float(resources.get("num_cpus", 1))
-        num_gpus = float(resources.get("num_gpus", 0))
-        if num_gpus and not cluster.get("GPU"):
-            if log is not None:
-                log(f"the Ray cluster has no GPU: units run on CPUs (asked for {num_gpus:g} GPU).")
-            num_gpus = 0.0
-        if log is not None:
-            log(
-                f"Ray cluster: {cluster.get('CPU', 0):g} CPUs, {cluster.get('GPU', 0):g} GPUs; "
-                f"{num_cpus:g} CPU{'' if num_cpus == 1 else 's'}"
-                f"{f', {num_gpus:g} GPU' if num_gpus else ''} per unit, {retries} retries."
-            )
+        num_cpus, num_gpus = _unit_resources(ray.cluster_resources(), resources, retries, log)
         task = ray.remote(run_remote).options(
             num_cpus=num_cpus, num_gpus=num_gpus, max_retries=retries, retry_exceptions=True
         )
@@ -240,3 +209,48 @@ def run_ray(
     finally:
         if started:
             ray.shutdown()
+
+
+def _start_ray(ray: Any, workers: int | None, address: str | None) -> bool:
+    """Join ``address`` or start a local Ray with ``workers`` CPUs (default all of this
+    machine's), unless Ray runs already; whether this run started it."""
+    if ray.is_initialized():
+        return False
+    ray_worker_setup()
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "runtime_env": {
+            "worker_process_setup_hook": "imitation_meg.runners._worker.ray_worker_setup"
+        },
+    }
+    if address is None:
+        ray.init(
+            address="local",
+            num_cpus=workers or os.cpu_count() or 1,
+            object_store_memory=128 * 1024**2,
+            **kwargs,
+        )
+    else:
+        ray.init(address=address, **kwargs)
+    return True
+
+
+def _unit_resources(
+    cluster: Mapping[str, float], resources: Mapping[str, float], retries: int, log: Any
+) -> tuple[float, float]:
+    """CPUs and GPUs per unit: the GPUs asked for only where the cluster has GPUs (a note
+    says so otherwise); a note describes the cluster."""
+    num_cpus = float(resources.get("num_cpus", 1))
+    num_gpus = float(resources.get("num_gpus", 0))
+    if num_gpus and not cluster.get("GPU"):
+        if log is not None:
+            log(f"the Ray cluster has no GPU: units run on CPUs (asked for {num_gpus:g} GPU).")
+        num_gpus = 0.0
+    if log is not None:
+        log(
+            f"Ray cluster: {cluster.get('CPU', 0):g} CPUs, {cluster.get('GPU', 0):g} GPUs; "
+            f"{num_cpus:g} CPU{'' if num_cpus == 1 else 's'}"
+            f"{f', {num_gpus:g} GPU' if num_gpus else ''} per unit, {retries} retries."
+        )
+    return num_cpus, num_gpus

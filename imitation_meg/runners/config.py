@@ -100,21 +100,36 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         return _coerce_union(value, tp, where)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        if not isinstance(value, Mapping):
-            raise TypeError(f"{where}: expected a mapping for {tp.__name__}, got {value!r}.")
-        return load_config(value, tp, where=where)
-    if origin in (tuple, Sequence, list) or tp in (tuple, list):
+        return load_config(_mapping(value, where, f" for {tp.__name__}"), tp, where=where)
+    if _is_sequence_type(tp, origin):
         return _coerce_sequence(value, tp, where)
-    if origin in (dict, Mapping) or tp is dict:
-        if not isinstance(value, Mapping):
-            raise TypeError(f"{where}: expected a mapping, got {value!r}.")
-        return dict(value)
+    if _is_mapping_type(tp, origin):
+        return dict(_mapping(value, where, ""))
     if tp in _SCALARS:
         return _SCALARS[tp](value, where)
-    if origin is typing.Literal:
-        if value not in typing.get_args(tp):
-            raise ValueError(f"{where}: {value!r} is not one of {typing.get_args(tp)}.")
-        return value
+    if origin is typing.Literal and value not in typing.get_args(tp):
+        raise ValueError(f"{where}: {value!r} is not one of {typing.get_args(tp)}.")
+    return value
+
+
+def _is_sequence_type(tp: Any, origin: Any) -> bool:
+    """``tuple[...]``, ``Sequence[...]``, ``list[...]`` or a bare ``tuple`` / ``list``."""
+    return origin in (tuple, Sequence, list) or tp in (tuple, list)
+
+
+def _is_mapping_type(tp: Any, origin: Any) -> bool:
+    """``dict[...]``, ``Mapping[...]`` or a bare ``dict``."""
+    return origin in (dict, Mapping) or tp is dict
+
+
+def _mapping(value: Any, where: str, what: str) -> Mapping[str, Any]:
+    """``value`` where a mapping is expected (``what``: `` for Config``, say).
+
+    Raises:
+        TypeError: it is not a mapping.
+    """
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{where}: expected a mapping{what}, got {value!r}.")
     return value
 
 
@@ -136,19 +151,37 @@ def _coerce_union(value: Any, tp: Any, where: str) -> Any:
 
 def _coerce_sequence(value: Any, tp: Any, where: str) -> tuple[Any, ...]:
     """A YAML list as a tuple: ``tuple[X, ...]``, fixed-length ``tuple[X, Y]``, or a list."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise TypeError(f"{where}: expected a list, got {value!r}.")
+    _check_list(value, where)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         return tuple(_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
     if origin is tuple and args:
-        if len(args) != len(value):
-            raise ValueError(f"{where}: expected {len(args)} entries, got {len(value)}.")
-        return tuple(
-            _coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True))
-        )
+        return _coerce_fixed(value, args, where)
     inner = args[0] if args else Any
     return tuple(_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+
+
+def _check_list(value: Any, where: str) -> None:
+    """A YAML list (a sequence that is not a string).
+
+    Raises:
+        TypeError: anything else.
+    """
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{where}: expected a list, got {value!r}.")
+
+
+def _coerce_fixed(value: Sequence[Any], args: tuple[Any, ...], where: str) -> tuple[Any, ...]:
+    """A YAML list as a fixed-length ``tuple[X, Y, ...]``, entry by entry.
+
+    Raises:
+        ValueError: the list has another length.
+    """
+    if len(args) != len(value):
+        raise ValueError(f"{where}: expected {len(args)} entries, got {len(value)}.")
+    return tuple(
+        _coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True))
+    )
 
 
 def _as_float(value: Any, where: str) -> float:
@@ -211,6 +244,20 @@ def load_config(
         data = load_yaml(data)
     data = {k: v for k, v in data.items() if k != "experiment"}
     hints = typing.get_type_hints(cls)
+    _check_keys(data, cls, where)
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:  # the dataclass's own checks (__post_init__)
+        raise type(e)(f"{where}: {e}") from e
+
+
+def _check_keys(data: Mapping[str, Any], cls: type, where: str) -> None:
+    """Every key a field of ``cls``, every field without a default given.
+
+    Raises:
+        ValueError: unknown keys, or missing required keys.
+    """
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
@@ -226,11 +273,6 @@ def load_config(
     ]
     if missing:
         raise ValueError(f"{where}: missing required keys {missing} for {cls.__name__}.")
-    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as e:  # the dataclass's own checks (__post_init__)
-        raise type(e)(f"{where}: {e}") from e
 
 
 def _entries(name: str, value: Any) -> list[tuple[str, Any]]:

@@ -15,6 +15,7 @@ import filecmp
 import json
 import pathlib
 import shutil
+from typing import Any
 
 from imitation_meg.type_aliases import PathLike
 
@@ -50,6 +51,31 @@ def publish(
             does not exist (run from the repository root or pass ``to``).
     """
     src = pathlib.Path(results_dir)
+    _check_finished(src)
+    _check_max_bytes(max_bytes)
+    dest = _destination(src, to, docs_root)
+    files = sorted(p for p in src.iterdir() if p.is_file() and not p.name.startswith("."))
+    if not files:
+        raise ValueError(f"{str(src)!r} has no result files to publish.")
+    dest.mkdir(exist_ok=True)
+    status: dict[str, list[str]] = {"new": [], "updated": [], "unchanged": [], "left_out": []}
+    for f in files:
+        if max_bytes is not None and f.stat().st_size > max_bytes:
+            status["left_out"].append(str(f))
+            continue
+        target = dest / f.name
+        kind = _copy(f, target)
+        status[kind].append(str(target))
+    return status
+
+
+def _check_finished(src: pathlib.Path) -> None:
+    """A results folder holding a complete run (its ``run.json`` says so; a study without the
+    unit protocol leaves a ``results.json`` only).
+
+    Raises:
+        ValueError: the folder is missing, or holds no complete run.
+    """
     if not src.is_dir():
         raise ValueError(f"results folder {str(src)!r} does not exist; run the study first.")
     log = src / "run.json"
@@ -68,10 +94,26 @@ def publish(
             f"{str(src)!r} holds no finished run (no run.json); run imitation-meg reproduce "
             "CONFIG first, then publish its results folder."
         )
+
+
+def _check_max_bytes(max_bytes: Any) -> None:
+    """``max_bytes``: a non-negative integer or None.
+
+    Raises:
+        ValueError: anything else (booleans included).
+    """
     if max_bytes is not None and (
         isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0
     ):
         raise ValueError(f"max_bytes must be a non-negative integer or None, got {max_bytes!r}.")
+
+
+def _destination(src: pathlib.Path, to: PathLike | None, docs_root: PathLike) -> pathlib.Path:
+    """The published folder: ``to``, or ``<docs_root>/<name of src>``.
+
+    Raises:
+        ValueError: its parent does not exist, or it is the results folder itself.
+    """
     dest = pathlib.Path(to) if to is not None else pathlib.Path(docs_root) / src.name
     if not dest.parent.is_dir():
         raise ValueError(
@@ -80,23 +122,18 @@ def publish(
         )
     if dest.resolve() == src.resolve():
         raise ValueError(f"{str(src)!r} is already the destination; pass --to.")
-    files = sorted(p for p in src.iterdir() if p.is_file() and not p.name.startswith("."))
-    if not files:
-        raise ValueError(f"{str(src)!r} has no result files to publish.")
-    dest.mkdir(exist_ok=True)
-    status: dict[str, list[str]] = {"new": [], "updated": [], "unchanged": [], "left_out": []}
-    for f in files:
-        if max_bytes is not None and f.stat().st_size > max_bytes:
-            status["left_out"].append(str(f))
-            continue
-        target = dest / f.name
-        if not target.exists():
-            kind = "new"
-        elif filecmp.cmp(f, target, shallow=False):
-            kind = "unchanged"
-        else:
-            kind = "updated"
-        if kind != "unchanged":
-            shutil.copyfile(f, target)
-        status[kind].append(str(target))
-    return status
+    return dest
+
+
+def _copy(f: pathlib.Path, target: pathlib.Path) -> str:
+    """Copy ``f`` to ``target`` unless it holds the same bytes: ``new``, ``updated`` or
+    ``unchanged``."""
+    if not target.exists():
+        kind = "new"
+    elif filecmp.cmp(f, target, shallow=False):
+        kind = "unchanged"
+    else:
+        kind = "updated"
+    if kind != "unchanged":
+        shutil.copyfile(f, target)
+    return kind

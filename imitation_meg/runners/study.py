@@ -103,6 +103,11 @@ def _no_units(name: str, module: types.ModuleType, cfg: Any) -> str:
             f"study {name!r} has no units to run with this config (its driver's units(cfg) "
             "returned none); check its settings."
         )
+    return _empty_lists_text(name, empty)
+
+
+def _empty_lists_text(name: str, empty: list[str]) -> str:
+    """The refusal naming the config's empty lists and how to fill them."""
     named = " and ".join(f"{f} = []" for f in empty)
     fix = ", ".join(f"--set {f}=[...]" for f in empty)
     return (
@@ -170,69 +175,24 @@ def run_study(
             are saved, process workers stopped at once; the message gives the count).
     """
     name = spec.name
-    if backend not in BACKENDS:
-        raise ValueError(f"--backend {backend!r} is not one of {list(BACKENDS)}.")
-    if workers is not None and workers < 1:
-        raise ValueError(f"--workers must be at least 1, got {workers}.")
-    if backend == "serial" and workers not in (None, 1):
-        raise ValueError("--workers applies to --backend process or ray; serial runs one unit.")
-    if address is not None and backend != "ray":
-        raise ValueError("--address applies to --backend ray only.")
-    if retries < 0:
-        raise ValueError(f"--retries must be >= 0, got {retries}.")
+    _check_options(backend, workers, address, retries)
     if backend == "ray" and not dry_run:
         import_ray()  # a clear error before any work when Ray is missing
-    say = log or (lambda _line: None)
-
+    say = _sayer(log)
     unit_threads(module)  # a bad UNIT_THREADS fails before any work
-    units = _check_units(name, module.units(cfg), module, cfg)
-    free = tuple(getattr(module, "SWEEP_FIELDS", ()))
-    store = UnitStore(
-        pathlib.Path(cfg.results_dir),
-        name,
-        config_fingerprint(cfg, free_fields=free),
-        added=dict(getattr(module, "ADDED_FIELDS", {})),
-    )
-    keys = [store.key(u) for u in units]
-    seen: dict[str, dict[str, Any]] = {}
-    for key, unit in zip(keys, units, strict=True):
-        if key in seen:
-            raise ValueError(
-                f"study {name!r} lists unit {canonical(unit)} twice (a value repeated in the "
-                "config, e.g. a seed in 'seeds' or --seeds); each unit may count once."
-            )
-        seen[key] = unit
+    plan = _plan(name, module, cfg)
     key_list = getattr(module, "PUBLISHED_RESULTS", None)
+    free = tuple(getattr(module, "SWEEP_FIELDS", ()))
     published = PublishedRows(key_list, free) if isinstance(key_list, str) else None
-    plan = _Plan(name, units, keys, seen, store)
     if dry_run:
-        # a dry run checks the sources as a run would but writes nothing
-        merged = store.merge(merge, published, write=False) if merge else []
-        if merged:
-            say(f"would merge {len(merged)} unit files from {', '.join(map(str, merge))}.")
-        # with --fresh a run reruns every unit, merged ones too (and nothing is ready)
-        ready = set() if fresh else set(plan.load_done()) | {p.stem for p in merged}
-        return {
-            "study": name,
-            "units": len(units),
-            "done": [u for k, u in zip(keys, units, strict=True) if k in ready],
-            "missing": [u for k, u in zip(keys, units, strict=True) if k not in ready],
-            "units_dir": str(store.folder),
-        }
-    if backend == "process" and workers is None:
-        import os
-
-        workers = os.cpu_count() or 1
+        return _dry_run(plan, merge, published, fresh=fresh, say=say)
+    workers = _default_workers(backend, workers)
+    store, units, keys = plan.store, plan.units, plan.keys
     with results_lock(store.results_dir, name):
-        merged = store.merge(merge, published) if merge else []
-        if merged:
-            say(f"merged {len(merged)} unit files from {', '.join(map(str, merge))}.")
-        done = {} if fresh else plan.load_done()
-        todo = [(k, u) for k, u in zip(keys, units, strict=True) if k not in done]
-        where = backend if backend == "serial" else f"{backend} x{workers or 'cluster'}"
+        merged, done, todo = _take_finished(plan, merge, published, fresh=fresh, say=say)
         say(
             f"{name}: {len(units)} units, {len(done)} already done in {store.folder}, "
-            f"running {len(todo)} ({where})."
+            f"running {len(todo)} ({_where(backend, workers)})."
         )
         t0 = time.perf_counter()
         seconds = {k: s for k, (_, s) in done.items()}
@@ -279,6 +239,113 @@ def run_study(
         f"{store.results_dir}/."
     )
     return payload
+
+
+def _sayer(log: Callable[[str], None] | None) -> Callable[[str], None]:
+    """Where one-line notes go: ``log``, or nowhere."""
+    return log or (lambda _line: None)
+
+
+def _default_workers(backend: str, workers: int | None) -> int | None:
+    """The process backend runs as many units at once as the machine has CPUs by default."""
+    if backend == "process" and workers is None:
+        import os
+
+        return os.cpu_count() or 1
+    return workers
+
+
+def _where(backend: str, workers: int | None) -> str:
+    """``serial``, ``process x4``, ``ray x cluster``: how the units run, for the log."""
+    return backend if backend == "serial" else f"{backend} x{workers or 'cluster'}"
+
+
+def _take_finished(
+    plan: _Plan,
+    merge: Sequence[str],
+    published: PublishedRows | None,
+    *,
+    fresh: bool,
+    say: Callable[[str], None],
+) -> tuple[list[pathlib.Path], dict[str, tuple[Any, float]], list[tuple[str, dict[str, Any]]]]:
+    """The units other runs bring (``merge``), the finished units (none with ``fresh``) and the
+    ``(key, unit)`` pairs still to run."""
+    merged = plan.store.merge(merge, published) if merge else []
+    if merged:
+        say(f"merged {len(merged)} unit files from {', '.join(map(str, merge))}.")
+    done = {} if fresh else plan.load_done()
+    todo = [(k, u) for k, u in zip(plan.keys, plan.units, strict=True) if k not in done]
+    return merged, done, todo
+
+
+def _check_options(backend: str, workers: int | None, address: str | None, retries: int) -> None:
+    """The run's options, before any work.
+
+    Raises:
+        ValueError: an unknown backend, a worker count below 1 or given to the serial
+            backend, an address without Ray, negative retries.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"--backend {backend!r} is not one of {list(BACKENDS)}.")
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {workers}.")
+    if backend == "serial" and workers not in (None, 1):
+        raise ValueError("--workers applies to --backend process or ray; serial runs one unit.")
+    if address is not None and backend != "ray":
+        raise ValueError("--address applies to --backend ray only.")
+    if retries < 0:
+        raise ValueError(f"--retries must be >= 0, got {retries}.")
+
+
+def _plan(name: str, module: types.ModuleType, cfg: Any) -> _Plan:
+    """The driver's units with their keys in the config's unit store.
+
+    Raises:
+        ValueError: no units, or a unit listed twice.
+    """
+    units = _check_units(name, module.units(cfg), module, cfg)
+    free = tuple(getattr(module, "SWEEP_FIELDS", ()))
+    store = UnitStore(
+        pathlib.Path(cfg.results_dir),
+        name,
+        config_fingerprint(cfg, free_fields=free),
+        added=dict(getattr(module, "ADDED_FIELDS", {})),
+    )
+    keys = [store.key(u) for u in units]
+    seen: dict[str, dict[str, Any]] = {}
+    for key, unit in zip(keys, units, strict=True):
+        if key in seen:
+            raise ValueError(
+                f"study {name!r} lists unit {canonical(unit)} twice (a value repeated in the "
+                "config, e.g. a seed in 'seeds' or --seeds); each unit may count once."
+            )
+        seen[key] = unit
+    return _Plan(name, units, keys, seen, store)
+
+
+def _dry_run(
+    plan: _Plan,
+    merge: Sequence[str],
+    published: PublishedRows | None,
+    *,
+    fresh: bool,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """The finished and missing units, the sources checked as a run would but nothing written;
+    with ``fresh`` a run reruns every unit, merged ones too (and nothing is ready)."""
+    store = plan.store
+    merged = store.merge(merge, published, write=False) if merge else []
+    if merged:
+        say(f"would merge {len(merged)} unit files from {', '.join(map(str, merge))}.")
+    ready = set() if fresh else set(plan.load_done()) | {p.stem for p in merged}
+    pairs = list(zip(plan.keys, plan.units, strict=True))
+    return {
+        "study": plan.name,
+        "units": len(plan.units),
+        "done": [u for k, u in pairs if k in ready],
+        "missing": [u for k, u in pairs if k not in ready],
+        "units_dir": str(store.folder),
+    }
 
 
 def _outcomes(
