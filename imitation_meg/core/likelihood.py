@@ -24,6 +24,7 @@ import dataclasses
 import math
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -586,16 +587,10 @@ def maximise(
         damping and whether the step was taken).
     """
     F = obj.features.n_features
-    dtype, device = obj.w.dtype, obj.w.device
-    null = obj.features.constant_direction() if F > 0 else None
-    if null is not None:
-        null = null.to(dtype=dtype, device=device)
-
-    def keep_out(v: th.Tensor) -> th.Tensor:
-        """``v`` without its component along the constant-reward direction (a null direction)."""
-        return v if null is None else v.sub_(null, alpha=_dot(v, null))
-
-    theta = th.zeros(F, dtype=dtype, device=device) if theta0 is None else theta0.clone()
+    keep_out = _without_null_direction(obj)
+    theta = (
+        th.zeros(F, dtype=obj.w.dtype, device=obj.w.device) if theta0 is None else theta0.clone()
+    )
     start = time.perf_counter()
     L = obj.value(theta)
     g = obj.grad()
@@ -611,26 +606,11 @@ def maximise(
         if converged or not math.isfinite(L):
             break
         if diag is None:
-            diag = obj.curvature_diagonal()
-            dmax = float(diag.max().clamp_min(1e-300))
-            diag = diag + _RIDGE * dmax
+            diag, dmax = _preconditioner(obj)
         gM = math.sqrt(_dot(g, g / diag))
         g0 = gM if g0 is None else g0
         eta = min(0.5, math.sqrt(gM / g0)) if g0 > 0 else 0.5
-
-        def damped(v: th.Tensor, lam: float = lam) -> th.Tensor:
-            return obj.neg_hvp(v).add_(v, alpha=lam) if lam > 0 else obj.neg_hvp(v)
-
-        recycled.start(lam)
-        p, Bp, n_cg = _pcg(
-            damped,
-            keep_out(g.clone()),
-            diag + lam,
-            eta,
-            max(50, min(4 * F, _CG_MAX)),
-            keep_out,
-            recycled if _RECYCLE_PAIRS > 0 else None,
-        )
+        p, Bp, n_cg = _damped_newton_step(obj, g, diag, lam, eta, keep_out, recycled)
         out["cg_iterations"] += n_cg
         gp = _dot(g, p)
         pred = gp - 0.5 * (_dot(p, Bp) - lam * _dot(p, p))  # the undamped model's rise
@@ -657,13 +637,7 @@ def maximise(
             trace[-1]["taken"] = 0.0
             continue
         last = lam == 0.0 and gp / 2 <= tol * scale
-        cand = theta + p
-        Lc = obj.value(cand, commit=False)
-        ratio = (Lc - L) / pred if math.isfinite(Lc) and pred > 0 else -math.inf
-        if lam == 0.0 and not Lc > L and not last:
-            shorter = _backtrack(obj, theta, p, L)
-            if shorter is not None:
-                cand, Lc, ratio = *shorter, 0.5  # keep lam = 0: the direction was right
+        cand, Lc, ratio = _candidate(obj, theta, p, L, pred, backtrack=lam == 0.0 and not last)
         lam = _next_damping(lam, ratio, _LAM_MIN * dmax)
         taken = Lc > L
         trace[-1]["taken"] = float(taken)
@@ -690,6 +664,79 @@ def maximise(
         seconds=time.perf_counter() - start,
     )
     return out
+
+
+def _without_null_direction(obj: LinearClassObjective) -> Callable[[th.Tensor], th.Tensor]:
+    """The projection (in place) of a parameter vector off the class's constant-reward
+    direction, a null direction of ``L`` (the identity when the class has none)."""
+    F = obj.features.n_features
+    null = obj.features.constant_direction() if F > 0 else None
+    if null is not None:
+        null = null.to(dtype=obj.w.dtype, device=obj.w.device)
+
+    def keep_out(v: th.Tensor) -> th.Tensor:
+        """``v`` without its component along the constant-reward direction (a null direction)."""
+        return v if null is None else v.sub_(null, alpha=_dot(v, null))
+
+    return keep_out
+
+
+def _preconditioner(obj: LinearClassObjective) -> tuple[th.Tensor, float]:
+    """The diagonal preconditioner ``diag(B)`` plus a ridge of ``_RIDGE`` times its largest
+    entry, and that entry (the damping's unit)."""
+    diag = obj.curvature_diagonal()
+    dmax = float(diag.max().clamp_min(1e-300))
+    return diag + _RIDGE * dmax, dmax
+
+
+def _damped_newton_step(
+    obj: LinearClassObjective,
+    g: th.Tensor,
+    diag: th.Tensor,
+    lam: float,
+    eta: float,
+    keep_out: Callable[[th.Tensor], th.Tensor],
+    recycled: _Recycled,
+) -> tuple[th.Tensor, th.Tensor, int]:
+    """``(p, B p, CG steps)``: the solution of ``(B + lam I) p = g`` by preconditioned
+    conjugate gradients to the relative residual ``eta`` (off the null direction)."""
+
+    def damped(v: th.Tensor, lam: float = lam) -> th.Tensor:
+        return obj.neg_hvp(v).add_(v, alpha=lam) if lam > 0 else obj.neg_hvp(v)
+
+    recycled.start(lam)
+    F = obj.features.n_features
+    return _pcg(
+        damped,
+        keep_out(g.clone()),
+        diag + lam,
+        eta,
+        max(50, min(4 * F, _CG_MAX)),
+        keep_out,
+        recycled if _RECYCLE_PAIRS > 0 else None,
+    )
+
+
+def _candidate(
+    obj: LinearClassObjective,
+    theta: th.Tensor,
+    p: th.Tensor,
+    L: float,
+    pred: float,
+    *,
+    backtrack: bool,
+) -> tuple[th.Tensor, float, float]:
+    """``(theta + p, L there, the ratio of the actual rise to the predicted one)``, left
+    uncommitted; with ``backtrack`` a full step that does not raise ``L`` is shortened (the
+    direction was right: the ratio counts as 0.5)."""
+    cand = theta + p
+    Lc = obj.value(cand, commit=False)
+    ratio = (Lc - L) / pred if math.isfinite(Lc) and pred > 0 else -math.inf
+    if backtrack and not Lc > L:
+        shorter = _backtrack(obj, theta, p, L)
+        if shorter is not None:
+            cand, Lc, ratio = *shorter, 0.5  # keep lam = 0: the direction was right
+    return cand, Lc, ratio
 
 
 def _backtrack(

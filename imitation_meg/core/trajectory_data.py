@@ -96,26 +96,12 @@ def _from_trajectory(
             f"{where}: acts must be one integer action per step, got shape {acts.shape}."
         )
     T = acts.shape[0]
-    infos = getattr(traj, "infos", None)
-    if (
-        infos is not None
-        and len(infos) == T
-        and T > 0
-        and all(isinstance(info, Mapping) and state_key in info for info in infos)
-    ):
+    infos: Any = getattr(traj, "infos", None)
+    if _infos_hold_states(infos, T, state_key):
         states = _int_array(
             np.array([info[state_key] for info in infos]), f"{where} infos[{state_key!r}]"
         )
-        final: int | None = None
-        last = infos[-1]
-        if "new_state" in last:
-            final = int(last["new_state"])
-        else:
-            try:
-                final = int(_lookup_states(np.asarray(traj.obs)[-1:], mdp, where)[0])
-            except ValueError:
-                final = None
-        return states, acts, final
+        return states, acts, _final_state(traj, infos[-1], mdp, where)
     obs = np.asarray(traj.obs)
     if obs.shape[0] != T + 1:
         raise ValueError(
@@ -125,19 +111,31 @@ def _from_trajectory(
     return states[:T], acts, int(states[T])
 
 
+def _infos_hold_states(infos: Any, T: int, state_key: str) -> bool:
+    """Whether every one of the ``T > 0`` steps' infos holds the state under ``state_key``."""
+    return (
+        infos is not None
+        and len(infos) == T
+        and T > 0
+        and all(isinstance(info, Mapping) and state_key in info for info in infos)
+    )
+
+
+def _final_state(traj: Any, last: Mapping[str, Any], mdp: TabularMDP, where: str) -> int | None:
+    """The state after the last step: the last info's ``new_state``, else the last
+    observation's state, else None (an observation that matches no single state)."""
+    if "new_state" in last:
+        return int(last["new_state"])
+    try:
+        return int(_lookup_states(np.asarray(traj.obs)[-1:], mdp, where)[0])
+    except ValueError:
+        return None
+
+
 def _split_raw(trajectories: tuple[Any, Any]) -> list[tuple[np.ndarray, np.ndarray]]:
     states, actions = trajectories
     if isinstance(states, (np.ndarray, th.Tensor)) and isinstance(actions, (np.ndarray, th.Tensor)):
-        s = _int_array(states, "states")
-        a = _int_array(actions, "actions")
-        if s.ndim == 1 and a.ndim == 1:
-            return [(s, a)]
-        if s.ndim != 2 or a.ndim != 2 or s.shape[0] != a.shape[0]:
-            raise ValueError(
-                "raw trajectories must be (states (N, T) or (N, T + 1), actions (N, T)) integer "
-                f"arrays; got shapes {tuple(s.shape)} and {tuple(a.shape)}."
-            )
-        return list(zip(s, a, strict=True))
+        return _split_arrays(_int_array(states, "states"), _int_array(actions, "actions"))
     if (
         isinstance(states, Sequence)
         and isinstance(actions, Sequence)
@@ -151,6 +149,23 @@ def _split_raw(trajectories: tuple[Any, Any]) -> list[tuple[np.ndarray, np.ndarr
         "raw trajectories must be a pair (states, actions) of (N, T) arrays or of equal-length "
         "lists of 1-D arrays."
     )
+
+
+def _split_arrays(s: np.ndarray, a: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The rows of ``(N, T)`` or ``(N, T + 1)`` states and ``(N, T)`` actions (1-D arrays: one
+    trajectory).
+
+    Raises:
+        ValueError: other shapes.
+    """
+    if s.ndim == 1 and a.ndim == 1:
+        return [(s, a)]
+    if s.ndim != 2 or a.ndim != 2 or s.shape[0] != a.shape[0]:
+        raise ValueError(
+            "raw trajectories must be (states (N, T) or (N, T + 1), actions (N, T)) integer "
+            f"arrays; got shapes {tuple(s.shape)} and {tuple(a.shape)}."
+        )
+    return list(zip(s, a, strict=True))
 
 
 def trajectory_state_actions(
@@ -180,31 +195,28 @@ def trajectory_state_actions(
         and len(trajectories) == 2
         and not any(_is_trajectory(x) for x in trajectories)
     ):
-        out: list[tuple[np.ndarray, np.ndarray, int | None]] = []
-        for i, (s, a) in enumerate(_split_raw(trajectories)):
-            if s.shape[0] == a.shape[0] + 1:
-                out.append((s[:-1], a, int(s[-1])))
-            elif s.shape[0] == a.shape[0]:
-                out.append((s, a, None))
-            else:
-                raise ValueError(
-                    f"trajectory {i}: {s.shape[0]} states for {a.shape[0]} actions; pass T or "
-                    "T + 1 states (the last being the final state) for T actions."
-                )
+        out = _from_arrays(trajectories)
     elif isinstance(trajectories, Sequence) and not isinstance(trajectories, (str, bytes)):
-        trajs = list(trajectories)
-        bad = [i for i, t in enumerate(trajs) if not _is_trajectory(t)]
-        if bad:
-            raise TypeError(
-                f"trajectories must be imitation Trajectory objects (with .obs and .acts) or a pair "
-                f"(states, actions); item {bad[0]} is a {type(trajs[bad[0]]).__name__}."
-            )
-        out = [_from_trajectory(t, i, mdp, state_key) for i, t in enumerate(trajs)]
+        out = _from_trajectories(list(trajectories), mdp, state_key)
     else:
         raise TypeError(
             "trajectories must be a list of imitation Trajectory objects or a pair (states, "
             f"actions) of integer arrays, got {type(trajectories).__name__}."
         )
+    _check_decisions(out)
+    # the estimators count per step: (H, S, A) tables, (H + 1, S) occupancies
+    check_horizon_memory(mdp, what="scoring trajectories", sa_tables=2, s_tables=2)
+    for i, item in enumerate(out):
+        _check_indices(i, item, mdp)
+    return out
+
+
+def _check_decisions(out: list[tuple[np.ndarray, np.ndarray, int | None]]) -> None:
+    """At least one trajectory, each with at least one decision.
+
+    Raises:
+        ValueError: none, or some without actions.
+    """
     if not out:
         raise ValueError("no trajectories given; pass at least one.")
     empty = [i for i, (_, a, _) in enumerate(out) if a.size == 0]
@@ -213,22 +225,67 @@ def trajectory_state_actions(
             f"trajectories {empty[:5]} have no decisions (0 actions) ({len(empty)} of "
             f"{len(out)}); every trajectory needs at least one step: leave out the empty ones."
         )
-    # the estimators count per step: (H, S, A) tables, (H + 1, S) occupancies
-    check_horizon_memory(mdp, what="scoring trajectories", sa_tables=2, s_tables=2)
-    S, A = mdp.n_states, mdp.n_actions
-    for i, (s, a, final) in enumerate(out):
-        if s.size and (s.min() < 0 or s.max() >= S):
+
+
+def _from_arrays(pair: tuple[Any, Any]) -> list[tuple[np.ndarray, np.ndarray, int | None]]:
+    """Per trajectory of a ``(states, actions)`` pair: ``T`` decision states (``T + 1`` states
+    end with the final one), ``T`` actions.
+
+    Raises:
+        ValueError: a trajectory with neither ``T`` nor ``T + 1`` states.
+    """
+    out: list[tuple[np.ndarray, np.ndarray, int | None]] = []
+    for i, (s, a) in enumerate(_split_raw(pair)):
+        if s.shape[0] == a.shape[0] + 1:
+            out.append((s[:-1], a, int(s[-1])))
+        elif s.shape[0] == a.shape[0]:
+            out.append((s, a, None))
+        else:
             raise ValueError(
-                f"trajectory {i}: states {s[(s < 0) | (s >= S)][:5].tolist()} outside [0, {S})."
-            )
-        if final is not None and not 0 <= final < S:
-            raise ValueError(f"trajectory {i}: final state {final} outside [0, {S}).")
-        if a.size and (a.min() < 0 or a.max() >= A):
-            raise ValueError(
-                f"trajectory {i}: actions {a[(a < 0) | (a >= A)][:5].tolist()} outside [0, {A}) "
-                f"for {mdp.name}."
+                f"trajectory {i}: {s.shape[0]} states for {a.shape[0]} actions; pass T or "
+                "T + 1 states (the last being the final state) for T actions."
             )
     return out
+
+
+def _from_trajectories(
+    trajs: list[Any], mdp: TabularMDP, state_key: str
+) -> list[tuple[np.ndarray, np.ndarray, int | None]]:
+    """Per imitation ``Trajectory``: its decision states, actions and final state.
+
+    Raises:
+        TypeError: an item that is not a trajectory.
+    """
+    bad = [i for i, t in enumerate(trajs) if not _is_trajectory(t)]
+    if bad:
+        raise TypeError(
+            f"trajectories must be imitation Trajectory objects (with .obs and .acts) or a pair "
+            f"(states, actions); item {bad[0]} is a {type(trajs[bad[0]]).__name__}."
+        )
+    return [_from_trajectory(t, i, mdp, state_key) for i, t in enumerate(trajs)]
+
+
+def _check_indices(
+    i: int, item: tuple[np.ndarray, np.ndarray, int | None], mdp: TabularMDP
+) -> None:
+    """Trajectory ``i``'s states and actions are indices of ``mdp``.
+
+    Raises:
+        ValueError: a state or action out of range.
+    """
+    s, a, final = item
+    S, A = mdp.n_states, mdp.n_actions
+    if s.size and (s.min() < 0 or s.max() >= S):
+        raise ValueError(
+            f"trajectory {i}: states {s[(s < 0) | (s >= S)][:5].tolist()} outside [0, {S})."
+        )
+    if final is not None and not 0 <= final < S:
+        raise ValueError(f"trajectory {i}: final state {final} outside [0, {S}).")
+    if a.size and (a.min() < 0 or a.max() >= A):
+        raise ValueError(
+            f"trajectory {i}: actions {a[(a < 0) | (a >= A)][:5].tolist()} outside [0, {A}) "
+            f"for {mdp.name}."
+        )
 
 
 @dataclasses.dataclass(frozen=True)
