@@ -126,7 +126,9 @@ def test_dqn_uses_its_exploration_rate_and_errors(tmp_path):
     import gymnasium as gym
 
     doubled = gym.wrappers.TransformReward(gym.make("CartPole-v1"), lambda r: 2.0 * r)
-    with pytest.raises(ValueError, match="none can be computed for it: its wrapper TransformReward"):
+    with pytest.raises(
+        ValueError, match="none can be computed for it: its wrapper TransformReward"
+    ):
         MEGCallback(doubled)
     with pytest.raises(ValueError, match="unknown=True needs a tabular environment"):
         MEGCallback("CartPole-v1", unknown=True)

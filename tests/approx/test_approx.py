@@ -160,8 +160,10 @@ def test_table_policy_states_in_blocks_are_the_nearest_rows(monkeypatch):
 # ------------------------------------------------------------------------------ rollouts
 def test_env_source_checks_spaces_and_horizon():
     pend = EnvSource("Pendulum-v1")  # a bounded box: its uniform density is the reference
-    assert pend.n_actions == 0 and pend.actions.is_box and pend.actions.log_measure == pytest.approx(
-        math.log(4.0)
+    assert (
+        pend.n_actions == 0
+        and pend.actions.is_box
+        and pend.actions.log_measure == pytest.approx(math.log(4.0))
     )
 
     class Unbounded(gym.Env):

@@ -96,7 +96,9 @@ def test_the_identity_holds_in_the_limits(seed, S, A, H):
         obj = MEGObjective(mdp, pi, mdp.reward_sa())
         limit = obj.evaluate_limit(sign).L + H * math.log(A)
         b = sign * 60.0 * 2**H
-        assert limit == pytest.approx(b * obj.expected_utility - _reference_lambda(mdp, b), abs=1e-9)
+        assert limit == pytest.approx(
+            b * obj.expected_utility - _reference_lambda(mdp, b), abs=1e-9
+        )
     spread = rng.dirichlet(np.ones(A), size=(H, S))
     obj = MEGObjective(mdp, spread, mdp.reward_sa())
     j, j_max = obj.expected_utility, MEGObjective(mdp, policies.optimal(mdp)).expected_utility
