@@ -379,9 +379,10 @@ def _resample(
     inc[gs] = top[gs] + np.log(s[gs] / P)
     cdf = np.cumsum(w[gs], axis=1) / s[gs, None]
     u = (np.arange(P)[None, :] + rng.random((len(gs), 1))) / P
-    pick = np.minimum(
-        np.array([np.searchsorted(c, uu) for c, uu in zip(cdf, u, strict=True)]), P - 1
-    )
+    # searchsorted row by row in one call: each row shifted by its index (cdf in [0, 1])
+    rows = np.arange(len(gs))[:, None]
+    pick = np.searchsorted((cdf + rows).ravel(), (u + rows).ravel()).reshape(len(gs), P)
+    pick = np.minimum(pick - rows * P, P - 1)
     src = (gs[:, None] * P + pick).ravel()
     dst = (gs[:, None] * P + np.arange(P)[None, :]).ravel()
     for a in arrays:
