@@ -48,8 +48,11 @@ _CHECKED = 3
 
 
 def curve_method(dyn: Dynamics) -> str:
-    """``"smc"`` where the simulator declares a state box (the twist's grid), else
-    ``"paths"`` (splitting on survival)."""
+    """The simulator's own ``curve_method`` where it declares one, else ``"smc"`` where it
+    declares a state box (the twist's grid) and ``"paths"`` (splitting on survival) where not."""
+    declared = getattr(dyn, "curve_method", None)
+    if declared is not None:
+        return str(declared)
     return "smc" if hasattr(dyn, "state_box") else "paths"
 
 
@@ -58,7 +61,7 @@ def curve_steps(dyn: Dynamics, opts: Any, horizon: int) -> int:
     splitting's particles times the horizon, or the twisted SMC's budget for about 16 rungs
     (the bar grows if it takes more)."""
     if curve_method(dyn) == "smc":
-        return 16 * RUNG_BUDGET
+        return 16 * int(getattr(dyn, "rung_budget", RUNG_BUDGET))
     return int(opts.n_starts * (opts.n_particles // 2) * 2 * horizon)
 
 

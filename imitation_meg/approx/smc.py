@@ -40,6 +40,7 @@ import scipy.sparse
 from imitation_meg.approx.curve import CurveInfo, SoftValueCurve, beta_grid
 
 __all__ = [
+    "FlatTwist",
     "GridTwist",
     "SMCSums",
     "StateGrid",
@@ -67,6 +68,8 @@ _CELLS = 10_000
 _MAX_NEW = 8
 #: Rungs a curve may add beyond its ladder to reach a policy's return (``target``).
 _EXTEND = 6
+#: Random paths, and their steps, that find the reward's unit without a state grid.
+_UNIT_PATHS, _UNIT_STEPS = 64, 64
 
 
 # ------------------------------------------------------------------------------ the grid
@@ -199,6 +202,18 @@ class GridTwist:
         return v0
 
 
+class FlatTwist:
+    """No twist (``psi = 0``) at a ladder of rationalities ``betas (L,)``: the SMC of a
+    simulator without a state box, whose look-ahead sees the next reward only."""
+
+    def __init__(self, betas: np.ndarray) -> None:
+        self.betas = np.asarray(betas, dtype=np.float64)
+
+    def at(self, t: int, x: np.ndarray, rung: np.ndarray) -> np.ndarray:
+        """0 at states ``x (n, d)``."""
+        return np.zeros(len(x))
+
+
 def grid_twist(
     dyn: Any,
     grid: StateGrid,
@@ -271,7 +286,7 @@ def twisted_smc(
     dyn: Any,
     starts: np.ndarray,
     horizon: int,
-    twist: GridTwist,
+    twist: GridTwist | FlatTwist,
     n_particles: int,
     rng: np.random.Generator,
     *,
@@ -507,20 +522,35 @@ def _merge(a: SMCSums, b: SMCSums) -> SMCSums:
     )
 
 
-def reward_unit(dyn: Any, grid: StateGrid, rng: np.random.Generator) -> float:
-    """The largest ``|r|`` of random actions at random grid points: the unit of the rungs."""
-    pts = grid.points()
-    pick = pts[rng.integers(0, len(pts), size=4096)]
-    acts = dyn.actions.sample(rng, len(pick))
-    _, r, _ = dyn.step(pick, acts)
-    return float(max(np.abs(np.asarray(r)).max(initial=0.0), 1e-12))
+def reward_unit(
+    dyn: Any, grid: StateGrid | None, rng: np.random.Generator, starts: np.ndarray
+) -> float:
+    """The largest ``|r|`` of random actions at random grid points, or (a simulator without a
+    state box) along :data:`_UNIT_PATHS` random paths of :data:`_UNIT_STEPS` steps from the
+    starts ``(K, d)``: the unit of the rungs."""
+    if grid is not None:
+        pts = grid.points()
+        pick = pts[rng.integers(0, len(pts), size=4096)]
+        acts = dyn.actions.sample(rng, len(pick))
+        _, r, _ = dyn.step(pick, acts)
+        return float(max(np.abs(np.asarray(r)).max(initial=0.0), 1e-12))
+    x = np.asarray(starts, dtype=np.float64)[rng.integers(0, len(starts), size=_UNIT_PATHS)]
+    top = 0.0
+    for _ in range(_UNIT_STEPS):
+        x, r, term = dyn.step(x, dyn.actions.sample(rng, len(x)))
+        top = max(top, float(np.abs(np.asarray(r, dtype=np.float64)).max(initial=0.0)))
+        x = x[~np.asarray(term, dtype=bool)]
+        if len(x) == 0:
+            break
+    return max(top, 1e-12)
 
 
 def particles_for(dyn: Any, n_starts: int, horizon: int) -> int:
     """Particles per start and rung by the budget: about :data:`RUNG_BUDGET` look-ahead steps
-    per rung (``n_starts x particles x horizon x look-aheads``), between 8 and 512, even."""
+    per rung (``n_starts x particles x horizon x look-aheads``; a simulator may declare its
+    own ``rung_budget``, a slow one a smaller), between 8 and 512, even."""
     m = _CANDIDATES if dyn.actions.is_box else dyn.n_actions
-    p = RUNG_BUDGET / max(1, n_starts * horizon * m)
+    p = getattr(dyn, "rung_budget", RUNG_BUDGET) / max(1, n_starts * horizon * m)
     return int(min(512, max(8, 2 * round(p / 2))))
 
 
@@ -537,7 +567,8 @@ def smc_curve(
     target: float | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> SoftValueCurve:
-    """The curve of a simulated deterministic environment (module docstring).
+    """The curve of a simulated deterministic environment (module docstring); a simulator
+    without a state box runs the SMC without a twist (the look-ahead sees the next reward).
 
     Rungs ``0``, ``4^k / unit`` for ``k = -5 .. 3`` and ``-4^k / unit`` for ``k = -1, 1, 3``
     (``unit`` the largest ``|r|`` seen); then, up to 4 times, a rung 4 times above the top one
@@ -551,11 +582,14 @@ def smc_curve(
     returns its paths found, on the mean over the starts, reach it (a curve that extends itself
     for an agent better than anything it found).
     """
-    grid = state_grid(dyn, cells)
-    unit = reward_unit(dyn, grid, rng)
+    grid = state_grid(dyn, cells) if hasattr(dyn, "state_box") else None
+    unit = reward_unit(dyn, grid, rng, starts)
     P = n_particles or particles_for(dyn, len(starts), horizon)
 
     def run(ladder: np.ndarray) -> SMCSums:
+        if grid is None:  # no grid for a twist: the look-ahead sees the next reward only
+            none = FlatTwist(ladder)
+            return twisted_smc(dyn, starts, horizon, none, P, rng, flat=True, on_step=on_step)
         twist = grid_twist(dyn, grid, horizon, ladder)
         both = [
             twisted_smc(dyn, starts, horizon, twist, P, rng, flat=flat, on_step=on_step)
