@@ -50,6 +50,7 @@ import math
 
 import numpy as np
 
+from imitation_meg.core.beta.batched import grid, refine
 from imitation_meg.core.beta.protocol import BetaEvaluation, BetaObjective, BetaSolution, LimitValue
 from imitation_meg.core.beta.search import (
     MAX_DECADES,
@@ -58,9 +59,7 @@ from imitation_meg.core.beta.search import (
     Bracket,
     Point,
     Solver,
-    grid,
     newton,
-    refine,
 )
 
 __all__ = [
