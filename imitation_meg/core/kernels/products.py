@@ -91,28 +91,21 @@ def _th_unary(op: Callable[..., th.Tensor]) -> Callable[[Any, Any], Any]:
     return f
 
 
+# The fields in :class:`Kernels`' order: amax0, sum0, add, sub, mul, div, exp, log, copy.
 #: numpy ufuncs take ``out`` positionally.
 NUMPY_KERNELS = Kernels(
-    amax0=_np_amax0,
-    sum0=_np_sum0,
-    add=np.add,
-    sub=np.subtract,
-    mul=np.multiply,
-    div=np.divide,
-    exp=np.exp,
-    log=np.log,
-    copy=_np_copy,
+    _np_amax0, _np_sum0, np.add, np.subtract, np.multiply, np.divide, np.exp, np.log, _np_copy
 )
 TORCH_KERNELS = Kernels(
-    amax0=_th_amax0,
-    sum0=_th_sum0,
-    add=_th_binary(th.add),
-    sub=_th_binary(th.sub),
-    mul=_th_binary(th.mul),
-    div=_th_binary(th.div),
-    exp=_th_unary(th.exp),
-    log=_th_unary(th.log),
-    copy=_th_copy,
+    _th_amax0,
+    _th_sum0,
+    _th_binary(th.add),
+    _th_binary(th.sub),
+    _th_binary(th.mul),
+    _th_binary(th.div),
+    _th_unary(th.exp),
+    _th_unary(th.log),
+    _th_copy,
 )
 
 
