@@ -6,7 +6,7 @@ stable-baselines3, sb3-contrib and imitation only when they handle one of their 
 ``import imitation_meg.adapters`` stays light:
 
 - :mod:`imitation_meg.adapters.dispatch`: :func:`resolve_policy`, recognising what it is given,
-  and :func:`policy_table`.
+  and :func:`policy_table`; :mod:`imitation_meg.adapters.sources`: what it refuses, and why.
 - :mod:`imitation_meg.adapters.observations`: what a policy observes in each state; callables.
 - :mod:`imitation_meg.adapters.sb3`: policy tables of SB3 policies.
 - :mod:`imitation_meg.adapters.saved_models`: saved models, the algorithm read from the zip.

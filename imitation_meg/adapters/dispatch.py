@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch as th
 
-from imitation_meg._validation import as_policy, as_tensor, is_loaded_instance
+from imitation_meg._validation import as_policy, is_loaded_instance
 from imitation_meg.adapters import contrib, sb3, zoo
 from imitation_meg.adapters.observations import (
     DEFAULT_BATCH,
@@ -36,6 +36,7 @@ from imitation_meg.adapters.observations import (
     no_epsilon,
     resolve_mdp,
 )
+from imitation_meg.adapters.sources import check_source
 from imitation_meg.core.mdp import TabularMDP
 from imitation_meg.type_aliases import (
     ArrayLike,
@@ -155,7 +156,7 @@ def resolve_policy(
     Warns:
         UnusedStatisticsWarning: a saved model resolved without the statistics beside it.
     """
-    _check_source(model_or_policy)
+    check_source(model_or_policy)
     obj = model_or_policy
     model_path = stats_path = None
     if isinstance(obj, (str, os.PathLike)) and _is_file_source(obj):
@@ -192,103 +193,6 @@ def resolve_policy(
         model_path=model_path,
         statistics_path=stats_path,
     )
-
-
-#: What :func:`resolve_policy` reads, for the messages that refuse anything else.
-_ACCEPTED_SOURCES = (
-    "an SB3 / sb3-contrib model or policy, the path of a saved .zip (str or pathlib.Path), an "
-    "RL Zoo run folder, an imitation load_policy name or TabularPolicy, a callable obs -> "
-    "probabilities, or an (S, A) / (H, S, A) array of probabilities"
-)
-
-
-def _check_source(obj: object) -> None:
-    """Refuse what :func:`resolve_policy` cannot read, naming the value and what it accepts.
-
-    Raises:
-        TypeError: None, a number, bytes, a list or tuple, a class, or another object that is
-            neither a path, a name, an array nor callable.
-        ValueError: an empty name; an array that cannot hold probabilities ``(S, A)`` /
-            ``(H, S, A)`` (NaN, infinite or negative entries, another number of dimensions,
-            no entries).
-    """
-    if isinstance(obj, str):
-        if not obj.strip():
-            raise ValueError(
-                f"the policy source is the empty name {obj!r}; pass {_ACCEPTED_SOURCES}."
-            )
-        return
-    if isinstance(obj, os.PathLike):
-        return
-    if isinstance(obj, (th.Tensor, np.ndarray)):
-        _check_policy_array(obj)
-        return
-    if callable(obj) and not isinstance(obj, type):
-        return  # SB3 / imitation policies (torch modules), PolicyFn and plain callables
-    if sb3.is_sb3_algorithm(obj):
-        return
-    raise TypeError(f"cannot read a policy from {_describe(obj)}; pass {_ACCEPTED_SOURCES}.")
-
-
-def _describe(obj: object) -> str:
-    """``obj`` named for a refusal: its value when short, and a hint for the usual mix-ups."""
-    if obj is None:
-        return "None (no policy given)"
-    if isinstance(obj, (bytes, bytearray)):
-        return f"bytes {bytes(obj)[:60]!r} (a path must be a str or pathlib.Path: decode it)"
-    if isinstance(obj, type):
-        return (
-            f"the class {obj.__name__} itself (pass a trained instance, or the path of the .zip "
-            "its save() wrote)"
-        )
-    if isinstance(obj, (bool, int, float, complex, np.number, np.bool_)):
-        return f"{type(obj).__name__} {obj!r}"
-    if isinstance(obj, (list, tuple)):
-        return (
-            f"a {type(obj).__name__} ({len(obj)} items; a probability table must be a numpy "
-            "array or torch tensor: wrap it in np.asarray)"
-        )
-    if isinstance(obj, TabularMDP) or hasattr(obj, "action_space"):
-        name = (
-            obj.name
-            if isinstance(obj, TabularMDP)
-            else getattr(getattr(obj, "spec", None), "id", "")
-        )
-        return (
-            f"{type(obj).__name__} {name}".rstrip()
-            + " (an MDP or environment: the policy comes first, then where to score it)"
-        )
-    return f"{type(obj).__name__} {_short_repr(obj)}"
-
-
-def _short_repr(obj: object) -> str:
-    text = repr(obj)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _check_policy_array(arr: th.Tensor | np.ndarray) -> None:
-    """An array source: real numbers, ``(S, A)`` or ``(H, S, A)``, finite and non-negative."""
-    pi = as_tensor(arr, name="the policy array", dtype=th.float64)
-    shape = tuple(pi.shape)
-    if pi.ndim not in (2, 3) or pi.numel() == 0:
-        raise ValueError(
-            f"the policy array has shape {shape}; an array policy is (S, A) (stationary) or "
-            "(H, S, A) (time-dependent) probabilities with at least one state and action."
-        )
-    finite = th.isfinite(pi)
-    if not bool(finite.all()):
-        bad = (~finite).nonzero()
-        first = tuple(bad[0].tolist())
-        raise ValueError(
-            f"the policy array {shape} has {len(bad)} NaN or infinite entries (the first at "
-            f"{first}: {float(pi[first])}); pass probabilities."
-        )
-    if bool((pi < 0).any()):
-        first = tuple((pi < 0).nonzero()[0].tolist())
-        raise ValueError(
-            f"the policy array {shape} has negative entries (the first at {first}: "
-            f"{float(pi[first])}); pass probabilities (entries >= 0, rows summing to 1)."
-        )
 
 
 def _statistics_file(vec_normalize: object) -> pathlib.Path | None:

@@ -88,22 +88,7 @@ def state_observations(
             whose shape differs from the observation rows, or a ``Box`` and no observations).
         TypeError: an observation space other than ``Discrete`` or ``Box``.
     """
-    S = mdp.n_states
-    if observations is not None:
-        obs = np.asarray(as_tensor(observations, name="observations").cpu())
-        if obs.ndim < 1 or obs.shape[0] != S:
-            raise ValueError(
-                f"observations must have one row per state ({S}), got shape {obs.shape}."
-            )
-    elif observation_space is None:
-        obs = (
-            np.arange(S, dtype=np.int64)
-            if mdp.observation_matrix is None
-            else np.asarray(mdp.observation_matrix.cpu())
-        )
-    else:
-        obs = None
-
+    obs = _given_observations(mdp, observation_space, observations)
     if observation_space is None:
         assert obs is not None
         if warn and obs.ndim > 1:
@@ -114,41 +99,9 @@ def state_observations(
 
     space = observation_space
     if isinstance(space, gym.spaces.Discrete):
-        n, start = int(space.n), int(space.start)
-        if start != 0:
-            raise ValueError(
-                f"the policy observes {space} (start={start}); only Discrete spaces starting at 0 "
-                "map to state indices."
-            )
-        if n != S:
-            raise ValueError(
-                f"the policy observes Discrete({n}) but {mdp.name} has {S} states; score the "
-                "policy in the environment it was trained on (observation spaces mismatch)."
-            )
-        if obs is not None and obs.ndim != 1:
-            raise ValueError(
-                f"the policy observes Discrete({n}) state indices, but observations of shape "
-                f"{obs.shape} were given; pass (S,) integers or none."
-            )
-        return np.arange(S, dtype=np.int64) if obs is None else obs.astype(np.int64)
+        return _discrete_observations(mdp, space, obs)
     if isinstance(space, gym.spaces.Box):
-        if obs is None:
-            if mdp.observation_matrix is None:
-                raise ValueError(
-                    f"the policy observes {space} vectors but {mdp.name} has no "
-                    "observation_matrix (its states are plain indices); build the MDP from the "
-                    "environment the policy was trained on (TabularMDP.from_env) or pass "
-                    "observations=(S, ...) explicitly."
-                )
-            obs = np.asarray(mdp.observation_matrix.cpu())
-        obs = _channel_first(obs, space)
-        if tuple(obs.shape[1:]) != tuple(space.shape):
-            raise ValueError(
-                f"the policy observes {space} (shape {tuple(space.shape)}) but {mdp.name} gives "
-                f"observations of shape {tuple(obs.shape[1:])} per state; the observation spaces "
-                "mismatch (e.g. seals' use_xy_obs differs between training and scoring)."
-            )
-        obs = obs.astype(space.dtype if np.issubdtype(space.dtype, np.floating) else np.float32)
+        obs = _box_observations(mdp, space, obs)
         if warn:
             _warn_aliasing(obs, mdp)
         return obs
@@ -156,6 +109,70 @@ def state_observations(
         f"the policy observes a {type(space).__name__} space ({space}); policy_table supports "
         "Discrete (state index) and Box (observation vector) observation spaces."
     )
+
+
+def _given_observations(
+    mdp: TabularMDP, observation_space: Any, observations: Any
+) -> np.ndarray | None:
+    """``observations`` checked to have a row per state; without them and without a space the
+    MDP's ``observation_matrix`` or the state indices; else None (the space decides)."""
+    S = mdp.n_states
+    if observations is not None:
+        obs = np.asarray(as_tensor(observations, name="observations").cpu())
+        if obs.ndim < 1 or obs.shape[0] != S:
+            raise ValueError(
+                f"observations must have one row per state ({S}), got shape {obs.shape}."
+            )
+        return obs
+    if observation_space is not None:
+        return None
+    if mdp.observation_matrix is None:
+        return np.arange(S, dtype=np.int64)
+    return np.asarray(mdp.observation_matrix.cpu())
+
+
+def _discrete_observations(mdp: TabularMDP, space: Any, obs: np.ndarray | None) -> np.ndarray:
+    """The ``(S,)`` state indices a ``Discrete(S)`` space observes (starting at 0)."""
+    S = mdp.n_states
+    n, start = int(space.n), int(space.start)
+    if start != 0:
+        raise ValueError(
+            f"the policy observes {space} (start={start}); only Discrete spaces starting at 0 "
+            "map to state indices."
+        )
+    if n != S:
+        raise ValueError(
+            f"the policy observes Discrete({n}) but {mdp.name} has {S} states; score the "
+            "policy in the environment it was trained on (observation spaces mismatch)."
+        )
+    if obs is not None and obs.ndim != 1:
+        raise ValueError(
+            f"the policy observes Discrete({n}) state indices, but observations of shape "
+            f"{obs.shape} were given; pass (S,) integers or none."
+        )
+    return np.arange(S, dtype=np.int64) if obs is None else obs.astype(np.int64)
+
+
+def _box_observations(mdp: TabularMDP, space: Any, obs: np.ndarray | None) -> np.ndarray:
+    """The ``(S, *space.shape)`` observation rows a ``Box`` space observes, in its float dtype
+    (float32 for other dtypes), channel-first where the space is."""
+    if obs is None:
+        if mdp.observation_matrix is None:
+            raise ValueError(
+                f"the policy observes {space} vectors but {mdp.name} has no "
+                "observation_matrix (its states are plain indices); build the MDP from the "
+                "environment the policy was trained on (TabularMDP.from_env) or pass "
+                "observations=(S, ...) explicitly."
+            )
+        obs = np.asarray(mdp.observation_matrix.cpu())
+    obs = _channel_first(obs, space)
+    if tuple(obs.shape[1:]) != tuple(space.shape):
+        raise ValueError(
+            f"the policy observes {space} (shape {tuple(space.shape)}) but {mdp.name} gives "
+            f"observations of shape {tuple(obs.shape[1:])} per state; the observation spaces "
+            "mismatch (e.g. seals' use_xy_obs differs between training and scoring)."
+        )
+    return obs.astype(space.dtype if np.issubdtype(space.dtype, np.floating) else np.float32)
 
 
 def _channel_first(obs: np.ndarray, space: Any) -> np.ndarray:

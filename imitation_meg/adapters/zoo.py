@@ -173,18 +173,7 @@ def _normalize_kwargs(value: Any) -> dict[str, Any] | None:
     if isinstance(value, dict):
         return dict(value)
     if isinstance(value, str):  # "dict(norm_obs=True, norm_reward=False)"
-        try:
-            call = ast.parse(value, mode="eval").body
-            if (
-                isinstance(call, ast.Call)
-                and isinstance(call.func, ast.Name)
-                and call.func.id == "dict"
-                and not call.args
-            ):
-                return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
-            parsed = ast.literal_eval(value)
-        except (SyntaxError, ValueError):
-            parsed = None
+        parsed = _parse_setting(value)
         if isinstance(parsed, dict):
             return parsed
         if isinstance(parsed, bool):
@@ -193,6 +182,23 @@ def _normalize_kwargs(value: Any) -> dict[str, Any] | None:
         f"cannot read RL Zoo's normalize setting {value!r}; expected true/false or "
         "'dict(norm_obs=..., norm_reward=...)'."
     )
+
+
+def _parse_setting(value: str) -> Any:
+    """A YAML string setting as Python: ``dict(k=v, ...)`` calls and literals; None when it is
+    neither."""
+    try:
+        call = ast.parse(value, mode="eval").body
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id == "dict"
+            and not call.args
+        ):
+            return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
+        return ast.literal_eval(value)
+    except (SyntaxError, ValueError):
+        return None
 
 
 def read_zoo_run(path: PathLike, *, model: str | int = "final") -> ZooRun:
@@ -223,50 +229,10 @@ def read_zoo_run(path: PathLike, *, model: str | int = "final") -> ZooRun:
         raise ValueError(f"{not_a_run(folder)}.")
     config = _read_yaml(params / "config.yml") if (params / "config.yml").is_file() else {}
     args = _read_yaml(params / "args.yml") if (params / "args.yml").is_file() else {}
-    name = params.name
-    zips = sorted(p.name for p in folder.glob("*.zip"))
-    if model == "final":
-        chosen = folder / f"{name}.zip"
-    elif model == "best":
-        chosen = folder / "best_model.zip"
-    elif isinstance(model, int) and not isinstance(model, bool):
-        chosen = folder / f"rl_model_{model}_steps.zip"
-    else:
-        raise ValueError(f"model must be 'final', 'best' or a number of steps, got {model!r}.")
-    if not chosen.is_file():
-        raise FileNotFoundError(
-            f"the RL Zoo run {str(folder)!r} has no {chosen.name} (it holds {zips or 'no zip'}); "
-            "pick another model ('final', 'best' or a checkpoint's steps) or pass a .zip."
-        )
-
-    norm = _normalize_kwargs(config.get("normalize"))
-    stats = params / "vecnormalize.pkl"
-    vec_normalize: pathlib.Path | None = None
-    if norm is not None and norm.get("norm_obs", True):
-        if isinstance(model, int):
-            own = folder / f"rl_model_vecnormalize_{model}_steps.pkl"
-            vec_normalize = own if own.is_file() else None
-        if vec_normalize is None:
-            if not stats.is_file():
-                raise ValueError(
-                    f"the RL Zoo run {str(folder)!r} normalised observations (normalize: "
-                    f"{config.get('normalize')!r}) but {str(stats)!r} is missing; the policy "
-                    "cannot be scored without its statistics."
-                )
-            vec_normalize = stats
-    for key in ("env_wrapper", "frame_stack"):
-        if config.get(key):
-            warnings.warn(
-                f"the RL Zoo run {str(folder)!r} trained with {key}={config[key]!r}; the policy "
-                "table feeds the environment's own observations, which that wrapper may change. "
-                "Pass observations= with what the policy saw if it does.",
-                ZooWrapperWarning,
-                stacklevel=2,
-            )
-    env_kwargs: dict[str, Any] = {}
-    for source in (config.get("env_kwargs"), args.get("env_kwargs")):
-        if isinstance(source, dict):
-            env_kwargs.update(source)
+    chosen = _chosen_model(folder, params.name, model)
+    vec_normalize = _statistics(folder, params, config, model)
+    _warn_wrappers(folder, config)
+    env_kwargs = _env_kwargs(config, args)
     env_id = args.get("env")
     algo = args.get("algo") or (folder.parent.name or None)
     return ZooRun(
@@ -278,3 +244,66 @@ def read_zoo_run(path: PathLike, *, model: str | int = "final") -> ZooRun:
         algo=str(algo) if algo else None,
         config=config,
     )
+
+
+def _chosen_model(folder: pathlib.Path, name: str, model: str | int) -> pathlib.Path:
+    """The zip of ``model`` (``"final"``, ``"best"`` or a checkpoint's steps) in the run."""
+    if model == "final":
+        chosen = folder / f"{name}.zip"
+    elif model == "best":
+        chosen = folder / "best_model.zip"
+    elif isinstance(model, int) and not isinstance(model, bool):
+        chosen = folder / f"rl_model_{model}_steps.zip"
+    else:
+        raise ValueError(f"model must be 'final', 'best' or a number of steps, got {model!r}.")
+    if not chosen.is_file():
+        zips = sorted(p.name for p in folder.glob("*.zip"))
+        raise FileNotFoundError(
+            f"the RL Zoo run {str(folder)!r} has no {chosen.name} (it holds {zips or 'no zip'}); "
+            "pick another model ('final', 'best' or a checkpoint's steps) or pass a .zip."
+        )
+    return chosen
+
+
+def _env_kwargs(config: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """The environment's keyword arguments: ``config.yml``'s, updated by ``args.yml``'s."""
+    env_kwargs: dict[str, Any] = {}
+    for source in (config.get("env_kwargs"), args.get("env_kwargs")):
+        if isinstance(source, dict):
+            env_kwargs.update(source)
+    return env_kwargs
+
+
+def _statistics(
+    folder: pathlib.Path, params: pathlib.Path, config: dict[str, Any], model: str | int
+) -> pathlib.Path | None:
+    """The VecNormalize statistics of ``model`` when the run normalised observations: a
+    checkpoint's own file when saved, else the run's (refused when missing)."""
+    norm = _normalize_kwargs(config.get("normalize"))
+    if norm is None or not norm.get("norm_obs", True):
+        return None
+    if isinstance(model, int):
+        own = folder / f"rl_model_vecnormalize_{model}_steps.pkl"
+        if own.is_file():
+            return own
+    stats = params / "vecnormalize.pkl"
+    if not stats.is_file():
+        raise ValueError(
+            f"the RL Zoo run {str(folder)!r} normalised observations (normalize: "
+            f"{config.get('normalize')!r}) but {str(stats)!r} is missing; the policy "
+            "cannot be scored without its statistics."
+        )
+    return stats
+
+
+def _warn_wrappers(folder: pathlib.Path, config: dict[str, Any]) -> None:
+    """A :class:`ZooWrapperWarning` for each observation wrapper the run trained with."""
+    for key in ("env_wrapper", "frame_stack"):
+        if config.get(key):
+            warnings.warn(
+                f"the RL Zoo run {str(folder)!r} trained with {key}={config[key]!r}; the policy "
+                "table feeds the environment's own observations, which that wrapper may change. "
+                "Pass observations= with what the policy saw if it does.",
+                ZooWrapperWarning,
+                stacklevel=3,
+            )

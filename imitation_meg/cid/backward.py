@@ -88,14 +88,29 @@ def decision_order(
     """
     if utility_scopes is None:
         utility_scopes = [cid.parents[u] for u in cid.utilities]
+    relies = _reliances(cid, utility_scopes)
+    before = _before(cid, relies)
+    order: list[str] = []
+    left = list(cid.decisions)
+    while left:
+        free = [d for d in left if not (before[d] - set(order))]
+        if not free:
+            raise _recall_error(cid, left, relies)
+        order.append(free[0])
+        left.remove(free[0])
+    return tuple(order)
+
+
+def _reliances(cid: CID, utility_scopes: Sequence[tuple[str, ...]]) -> dict[str, set[str]]:
+    """For each decision ``d``, the decisions whose rules ``d`` relies on: those d-connected
+    (through their policy nodes) to the utility terms and entropy terms below ``d``, given
+    ``d``'s family."""
     decs = list(cid.decisions)
     par, ch = _aug_graph(cid, utility_scopes)
     desc = {d: cid.descendants(d) for d in decs}
     relies: dict[str, set[str]] = {}
     for d in decs:
-        below = desc[d] | {d}
-        ys: list[Hashable] = [("u", j) for j, sc in enumerate(utility_scopes) if below & set(sc)]
-        ys += [("ent", k) for k in decs if k in desc[d]]
+        ys = _terms_below(d, desc[d], utility_scopes, decs)
         fam = [*list(cid.parents[d]), d]
         relies[d] = set()
         if not ys:
@@ -103,40 +118,53 @@ def decision_order(
         for j in decs:
             if j != d and d_connected(par, ch, [("pi", j)], ys, fam):
                 relies[d].add(j)
-    # Edges "a before b": graph ancestry, and "j after d" when d relies on j.
-    before: dict[str, set[str]] = {d: set() for d in decs}
-    for d in decs:
+    return relies
+
+
+def _terms_below(
+    d: str, desc: set[str], utility_scopes: Sequence[tuple[str, ...]], decs: list[str]
+) -> list[Hashable]:
+    """The nodes of the augmented graph below decision ``d`` (``desc``: its descendants): the
+    utility terms with a parent in ``desc | {d}`` and the entropy terms of the decisions in
+    ``desc``."""
+    below = desc | {d}
+    ys: list[Hashable] = [("u", j) for j, sc in enumerate(utility_scopes) if below & set(sc)]
+    return ys + [("ent", k) for k in decs if k in desc]
+
+
+def _before(cid: CID, relies: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Edges "a before b" between decisions: graph ancestry, and "j after d" when ``d`` relies
+    on ``j``."""
+    before: dict[str, set[str]] = {d: set() for d in cid.decisions}
+    for d in cid.decisions:
         for a in cid.ancestors(d):
             if a in before:
                 before[d].add(a)  # a comes before d
         for j in relies[d]:
             before[j].add(d)  # d comes before j
-    order: list[str] = []
-    left = list(decs)
-    while left:
-        free = [d for d in left if not (before[d] - set(order))]
-        if not free:
-            pos = {n: i for i, n in enumerate(cid.order)}
-            pairs = sorted(
-                (pos[j], pos[d], d, j)
-                for d in left
-                for j in relies[d]
-                if j in left and pos[j] < pos[d]
-            )
-            _, _, d, j = pairs[0] if pairs else (0, 0, left[-1], left[0])
-            raise InsufficientRecallError(
-                f"{cid.name} does not have sufficient recall: decision {d!r} relies on the "
-                f"decision rule of the earlier decision {j!r} (that rule changes {d!r}'s "
-                f"expected utility given what {d!r} observes, {list(cid.parents[d])}), so "
-                "backward induction cannot solve it (the maximum entropy problem couples the "
-                "decision rules). Supported: diagrams whose decisions can be ordered so that none "
-                "relies on an earlier one, e.g. perfect recall or MDP-like structures whose "
-                f"observations screen off the past. Fix: let {d!r} observe {j!r} and what "
-                f"{j!r} observed ({list(cid.parents[j])})."
-            )
-        order.append(free[0])
-        left.remove(free[0])
-    return tuple(order)
+    return before
+
+
+def _recall_error(
+    cid: CID, left: list[str], relies: dict[str, set[str]]
+) -> InsufficientRecallError:
+    """The refusal when no decision of ``left`` can come next: the earliest decision that relies
+    on an earlier one, and the fix."""
+    pos = {n: i for i, n in enumerate(cid.order)}
+    pairs = sorted(
+        (pos[j], pos[d], d, j) for d in left for j in relies[d] if j in left and pos[j] < pos[d]
+    )
+    _, _, d, j = pairs[0] if pairs else (0, 0, left[-1], left[0])
+    return InsufficientRecallError(
+        f"{cid.name} does not have sufficient recall: decision {d!r} relies on the "
+        f"decision rule of the earlier decision {j!r} (that rule changes {d!r}'s "
+        f"expected utility given what {d!r} observes, {list(cid.parents[d])}), so "
+        "backward induction cannot solve it (the maximum entropy problem couples the "
+        "decision rules). Supported: diagrams whose decisions can be ordered so that none "
+        "relies on an earlier one, e.g. perfect recall or MDP-like structures whose "
+        f"observations screen off the past. Fix: let {d!r} observe {j!r} and what "
+        f"{j!r} observed ({list(cid.parents[j])})."
+    )
 
 
 def limit_log_rule(W: np.ndarray, entropy: np.ndarray, sign: float) -> np.ndarray:
@@ -176,24 +204,41 @@ class Engine:
         self.ids = {v: i for i, v in enumerate(cid.variables)}
         self.card = {i: cid.card(v) for v, i in self.ids.items()}
         ids = self.ids
-        self.fam = {d: (*tuple(ids[p] for p in cid.parents[d]), ids[d]) for d in cid.decisions}
-        self.uscope = [tuple(ids[p] for p in sc) for sc in self.utility_scopes]
-        self.chance_factors = [
-            Factor((*tuple(ids[p] for p in cid.parents[c]), ids[c]), cid.cpds[c], None)
-            for c in cid.chance
-        ]
+        self.fam, self.uscope = self._scopes()
+        self.chance_factors = self._chance_factors()
         self._chance_of = {ids[c]: f for c, f in zip(cid.chance, self.chance_factors, strict=True)}
-        desc = {d: cid.descendants(d) | {d} for d in cid.decisions}
-        self.desc_utils = {
-            d: [j for j, sc in enumerate(self.utility_scopes) if desc[d] & set(sc)]
-            for d in cid.decisions
-        }
-        self.desc_decs = {
-            d: [k for k in cid.decisions if k != d and k in desc[d]] for d in cid.decisions
-        }
+        self.desc_utils, self.desc_decs = self._below_decisions()
         self.influenced = any(self.desc_utils[d] for d in cid.decisions)
         self._orders: dict[Hashable, list[int]] = {}
         self._rel_cache: dict[frozenset[str], set[str]] = {}
+
+    def _scopes(self) -> tuple[dict[str, tuple[int, ...]], list[tuple[int, ...]]]:
+        """Per decision its family ``(parents..., decision)``, and per utility term its
+        scope, as variable ids."""
+        cid, ids = self.cid, self.ids
+        fam = {d: (*tuple(ids[p] for p in cid.parents[d]), ids[d]) for d in cid.decisions}
+        return fam, [tuple(ids[p] for p in sc) for sc in self.utility_scopes]
+
+    def _chance_factors(self) -> list[Factor]:
+        """One factor per chance variable: its CPD over ``(parents..., variable)``."""
+        cid, ids = self.cid, self.ids
+        return [
+            Factor((*tuple(ids[p] for p in cid.parents[c]), ids[c]), cid.cpds[c], None)
+            for c in cid.chance
+        ]
+
+    def _below_decisions(self) -> tuple[dict[str, list[int]], dict[str, list[str]]]:
+        """Per decision, the utility terms (indices) and the other decisions below it."""
+        cid = self.cid
+        desc = {d: cid.descendants(d) | {d} for d in cid.decisions}
+        desc_utils = {
+            d: [j for j, sc in enumerate(self.utility_scopes) if desc[d] & set(sc)]
+            for d in cid.decisions
+        }
+        desc_decs = {
+            d: [k for k in cid.decisions if k != d and k in desc[d]] for d in cid.decisions
+        }
+        return desc_utils, desc_decs
 
     # ------------------------------------------------------------------ contraction helpers
     def _relevant(self, roots: set[str]) -> set[str]:
@@ -266,12 +311,7 @@ class Engine:
             Unreachable parent configurations get the uniform rule and zeros.
         """
         cid = self.cid
-        if not soft:
-            # One more component: the causal entropy of the later limit rules, which weights
-            # the tied decisions in the limit (see :func:`limit_log_rule`).
-            tables = [np.concatenate([t, np.zeros_like(t[..., :1])], -1) for t in tables]
-        K = tables[0].shape[-1] if tables else 1
-        ent_k = 0 if soft else K - 1  # the component that carries the entropy terms
+        tables, K, ent_k = _with_entropy_component(tables, soft=soft)
         log_rules: dict[str, np.ndarray] = {}
         rules: dict[str, np.ndarray] = {}
         cond: dict[str, np.ndarray] = {}
@@ -280,39 +320,80 @@ class Engine:
             du = self.desc_utils[d]
             dd = [k for k in self.desc_decs[d] if k in solved]
             additive = [Factor(self.uscope[j], None, tables[j]) for j in du]
-            names = {cid.variables[i] for i in self.fam[d]}
-            for f in additive:
-                names |= {cid.variables[i] for i in f.scope}
-            for k in dd:
-                names |= set(cid.parents[k]) | {k}
-            rel = self._relevant(names)
+            rel = self._relevant(self._family_names(d, additive, dd))
             factors = [self._chance_of[self.ids[c]] for c in cid.chance if c in rel]
-            for k in cid.decisions:
-                if k == d or k not in rel:
-                    continue
-                if k in solved:
-                    e = None
-                    if k in dd:
-                        e = np.zeros((*rules[k].shape, K))
-                        e[..., ent_k] = rule_entropy_term(rules[k], log_rules[k])
-                    factors.append(Factor(self.fam[k], rules[k], e))
-                else:
-                    # Not yet solved (earlier in the order): any full-support rule gives the
-                    # same conditional expectations; the uniform one over D_k alone.
-                    n = self.card[self.ids[k]]
-                    factors.append(Factor((self.ids[k],), np.full(n, 1.0 / n), None))
+            factors += self._other_rules(d, rel, solved, dd, (rules, log_rules), K, ent_k)
             factors.append(Factor((self.ids[d],), np.ones(self.card[self.ids[d]]), None))
             factors += additive
             p, e = self._run(("b", d, soft, tuple(du), tuple(dd)), factors, self.fam[d], K)
-            ok = p > 0
-            c = np.where(ok[..., None], e / np.where(ok, p, 1.0)[..., None], 0.0)
-            q = c[..., 0]
-            lr = _log_softmax(q) if soft else limit_log_rule(q, c[..., ent_k], sign)
+            c = _conditional(p, e)
+            lr = _log_softmax(c[..., 0]) if soft else limit_log_rule(c[..., 0], c[..., ent_k], sign)
             log_rules[d] = lr
             rules[d] = np.exp(lr)
             cond[d] = c if soft else c[..., :ent_k]
             solved.add(d)
         return log_rules, rules, cond
+
+    def _family_names(self, d: str, additive: Sequence[Factor], dd: Sequence[str]) -> set[str]:
+        """The variables the conditional expectations at ``d`` involve: its family, the scopes
+        of the ``additive`` terms, and the families of the solved decisions ``dd`` below it."""
+        cid = self.cid
+        names = {cid.variables[i] for i in self.fam[d]}
+        for f in additive:
+            names |= {cid.variables[i] for i in f.scope}
+        for k in dd:
+            names |= set(cid.parents[k]) | {k}
+        return names
+
+    def _other_rules(
+        self,
+        d: str,
+        rel: set[str],
+        solved: set[str],
+        dd: Sequence[str],
+        rules_so_far: tuple[dict[str, np.ndarray], dict[str, np.ndarray]],
+        K: int,
+        ent_k: int,
+    ) -> list[Factor]:
+        """The factors of the relevant decisions other than ``d``: the solved ones with their
+        rules (and, below ``d``, their entropy terms in component ``ent_k``), the others with
+        the uniform rule over their own values."""
+        rules, log_rules = rules_so_far
+        factors = []
+        for k in self.cid.decisions:
+            if k == d or k not in rel:
+                continue
+            if k in solved:
+                e = None
+                if k in dd:
+                    e = np.zeros((*rules[k].shape, K))
+                    e[..., ent_k] = rule_entropy_term(rules[k], log_rules[k])
+                factors.append(Factor(self.fam[k], rules[k], e))
+            else:
+                # Not yet solved (earlier in the order): any full-support rule gives the
+                # same conditional expectations; the uniform one over D_k alone.
+                n = self.card[self.ids[k]]
+                factors.append(Factor((self.ids[k],), np.full(n, 1.0 / n), None))
+        return factors
+
+
+def _with_entropy_component(
+    tables: Sequence[np.ndarray], *, soft: bool
+) -> tuple[list[np.ndarray], int, int]:
+    """``(tables, K, ent_k)``: the utility tables ``(*scope sizes, K)`` of a backward induction
+    and the component that carries the entropy terms. The hard induction gets one more
+    component, the causal entropy of the later limit rules, which weights the tied decisions in
+    the limit (see :func:`limit_log_rule`)."""
+    if not soft:
+        tables = [np.concatenate([t, np.zeros_like(t[..., :1])], -1) for t in tables]
+    K = tables[0].shape[-1] if tables else 1
+    return list(tables), K, 0 if soft else K - 1
+
+
+def _conditional(p: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``E[X | config] = e / p`` ``(*config, K)`` where ``p (*config) > 0``; zeros elsewhere."""
+    ok = p > 0
+    return np.where(ok[..., None], e / np.where(ok, p, 1.0)[..., None], 0.0)
 
 
 def rule_entropy_term(rule: np.ndarray, log_rule: np.ndarray) -> np.ndarray:

@@ -238,6 +238,51 @@ def _newton(
     return theta, L, float(np.abs(g).max()), converged
 
 
+def _class_variables(cid: CID, variables: Any) -> tuple[str, ...]:
+    """The variables a utility of the class may depend on: at least one, each a chance or
+    decision variable of ``cid``."""
+    variables = (variables,) if isinstance(variables, str) else tuple(variables)
+    if not variables:
+        raise ValueError("variables must name at least one variable of the diagram.")
+    for v in variables:
+        if v not in cid.domains:
+            raise ValueError(
+                f"{v!r} is not a chance or decision variable of {cid.name}; known: "
+                f"{list(cid.variables)}."
+            )
+    return variables
+
+
+def _best_candidate(
+    cid: CID, base: CID, pol: Any, variables: tuple[str, ...]
+) -> tuple[str, MEGResult]:
+    """The better of the known-utility solve along the fitted utility (``base``) and, when every
+    utility of the diagram depends only on ``variables``, along the diagram's own utility."""
+    candidates = [("fitted", meg_cid(base, pol))]
+    own = [u for u in cid.utilities if set(cid.parents[u]) <= set(variables)]
+    if cid.utilities and len(own) == len(cid.utilities):
+        candidates.append(("diagram utility", meg_cid(cid, pol)))
+    return max(candidates, key=lambda c: c[1].meg)
+
+
+def _hypothesised_decisions(model: Any, decisions: Any, policy: Any) -> tuple[CID, Any]:
+    """A CBN (or a CID without decisions) as a CID whose ``decisions`` are the named variables,
+    and its policy: their tables."""
+    if decisions is None:
+        raise ValueError(
+            "the model has no decision variables: pass decisions=[...] naming the variables "
+            "hypothesised to be decisions (their tables are the scored policy)."
+        )
+    if policy is not None:
+        raise ValueError("policy= is for CIDs; a CBN's decision rules are its own tables.")
+    base = (
+        model
+        if isinstance(model, CBN)
+        else CBN([n for n in model.nodes if isinstance(n, Chance)], name=model.name)
+    )
+    return base.as_cid(decisions)
+
+
 @_threads.entry_point
 def meg_cid_unknown(
     cid: CID,
@@ -278,15 +323,7 @@ def meg_cid_unknown(
         0.693147
     """
     cid = _check_cid(cid)
-    variables = (variables,) if isinstance(variables, str) else tuple(variables)
-    if not variables:
-        raise ValueError("variables must name at least one variable of the diagram.")
-    for v in variables:
-        if v not in cid.domains:
-            raise ValueError(
-                f"{v!r} is not a chance or decision variable of {cid.name}; known: "
-                f"{list(cid.variables)}."
-            )
+    variables = _class_variables(cid, variables)
     if not (isinstance(tol, (int, float)) and 0 < tol < 1):
         raise ValueError(f"tol must be in (0, 1), got {tol!r}.")
     pol = cid.validate_policy(policy)
@@ -299,12 +336,7 @@ def meg_cid_unknown(
     base = cid.with_utilities(
         Utility(_fresh_name(cid, "U_theta"), variables, theta.reshape(cls.shape))
     )
-    best = meg_cid(base, pol)
-    candidates = [("fitted", best)]
-    own = [u for u in cid.utilities if set(cid.parents[u]) <= set(variables)]
-    if cid.utilities and len(own) == len(cid.utilities):
-        candidates.append(("diagram utility", meg_cid(cid, pol)))
-    name, pick = max(candidates, key=lambda c: c[1].meg)
+    name, pick = _best_candidate(cid, base, pol, variables)
     value_newton = min(max(L + bound, 0.0), bound)
     value = max(pick.meg, value_newton)
     spread = float(theta.max() - theta.min())
@@ -354,19 +386,7 @@ def meg_cid_target(
         ValueError: missing ``decisions`` for a CBN or ``policy`` for a CID, unknown names.
     """
     if isinstance(model, CID) and not model.decisions:
-        if decisions is None:
-            raise ValueError(
-                "the model has no decision variables: pass decisions=[...] naming the variables "
-                "hypothesised to be decisions (their tables are the scored policy)."
-            )
-        if policy is not None:
-            raise ValueError("policy= is for CIDs; a CBN's decision rules are its own tables.")
-        base = (
-            model
-            if isinstance(model, CBN)
-            else CBN([n for n in model.nodes if isinstance(n, Chance)], name=model.name)
-        )
-        cid, pol = base.as_cid(decisions)
+        cid, pol = _hypothesised_decisions(model, decisions, policy)
         return meg_cid_unknown(cid, pol, targets, tol=tol)
     cid = _check_cid(model)
     if decisions is not None and set(

@@ -188,16 +188,30 @@ class CID:
         self.parents = parents
         self.order = _topological_order(list(specs), parents)
         self.kinds = {nm: type(specs[nm]).__name__.lower() for nm in self.order}
-        self.decisions = tuple(n for n in self.order if self.kinds[n] == "decision")
-        self.utilities = tuple(n for n in self.order if self.kinds[n] == "utility")
-        self.chance = tuple(n for n in self.order if self.kinds[n] == "chance")
+        self.decisions = self._of_kind("decision")
+        self.utilities = self._of_kind("utility")
+        self.chance = self._of_kind("chance")
         self.domains: dict[str, tuple[Hashable, ...]] = {
             nm: as_domain(nm, node.domain)
             for nm in self.order
             if not isinstance(node := specs[nm], Utility)
         }
-        self.cpds: dict[str, np.ndarray] = {}
-        self.utility_tables: dict[str, np.ndarray] = {}
+        self.cpds, self.utility_tables = self._tables(specs)
+        kids = _children(list(self.order), parents)
+        self.children: dict[str, tuple[str, ...]] = {nm: tuple(kids[nm]) for nm in self.order}
+        self._specs = specs
+
+    def _of_kind(self, kind: str) -> tuple[str, ...]:
+        """The nodes of one kind (``"decision"``, ``"utility"``, ``"chance"``), in order."""
+        return tuple(n for n in self.order if self.kinds[n] == kind)
+
+    def _tables(
+        self, specs: Mapping[str, Node]
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """The checked tables: each chance variable's CPD ``(*parent sizes, |dom|)`` and each
+        utility's table ``(*parent sizes)``."""
+        cpds: dict[str, np.ndarray] = {}
+        utility_tables: dict[str, np.ndarray] = {}
         for nm in self.order:
             node = specs[nm]
             if isinstance(node, Chance):
@@ -206,13 +220,10 @@ class CID:
                         f"chance variable {nm!r} has no cpd; pass cpd=... (or make it a "
                         "Decision if a policy chooses it)."
                     )
-                self.cpds[nm] = distribution_table(node.cpd, nm, parents[nm], self.domains)
+                cpds[nm] = distribution_table(node.cpd, nm, self.parents[nm], self.domains)
             elif isinstance(node, Utility):
-                self.utility_tables[nm] = utility_table(node.table, nm, parents[nm], self.domains)
-        self.children: dict[str, tuple[str, ...]] = {
-            nm: tuple(c for c in self.order if nm in parents[c]) for nm in self.order
-        }
-        self._specs = specs
+                utility_tables[nm] = utility_table(node.table, nm, self.parents[nm], self.domains)
+        return cpds, utility_tables
 
     # ------------------------------------------------------------------ structure
     @property
@@ -235,27 +246,11 @@ class CID:
 
     def descendants(self, names: str | Iterable[str]) -> set[str]:
         """Proper descendants of a variable or a set of variables."""
-        start = [names] if isinstance(names, str) else list(names)
-        seen: set[str] = set()
-        stack = [c for n in start for c in self.children[n]]
-        while stack:
-            n = stack.pop()
-            if n not in seen:
-                seen.add(n)
-                stack.extend(self.children[n])
-        return seen
+        return _reach(names, self.children)
 
     def ancestors(self, names: str | Iterable[str]) -> set[str]:
         """Proper ancestors of a variable or a set of variables."""
-        start = [names] if isinstance(names, str) else list(names)
-        seen: set[str] = set()
-        stack = [p for n in start for p in self.parents[n]]
-        while stack:
-            n = stack.pop()
-            if n not in seen:
-                seen.add(n)
-                stack.extend(self.parents[n])
-        return seen
+        return _reach(names, self.parents)
 
     def to_networkx(self) -> Any:
         """The graph as a ``networkx.DiGraph`` with a ``kind`` node attribute (needs networkx,
@@ -400,11 +395,37 @@ def _topological_order(names: list[str], parents: Mapping[str, tuple[str, ...]])
     """Kahn's algorithm, preferring the given order; raises on a cycle."""
     pos = {n: i for i, n in enumerate(names)}
     indeg = {n: len(parents[n]) for n in names}
-    children: dict[str, list[str]] = {n: [] for n in names}
-    for n in names:
-        for p in parents[n]:
-            children[p].append(n)
+    children = _children(names, parents)
     ready = sorted((n for n in names if indeg[n] == 0), key=pos.__getitem__)
+    out = _kahn(ready, children, indeg, pos)
+    if len(out) < len(names):
+        cyc = _find_cycle([n for n in names if n not in out], parents)
+        raise ValueError(
+            f"the graph has a cycle {' -> '.join(cyc)}; a CID must be a directed acyclic graph "
+            "(unroll feedback over time steps)."
+        )
+    return tuple(out)
+
+
+def _reach(names: str | Iterable[str], step: Mapping[str, Sequence[str]]) -> set[str]:
+    """The nodes reached from ``names`` by one or more steps along ``step`` (children for
+    descendants, parents for ancestors)."""
+    start = [names] if isinstance(names, str) else list(names)
+    seen: set[str] = set()
+    stack = [m for n in start for m in step[n]]
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(step[n])
+    return seen
+
+
+def _kahn(
+    ready: list[str], children: dict[str, list[str]], indeg: dict[str, int], pos: dict[str, int]
+) -> list[str]:
+    """Kahn's algorithm from the ``ready`` nodes, the earliest in ``pos`` first; the nodes it
+    reaches, in order (``indeg`` is used up)."""
     out: list[str] = []
     while ready:
         n = ready.pop(0)
@@ -414,13 +435,16 @@ def _topological_order(names: list[str], parents: Mapping[str, tuple[str, ...]])
             if indeg[c] == 0:
                 ready.append(c)
                 ready.sort(key=pos.__getitem__)
-    if len(out) < len(names):
-        cyc = _find_cycle([n for n in names if n not in out], parents)
-        raise ValueError(
-            f"the graph has a cycle {' -> '.join(cyc)}; a CID must be a directed acyclic graph "
-            "(unroll feedback over time steps)."
-        )
-    return tuple(out)
+    return out
+
+
+def _children(names: list[str], parents: Mapping[str, tuple[str, ...]]) -> dict[str, list[str]]:
+    """Each node's children, in the order of ``names``."""
+    children: dict[str, list[str]] = {n: [] for n in names}
+    for n in names:
+        for p in parents[n]:
+            children[p].append(n)
+    return children
 
 
 def _find_cycle(rest: list[str], parents: Mapping[str, tuple[str, ...]]) -> list[str]:

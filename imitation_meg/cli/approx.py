@@ -18,6 +18,9 @@ import numpy as np
 
 __all__ = ["estimator_settings", "is_tabular", "score_approx"]
 
+from imitation_meg.cli.approx_report import how as _how
+from imitation_meg.cli.approx_report import print_result
+from imitation_meg.cli.common import command_config, write_rows
 from imitation_meg.core.env_tables import is_tabular  # re-exported, as before
 
 #: Built-in policies the approximate path can score (it has no tabular MDP for the others).
@@ -141,70 +144,6 @@ def _saved_label(args: argparse.Namespace, name: str) -> str:
     return f"{str(algo).upper()} {name}"
 
 
-def _spread_line(res: Any) -> str:
-    """The fits' spread for the printed result."""
-    return (
-        f"seed spread (std)   {res.seed_std:.4f}   models se {res.model_se:.4f}, "
-        f"rollout se {res.bootstrap_se:.4f}"
-    )
-
-
-def _residual_line(res: Any) -> str:
-    return f"Bellman residual    {res.residual_rms:.4f}   (RMS, fraction of the largest return)"
-
-
-def _fit_lines(res: Any) -> list[str]:
-    """The soft Q-fits' diagnostics for the printed result."""
-    return [
-        _spread_line(res),
-        (
-            f"refits moved it by  {res.refine_shift:+.4f}   (stages "
-            f"{' -> '.join(f'{v:.4f}' for v in res.stages)}; the largest move, "
-            f"{res.allowance:.4f}, is added to the interval as a convergence allowance)"
-        ),
-        _residual_line(res),
-    ]
-
-
-def _linear_lines(res: Any) -> list[str]:
-    """The linear soft Q-functions' diagnostics for the printed result."""
-    return [
-        _spread_line(res),
-        (
-            f"rounds of data      {' -> '.join(f'{v:.4f}' for v in res.stages)}   (the largest "
-            f"move, {res.allowance:.4f}, is added to the interval)"
-        ),
-        _residual_line(res),
-    ]
-
-
-def _empirical_lines(res: Any) -> list[str]:
-    """The empirical MDP's diagnostics for the printed result."""
-    return [
-        (
-            f"empirical MDP       {res.n_states} observed states; bootstrap se "
-            f"{res.bootstrap_se:.4f} over data episodes"
-        ),
-        f"rounds of data      {' -> '.join(f'{v:.4f}' for v in res.stages)}",
-    ]
-
-
-def _paths_lines(res: Any) -> list[str]:
-    """The paths method's diagnostics for the printed result."""
-    return [
-        (
-            f"random paths        {res.n_particles} from each of {res.n_starts} starts "
-            f"({res.particle_steps} simulated steps); their bias allowance "
-            f"{res.particle_bias:.4f}"
-        ),
-        (
-            f"bootstrap se        {res.bootstrap_se:.4f}   (over the policy's "
-            f"{res.n_eval_episodes} episodes and the starts)"
-        ),
-        "time split          " + ", ".join(f"{k} {v:.2f} s" for k, v in res.timings.items()),
-    ]
-
-
 def _checked_mode(args: argparse.Namespace, settings: dict[str, Any], *, box: bool) -> bool:
     """Refuse what the approximate path does not support (named in the message); True for
     ``--mode unknown`` (every utility of the observation, through the empirical MDP; ``box``:
@@ -234,22 +173,18 @@ def _checked_mode(args: argparse.Namespace, settings: dict[str, Any], *, box: bo
     return args.mode == "unknown"
 
 
-def _score_with_curve(
+def _environment_curve(
     args: argparse.Namespace,
     source: Any,
-    sources: list[str],
     curve_file: str | None,
-    kwargs: dict[str, Any],
-) -> int:
-    """Several policies (checkpoints) of one environment, or one with ``--curve FILE``: the
-    environment's curve read or computed once, then each policy from its episodes alone; one
-    row per policy (``--csv`` / ``--jsonl``)."""
-    from imitation_meg.approx.known import as_curve, meg_approx, soft_value_curve
+    curve_settings: dict[str, Any],
+) -> tuple[Any, str]:
+    """The environment's soft-value curve, read from ``curve_file`` (checked against the
+    environment) or computed once, and how it was had, in words."""
+    from imitation_meg.approx.known import as_curve, soft_value_curve
     from imitation_meg.approx.simulators import simulator
-    from imitation_meg.results import library_versions, write_csv, write_json, write_jsonl
 
     t0 = time.perf_counter()
-    curve_settings = {k: kwargs.pop(k) for k in ("n_particles", "n_starts") if k in kwargs}
     if curve_file is not None:
         if curve_settings:
             raise ValueError(
@@ -282,6 +217,48 @@ def _score_with_curve(
             **curve_settings,
         )
         how = f"computed in {time.perf_counter() - t0:.1f} s"
+    return curve, how
+
+
+def _print_curve_rows(rows: list[dict[str, Any]], seconds: float) -> None:
+    """The table of a curve score's rows, and its note on unsettled rows."""
+    from imitation_meg.results import format_table
+
+    columns = ["policy", "timesteps", "meg", "low", "high", "beta", "expected_return", "settled"]
+    shown = [{c: ("" if r.get(c) is None else r[c]) for c in columns} for r in rows]
+    print(format_table(shown, columns))
+    print(f"\n{len(rows)} policies in {seconds:.1f} s.")
+    if any(r["settled"] is False for r in rows):
+        print(
+            "\n(settled = False: the curve is not reliable at that policy's optimum; the "
+            "warning says why.)"
+        )
+
+
+def _write_curve_rows(
+    args: argparse.Namespace, source: Any, curve: Any, rows: list[dict[str, Any]]
+) -> None:
+    """The rows as ``--csv`` / ``--jsonl``, and with the curve and the settings as ``--json``."""
+    write_rows(args, rows, {"env": source.name, "curve": curve.info.to_dict()})
+
+
+def _score_with_curve(
+    args: argparse.Namespace,
+    source: Any,
+    sources: list[str],
+    curve_file: str | None,
+    kwargs: dict[str, Any],
+) -> int:
+    """Several policies (checkpoints) of one environment, or one with ``--curve FILE``: the
+    environment's curve read or computed once, then each policy from its episodes alone; one
+    row per policy (``--csv`` / ``--jsonl``)."""
+    from imitation_meg.approx.known import meg_approx
+
+    t0 = time.perf_counter()
+    curve_settings: dict[str, Any] = {
+        k: kwargs.pop(k) for k in ("n_particles", "n_starts") if k in kwargs
+    }
+    curve, how = _environment_curve(args, source, curve_file, curve_settings)
     lo, hi = curve.trusted_returns()
     print(
         f"Soft-value curve of {source.name}: {curve.info.method}, {curve.n_units} unit(s), "
@@ -303,32 +280,96 @@ def _score_with_curve(
             **kwargs,
         )
         rows.append(_curve_row(name, label, res, time.perf_counter() - t1))
-    columns = ["policy", "timesteps", "meg", "low", "high", "beta", "expected_return", "settled"]
-    shown = [{c: ("" if r.get(c) is None else r[c]) for c in columns} for r in rows]
-    from imitation_meg.results import format_table
-
-    print(format_table(shown, columns))
-    print(f"\n{len(rows)} policies in {time.perf_counter() - t0:.1f} s.")
-    if any(r["settled"] is False for r in rows):
-        print(
-            "\n(settled = False: the curve is not reliable at that policy's optimum; the "
-            "warning says why.)"
-        )
-    if args.csv:
-        print(f"\nWrote {write_csv(args.csv, rows)}.")
-    if args.jsonl:
-        print(f"\nWrote {write_jsonl(args.jsonl, rows)}.")
-    if args.json:
-        config = {k: v for k, v in vars(args).items() if k != "func"}
-        payload = {
-            "env": source.name,
-            "curve": curve.info.to_dict(),
-            "config": config,
-            "library_versions": library_versions(),
-            "rows": rows,
-        }
-        print(f"\nWrote {write_json(args.json, payload)}.")
+    _print_curve_rows(rows, time.perf_counter() - t0)
+    _write_curve_rows(args, source, curve, rows)
     return 0
+
+
+def _announce(
+    args: argparse.Namespace, source: Any, label: str, words: tuple[str, str], *, unknown: bool
+) -> None:
+    """The line that says what is scored, how, and what the progress bar counts."""
+    how, counts = words
+    box = source.actions.is_box
+    what = "every utility of the observation" if unknown else "the environment reward"
+    acts = (
+        f"Box of {source.action_dim} dimension(s) [{source.low.tolist()}, "
+        f"{source.high.tolist()}], reference: the uniform density on it"
+        if box
+        else f"|A|={source.n_actions}"
+    )
+    print(
+        f"Approximate {args.mode}-utility MEG of {label} in {source.name} "
+        f"({acts}, H={source.horizon}; utility: {what}; {how})\n"
+        f"The bar counts {counts}; its remaining time is the time estimate.",
+        flush=True,
+    )
+
+
+def _write_result(args: argparse.Namespace, source: Any, label: str, res: Any) -> None:
+    """The result, the settings and the library versions as ``--json``."""
+    from imitation_meg.results import library_versions, write_json
+
+    config = command_config(args)
+    payload = {
+        "meg": res.meg,
+        "mode": f"{args.mode} (approximate)",
+        "policy": label,
+        "env": source.name,
+        "config": config,
+        "library_versions": library_versions(),
+        "result": res.to_dict(),
+    }
+    path = write_json(args.json, payload)
+    print(f"\nWrote {path}.")
+
+
+def _env_source(args: argparse.Namespace) -> Any:
+    """The gymnasium environment ``--env`` names, with the horizon and keyword arguments."""
+    from imitation_meg.approx.rollouts import EnvSource
+
+    if args.env is None:
+        raise ValueError("--approx needs --env ENV_ID (a gymnasium id), not --cliff-world.")
+    return EnvSource(
+        args.env, horizon=args.horizon, env_kwargs=getattr(args, "env_kwargs", None) or None
+    )
+
+
+def _uses_paths(source: Any, method: str | None, *, unknown: bool) -> bool:
+    """Whether the paths method scores (the default where the environment has a simulator)."""
+    from imitation_meg.approx.simulators import simulator
+
+    return not unknown and method in (None, "auto", "paths") and simulator(source)[0] is not None
+
+
+def _threads_for(method: str | None) -> None:
+    """One torch thread for the methods that train networks: 64-unit networks train fastest on
+    one thread, more only contend on small machines (the linear method's fits and the empirical
+    MDP's bootstrap solves run side by side, one per torch thread, ``_threads.parallel_map``;
+    "auto" may hand over to the networks)."""
+    if method not in ("linear", "empirical"):
+        import torch as th
+
+        th.set_num_threads(1)
+
+
+def _estimate(
+    args: argparse.Namespace,
+    source: Any,
+    policy: Any,
+    kwargs: dict[str, Any],
+    reading: dict[str, Any],
+    *,
+    unknown: bool,
+) -> Any:
+    """The approximate estimate of ``policy``: every utility of the observation (``unknown``)
+    or the environment reward."""
+    from imitation_meg.approx.known import meg_approx
+    from imitation_meg.approx.unknown import meg_approx_unknown
+
+    if unknown:
+        return meg_approx_unknown(policy, source.make, utility="observation", **kwargs).result
+    return meg_approx(policy, args.env, env_kwargs=source.env_kwargs or None, **kwargs, **reading)
 
 
 def score_approx(args: argparse.Namespace) -> int:
@@ -344,79 +385,33 @@ def score_approx(args: argparse.Namespace) -> int:
     Raises:
         ValueError: options the approximate path does not support (named in the message).
     """
-    from imitation_meg.approx.known import meg_approx
-    from imitation_meg.approx.rollouts import EnvSource
-    from imitation_meg.approx.simulators import simulator
-    from imitation_meg.approx.unknown import meg_approx_unknown
-
     settings = _command_settings(args)
-    if args.env is None:
-        raise ValueError("--approx needs --env ENV_ID (a gymnasium id), not --cliff-world.")
-    source = EnvSource(
-        args.env, horizon=args.horizon, env_kwargs=getattr(args, "env_kwargs", None) or None
-    )
-    box = source.actions.is_box
-    unknown = _checked_mode(args, settings, box=box)
-    if settings.get("method") not in ("linear", "empirical"):
-        import torch as th
-
-        # 64-unit networks train fastest on one thread; more only contend on small machines (the
-        # linear method's fits and the empirical MDP's bootstrap solves run side by side, one
-        # per torch thread, _threads.parallel_map; "auto" may hand over to the networks)
-        th.set_num_threads(1)
+    source = _env_source(args)
+    unknown = _checked_mode(args, settings, box=source.actions.is_box)
+    _threads_for(settings.get("method"))
     sources = _sources(args)
     curve_file = getattr(args, "curve", None)
-    if (curve_file is not None or len(sources) > 1) and unknown:
+    several = curve_file is not None or len(sources) > 1
+    if several and unknown:
         raise ValueError("--mode unknown scores one policy, without --curve.")
     method = settings.get("method")
-    paths = not unknown and method in (None, "auto", "paths") and simulator(source)[0] is not None
+    paths = _uses_paths(source, method, unknown=unknown)
     kwargs = _run_settings(args, source, settings, paths)
     n_models = kwargs.pop("n_models", getattr(args, "approx_models", None) or 3)
-    if curve_file is not None or len(sources) > 1:
+    if several:
         return _score_with_curve(args, source, sources, curve_file, kwargs)
     policy, label, reading = _policy(args, source, sources[0])
-    how, counts = _how(method, n_models, paths=paths, unknown=unknown)
-    what = "every utility of the observation" if unknown else "the environment reward"
-    acts = (
-        f"Box of {source.action_dim} dimension(s) [{source.low.tolist()}, "
-        f"{source.high.tolist()}], reference: the uniform density on it"
-        if box
-        else f"|A|={source.n_actions}"
-    )
-    print(
-        f"Approximate {args.mode}-utility MEG of {label} in {source.name} "
-        f"({acts}, H={source.horizon}; utility: {what}; {how})\n"
-        f"The bar counts {counts}; its remaining time is the time estimate.",
-        flush=True,
+    _announce(
+        args, source, label, _how(method, n_models, paths=paths, unknown=unknown), unknown=unknown
     )
     t0 = time.perf_counter()
     common = {"horizon": source.horizon, "seed": args.seed, "progress": True}
     if not paths:
         common["n_models"] = n_models
-    if unknown:
-        res = meg_approx_unknown(
-            policy, source.make, utility="observation", **common, **kwargs
-        ).result
-    else:
-        res = meg_approx(
-            policy, args.env, env_kwargs=source.env_kwargs or None, **common, **reading, **kwargs
-        )
-    _print_result(res, time.perf_counter() - t0, unknown=unknown, kwargs=kwargs)
+    res = _estimate(args, source, policy, {**common, **kwargs}, reading, unknown=unknown)
+    print_result(res, time.perf_counter() - t0, unknown=unknown, kwargs=kwargs)
     if args.json:
-        from imitation_meg.results import library_versions, write_json
-
-        config = {k: v for k, v in vars(args).items() if k != "func"}
-        payload = {
-            "meg": res.meg,
-            "mode": f"{args.mode} (approximate)",
-            "policy": label,
-            "env": source.name,
-            "config": config,
-            "library_versions": library_versions(),
-            "result": res.to_dict(),
-        }
-        path = write_json(args.json, payload)
-        print(f"\nWrote {path}.")
+        _write_result(args, source, label, res)
     if not math.isfinite(res.meg):  # pragma: no cover - defensive
         raise ValueError("the approximate estimate is not finite.")
     return 0
@@ -457,110 +452,6 @@ def _run_settings(
             kwargs[key] = getattr(args, attr)
     kwargs.update(settings)
     return kwargs
-
-
-def _how(method: str | None, n_models: int, *, paths: bool, unknown: bool) -> tuple[str, str]:
-    """What scores, and what the progress bar counts, in words."""
-    if unknown:  # the empirical MDP, "auto" too: there is nothing to hand over to
-        return "the empirical MDP of the observations", "environment steps of data"
-    if paths:
-        return (
-            "the soft-optimal model's paths in the simulated, deterministic environment",
-            "steps of the policy's episodes and of the random action sequences",
-        )
-    how = {
-        "soft_q": f"{n_models} soft Q-networks",
-        "empirical": "the empirical MDP of the observations",
-        "auto": f"the empirical MDP if the observations take few values, else {n_models} soft "
-        "Q-networks",
-        "linear": f"{n_models} linear soft Q-functions",
-    }.get(method or "soft_q", "")
-    counts = {
-        "linear": "rounds of data",
-        "empirical": "environment steps of data",
-        "auto": "environment steps of data (then soft Q-iterations, if it fits after all)",
-    }.get(method or "soft_q", "soft Q-iterations")
-    return how, counts
-
-
-def _bound_lines(res: Any) -> list[str]:
-    """The bounds: ``E[T] log|A|`` and ``H log|A|`` with the Gibbs certificate, or for a box
-    (no ``log|A|``) the certificate, which ``normalized`` divides by."""
-    if math.isinf(res.upper_bound):
-        cert = (
-            "inf (point masses on the bounds)"
-            if math.isinf(res.certificate)
-            else f"{res.certificate:.4f}"
-        )
-        norm = "n/a" if math.isnan(res.normalized) else f"{res.normalized:.4f}"
-        return [
-            (
-                f"certificate         {cert}   (the policy's own E[sum_t KL(pi || uniform)]; "
-                f"normalized {norm})"
-            ),
-            f"action law          {res.policy}",
-        ]
-    return [
-        (
-            f"bound E[T] log|A|   {res.length_bound:.4f}   (normalized "
-            f"{res.length_normalized:.4f}; E[T] = {res.mean_length:.1f} of H = {res.horizon})"
-        ),
-        f"bound H log|A|      {res.upper_bound:.4f}   (normalized {res.normalized:.4f})",
-        f"Gibbs certificate   {res.certificate:.4f}   (no model family can exceed it)",
-    ]
-
-
-def _print_result(res: Any, wall: float, *, unknown: bool, kwargs: dict[str, Any]) -> None:
-    """The estimate, its interval, bounds and the method's diagnostics, then its notes."""
-    from imitation_meg.approx.evaluate import UNSETTLED_NOTE
-    from imitation_meg.approx.options import DATA_STEPS
-
-    pct = f"{res.confidence:.0%}"
-    lines = [
-        f"MEG estimate        {res.meg:.4f} nats   {pct} interval [{res.low:.4f}, {res.high:.4f}]",
-        *_bound_lines(res),
-        (
-            f"utility spread      {res.beta:.4g}   (max - min of the fitted utility; inf: a limit)"
-            if unknown
-            else f"beta*               {res.beta:.4g}   (utility units)"
-        ),
-        (
-            f"mean return         {res.expected_return:.4f}"
-            + (
-                f"   (E[T] = {res.mean_length:.1f} of H = {res.horizon})"
-                if math.isinf(res.upper_bound)
-                else ""
-            )
-        ),
-        *{"empirical": _empirical_lines, "linear": _linear_lines, "paths": _paths_lines}.get(
-            res.method, _fit_lines
-        )(res),
-        *([f"action grid         {res.grid}"] if res.grid else []),
-        f"environment steps   {res.n_env_steps}",
-        f"wall time           {wall:.1f} s",
-    ]
-    print("\n".join(lines))
-    if res.settled is False and res.method == "linear":
-        print(
-            "\n(The rounds of data had not settled when the data budget was spent, so the "
-            "interval may be too narrow. Pass a larger budget (--approx-option "
-            f"n_data_steps={2 * int(kwargs.get('n_data_steps') or DATA_STEPS)}) and compare.)"
-        )
-    elif res.settled is False and res.curve is not None:
-        print(
-            "\n(The environment's curve is not reliable at this policy's optimum: the warning "
-            "says why and what to do. The interval may not cover the value.)"
-        )
-    elif res.settled is False:
-        print(f"\n({UNSETTLED_NOTE})")
-    if res.at_boundary and res.curve is None:
-        print("\n(The optimum lies at the largest |beta| tried: the supremum may be a limit.)")
-    if res.above_certificate:
-        print(
-            "\n(The fits exceeded the certificate, which no normalised model can: the action "
-            "grid could not integrate the models at beta*; the estimate is the certificate by "
-            "clipping, not a measured value.)"
-        )
 
 
 def _curve_row(source: str, label: str, res: Any, seconds: float) -> dict[str, Any]:

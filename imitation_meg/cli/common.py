@@ -79,7 +79,7 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 
 def env_is_tabular(env_id: str) -> bool:
-    from imitation_meg.cli.approx import is_tabular
+    from imitation_meg.core.env_tables import is_tabular
 
     return is_tabular(env_id)
 
@@ -93,3 +93,27 @@ def one_line(e: BaseException | str) -> str:
     if isinstance(e, KeyboardInterrupt):  # empty for a plain Ctrl-C
         return " ".join(str(e).split()) or "interrupted"
     return " ".join(str(e).split()) or type(e).__name__
+
+
+def command_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The command's settings as written beside its results (every argument but the handler)."""
+    return {k: v for k, v in vars(args).items() if k != "func"}
+
+
+def write_rows(args: argparse.Namespace, rows: list[dict[str, Any]], head: dict[str, Any]) -> None:
+    """Write the rows as ``--csv`` / ``--jsonl``, and as ``--json`` after ``head`` with the
+    command's settings and the library versions; one line per file written."""
+    from imitation_meg.results import library_versions, write_csv, write_json, write_jsonl
+
+    if args.csv:
+        print(f"\nWrote {write_csv(args.csv, rows)}.")
+    if args.jsonl:
+        print(f"\nWrote {write_jsonl(args.jsonl, rows)}.")
+    if args.json:
+        payload = {
+            **head,
+            "config": command_config(args),
+            "library_versions": library_versions(),
+            "rows": rows,
+        }
+        print(f"\nWrote {write_json(args.json, payload)}.")

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from imitation_meg.cli.common import is_minigrid, minigrid_mdp
+from imitation_meg.cli.common import command_config, is_minigrid, minigrid_mdp, write_rows
 from imitation_meg.results import format_table
 
 
@@ -38,15 +38,7 @@ def _score_base_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
     import imitation_meg as im
 
     if args.cliff_world:
-        from imitation_meg.envs.cliff import DEFAULT_HORIZON
-
-        return im.envs.cliff_world(
-            width=args.width if args.width is not None else 10,
-            height=args.height if args.height is not None else 4,
-            horizon=args.horizon if args.horizon is not None else DEFAULT_HORIZON,
-            goal_region=args.goal_region if args.goal_region is not None else 1,
-            goal_layout=args.goal_layout,
-        )
+        return _cliff_world(args)
     given = [
         f"--{n.replace('_', '-')}"
         for n in ("width", "height", "goal_region")
@@ -61,6 +53,20 @@ def _score_base_mdp(args: argparse.Namespace, sources: Sequence[str]) -> Any:
     if is_minigrid(args.env):
         return minigrid_mdp(args, sources)
     return im.TabularMDP.from_env(args.env, horizon=args.horizon)
+
+
+def _cliff_world(args: argparse.Namespace) -> Any:
+    """``--cliff-world`` with its size, horizon and goal region (the builder's defaults)."""
+    import imitation_meg as im
+    from imitation_meg.envs.cliff import DEFAULT_HORIZON
+
+    return im.envs.cliff_world(
+        width=args.width if args.width is not None else 10,
+        height=args.height if args.height is not None else 4,
+        horizon=args.horizon if args.horizon is not None else DEFAULT_HORIZON,
+        goal_region=args.goal_region if args.goal_region is not None else 1,
+        goal_layout=args.goal_layout,
+    )
 
 
 def _result_dict(res: Any) -> dict[str, Any]:
@@ -102,7 +108,6 @@ def score_options(args: argparse.Namespace) -> Any:
 
 
 def score_many(args: argparse.Namespace, sources: list[str], mdp: Any, opts: Any) -> int:
-    from imitation_meg.results import library_versions, write_csv, write_json, write_jsonl
     from imitation_meg.scoring import score_policies
 
     t0 = time.perf_counter()
@@ -117,19 +122,7 @@ def score_many(args: argparse.Namespace, sources: list[str], mdp: Any, opts: Any
         columns.insert(5, "known_meg")
     shown = [{c: ("" if r.get(c) is None else r[c]) for c in columns} for r in rows]
     print(format_table(shown, columns))
-    if args.csv:
-        print(f"\nWrote {write_csv(args.csv, rows)}.")
-    if args.jsonl:
-        print(f"\nWrote {write_jsonl(args.jsonl, rows)}.")
-    if args.json:
-        config = {k: v for k, v in vars(args).items() if k != "func"}
-        payload = {
-            "mdp": mdp_dict(mdp),
-            "config": config,
-            "library_versions": library_versions(),
-            "rows": rows,
-        }
-        print(f"\nWrote {write_json(args.json, payload)}.")
+    write_rows(args, rows, {"mdp": mdp_dict(mdp)})
     return 0
 
 
@@ -152,73 +145,94 @@ def horizon_text(mdp: Any) -> str:
 
 
 def score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> int:
-    import imitation_meg as im
-    from imitation_meg.results import library_versions, write_json
     from imitation_meg.scoring import label_of, policy_of
 
     pi, about = policy_of(source, mdp, opts)
     label = label_of(source, about.get("algo"), args.epsilon)
-    known = im.meg(pi, mdp, signed=args.signed)
-    target = None
-    if args.mode == "known":
-        res = known
-    elif args.mode == "unknown":
-        res = im.meg_unknown(pi, mdp)
-    else:
-        target = args.target or "goal"
-        res = im.meg_target(pi, mdp, _target_of(mdp, target))
-
-    rows = [
-        {
-            "policy": label,
-            "mode": args.mode if target is None else f"target ({target})",
-            "MEG": res.meg,
-            "normalized": res.normalized,
-            "upper bound": res.upper_bound,
-            "converged": res.converged,
-        }
-    ]
+    res, known, target = _exact_scores(args, pi, mdp)
+    mode = args.mode if target is None else f"target ({target})"
+    rows = [_row(label, mode, res.meg, res.normalized, res.upper_bound, res.converged)]
     if args.mode != "known":
         rows.append(
-            {
-                "policy": label,
-                "mode": "known",
-                "MEG": known.meg,
-                "normalized": known.normalized,
-                "upper bound": known.upper_bound,
-                "converged": known.converged,
-            }
+            _row(label, "known", known.meg, known.normalized, known.upper_bound, known.converged)
         )
     estimate = None
     if args.rollouts is not None:
-        from imitation_meg.core.trajectories import meg_from_trajectories, sample_trajectories
+        estimate = _rollout_estimate(args, pi, mdp, target)
+        rows.append(_rollout_row(f"{label}, {args.rollouts} rollouts", mode, estimate, res))
+    _print_one(args, label, mdp, rows, estimate)
+    if args.json:
+        _write_one(args, (label, about, target), mdp, (res, known, estimate))
+    return 0
 
-        data = sample_trajectories(mdp, pi, args.rollouts, rng=args.seed)
-        kwargs: dict[str, Any] = {}
-        if args.mode == "unknown":
-            kwargs["features"] = "all"
-        elif args.mode == "target":
-            kwargs["target"] = target
-        estimate = meg_from_trajectories(
-            data,
-            mdp,
-            signed=args.signed,
-            n_boot=args.n_boot,
-            rng=args.seed + 1,
-            progress=True,
-            **kwargs,
-        )
-        rows.append(
-            {
-                "policy": f"{label}, {args.rollouts} rollouts",
-                "mode": rows[0]["mode"],
-                "MEG": estimate.meg,
-                "normalized": estimate.meg / res.upper_bound if res.upper_bound else 0.0,
-                "upper bound": res.upper_bound,
-                "converged": estimate.result.converged,
-                f"{estimate.confidence:.0%} interval": f"[{estimate.low:.4f}, {estimate.high:.4f}]",
-            }
-        )
+
+def _exact_scores(args: argparse.Namespace, pi: Any, mdp: Any) -> tuple[Any, Any, str | None]:
+    """``(result of --mode, known-utility result, the target or None)``."""
+    import imitation_meg as im
+
+    known = im.meg(pi, mdp, signed=args.signed)
+    if args.mode == "known":
+        return known, known, None
+    if args.mode == "unknown":
+        return im.meg_unknown(pi, mdp), known, None
+    target = args.target or "goal"
+    return im.meg_target(pi, mdp, _target_of(mdp, target)), known, target
+
+
+def _row(
+    label: str, mode: str, meg: float, normalized: float, bound: float, converged: bool
+) -> dict[str, Any]:
+    """One row of the printed table."""
+    return {
+        "policy": label,
+        "mode": mode,
+        "MEG": meg,
+        "normalized": normalized,
+        "upper bound": bound,
+        "converged": converged,
+    }
+
+
+def _rollout_estimate(args: argparse.Namespace, pi: Any, mdp: Any, target: str | None) -> Any:
+    """MEG from ``--rollouts`` sampled trajectories, with its bootstrap interval."""
+    from imitation_meg.core.trajectories import meg_from_trajectories, sample_trajectories
+
+    data = sample_trajectories(mdp, pi, args.rollouts, rng=args.seed)
+    kwargs: dict[str, Any] = {}
+    if args.mode == "unknown":
+        kwargs["features"] = "all"
+    elif args.mode == "target":
+        kwargs["target"] = target
+    return meg_from_trajectories(
+        data,
+        mdp,
+        signed=args.signed,
+        n_boot=args.n_boot,
+        rng=args.seed + 1,
+        progress=True,
+        **kwargs,
+    )
+
+
+def _rollout_row(label: str, mode: str, estimate: Any, res: Any) -> dict[str, Any]:
+    """The rollout estimate's row, with its interval."""
+    bound = res.upper_bound
+    row = _row(
+        label,
+        mode,
+        estimate.meg,
+        estimate.meg / bound if bound else 0.0,
+        bound,
+        estimate.result.converged,
+    )
+    row[f"{estimate.confidence:.0%} interval"] = f"[{estimate.low:.4f}, {estimate.high:.4f}]"
+    return row
+
+
+def _print_one(
+    args: argparse.Namespace, label: str, mdp: Any, rows: list[dict[str, Any]], estimate: Any
+) -> None:
+    """The heading, the table and the note on a rollout estimate."""
     print(
         f"MEG of {label} in {mdp.name} (S={mdp.n_states}, |A|={mdp.n_actions}, {horizon_text(mdp)}; "
         f"{'known utility: the environment reward' if args.mode == 'known' else args.mode + ' utility'})\n"
@@ -232,27 +246,38 @@ def score_one(args: argparse.Namespace, source: str, mdp: Any, opts: Any) -> int
             f"\n(The rollout estimate uses {estimate.n_trajectories} sampled trajectories and "
             f"{estimate.n_boot} bootstrap replicates; it is biased upwards at small sample sizes.)"
         )
-    if args.json:
-        config = {k: v for k, v in vars(args).items() if k != "func"}
-        payload: dict[str, Any] = {
-            "meg": res.meg,
-            "mode": args.mode,
-            "target": target,
-            "policy": label,
-            "algo": about.get("algo"),
-            "timesteps": about.get("timesteps"),
-            "vec_normalize": about.get("vec_normalize"),
-            "mdp": {**mdp_dict(mdp), "upper_bound": res.upper_bound},
-            "config": config,
-            "library_versions": library_versions(),
-            "result": _result_dict(res),
-            "known": _result_dict(known),
-        }
-        if estimate is not None:
-            payload["trajectory_estimate"] = estimate.to_dict()
-        path = write_json(args.json, payload)
-        print(f"\nWrote {path}.")
-    return 0
+
+
+def _write_one(
+    args: argparse.Namespace,
+    who: tuple[str, dict[str, Any], str | None],
+    mdp: Any,
+    results: tuple[Any, Any, Any],
+) -> None:
+    """The results, the MDP, the settings and the library versions as ``--json``."""
+    from imitation_meg.results import library_versions, write_json
+
+    label, about, target = who
+    res, known, estimate = results
+    config = command_config(args)
+    payload: dict[str, Any] = {
+        "meg": res.meg,
+        "mode": args.mode,
+        "target": target,
+        "policy": label,
+        "algo": about.get("algo"),
+        "timesteps": about.get("timesteps"),
+        "vec_normalize": about.get("vec_normalize"),
+        "mdp": {**mdp_dict(mdp), "upper_bound": res.upper_bound},
+        "config": config,
+        "library_versions": library_versions(),
+        "result": _result_dict(res),
+        "known": _result_dict(known),
+    }
+    if estimate is not None:
+        payload["trajectory_estimate"] = estimate.to_dict()
+    path = write_json(args.json, payload)
+    print(f"\nWrote {path}.")
 
 
 def _target_of(mdp: Any, kind: str) -> Any:

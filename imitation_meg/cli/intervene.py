@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from imitation_meg.cli.common import check_outputs, is_minigrid, minigrid_mdp
+from imitation_meg.cli.common import check_outputs, command_config, is_minigrid, minigrid_mdp
 from imitation_meg.results import format_table
 
 
@@ -29,6 +29,15 @@ def _intervention_mdps(args: argparse.Namespace) -> list[Any]:
     return mdps
 
 
+def _policy(policy: str, mdps: list[Any]) -> Any:
+    """``--policy``: the uniform policy's table in each intervention, or the saved agent."""
+    if policy != "uniform":
+        return policy
+    import imitation_meg as im
+
+    return [im.policies.uniform(m) for m in mdps]
+
+
 def intervene(args: argparse.Namespace) -> int:
     from imitation_meg.envs.minigrid import agent_cells
     from imitation_meg.interventions import meg_interventional
@@ -41,12 +50,7 @@ def intervene(args: argparse.Namespace) -> int:
     kwargs: dict[str, Any] = {"weights": args.weights, "names": args.env}
     if args.mode == "target":
         kwargs["target"] = [agent_cells(m) for m in mdps]
-    policy: Any = args.policy
-    if policy == "uniform":
-        import imitation_meg as im
-
-        policy = [im.policies.uniform(m) for m in mdps]
-    res = meg_interventional(policy, mdps, **kwargs)
+    res = meg_interventional(_policy(args.policy, mdps), mdps, **kwargs)
     what = "the environment reward" if args.mode == "known" else "every utility of the agent's cell"
     print(
         f"Interventional MEG of {args.policy} across {len(mdps)} interventions ({what}; "
@@ -56,7 +60,7 @@ def intervene(args: argparse.Namespace) -> int:
     print(format_table(res.rows()))
     if args.json:
         payload = {
-            "config": {k: v for k, v in vars(args).items() if k != "func"},
+            "config": command_config(args),
             "library_versions": library_versions(),
             "result": res.to_dict(),
         }

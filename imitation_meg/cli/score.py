@@ -85,48 +85,28 @@ def _zoo_environment(args: argparse.Namespace) -> None:
     if not runs or len(runs) != len(args.policy):
         return
     first = runs[0]
-    env_id = first.env_id
-    if env_id is None or any((r.env_id, r.env_kwargs) != (env_id, first.env_kwargs) for r in runs):
-        return  # refused later, by the exact path's check
-    if is_minigrid(env_id) or env_is_tabular(env_id):
-        return
-    args.env, args.env_kwargs = env_id, first.env_kwargs
+    if _one_environment(runs) and not _read_exactly(first.env_id):
+        args.env, args.env_kwargs = first.env_id, first.env_kwargs
+
+
+def _one_environment(runs: list[Any]) -> bool:
+    """Whether the runs record one environment (id and keyword arguments); a mix is refused
+    later, by the exact path's check."""
+    env_id, kwargs = runs[0].env_id, runs[0].env_kwargs
+    return env_id is not None and all((r.env_id, r.env_kwargs) == (env_id, kwargs) for r in runs)
+
+
+def _read_exactly(env_id: Any) -> bool:
+    """Whether the exact path reads ``env_id`` (MiniGrid or tabular)."""
+    return is_minigrid(env_id) or env_is_tabular(env_id)
 
 
 def _score_once(args: argparse.Namespace) -> int:
     _zoo_environment(args)
     _refuse_discount_beyond_tables(args)
-    if (
-        args.approx
-        or args.curve is not None
-        or (args.env is not None and not is_minigrid(args.env) and not env_is_tabular(args.env))
-    ):
-        from imitation_meg.cli.approx import score_approx
-
-        if args.curve is None and len(args.policy) == 1 and "*" not in args.policy[0]:
-            _check_single_policy_outputs(args)
-        else:
-            check_outputs(args)
-        return score_approx(args)
-    if args.noise_std is not None:
-        raise ValueError("--noise-std applies to deterministic agents in Box action spaces.")
-    if getattr(args, "approx_options", None):
-        raise ValueError(
-            "--approx-option applies to the approximate estimators (--approx, environments "
-            "that are not tabular, Box actions); this score is exact."
-        )
-    if args.mode != "target" and args.target is not None:
-        raise ValueError("--target applies to --mode target only.")
-    if args.signed and args.mode != "known":
-        raise ValueError("--signed applies to --mode known only (it needs the utility's sign).")
-    if args.rollouts is not None and args.rollouts < 1:
-        raise ValueError(
-            f"--rollouts must be a positive number of trajectories, got {args.rollouts}."
-        )
-    if args.n_boot < 0:
-        raise ValueError(f"--n-boot must be >= 0, got {args.n_boot}.")
-    if args.jobs < 1:
-        raise ValueError(f"--jobs must be a positive number of processes, got {args.jobs}.")
+    if _is_approximate(args):
+        return _score_approximately(args)
+    _check_exact_flags(args)
     check_outputs(args)
     from imitation_meg.scoring import expand_sources
 
@@ -140,6 +120,53 @@ def _score_once(args: argparse.Namespace) -> int:
     if len(sources) == 1 and args.csv is None and args.jsonl is None:
         return score_one(args, sources[0], mdp, opts)
     return score_many(args, sources, mdp, opts)
+
+
+def _score_approximately(args: argparse.Namespace) -> int:
+    """The approximate estimators' score, the outputs checked for one policy or several."""
+    from imitation_meg.cli.approx import score_approx
+
+    if args.curve is None and len(args.policy) == 1 and "*" not in args.policy[0]:
+        _check_single_policy_outputs(args)
+    else:
+        check_outputs(args)
+    return score_approx(args)
+
+
+def _is_approximate(args: argparse.Namespace) -> bool:
+    """Whether the approximate estimators score: ``--approx``, ``--curve``, or an environment
+    that is neither tabular nor MiniGrid."""
+    if args.approx or args.curve is not None:
+        return True
+    return args.env is not None and not is_minigrid(args.env) and not env_is_tabular(args.env)
+
+
+def _check_exact_flags(args: argparse.Namespace) -> None:
+    """Refuse the flags the exact score does not use, and bad values of those it does."""
+    if args.noise_std is not None:
+        raise ValueError("--noise-std applies to deterministic agents in Box action spaces.")
+    if getattr(args, "approx_options", None):
+        raise ValueError(
+            "--approx-option applies to the approximate estimators (--approx, environments "
+            "that are not tabular, Box actions); this score is exact."
+        )
+    if args.mode != "target" and args.target is not None:
+        raise ValueError("--target applies to --mode target only.")
+    if args.signed and args.mode != "known":
+        raise ValueError("--signed applies to --mode known only (it needs the utility's sign).")
+    _check_counts(args)
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    """``--rollouts``, ``--n-boot`` and ``--jobs`` in range."""
+    if args.rollouts is not None and args.rollouts < 1:
+        raise ValueError(
+            f"--rollouts must be a positive number of trajectories, got {args.rollouts}."
+        )
+    if args.n_boot < 0:
+        raise ValueError(f"--n-boot must be >= 0, got {args.n_boot}.")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be a positive number of processes, got {args.jobs}.")
 
 
 def add_parser(sub: Any) -> None:

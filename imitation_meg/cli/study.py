@@ -53,15 +53,7 @@ def add_plot_parser(sub: Any) -> None:
 def reproduce(args: argparse.Namespace) -> int:
     from imitation_meg.runners import ResultsFolderBusyError, UnitsFailedError, run_config
 
-    resources: dict[str, float] = {}
-    for flag, key in (("cpus_per_unit", "num_cpus"), ("gpus_per_unit", "num_gpus")):
-        value = getattr(args, flag)
-        if value is not None:
-            if value < 0:
-                raise ValueError(f"--{flag.replace('_', '-')} must be >= 0, got {value}.")
-            resources[key] = value
-    if resources and args.backend != "ray":
-        raise ValueError("--cpus-per-unit / --gpus-per-unit apply to --backend ray only.")
+    resources = _unit_resources(args)
     try:
         out = run_config(
             args.config,
@@ -85,13 +77,33 @@ def reproduce(args: argparse.Namespace) -> int:
         print(f"imitation-meg reproduce: error: {one_line(e)}", file=sys.stderr)
         return 2
     if args.dry_run:
-        print(
-            f"{out['study']}: {out['units']} units, {len(out['done'])} done, "
-            f"{len(out['missing'])} missing ({out['units_dir']})"
-        )
-        for unit in out["missing"]:
-            print(f"  missing {unit}")
+        _print_dry_run(out)
     return 0
+
+
+def _unit_resources(args: argparse.Namespace) -> dict[str, float]:
+    """Ray resources per unit from ``--cpus-per-unit`` / ``--gpus-per-unit`` (``>= 0``, Ray
+    only)."""
+    resources: dict[str, float] = {}
+    for flag, key in (("cpus_per_unit", "num_cpus"), ("gpus_per_unit", "num_gpus")):
+        value = getattr(args, flag)
+        if value is not None:
+            if value < 0:
+                raise ValueError(f"--{flag.replace('_', '-')} must be >= 0, got {value}.")
+            resources[key] = value
+    if resources and args.backend != "ray":
+        raise ValueError("--cpus-per-unit / --gpus-per-unit apply to --backend ray only.")
+    return resources
+
+
+def _print_dry_run(out: dict[str, Any]) -> None:
+    """What a dry run found: the units done and the ones missing."""
+    print(
+        f"{out['study']}: {out['units']} units, {len(out['done'])} done, "
+        f"{len(out['missing'])} missing ({out['units_dir']})"
+    )
+    for unit in out["missing"]:
+        print(f"  missing {unit}")
 
 
 def publish(args: argparse.Namespace) -> int:

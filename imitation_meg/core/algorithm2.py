@@ -211,6 +211,27 @@ def _ascend(
     return best_k, best, state_only
 
 
+def _check_ascent(steps: Any, restarts: Any, lr: Any) -> None:
+    """``steps`` and ``restarts`` positive integers, ``lr`` positive."""
+    for nm, v in (("steps", steps), ("restarts", restarts)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{nm} must be a positive integer, got {v!r}.")
+    if not lr > 0:
+        raise ValueError(f"lr must be positive, got {lr}.")
+
+
+def _restart_record(values: list[float], state_only: bool) -> dict[str, Any]:
+    """The restarts' MEG values, their mean and spread, for ``MEGResult.extra``."""
+    vals = np.asarray(values)
+    return {
+        "restart_values": vals.tolist(),
+        "mean": float(vals.mean()),
+        "std": float(vals.std(ddof=1)) if vals.size > 1 else 0.0,
+        "lower_bound": True,
+        "state_only": state_only,
+    }
+
+
 @_threads.entry_point
 def meg_algorithm2(
     policy: PolicyLike | None,
@@ -254,11 +275,7 @@ def meg_algorithm2(
     """
     w = behaviour_occupancy(mdp, policy, sa_occupancy)
     factory = _model_factory(mdp, utility_model, seed)
-    for nm, v in (("steps", steps), ("restarts", restarts)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{nm} must be a positive integer, got {v!r}.")
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr}.")
+    _check_ascent(steps, restarts, lr)
     bound = mdp.steps * math.log(mdp.n_actions)
     bar = _bar(restarts * steps) if progress else None
     values: list[float] = []
@@ -271,14 +288,7 @@ def meg_algorithm2(
         bar.close()
     Lbest, reward = best
     assert reward is not None
-    vals = np.asarray(values)
-    extra: dict[str, Any] = {
-        "restart_values": vals.tolist(),
-        "mean": float(vals.mean()),
-        "std": float(vals.std(ddof=1)) if vals.size > 1 else 0.0,
-        "lower_bound": True,
-    }
-    extra["state_only"] = state_only
+    extra = _restart_record(values, state_only)
     return class_result(
         mdp,
         w,

@@ -55,7 +55,6 @@ import numpy as np
 import scipy.sparse as sp
 import torch as th
 
-from imitation_meg.core.beta.solver import BetaEvaluation, LimitValue
 from imitation_meg.core.kernels import threads as _threads
 from imitation_meg.core.kernels.limits import TIE_TOL, limit_step
 from imitation_meg.core.mdp import DISCOUNT_MAX, TabularMDP
@@ -65,7 +64,6 @@ __all__ = [
     "DISCOUNT_MAX",
     "LU_MAX_STATES",
     "DiscountedClassObjective",
-    "DiscountedMEGObjective",
     "Dynamics",
     "SoftValues",
     "hard_values",
@@ -233,8 +231,7 @@ def soft_values(
     quadratically near the fixed point.
     """
     base = beta * r if allowed is None else np.where(allowed, beta * r, -np.inf)
-    # The exact values at beta = 0 by default.
-    V = np.full(dyn.S, math.log(dyn.A) / (1.0 - dyn.gamma)) if V0 is None else V0.copy()
+    V = _start_values(dyn, V0)
     best: tuple[float, np.ndarray, np.ndarray, int] | None = None
     prev = math.inf
     # Residuals are measured against one step's reward and entropy (the values themselves grow
@@ -247,12 +244,7 @@ def soft_values(
         res = float(np.abs(BV - V).max())
         if best is None or res < best[0]:
             best = (res, BV, log_pi, step)
-        floor = _RESIDUAL_RTOL * step_scale + _ROUNDING * (1.0 + float(np.abs(BV).max()))
-        # Done at the tolerance, or at the rounding floor: a Newton step no longer halves a
-        # residual that is already small next to one step's reward (in the global phase a step
-        # may fail to halve a residual of that order).
-        stall = min(1e4 * floor, _STALL_STEP_RTOL * step_scale)
-        if res <= floor or (step > 2 and res > 0.5 * prev and res <= stall):
+        if _settled(res, prev, step, step_scale, float(np.abs(BV).max())):
             break
         prev = res
         pi = np.exp(log_pi)
@@ -264,6 +256,22 @@ def soft_values(
 
 
 @_threads.entry_point
+def _start_values(dyn: Dynamics, V0: np.ndarray | None) -> np.ndarray:
+    """A copy of ``V0 (S,)``, or the exact soft values at ``beta = 0``."""
+    return np.full(dyn.S, math.log(dyn.A) / (1.0 - dyn.gamma)) if V0 is None else V0.copy()
+
+
+def _settled(res: float, prev: float, step: int, step_scale: float, size: float) -> bool:
+    """Whether :func:`soft_values` stops at Newton step ``step`` with Bellman residual ``res``
+    (``prev`` the step before, ``size`` the largest value): at the tolerance, or at the
+    rounding floor, where a Newton step no longer halves a residual that is already small next
+    to one step's reward (in the global phase a step may fail to halve a residual of that
+    order)."""
+    floor = _RESIDUAL_RTOL * step_scale + _ROUNDING * (1.0 + size)
+    stall = min(1e4 * floor, _STALL_STEP_RTOL * step_scale)
+    return res <= floor or (step > 2 and res > 0.5 * prev and res <= stall)
+
+
 def policy_values(dyn: Dynamics, pi: np.ndarray, r: np.ndarray) -> np.ndarray:
     """``V^pi (S,)`` of a reward ``r (S, A)``: ``E[sum_t gamma^t r(s_t, a_t) | s_0 = s]``."""
     return dyn.solver(pi).solve((pi * r).sum(-1))
@@ -343,88 +351,6 @@ def _wlog(w: np.ndarray, log_pi: np.ndarray) -> float:
     if bool((pos & np.isneginf(log_pi)).any()):
         return -math.inf
     return float(np.sum(np.where(pos, w * np.where(pos, log_pi, 0.0), 0.0)))
-
-
-# --------------------------------------------------------------------------- known utility
-class DiscountedMEGObjective:
-    """``L(beta)`` of a stationary behaviour in a discounted MDP: the
-    :class:`~imitation_meg.core.beta.solver.BetaObjective` of known-utility MEG in this setting.
-
-    Args:
-        mdp: a discounted MDP (``horizon=None``).
-        policy: ``(S, A)`` stationary behaviour (validated by the caller).
-        r: ``(S, A)`` the (normalised) per-step reward.
-    """
-
-    betas_per_pass = 1
-    eps = 1e-13  # relative precision of the Newton fixed points and linear solves
-
-    def __init__(self, mdp: TabularMDP, policy: np.ndarray, r: np.ndarray) -> None:
-        self.dyn = Dynamics.of(mdp)
-        self.pi_b, self.r = policy, r
-        self.d = occupancy(self.dyn, policy)  # (S,) sums to 1 / (1 - gamma)
-        self.w = self.d[:, None] * policy  # (S, A) discounted state-action occupancy
-        self.expected_utility = float((self.w * r).sum())
-        spread = float((r.max(-1) - r.min(-1)).max()) if r.size else 0.0
-        self.scale = spread if spread > 1e-9 * float(np.ptp(r)) else float(np.ptp(r))
-        self.utility_scale = self.scale / (1.0 - self.dyn.gamma)
-        self.L0 = -math.log(self.dyn.A) / (1.0 - self.dyn.gamma)
-        self.evaluations = 0
-        self.passes = 1
-        self._V: np.ndarray | None = None  # warm start: the last beta's values
-        self._beta = 0.0
-        self._limits: dict[float, LimitValue] = {}
-
-    def _one(self, beta: float, second: bool) -> tuple[float, float, float, float, float]:
-        dyn = self.dyn
-        V0 = None
-        if self._V is not None and self._beta != 0.0:  # values scale about linearly in beta
-            V0 = self._V * (beta / self._beta) if beta * self._beta > 0 else None
-        sv = soft_values(dyn, self.r, beta, V0=V0)
-        self._V, self._beta = sv.V, beta
-        pi = np.exp(sv.log_pi)
-        solver = dyn.solver(pi)
-        g = solver.solve((pi * self.r).sum(-1))  # dV/dbeta: the model's discounted return
-        G = self.r + dyn.gamma * dyn.expect(g)  # dQ/dbeta
-        L = _wlog(self.w, sv.log_pi)
-        dL = float((self.w * (G - g[:, None])).sum())
-        eu = float(dyn.p0 @ g)
-        if not second:
-            return L, dL, math.nan, eu, math.nan
-        var = (pi * (G - g[:, None]) ** 2).sum(-1)
-        h = solver.solve(var)  # d2V/dbeta2
-        eu2 = float(dyn.p0 @ h)
-        return L, dL, -eu2, eu, eu2
-
-    def evaluate_batch(self, betas: th.Tensor, *, second: bool = True) -> BetaEvaluation:
-        """Finite ``betas (K,)`` -> :class:`~imitation_meg.core.beta.solver.BetaEvaluation`."""
-        vals = [self._one(float(b), second) for b in betas.reshape(-1).tolist()]
-        self.evaluations += len(vals)
-        self.passes += len(vals)
-        out = th.tensor(vals, dtype=th.float64).reshape(-1, 5)
-        return BetaEvaluation(out[:, 0], out[:, 1], out[:, 2], out[:, 3], out[:, 4])
-
-    def evaluate_zero(self) -> BetaEvaluation:
-        """``beta = 0``: the uniform model (``L(0) = L0`` exactly)."""
-        ev = self.evaluate_batch(th.zeros(1, dtype=th.float64))
-        return BetaEvaluation(th.full_like(ev.L, self.L0), ev.dL, ev.d2L, ev.model_eu, ev.dmodel_eu)
-
-    def evaluate_limit(self, sign: float) -> LimitValue:
-        """The limits of ``L``, of the model's expected utility and of ``dL/dbeta`` at
-        ``beta = sign * inf`` (exact: policy iteration, then the tie-weighting soft values)."""
-        sign = 1.0 if sign > 0 else -1.0
-        if sign not in self._limits:
-            self.passes += 1
-            lp, Q, V = limit_policy(self.dyn, self.r, sign)
-            adv = float((self.w * (Q - V[:, None])).sum())  # <= 0: the hard advantage
-            self._limits[sign] = LimitValue(
-                _wlog(self.w, lp), sign * float(self.dyn.p0 @ V), sign * adv
-            )
-        return self._limits[sign]
-
-    def limit_upper_bound(self) -> float:
-        """Gibbs: no model's ``L`` exceeds the behaviour's own, ``sum d pi log pi``."""
-        return _wlog(self.w, np.log(np.where(self.pi_b > 0, self.pi_b, 1.0)))
 
 
 # --------------------------------------------------------------------------- linear classes

@@ -81,34 +81,9 @@ def read_env_tables(env_or_id: Any, *, horizon: int | None = None, **make_kwargs
     name = getattr(getattr(env, "spec", None), "id", None) or type(u).__name__
     n_actions = _discrete_n(u.action_space, "action", name)
 
-    if horizon is None:
-        horizon = getattr(u, "horizon", None)
-    if horizon is None:
-        spec = getattr(env, "spec", None) or getattr(u, "spec", None)
-        horizon = getattr(spec, "max_episode_steps", None)
-    if horizon is None:
-        raise ValueError(
-            f"{name} has no horizon (env.horizon and spec.max_episode_steps are both None); "
-            "pass horizon=<number of decisions>."
-        )
-
+    horizon = _horizon(env, horizon, name)
     if hasattr(u, "transition_matrix") and hasattr(u, "reward_matrix"):
-        T = np.asarray(u.transition_matrix, dtype=np.float64)
-        if T.ndim != 3 or T.shape[1] != n_actions:
-            raise ValueError(
-                f"{name}: transition_matrix has shape {T.shape}, expected (S, {n_actions}, S)."
-            )
-        p0 = getattr(u, "initial_state_dist", None)
-        obs = getattr(u, "observation_matrix", None)
-        return EnvTables(
-            transition=T,
-            utility=np.asarray(u.reward_matrix, dtype=np.float64),
-            horizon=int(horizon),
-            initial_state_dist=None if p0 is None else np.asarray(p0, dtype=np.float64),
-            observation_matrix=None if obs is None else np.asarray(obs),
-            name=name,
-            metadata={},
-        )
+        return _from_seals(u, n_actions, horizon, name)
 
     if hasattr(u, "P") and isinstance(u.P, dict):
         return _from_toy_text(u, n_actions, int(horizon), name)
@@ -120,16 +95,59 @@ def read_env_tables(env_or_id: Any, *, horizon: int | None = None, **make_kwargs
     )
 
 
-def _from_toy_text(u: Any, n_actions: int, horizon: int, name: str) -> EnvTables:
-    n_states = _discrete_n(u.observation_space, "observation", name)
-    P = u.P
-    # First pass: which states are entered on a terminating transition.
+def _horizon(env: Any, horizon: int | None, name: str) -> int:
+    """The given horizon, else the environment's ``horizon``, else its spec's
+    ``max_episode_steps``."""
+    u = env.unwrapped
+    if horizon is None:
+        horizon = getattr(u, "horizon", None)
+    if horizon is None:
+        spec = getattr(env, "spec", None) or getattr(u, "spec", None)
+        horizon = getattr(spec, "max_episode_steps", None)
+    if horizon is None:
+        raise ValueError(
+            f"{name} has no horizon (env.horizon and spec.max_episode_steps are both None); "
+            "pass horizon=<number of decisions>."
+        )
+    return int(horizon)
+
+
+def _from_seals(u: Any, n_actions: int, horizon: int, name: str) -> EnvTables:
+    """The tables of a seals environment: ``transition_matrix (S, A, S)``, ``reward_matrix``,
+    the initial distribution and observations when it has them."""
+    T = np.asarray(u.transition_matrix, dtype=np.float64)
+    if T.ndim != 3 or T.shape[1] != n_actions:
+        raise ValueError(
+            f"{name}: transition_matrix has shape {T.shape}, expected (S, {n_actions}, S)."
+        )
+    p0 = getattr(u, "initial_state_dist", None)
+    obs = getattr(u, "observation_matrix", None)
+    return EnvTables(
+        transition=T,
+        utility=np.asarray(u.reward_matrix, dtype=np.float64),
+        horizon=horizon,
+        initial_state_dist=None if p0 is None else np.asarray(p0, dtype=np.float64),
+        observation_matrix=None if obs is None else np.asarray(obs),
+        name=name,
+        metadata={},
+    )
+
+
+def _terminal_states(P: Any, n_states: int, n_actions: int) -> np.ndarray:
+    """``(S,)`` bool: the states entered on a terminating transition of toy-text's ``P``."""
     terminal = np.zeros(n_states, dtype=bool)
     for s in range(n_states):
         for a in range(n_actions):
             for p, s2, _r, done in P[s][a]:
                 if done and p > 0:
                     terminal[s2] = True
+    return terminal
+
+
+def _from_toy_text(u: Any, n_actions: int, horizon: int, name: str) -> EnvTables:
+    n_states = _discrete_n(u.observation_space, "observation", name)
+    P = u.P
+    terminal = _terminal_states(P, n_states, n_actions)
     successors: list[list[dict[int, float]]] = []
     reward = np.zeros((n_states, n_actions))
     for s in range(n_states):
@@ -144,14 +162,7 @@ def _from_toy_text(u: Any, n_actions: int, horizon: int, name: str) -> EnvTables
                     reward[s, a] += float(p) * float(r)
             row.append(d)
         successors.append(row)
-    B = max(len(d) for row in successors for d in row)
-    next_state = np.zeros((n_states, n_actions, B), dtype=np.int64)
-    prob = np.zeros((n_states, n_actions, B))
-    for s, row in enumerate(successors):
-        for a, d in enumerate(row):
-            for k, (s2, p) in enumerate(sorted(d.items())):
-                next_state[s, a, k] = s2
-                prob[s, a, k] = p
+    next_state, prob = _fixed_branching(successors, n_states, n_actions)
     p0 = getattr(u, "initial_state_distrib", None)
     return EnvTables(
         transition=(next_state, prob),
@@ -162,6 +173,21 @@ def _from_toy_text(u: Any, n_actions: int, horizon: int, name: str) -> EnvTables
         name=name,
         metadata={"terminal_states": np.flatnonzero(terminal).tolist()},
     )
+
+
+def _fixed_branching(
+    successors: list[list[dict[int, float]]], n_states: int, n_actions: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(next_state, prob)`` ``(S, A, B)`` of per-pair successor maps, successors sorted."""
+    B = max(len(d) for row in successors for d in row)
+    next_state = np.zeros((n_states, n_actions, B), dtype=np.int64)
+    prob = np.zeros((n_states, n_actions, B))
+    for s, row in enumerate(successors):
+        for a, d in enumerate(row):
+            for k, (s2, p) in enumerate(sorted(d.items())):
+                next_state[s, a, k] = s2
+                prob[s, a, k] = p
+    return next_state, prob
 
 
 def is_tabular(env_id: str) -> bool:

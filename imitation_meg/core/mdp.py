@@ -14,60 +14,29 @@ converted.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from typing import Any
 
-import numpy as np
 import torch as th
 
 from imitation_meg._validation import as_tensor, check_finite
 from imitation_meg.core.env_tables import read_env_tables
 from imitation_meg.core.kernels.operators import TransitionOperator, promoted_dtype
+from imitation_meg.core.mdp_inputs import (
+    DISCOUNT_MAX,
+    Transitions,
+    check_discount,
+    check_horizon,
+    dense_to_sparse,
+    initial_distribution,
+    observations,
+    transitions,
+)
 from imitation_meg.type_aliases import ArrayLike, TransitionLike, UtilityLike
 
 __all__ = ["DISCOUNT_MAX", "TabularMDP"]
 
-ROW_SUM_TOL = 1e-6
-#: The largest discount of the discounted infinite-horizon setting (``horizon=None``). Its
-#: values grow like ``max |r| / (1 - gamma)`` while the choices turn on differences of the size
-#: of one step's reward, which float64 resolves to about ``2e-16 / (1 - gamma)`` of the values:
-#: up to this discount the solvers agree with an extended-precision solve to about 1e-7
-#: relative; beyond it tied actions and MEG drift (at ``1 - 1e-13`` the optimal policy comes
-#: out uniform).
-DISCOUNT_MAX = 1.0 - 1e-8
 # Dense conversions above this many entries are refused (8 GiB in float64).
 MAX_DENSE_ENTRIES = 1 << 30
-
-
-def _check_horizon(horizon: Any) -> int | None:
-    """A number of decisions ``>= 1``, or None for the discounted infinite-horizon setting."""
-    if horizon is None:
-        return None
-    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)):
-        raise TypeError(
-            f"horizon must be an integer number of decisions (or None for an infinite horizon "
-            f"with a discount below 1), got {horizon!r} ({type(horizon).__name__})."
-        )
-    if horizon < 1:
-        raise ValueError(f"horizon must be >= 1, got {horizon}; pass the number of decisions.")
-    return int(horizon)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class _Transitions:
-    next_state: th.Tensor  # (S, A, B) int64
-    prob: th.Tensor  # (S, A, B) float
-
-
-def _check_not_empty(shape: th.Size) -> None:
-    """An MDP needs a state, an action and (sparse form) a successor slot per pair."""
-    if 0 in tuple(shape):
-        raise ValueError(
-            f"an MDP needs at least one state and one action (and a successor per state-action "
-            f"pair), got a transition of shape {tuple(shape)}; pass T[s, a, s'] of shape "
-            "(S, A, S) with S, A >= 1."
-        )
 
 
 class TabularMDP:
@@ -125,121 +94,24 @@ class TabularMDP:
         self.name = name
         self.metadata: dict[str, Any] = dict(metadata or {})
 
-        self.horizon: int | None = _check_horizon(horizon)
-        if isinstance(discount, bool) or not isinstance(discount, (int, float, np.floating)):
-            raise TypeError(f"discount must be a float in [0, 1], got {discount!r}.")
-        if not (0.0 <= float(discount) <= 1.0) or math.isnan(float(discount)):
-            raise ValueError(f"discount must lie in [0, 1], got {discount}.")
-        if self.horizon is None and not float(discount) < 1.0:
-            raise ValueError(
-                f"an infinite horizon (horizon=None) needs a discount below 1, got {discount}; "
-                "pass e.g. discount=0.9, or a finite horizon."
-            )
-        # (A relative slack of 1e-6 on 1 - gamma admits the literal 0.99999999.)
-        if self.horizon is None and 1.0 - float(discount) < (1.0 - DISCOUNT_MAX) * (1 - 1e-6):
-            raise ValueError(
-                f"discount {discount} is too close to 1 for the discounted infinite-horizon "
-                f"setting (horizon=None): the largest discount solved reliably in float64 is "
-                f"{DISCOUNT_MAX!r} (1 - 1e-8); pass discount <= {DISCOUNT_MAX!r} (the "
-                "normalized MEG, (1 - gamma) * MEG, changes by O(1 - gamma) as gamma nears 1) "
-                "or a finite horizon (horizon=H, discount=1)."
-            )
-        self.discount = float(discount)
+        self.horizon: int | None = check_horizon(horizon)
+        self.discount = check_discount(discount, self.horizon)
 
-        self._trans = self._build_transitions(transition)
+        self._trans = transitions(transition, dtype=dtype, device=device)
         self._operator = TransitionOperator(self._trans.next_state, self._trans.prob)
         S, A, _ = self._trans.next_state.shape
         self.n_states = S
         self.n_actions = A
 
-        if initial_state_dist is None:
-            p0 = th.zeros(S, dtype=dtype, device=device)
-            p0[0] = 1.0
-        else:
-            p0 = as_tensor(
-                initial_state_dist, name="initial_state_dist", dtype=dtype, device=device
-            )
-            if p0.shape != (S,):
-                raise ValueError(
-                    f"initial_state_dist must have shape ({S},) to match the {S} states, "
-                    f"got {tuple(p0.shape)}."
-                )
-            check_finite(p0, "initial_state_dist")
-            if bool((p0 < 0).any()):
-                raise ValueError(
-                    "initial_state_dist has negative entries at states "
-                    f"{(p0 < 0).nonzero().flatten()[:5].tolist()}; probabilities must be >= 0."
-                )
-            total = float(p0.sum())
-            if abs(total - 1.0) > ROW_SUM_TOL:
-                raise ValueError(
-                    f"initial_state_dist sums to {total:.8g}, not 1 (tolerance {ROW_SUM_TOL}); "
-                    "normalise it (p0 / p0.sum())."
-                )
-        self.initial_state_dist = p0
+        self.initial_state_dist = initial_distribution(
+            initial_state_dist, S, dtype=dtype, device=device
+        )
 
         self.utility = None if utility is None else self.validate_utility(utility, name="utility")
 
-        if observation_matrix is None:
-            self.observation_matrix = None
-        else:
-            obs = as_tensor(observation_matrix, name="observation_matrix", device=device)
-            if obs.ndim < 1 or obs.shape[0] != S:
-                raise ValueError(
-                    f"observation_matrix must have one row per state ({S}), got shape "
-                    f"{tuple(obs.shape)}."
-                )
-            self.observation_matrix = obs
+        self.observation_matrix = observations(observation_matrix, S, device=device)
 
     # ------------------------------------------------------------------ construction helpers
-    def _build_transitions(self, transition: Any) -> _Transitions:
-        dtype, device = self.dtype, self.device
-        if isinstance(transition, (tuple, list)) and len(transition) == 2:
-            ns = as_tensor(transition[0], name="transition next_state", device=device)
-            pr = as_tensor(transition[1], name="transition prob", dtype=dtype, device=device)
-            if ns.is_floating_point() and not bool((ns == ns.round()).all()):
-                raise TypeError("transition next_state must hold integer state indices.")
-            ns = ns.to(th.int64)
-            if ns.ndim != 3 or pr.shape != ns.shape:
-                raise ValueError(
-                    "sparse transition must be a pair (next_state, prob) of equal shape "
-                    f"(S, A, B); got {tuple(ns.shape)} and {tuple(pr.shape)}."
-                )
-            _check_not_empty(ns.shape)
-            S = ns.shape[0]
-            check_finite(pr, "transition prob")
-            if bool(((ns < 0) | (ns >= S)).any()):
-                outside = ns[(ns < 0) | (ns >= S)][:5].tolist()
-                raise ValueError(
-                    f"transition next_state has indices outside [0, {S}): {outside}; "
-                    "every successor must be a valid state index."
-                )
-        else:
-            T = as_tensor(transition, name="transition", dtype=dtype, device=device)
-            if T.ndim != 3 or T.shape[0] != T.shape[2]:
-                raise ValueError(
-                    f"dense transition must have shape (S, A, S), got {tuple(T.shape)}; "
-                    "or pass a pair (next_state, prob) of shape (S, A, B)."
-                )
-            check_finite(T, "transition")
-            _check_not_empty(T.shape)
-            ns, pr = self.dense_to_sparse(T)
-        if bool((pr < 0).any()):
-            neg = (pr < 0).nonzero()[:5].tolist()
-            raise ValueError(
-                f"transition has negative probabilities at (s, a, k) {neg}; probabilities must be >= 0."
-            )
-        sums = pr.sum(-1)
-        bad = (sums - 1).abs() > ROW_SUM_TOL
-        if bool(bad.any()):
-            idx = bad.nonzero()[:5].tolist()
-            vals = [float(sums[s, a]) for s, a in idx]
-            raise ValueError(
-                f"transition rows (s, a) {idx} sum to {vals}, not 1 (tolerance {ROW_SUM_TOL}); "
-                "each T[s, a, :] must be a probability distribution."
-            )
-        return _Transitions(next_state=ns.contiguous(), prob=pr.contiguous())
-
     @staticmethod
     def dense_to_sparse(T: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
         """Convert a dense ``(S, A, S)`` transition tensor to fixed-branching form.
@@ -248,13 +120,7 @@ class TabularMDP:
             ``(next_state, prob)`` each ``(S, A, B)`` with ``B`` the largest number of
             successors; padding points at state 0 with probability 0.
         """
-        nz = T != 0
-        B = max(int(nz.sum(-1).max()), 1)
-        # Sort so that non-zero entries come first, keep the first B.
-        order = th.argsort(nz.to(th.int8), dim=-1, descending=True, stable=True)[..., :B]
-        prob = th.gather(T, -1, order)
-        next_state = th.where(prob != 0, order, th.zeros_like(order))
-        return next_state, prob
+        return dense_to_sparse(T)
 
     def validate_utility(self, utility: UtilityLike, *, name: str = "utility") -> th.Tensor:
         """Check a utility's shape and values and return it as a tensor of this MDP's dtype.
@@ -390,7 +256,7 @@ class TabularMDP:
         if dtype not in (th.float64, th.float32):
             raise TypeError(f"dtype must be th.float64 or th.float32, got {dtype}.")
         new.dtype, new.device = dtype, device
-        new._trans = _Transitions(
+        new._trans = Transitions(
             next_state=self.next_state.to(device), prob=self.prob.to(device=device, dtype=dtype)
         )
         # The operator and its caches depend only on the transitions: shared on the same device.

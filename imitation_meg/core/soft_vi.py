@@ -27,8 +27,7 @@ path.
 The module also carries drop-in twins of imitation's ``mce_partition_fh`` and
 ``mce_occupancy_measures`` (same signatures, same numpy return conventions).
 
-(Over 500 lines: each recursion is here twice, the reference loop and the fast pass, so that
-they can be read side by side; imitation's twins are at the end.)
+The occupancy passes live in :mod:`imitation_meg.core.occupancy` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -40,12 +39,17 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg._validation import as_betas, as_policy, check_horizon_memory
+from imitation_meg._validation import as_betas, check_horizon_memory
 from imitation_meg.core.kernels import threads as _threads
 from imitation_meg.core.kernels.limits import TIE_TOL, limit_step, tie_set
 from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.occupancy import (
+    occupancy_measures,
+    occupancy_reference,
+    soft_state_visitation,
+)
 from imitation_meg.progress import long_pass, progress
-from imitation_meg.type_aliases import ArrayLike, PolicyLike, UtilityLike
+from imitation_meg.type_aliases import ArrayLike, UtilityLike
 
 __all__ = [
     "TIE_TOL",
@@ -256,10 +260,22 @@ def soft_value_iteration(
     if bool(finite.all()) and not grad:
         log_pi, V, pi = _soft_backward_fast(mdp, b, r)
         return SoftVIResult(betas=b, log_pi=log_pi, V=V, _pi=pi)
+    parts = _parts_by_beta(mdp, b, r, tie_tol)
+    log_pi, Q, V = _stack_parts(parts, grad, r, (K, H, S, A))
+    return SoftVIResult(betas=b, log_pi=log_pi, V=V, _Q=Q)
+
+
+def _parts_by_beta(
+    mdp: TabularMDP, b: th.Tensor, r: th.Tensor, tie_tol: float
+) -> dict[int, tuple[th.Tensor, th.Tensor, th.Tensor]]:
+    """``{k: (log_pi (H, S, A), Q (H, S, A), V (H, S))}`` for each beta ``b[k]``: the soft
+    recursion for the finite ones (with autograd when ``r (S, A)`` requires grad), the hard
+    values and the limit policy for the infinite ones."""
+    finite = th.isfinite(b)
     parts: dict[int, tuple[th.Tensor, th.Tensor, th.Tensor]] = {}
     if bool(finite.any()):
         idx = finite.nonzero().flatten()
-        if grad:
+        if r.requires_grad:
             Lf_t, Qf_t, Vf_t = _soft_bellman(mdp, b[idx], r)
         else:
             Lf_t, Vf_t, _ = _soft_backward_fast(mdp, b[idx], r)
@@ -273,17 +289,29 @@ def soft_value_iteration(
         q, v, _ = hard_value_iteration(mdp, r, sign=sign, tie_tol=tie_tol)
         lp = limit_value_iteration(mdp, r.detach(), sign=sign, tie_tol=tie_tol)[2]
         parts[k] = (lp, q, v)
+    return parts
+
+
+def _stack_parts(
+    parts: dict[int, tuple[th.Tensor, th.Tensor, th.Tensor]],
+    grad: bool,
+    r: th.Tensor,
+    shape: tuple[int, int, int, int],
+) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    """``(log_pi (K, H, S, A), Q (K, H, S, A), V (K, H, S))`` from :func:`_parts_by_beta`:
+    stacked (differentiable) under autograd, else written into fresh outputs."""
+    K, H, S, A = shape
     if grad:
         log_pi = th.stack([parts[k][0] for k in range(K)])
         Q = th.stack([parts[k][1] for k in range(K)])
         V = th.stack([parts[k][2] for k in range(K)])
-    else:
-        log_pi = r.new_empty(K, H, S, A)
-        Q = r.new_empty(K, H, S, A)
-        V = r.new_empty(K, H, S)
-        for k in range(K):
-            log_pi[k], Q[k], V[k] = parts[k]
-    return SoftVIResult(betas=b, log_pi=log_pi, V=V, _Q=Q)
+        return log_pi, Q, V
+    log_pi = r.new_empty(K, H, S, A)
+    Q = r.new_empty(K, H, S, A)
+    V = r.new_empty(K, H, S)
+    for k in range(K):
+        log_pi[k], Q[k], V[k] = parts[k]
+    return log_pi, Q, V
 
 
 def _log_softmax_lse(q: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
@@ -392,142 +420,6 @@ def _soft_backward_fast(
         sub(lp, z, lp)
         add(m[0], z[0], V[t])
     return LPw.permute(3, 0, 2, 1), Vw.permute(2, 0, 1), PIw.permute(3, 0, 2, 1)
-
-
-def occupancy_reference(mdp: TabularMDP, policy: th.Tensor) -> th.Tensor:
-    """State occupancies ``D[t, s] = P(s_t = s)`` as a plain loop: the reference.
-
-    ``D_0 = p0``, ``D_{t+1}(s') = sum_{s, a} D_t(s) pi_t(a | s) T[s, a, s']``. The fast pass of
-    :func:`occupancy_measures` is tested against it; it is also its autograd path.
-
-    Args:
-        mdp: the MDP.
-        policy: checked probabilities ``(S, A)``, ``(H, S, A)`` or ``(K, H, S, A)`` in the MDP's
-            dtype.
-
-    Returns:
-        ``(H + 1, S)`` (``(K, H + 1, S)`` for a batch).
-    """
-    d = mdp.initial_state_dist
-    if policy.ndim == 4:
-        d = d.expand(policy.shape[0], -1)
-    rows = [d]
-    for t in range(mdp.steps):
-        pt = policy[..., t, :, :] if policy.ndim >= 3 else policy
-        d = mdp.push_forward(d.unsqueeze(-1) * pt)
-        rows.append(d)
-    return th.stack(rows, -2)
-
-
-@_threads.entry_point
-def occupancy_measures(mdp: TabularMDP, policy: PolicyLike, *, validate: bool = True) -> th.Tensor:
-    """State occupancies ``D[t, s] = P(s_t = s)`` of a policy, for ``t = 0 .. H``.
-
-    Args:
-        mdp: the MDP.
-        policy: stationary ``(S, A)``, time-dependent ``(H, S, A)``, or batched
-            ``(K, H, S, A)`` probabilities (validated with :func:`imitation_meg.core.policies.as_policy`
-            unless batched).
-        validate: set False only for a policy that already passed ``as_policy`` (in the MDP's
-            dtype and device).
-
-    Returns:
-        ``(H + 1, S)`` (or ``(K, H + 1, S)`` for a batch). Row ``H`` is the post-horizon state,
-        which no decision follows (imitation's convention).
-    """
-    if isinstance(policy, th.Tensor) and policy.ndim == 4:
-        pi = policy.to(mdp.dtype)
-        batch = True
-    else:
-        pi = as_policy(policy, mdp).to(mdp.dtype) if validate else th.as_tensor(policy)
-        batch = False
-    if pi.requires_grad:
-        return occupancy_reference(mdp, pi)
-    H, S = mdp.steps, mdp.n_states
-    # Working layout as in the backward pass: the policy as (H, A, S, K) (no copy for the
-    # permuted outputs of soft_value_iteration), D as (H + 1, S, K).
-    if batch:
-        pw = pi.permute(1, 3, 2, 0)
-    else:
-        pw = pi.transpose(-1, -2).unsqueeze(-1)
-        pw = pw if pw.ndim == 4 else pw.unsqueeze(0)
-    pw = pw.to(mdp.dtype).contiguous()
-    K = pw.shape[-1]
-    D = mdp.initial_state_dist.new_empty(H + 1, S, K)
-    D[0] = mdp.initial_state_dist.unsqueeze(-1)
-    prod = mdp.operator.products(mdp.dtype, K)
-    k = prod.kernels
-    mass = prod.sa_buffer(K, D)  # (A, S, K); state-major storage on large MDPs
-    Dv, Pv, Mv = prod.view(D), prod.view(pw), prod.view(mass)
-    D_ops, M_op = prod.operands(D, K), prod.flat(mass)
-    stationary = pw.shape[0] == 1
-    mul, push = k.mul, prod.push
-    long = long_pass(H, H * S * mdp.n_actions * K)
-    for t in progress(range(H), enabled=long, desc="occupancy", total=H):
-        mul(Dv[t], Pv[0] if stationary else Pv[t], Mv)
-        push(D_ops[t + 1], M_op)
-    return D.permute(2, 0, 1) if batch else D[..., 0]
-
-
-@_threads.entry_point
-def soft_state_visitation(
-    mdp: TabularMDP,
-    betas: Any = 1.0,
-    utility: UtilityLike | None = None,
-    *,
-    max_bytes: int = 1 << 30,
-) -> tuple[th.Tensor, th.Tensor]:
-    """Soft VI and the soft-optimal policies' state visitation, without ``(K, H, S, A)`` outputs.
-
-    The memory-lean form of ``soft_value_iteration`` + ``occupancy_measures`` for large MDPs
-    (what MCE IRL needs): the backward pass keeps only the soft values ``V (k, H, S)`` of a chunk
-    of ``k`` betas (chunked so that they fit in ``max_bytes``), and the forward pass recomputes
-    each step's policy from them. Finite betas only.
-
-    Args:
-        mdp: the MDP.
-        betas: scalar or ``(K,)`` finite rationality parameters.
-        utility: as in :func:`soft_value_iteration` (default the MDP's).
-        max_bytes: memory budget of the stored soft values per chunk.
-
-    Returns:
-        ``(V0 (K, S), visitation (K, S))``: soft values at ``t = 0`` and the expected number of
-        visits ``sum_{t=0}^{H} P(s_t = s)`` (imitation's ``Dcum`` with discount 1, including the
-        post-horizon row).
-
-    Raises:
-        ValueError: infinite betas, or as :func:`soft_value_iteration`.
-    """
-    r = mdp.reward_sa(utility).detach()
-    b = as_betas(betas, dtype=r.dtype, device=r.device)
-    if not bool(th.isfinite(b).all()):
-        raise ValueError(
-            "soft_state_visitation takes finite betas; use soft_value_iteration for +-inf."
-        )
-    H, S = mdp.steps, mdp.n_states
-    per_beta = H * S * r.element_size()
-    chunk = int(max(1, min(b.numel(), max_bytes // max(per_beta, 1))))
-    V0s, Ds = [], []
-    gamma = mdp.discount
-    for i in range(0, b.numel(), chunk):
-        bc = b[i : i + chunk]
-        k = bc.numel()
-        scaled = bc.view(k, 1, 1) * r
-        V = r.new_empty(k, H, S)
-        for t in range(H - 1, -1, -1):
-            q = scaled if t == H - 1 else scaled + gamma * mdp.expect_next(V[:, t + 1])
-            V[:, t] = th.logsumexp(q, -1)
-        d = mdp.initial_state_dist.expand(k, S).clone()
-        total = d.clone()
-        for t in range(H):
-            q = scaled if t == H - 1 else scaled + gamma * mdp.expect_next(V[:, t + 1])
-            q.sub_(V[:, t].unsqueeze(-1)).exp_().mul_(d.unsqueeze(-1))
-            d = mdp.push_forward(q)
-            total += d
-        V0s.append(V[:, 0].clone())
-        Ds.append(total)
-        del V
-    return th.cat(V0s), th.cat(Ds)
 
 
 # ---------------------------------------------------------------------- imitation twins

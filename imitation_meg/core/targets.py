@@ -73,6 +73,22 @@ def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
         TypeError: a target of unsupported kind, or unhashable target values.
     """
     S = mdp.n_states
+    t = as_tensor(_target_values(mdp, target), name="target", device=mdp.device)
+    if t.ndim == 2:
+        return _probabilistic_target(mdp, t)
+    if t.ndim != 1 or t.shape[0] != S:
+        raise ValueError(
+            f"target must give one value per state: shape ({S},), got {tuple(t.shape)}."
+        )
+    inv = th.as_tensor(_labels(t.cpu().tolist()), device=mdp.device)
+    K = int(inv.max()) + 1
+    return th.nn.functional.one_hot(inv, K).to(mdp.dtype)
+
+
+def _target_values(mdp: TabularMDP, target: Any) -> Any:
+    """The target as per-state values: a tuple of targets as their joint value, a grid-helper
+    name, a callable or a list of labels as integers; arrays as given."""
+    S = mdp.n_states
     if isinstance(target, tuple):
         # Several target variables: the class is every function of their joint value.
         if not target:
@@ -81,32 +97,27 @@ def target_features(mdp: TabularMDP, target: Any) -> th.Tensor:
         _, joint = np.unique(np.stack(parts, 1), axis=0, return_inverse=True)
         target = joint.reshape(-1)
     if isinstance(target, str):
-        target = grid_target(mdp, target)
-    elif callable(target):
-        target = _labels([target(s) for s in range(S)])
-    elif _is_label_list(target):
+        return grid_target(mdp, target)
+    if callable(target):
+        return _labels([target(s) for s in range(S)])
+    if _is_label_list(target):
         if len(target) != S:
             raise ValueError(
                 f"target must give one value per state: shape ({S},), got ({len(target)},)."
             )
-        target = _labels(list(target))
-    t = as_tensor(target, name="target", device=mdp.device)
-    if t.ndim == 2:
-        if t.shape[0] != S:
-            raise ValueError(
-                f"a probabilistic target must have shape ({S}, K), got {tuple(t.shape)}."
-            )
-        t = t.to(mdp.dtype)
-        if bool((t < 0).any()) or bool(((t.sum(1) - 1).abs() > 1e-6).any()):
-            raise ValueError("a probabilistic target's rows must be distributions P(T = k | s).")
-        return t
-    if t.ndim != 1 or t.shape[0] != S:
-        raise ValueError(
-            f"target must give one value per state: shape ({S},), got {tuple(t.shape)}."
-        )
-    inv = th.as_tensor(_labels(t.cpu().tolist()), device=mdp.device)
-    K = int(inv.max()) + 1
-    return th.nn.functional.one_hot(inv, K).to(mdp.dtype)
+        return _labels(list(target))
+    return target
+
+
+def _probabilistic_target(mdp: TabularMDP, t: th.Tensor) -> th.Tensor:
+    """A ``(S, K)`` matrix of ``P(T = k | s)``, checked, in the MDP's dtype."""
+    S = mdp.n_states
+    if t.shape[0] != S:
+        raise ValueError(f"a probabilistic target must have shape ({S}, K), got {tuple(t.shape)}.")
+    t = t.to(mdp.dtype)
+    if bool((t < 0).any()) or bool(((t.sum(1) - 1).abs() > 1e-6).any()):
+        raise ValueError("a probabilistic target's rows must be distributions P(T = k | s).")
+    return t
 
 
 def grid_target(mdp: TabularMDP, kind: str | Callable[[int, int], Hashable] = "cell") -> np.ndarray:

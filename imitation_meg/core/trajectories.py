@@ -46,10 +46,11 @@ from typing import Any, TypeAlias
 import numpy as np
 import torch as th
 
-from imitation_meg._validation import ImitationMEGWarning, as_policy, as_tensor
+from imitation_meg._validation import ImitationMEGWarning, as_tensor
 from imitation_meg.core.kernels import threads as _threads
 from imitation_meg.core.known import meg
 from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.core.sampling import _generator, _refuse_infinite_horizon, sample_trajectories
 from imitation_meg.core.trajectory_data import check_transitions, trajectory_state_actions
 from imitation_meg.results import to_jsonable
 from imitation_meg.type_aliases import ArrayLike, TargetLike, UtilityLike
@@ -270,73 +271,6 @@ def empirical_occupancy(
     return _occupancy(coded, np.ones(len(items)), mdp)
 
 
-def sample_trajectories(
-    mdp: TabularMDP, policy: Any, n: int, *, rng: np.random.Generator | int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Roll out a tabular policy in the MDP for its full horizon.
-
-    Args:
-        mdp: the MDP (initial distribution, dynamics, horizon ``H``).
-        policy: ``(S, A)`` or ``(H, S, A)`` probabilities.
-        n: number of trajectories.
-        rng: generator or seed (default seed 0).
-
-    Returns:
-        ``(states (n, H + 1), actions (n, H))`` int64 arrays, ready for
-        :func:`meg_from_trajectories` as a ``(states, actions)`` pair.
-    """
-
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be a positive number of trajectories, got {n!r}.")
-    _refuse_infinite_horizon(mdp)
-    gen = _generator(rng)
-    pi = np.asarray(as_policy(policy, mdp).cpu(), dtype=np.float64)
-    H = mdp.steps
-    ns = np.asarray(mdp.next_state.cpu())
-    pr = np.asarray(mdp.prob.cpu(), dtype=np.float64)
-    p0 = np.asarray(mdp.initial_state_dist.cpu(), dtype=np.float64)
-    states = np.empty((n, H + 1), dtype=np.int64)
-    actions = np.empty((n, H), dtype=np.int64)
-    states[:, 0] = _choice_rows(np.broadcast_to(p0, (n, p0.size)), gen)
-    for t in range(H):
-        s = states[:, t]
-        rows = pi[t, s] if pi.ndim == 3 else pi[s]
-        a = _choice_rows(rows, gen)
-        actions[:, t] = a
-        k = _choice_rows(pr[s, a], gen)
-        states[:, t + 1] = ns[s, a, k]
-    return states, actions
-
-
-def _refuse_infinite_horizon(mdp: TabularMDP) -> None:
-    """Trajectory estimates are finite-horizon: sampled episodes end, while the discounted
-    infinite-horizon MEG weights every step of an endless episode."""
-    if mdp.horizon is None:
-        raise ValueError(
-            f"{mdp.name} is a discounted infinite-horizon MDP: trajectory estimates need a "
-            "finite horizon (sampled episodes end, and a truncated discounted sum is another "
-            "quantity). Score the stationary policy exactly with meg / meg_unknown, or use "
-            "mdp.with_horizon(H) for a finite-horizon copy."
-        )
-
-
-def _choice_rows(p: np.ndarray, gen: np.random.Generator) -> np.ndarray:
-    """One index per row of probabilities ``p (n, k)``."""
-    c = np.cumsum(p, axis=1)
-    u = gen.random(p.shape[0]) * c[:, -1]
-    return np.minimum((c < u[:, None]).sum(1), p.shape[1] - 1)
-
-
-def _generator(rng: np.random.Generator | int | None) -> np.random.Generator:
-    if rng is None:
-        return np.random.default_rng(0)
-    if isinstance(rng, np.random.Generator):
-        return rng
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        return np.random.default_rng(int(rng))
-    raise TypeError(f"rng must be a numpy Generator or an integer seed, got {type(rng).__name__}.")
-
-
 # ---------------------------------------------------------------------------------- estimate
 def _scorer(
     mdp: TabularMDP, utility: Any, features: Any, target: Any, signed: bool
@@ -357,6 +291,27 @@ def _scorer(
         raise ValueError(
             "signed=True applies to known-utility MEG only (it needs the utility's sign)."
         )
+    unknown = _unknown_module()
+    if features is not None:
+        fn = _unknown_function(unknown, "meg_unknown")
+        feats = _feature_argument(features)
+        return "unknown", lambda w: fn(None, mdp, features=feats, sa_occupancy=w)
+    fn = _unknown_function(unknown, "meg_target")
+    return "target", lambda w: fn(None, mdp, target, sa_occupancy=w)
+
+
+def _feature_argument(features: Any) -> Any:
+    """``features=`` as ``meg_unknown`` takes it: None for ``"all"`` (every utility of the
+    state), else the ``(S, F)`` array."""
+    if not isinstance(features, str):
+        return features
+    if features in ("all", "state"):
+        return None
+    raise ValueError(f"features must be an (S, F) array or 'all', got {features!r}.")
+
+
+def _unknown_module() -> Any:
+    """:mod:`imitation_meg.core.unknown`, or a ``ValueError`` saying to score a known utility."""
     try:
         from imitation_meg.core import unknown
     except ImportError as e:
@@ -364,18 +319,74 @@ def _scorer(
             "unknown-utility and target MEG need imitation_meg.core.unknown (meg_unknown / meg_target), "
             f"which this installation does not provide ({e}); use utility= for known-utility MEG."
         ) from e
-    if features is not None:
-        fn = getattr(unknown, "meg_unknown", None)
-        if fn is None:
-            raise ValueError("imitation_meg.core.unknown has no meg_unknown; update imitation_meg.")
-        feats = None if isinstance(features, str) and features in ("all", "state") else features
-        if isinstance(features, str) and feats is not None:
-            raise ValueError(f"features must be an (S, F) array or 'all', got {features!r}.")
-        return "unknown", lambda w: fn(None, mdp, features=feats, sa_occupancy=w)
-    fn = getattr(unknown, "meg_target", None)
+    return unknown
+
+
+def _unknown_function(unknown: Any, name: str) -> Any:
+    """``unknown.<name>`` (``meg_unknown`` or ``meg_target``), or a ``ValueError``."""
+    fn = getattr(unknown, name, None)
     if fn is None:
-        raise ValueError("imitation_meg.core.unknown has no meg_target; update imitation_meg.")
-    return "target", lambda w: fn(None, mdp, target, sa_occupancy=w)
+        raise ValueError(f"imitation_meg.core.unknown has no {name}; update imitation_meg.")
+    return fn
+
+
+def _check_bootstrap(n_boot: Any, confidence: Any) -> None:
+    """``n_boot`` a non-negative integer and ``confidence`` in ``(0, 1)``."""
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
+        raise ValueError(f"n_boot must be a non-negative integer, got {n_boot!r}.")
+    if not isinstance(confidence, (int, float)) or not 0.0 < float(confidence) < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}.")
+
+
+def _refuse_padded_action_features(coded: _Coded, mode: str, features: Any) -> None:
+    """State-action features would fit the unobserved actions of padded (early-ended) steps."""
+    if (
+        coded.n_padded
+        and mode == "unknown"
+        and features is not None
+        and not isinstance(features, str)
+        and as_tensor(features, name="features").ndim > 2
+    ):
+        raise ValueError(
+            f"{coded.n_padded} trajectories end early in absorbing states, and state-action "
+            "features let the fitted utility depend on the unobserved actions there; use "
+            "(S, F) state features or full-length trajectories."
+        )
+
+
+def _bootstrap(
+    score: Any,
+    coded: _Coded,
+    mdp: TabularMDP,
+    n_boot: int,
+    gen: np.random.Generator,
+    *,
+    progress: bool,
+) -> np.ndarray:
+    """``(n_boot,)`` MEG of resampled sets of whole trajectories (with replacement)."""
+    N = coded.codes.shape[0]
+    reps = np.empty(int(n_boot))
+    it: Any = range(int(n_boot))
+    if progress and n_boot:
+        try:
+            from tqdm.auto import tqdm
+
+            it = tqdm(it, desc=f"bootstrap ({N} trajectories)", unit="rep", leave=False)
+        except ImportError:
+            pass
+    for b in it:
+        counts = np.bincount(gen.integers(0, N, size=N), minlength=N).astype(np.float64)
+        reps[b] = float(score(_occupancy(coded, counts, mdp)).meg)
+    return reps
+
+
+def _percentiles(reps: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The percentile interval of the replicates ``reps (n_boot,)``; NaN without any."""
+    if not reps.size:
+        return math.nan, math.nan
+    alpha = 1.0 - float(confidence)
+    low, high = (float(v) for v in np.quantile(reps, [alpha / 2, 1 - alpha / 2]))
+    return low, high
 
 
 @_threads.entry_point
@@ -449,10 +460,7 @@ def meg_from_trajectories(
     if not isinstance(mdp, TabularMDP):
         raise TypeError(f"mdp must be an imitation_meg.TabularMDP, got {type(mdp).__name__}.")
     _refuse_infinite_horizon(mdp)
-    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
-        raise ValueError(f"n_boot must be a non-negative integer, got {n_boot!r}.")
-    if not isinstance(confidence, (int, float)) or not 0.0 < float(confidence) < 1.0:
-        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}.")
+    _check_bootstrap(n_boot, confidence)
     gen = _generator(rng)
     mode, score = _scorer(mdp, utility, features, target, signed)
 
@@ -461,37 +469,10 @@ def meg_from_trajectories(
     r = mdp.reward_sa(utility) if mode == "known" else None
     coded = _encode(items, mdp, r)
     N = len(items)
-    if (
-        coded.n_padded
-        and mode == "unknown"
-        and features is not None
-        and not isinstance(features, str)
-        and as_tensor(features, name="features").ndim > 2
-    ):
-        raise ValueError(
-            f"{coded.n_padded} trajectories end early in absorbing states, and state-action "
-            "features let the fitted utility depend on the unobserved actions there; use "
-            "(S, F) state features or full-length trajectories."
-        )
+    _refuse_padded_action_features(coded, mode, features)
     point = score(_occupancy(coded, np.ones(N), mdp))
-
-    reps = np.empty(int(n_boot))
-    it: Any = range(int(n_boot))
-    if progress and n_boot:
-        try:
-            from tqdm.auto import tqdm
-
-            it = tqdm(it, desc=f"bootstrap ({N} trajectories)", unit="rep", leave=False)
-        except ImportError:
-            pass
-    for b in it:
-        counts = np.bincount(gen.integers(0, N, size=N), minlength=N).astype(np.float64)
-        reps[b] = float(score(_occupancy(coded, counts, mdp)).meg)
-    if n_boot:
-        alpha = 1.0 - float(confidence)
-        low, high = (float(v) for v in np.quantile(reps, [alpha / 2, 1 - alpha / 2]))
-    else:
-        low = high = math.nan
+    reps = _bootstrap(score, coded, mdp, n_boot, gen, progress=progress)
+    low, high = _percentiles(reps, confidence)
     return TrajectoryMEGResult(
         meg=float(point.meg),
         low=low,

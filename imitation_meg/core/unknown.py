@@ -45,7 +45,6 @@ solve and the face at infinity are one workflow; the objective itself lives in
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from typing import Any
@@ -53,16 +52,20 @@ from typing import Any
 import torch as th
 from torch import nn
 
-from imitation_meg._validation import ImitationMEGWarning, as_tensor
+from imitation_meg._validation import ImitationMEGWarning
 from imitation_meg.core.algorithm2 import meg_algorithm2
+from imitation_meg.core.class_features import (
+    ClassFeatures,
+    _class_features,
+    class_features,
+)
 from imitation_meg.core.discounted import CONVERGED_RESIDUAL, DiscountedClassObjective
 from imitation_meg.core.faces import find_face, needs_face
 from imitation_meg.core.kernels import threads as _threads
+from imitation_meg.core.kernels.reductions import dot as _dot
 from imitation_meg.core.known import MEGResult, clipped_meg, meg_upper_bound
 from imitation_meg.core.likelihood import (
-    ClassFeatures,
     ClassObjective,
-    _dot,
     behaviour_occupancy,
     gibbs_certificate,
     log_likelihood,
@@ -89,91 +92,6 @@ _LIMIT_DOUBLINGS = 64
 
 class FaceWarning(ImitationMEGWarning):
     """The face at infinity of a linear class could not be determined; the value may be low."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Coordinates:
-    """How the normalised parameters map back to the user's features:
-    ``theta_user[kept] = theta / scale`` (other entries 0), up to an additive constant in the
-    reward."""
-
-    n_user: int
-    kept: th.Tensor  # (F,) int64
-    scale: th.Tensor  # (F,)
-
-    def to_user(self, theta: th.Tensor) -> th.Tensor:
-        out = theta.new_zeros(self.n_user)
-        out[self.kept] = theta / self.scale
-        return out
-
-
-def _reduce_features(mdp: TabularMDP, features: ArrayLike) -> th.Tensor:
-    """Features as ``(S, F)`` state or ``(S, A, F)`` per-step state-action features."""
-    phi = as_tensor(features, name="features", dtype=mdp.dtype, device=mdp.device)
-    S, A = mdp.n_states, mdp.n_actions
-    if not bool(th.isfinite(phi).all()):
-        bad = (~th.isfinite(phi)).nonzero()[:3].tolist()
-        raise ValueError(
-            f"features contain NaN or infinite values (first at {bad}); pass finite features."
-        )
-    if phi.ndim == 2 and phi.shape[0] == S:
-        return phi
-    if phi.ndim == 3 and phi.shape[:2] == (S, A):
-        return phi
-    if phi.ndim == 4 and phi.shape[:3] == (S, A, S):
-        F = phi.shape[-1]
-        # Expected feature of the next state: scale first so that huge values cannot overflow.
-        m = phi.abs().amax((0, 1, 2)).clamp_min(1e-300)
-        flat = (phi / m).reshape(S * A, S, F)
-        sa = (th.arange(S, device=mdp.device).view(S, 1, 1) * A).add(
-            th.arange(A, device=mdp.device).view(1, A, 1)
-        )
-        vals = flat[sa.expand_as(mdp.next_state).reshape(-1), mdp.next_state.reshape(-1)]
-        return (vals.view(*mdp.prob.shape, F) * mdp.prob.unsqueeze(-1)).sum(-2) * m
-    raise ValueError(
-        f"features must have shape (S, F), (S, A, F) or (S, A, S, F) with S={S}, A={A}; "
-        f"got {tuple(phi.shape)}."
-    )
-
-
-def class_features(mdp: TabularMDP, features: ArrayLike | None) -> ClassFeatures:
-    """The normalised linear class of ``features`` (``None``: every utility of the state).
-
-    Columns are scaled to ``[0, 1]`` (largest magnitude, then spread), constant columns dropped
-    and one-hot state features turned into an index map; see the module docstring.
-
-    Raises:
-        ValueError: bad shape or non-finite values.
-    """
-    return _class_features(mdp, features)[0]
-
-
-def _class_features(
-    mdp: TabularMDP, features: ArrayLike | None
-) -> tuple[ClassFeatures, _Coordinates]:
-    S, A = mdp.n_states, mdp.n_actions
-    if features is None:
-        ar = th.arange(S, device=mdp.device)
-        ones = th.ones(S, dtype=mdp.dtype, device=mdp.device)
-        return ClassFeatures("index", S, labels=ar), _Coordinates(S, ar, ones)
-    phi = _reduce_features(mdp, features)
-    if phi.ndim == 3 and bool((phi == phi[:, :1]).all()):
-        phi = phi[:, 0]  # the same for every action: state features
-    F_user = phi.shape[-1]
-    X = phi.reshape(-1, F_user)
-    m = X.abs().amax(0)
-    X = X / m.clamp_min(1e-300)  # in [-1, 1]: spreads and differences cannot overflow
-    lo, hi = X.amin(0), X.amax(0)
-    spread = hi - lo
-    keep = (spread > 0).nonzero().flatten()
-    Xn = (X[:, keep] - lo[keep]) / spread[keep]
-    coords = _Coordinates(F_user, keep, m[keep] * spread[keep])
-    F = int(keep.numel())
-    if phi.ndim == 2:
-        if bool(((Xn == 0) | (Xn == 1)).all()) and bool((Xn.sum(1) == 1).all()):
-            return ClassFeatures("index", F, labels=Xn.argmax(1)), coords
-        return ClassFeatures("state", F, phi=Xn.contiguous()), coords
-    return ClassFeatures("state_action", F, phi=Xn.reshape(S, A, F).contiguous()), coords
 
 
 # --------------------------------------------------------------------------- exact linear classes
@@ -243,18 +161,7 @@ def meg_unknown(
         >>> im.meg_unknown(pi, mdp).meg >= im.meg(pi, mdp).meg
         True
     """
-    if not isinstance(mdp, TabularMDP):
-        raise TypeError(f"mdp must be an imitation_meg.TabularMDP, got {type(mdp).__name__}.")
-    if not (isinstance(tol, (int, float)) and 0 < tol < 1):
-        raise ValueError(f"tol must be a relative tolerance in (0, 1), got {tol!r}.")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
-        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
-    if utility_model is not None and mdp.horizon is None:
-        raise ValueError(
-            f"utility_model= (the paper's Algorithm 2) needs a finite horizon, and {mdp.name} is "
-            "a discounted infinite-horizon MDP; use features= (exact over linear classes, every "
-            "state utility by default) or mdp.with_horizon(H)."
-        )
+    _check_options(mdp, tol, max_iter, utility_model)
     w = behaviour_occupancy(mdp, policy, sa_occupancy)
     if utility_model is not None:
         if features is not None:
@@ -282,6 +189,23 @@ def meg_unknown(
     return _meg_linear(mdp, w, features, tol=tol, max_iter=max_iter, progress=progress)
 
 
+def _check_options(mdp: Any, tol: Any, max_iter: Any, utility_model: Any) -> None:
+    """Refuse another kind of MDP, a ``tol`` outside ``(0, 1)``, a ``max_iter`` below 1, and
+    Algorithm 2 on a discounted infinite-horizon MDP."""
+    if not isinstance(mdp, TabularMDP):
+        raise TypeError(f"mdp must be an imitation_meg.TabularMDP, got {type(mdp).__name__}.")
+    if not (isinstance(tol, (int, float)) and 0 < tol < 1):
+        raise ValueError(f"tol must be a relative tolerance in (0, 1), got {tol!r}.")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
+    if utility_model is not None and mdp.horizon is None:
+        raise ValueError(
+            f"utility_model= (the paper's Algorithm 2) needs a finite horizon, and {mdp.name} is "
+            "a discounted infinite-horizon MDP; use features= (exact over linear classes, every "
+            "state utility by default) or mdp.with_horizon(H)."
+        )
+
+
 def _meg_linear(
     mdp: TabularMDP,
     w: th.Tensor,
@@ -296,30 +220,35 @@ def _meg_linear(
         # tensors are CPU ones whatever the device).
         mdp, w = mdp.to("cpu"), w.cpu()
     feats, coords = _class_features(mdp, features)
-    face = None
-    face_ok = True
-    if feats.n_features > 0 and needs_face(w):
-        face = find_face(mdp, w, feats)
-        if face is None or not face.verified:
-            reason = (
-                "its linear programme is too large or failed"
-                if face is None
-                else "the hard values of the programme's direction do not confirm it"
-            )
-            warnings.warn(
-                "the behaviour leaves actions untried, so the class's supremum may lie at "
-                f"infinity, but its face could not be determined ({reason}); the value is the "
-                "best finite one found (converged=False).",
-                FaceWarning,
-                stacklevel=3,
-            )
-            face, face_ok = None, False
-    allowed = face.allowed if face is not None and face.n_excluded > 0 else None
+    face, face_ok = _checked_face(mdp, w, feats)
+    allowed = _face_allowed(face)
     restricted = allowed is not None
     obj = _objective(mdp, w, feats, allowed)
     sol = maximise(obj, tol=tol, max_iter=max_iter, progress=progress)
     S, A = mdp.n_states, mdp.n_actions
-    extra: dict[str, Any] = {
+    extra = _solve_record(sol, coords, obj, face)
+    L_soft = sol["L"]
+    converged = bool(sol["converged"]) and face_ok
+    if isinstance(obj, DiscountedClassObjective):
+        extra["bellman_residual"] = obj.dyn.residual
+        converged = converged and obj.dyn.residual <= CONVERGED_RESIDUAL
+    if restricted:
+        assert face is not None
+        return _limit_result(mdp, w, feats, coords, face, sol, (tol, converged), extra)
+    r = feats.reward(sol["theta"], S, A)
+    obj.value(sol["theta"])
+    spread = float(r.max() - r.min()) if r.numel() else 0.0
+    extra.update(attained_by="interior", utility_gap=0.0)
+    at_boundary = not face_ok
+    return _result(
+        mdp, obj, w, r, obj.pi, L_soft, spread, sol["grad"], converged, at_boundary, extra
+    )
+
+
+def _solve_record(sol: dict[str, Any], coords: Any, obj: Any, face: Any) -> dict[str, Any]:
+    """The solve's record for ``MEGResult.extra``: the parameters in the user's coordinates,
+    the Newton and conjugate-gradient steps, the passes, the trace, the face excluded."""
+    return {
         "theta": coords.to_user(sol["theta"]).cpu(),
         "iterations": sol["iterations"],
         "cg_iterations": sol["cg_iterations"],
@@ -330,39 +259,66 @@ def _meg_linear(
         "face_excluded": 0 if face is None else face.n_excluded,
         "limit_tolerance": 0.0,
     }
-    L_soft = sol["L"]
-    converged = bool(sol["converged"]) and face_ok
-    if isinstance(obj, DiscountedClassObjective):
-        extra["bellman_residual"] = obj.dyn.residual
-        converged = converged and obj.dyn.residual <= CONVERGED_RESIDUAL
-    if restricted:
-        assert face is not None
-        # A member of the class that attains the limit to the solver's tolerance.
-        full = _objective(mdp, w, feats, None)
-        t, L_t = _attaining_scale(
-            full, sol["theta"], face.direction, L_soft, tol * max(1.0, abs(L_soft))
-        )
-        theta_t = sol["theta"] + t * face.direction
-        extra.update(
-            attained_by="limit",
-            direction=coords.to_user(face.direction).cpu(),
-            limit_tolerance=max(sol["decrement"], 0.0) / 2,
-            limit_scale=t,
-            utility_gap=max(L_soft - L_t, 0.0),
-        )
-        full.value(theta_t)  # the model's policy at that member
-        r = feats.reward(theta_t, S, A)
-        return _result(
-            mdp, full, w, r, full.pi, L_soft, math.inf, sol["grad"], converged, True, extra
-        )
-    r = feats.reward(sol["theta"], S, A)
-    obj.value(sol["theta"])
-    spread = float(r.max() - r.min()) if r.numel() else 0.0
-    extra.update(attained_by="interior", utility_gap=0.0)
-    at_boundary = not face_ok
-    return _result(
-        mdp, obj, w, r, obj.pi, L_soft, spread, sol["grad"], converged, at_boundary, extra
+
+
+def _face_allowed(face: Any) -> th.Tensor | None:
+    """The ``(S, A)`` actions a face allows, or None when there is no face to keep to."""
+    return face.allowed if face is not None and face.n_excluded > 0 else None
+
+
+def _checked_face(mdp: TabularMDP, w: th.Tensor, feats: ClassFeatures) -> tuple[Any, bool]:
+    """``(face, ok)``: the face of the class where its supremum lies at infinity (None for an
+    interior one), and False with a :class:`FaceWarning` when it could not be determined."""
+    if feats.n_features == 0 or not needs_face(w):
+        return None, True
+    face = find_face(mdp, w, feats)
+    if face is not None and face.verified:
+        return face, True
+    reason = (
+        "its linear programme is too large or failed"
+        if face is None
+        else "the hard values of the programme's direction do not confirm it"
     )
+    warnings.warn(
+        "the behaviour leaves actions untried, so the class's supremum may lie at "
+        f"infinity, but its face could not be determined ({reason}); the value is the "
+        "best finite one found (converged=False).",
+        FaceWarning,
+        stacklevel=4,
+    )
+    return None, False
+
+
+def _limit_result(
+    mdp: TabularMDP,
+    w: th.Tensor,
+    feats: ClassFeatures,
+    coords: Any,
+    face: Any,
+    sol: dict[str, Any],
+    tol_converged: tuple[float, bool],
+    extra: dict[str, Any],
+) -> MEGResult:
+    """The result of a supremum at infinity, along the face's ``direction``: the value of the
+    solve restricted to the face, attained to the solver's tolerance by a member of the class
+    (``theta + t * direction``)."""
+    tol, converged = tol_converged
+    L_soft = sol["L"]
+    full = _objective(mdp, w, feats, None)
+    t, L_t = _attaining_scale(
+        full, sol["theta"], face.direction, L_soft, tol * max(1.0, abs(L_soft))
+    )
+    theta_t = sol["theta"] + t * face.direction
+    extra.update(
+        attained_by="limit",
+        direction=coords.to_user(face.direction).cpu(),
+        limit_tolerance=max(sol["decrement"], 0.0) / 2,
+        limit_scale=t,
+        utility_gap=max(L_soft - L_t, 0.0),
+    )
+    full.value(theta_t)  # the model's policy at that member
+    r = feats.reward(theta_t, mdp.n_states, mdp.n_actions)
+    return _result(mdp, full, w, r, full.pi, L_soft, math.inf, sol["grad"], converged, True, extra)
 
 
 def _objective(

@@ -27,8 +27,6 @@ with only ``main(cfg)`` (the timing-sensitive speed benchmark) runs serially thr
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import json
 import pathlib
 import sys
 import time
@@ -37,8 +35,8 @@ import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from imitation_meg.results import to_jsonable, write_json
 from imitation_meg.runners._lock import ResultsFolderBusyError, results_lock
+from imitation_meg.runners._run_log import RUN_LOG, _merged_runs, _write_run_log
 from imitation_meg.runners._store import (
     PublishedRows,
     UnitStore,
@@ -58,8 +56,6 @@ __all__ = [
     "run_study",
 ]
 
-#: The runner's log of a run in the results folder (timings; not part of the results proper).
-RUN_LOG = "run.json"
 _PROTOCOL = ("units", "run_unit", "combine")
 
 
@@ -479,54 +475,3 @@ def run_serially(module: types.ModuleType, cfg: Any) -> Any:
         loads_result(execute_unit(module, cfg, unit, store.key(unit)).result_json) for unit in units
     ]
     return module.combine(cfg, results)
-
-
-# What a run log keeps of each run whose units it merged (the runs that computed them).
-_MERGED_RUN_FIELDS = (
-    "backend",
-    "workers",
-    "units",
-    "units_run",
-    "units_reused",
-    "units_merged",
-    "merged_runs",
-    "wall_seconds",
-    "finished",
-)
-
-
-def _merged_runs(sources: Sequence[str]) -> list[dict[str, Any]]:
-    """Per ``--merge`` source, the record of the run that made it (from its ``run.json``, where
-    it has one), so that a run which only merged still says which runs computed its units."""
-    out: list[dict[str, Any]] = []
-    for src in sources:
-        folder = pathlib.Path(src)
-        log_path = (folder.parent if folder.name == "units" else folder) / RUN_LOG
-        try:
-            log = json.loads(log_path.read_text())
-        except (OSError, ValueError):  # no run log (a bare folder of unit files), or unreadable
-            log = {}
-        out.append({"source": str(src), **{k: log[k] for k in _MERGED_RUN_FIELDS if k in log}})
-    return out
-
-
-def _write_run_log(
-    store: UnitStore,
-    cfg: Any,
-    *,
-    units: list[dict[str, Any]],
-    keys: list[str],
-    seconds: Mapping[str, float],
-    info: dict[str, Any],
-) -> None:
-    log = {
-        **info,
-        "complete": True,
-        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "config": to_jsonable(dataclasses.asdict(cfg)),
-        "unit_seconds": [
-            {"unit": unit, "seconds": round(seconds.get(key, float("nan")), 2)}
-            for key, unit in zip(keys, units, strict=True)
-        ],
-    }
-    write_json(store.results_dir / RUN_LOG, log)

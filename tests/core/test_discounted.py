@@ -15,13 +15,15 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy.optimize import minimize, minimize_scalar
+from scipy.optimize import minimize
 
 import imitation_meg as im
 from imitation_meg import policies
 from imitation_meg.core import discounted
 from imitation_meg.core.trajectories import sample_trajectories
 from imitation_meg.envs import notebook_grid, random_mdp
+
+from .helpers import brute_sup
 
 LD = np.longdouble
 
@@ -58,22 +60,9 @@ def _L(T, r, gamma, pi, p0, beta) -> float:
 
 
 def _brute_known(T, r, gamma, pi, p0) -> float:
-    A = r.shape[1]
-    spread = float(np.ptp(r))
-    half = np.logspace(-3, 6, 28) / spread
-    grid = np.sort(np.concatenate([-half, [0.0], half]))
+    bound = math.log(r.shape[1]) / (1 - gamma)
     f = lambda b: _L(T, r, gamma, pi, p0, b)  # noqa: E731
-    vals = [f(b) for b in grid]
-    i = int(np.argmax(vals))
-    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
-    found = minimize_scalar(
-        lambda b: -f(b),
-        bounds=(lo, hi),
-        method="bounded",
-        options={"xatol": 1e-12 * max(1.0, abs(grid[i]))},
-    )
-    bound = math.log(A) / (1 - gamma)
-    return min(max(max(vals[i], -found.fun) + bound, 0.0), bound)
+    return min(max(brute_sup(f, float(np.ptp(r)), bound, n_grid=28), 0.0), bound)
 
 
 def _brute_unknown(T, phi, gamma, pi, p0) -> float:
@@ -137,19 +126,6 @@ def _known_against_the_brute_force(seed: int, gammas=(0.5, 0.8, 0.9)) -> None:
     # A one-member class is the known utility.
     one = im.meg_unknown(pi, mdp, features=r[:, :, None])
     assert one.meg == pytest.approx(res.meg, abs=1e-8)
-
-
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 100_000))
-def test_property_known_meg_matches_the_brute_force(seed):
-    _known_against_the_brute_force(seed)
-
-
-@pytest.mark.expensive
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 100_000))
-def test_property_known_meg_matches_the_brute_force_many(seed):
-    _known_against_the_brute_force(seed, gammas=(0.5, 0.8, 0.9, 0.95, 0.99))
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -257,17 +233,30 @@ def _unknown_against_the_brute_force(seed: int, gammas=(0.5, 0.8, 0.9)) -> None:
         assert im.meg(pi, mdp, U).meg <= res.meg + 1e-9
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize(
+    "check",
+    [_known_against_the_brute_force, _unknown_against_the_brute_force],
+    ids=["known", "unknown"],
+)
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 100_000))
-def test_property_unknown_meg_matches_the_brute_force(seed):
-    _unknown_against_the_brute_force(seed)
+def test_property_meg_matches_the_brute_force(check, seed):
+    check(seed)
 
 
 @pytest.mark.expensive
+@pytest.mark.parametrize(
+    ("check", "gammas"),
+    [
+        (_known_against_the_brute_force, (0.5, 0.8, 0.9, 0.95, 0.99)),
+        (_unknown_against_the_brute_force, (0.5, 0.8, 0.9, 0.95)),
+    ],
+    ids=["known", "unknown"],
+)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 100_000))
-def test_property_unknown_meg_matches_the_brute_force_many(seed):
-    _unknown_against_the_brute_force(seed, gammas=(0.5, 0.8, 0.9, 0.95))
+def test_property_meg_matches_the_brute_force_many(check, gammas, seed):
+    check(seed, gammas=gammas)
 
 
 def test_every_state_utility_reaches_a_limit_policy_gibbs_bound():

@@ -16,6 +16,8 @@ import imitation_meg as im
 from imitation_meg import policies
 from imitation_meg.envs import cliff_world, random_mdp
 
+from .helpers import mdp_sizes
+
 LOG2 = math.log(2)
 
 
@@ -250,13 +252,14 @@ def test_meg_validation_errors():
 # ----------------------------------------------------------------------------- properties
 @settings(max_examples=25, deadline=None)
 @given(
-    seed=st.integers(0, 10_000),
-    S=st.integers(1, 12),
-    A=st.integers(2, 4),
-    H=st.integers(1, 8),
-    mix=st.floats(0.0, 1.0),
-    a=st.sampled_from([-3.0, -0.5, 0.25, 7.0]),
-    b=st.floats(-5, 5),
+    **mdp_sizes(
+        S=(1, 12),
+        A=(2, 4),
+        H=(1, 8),
+        mix=st.floats(0.0, 1.0),
+        a=st.sampled_from([-3.0, -0.5, 0.25, 7.0]),
+        b=st.floats(-5, 5),
+    )
 )
 def test_property_bounds_and_invariance(seed, S, A, H, mix, a, b):
     rng = np.random.default_rng(seed)
@@ -280,10 +283,7 @@ def test_property_bounds_and_invariance(seed, S, A, H, mix, a, b):
 
 @settings(max_examples=40, deadline=None)
 @given(
-    seed=st.integers(0, 10_000),
-    S=st.integers(1, 10),
-    A=st.integers(2, 4),
-    H=st.integers(1, 7),
+    **mdp_sizes(S=(1, 10), A=(2, 4), H=(1, 7)),
     mix=st.floats(0.0, 1.0),
     log_scale=st.floats(-200.0, 200.0),
     negative=st.booleans(),

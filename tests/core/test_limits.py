@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy.optimize import minimize_scalar
 
 import imitation_meg as im
 from imitation_meg import policies
 from imitation_meg.cid import CID, Decision, Utility, maxent_policy, meg_cid
+
+from .helpers import brute_sup
 
 LD = np.longdouble
 
@@ -48,24 +49,6 @@ def _brute_L(T: np.ndarray, r: np.ndarray, H: int, p0: np.ndarray, pi: np.ndarra
     return float(L)
 
 
-def _brute_sup(f, spread: float, bound: float) -> float:
-    """``sup_beta f(beta) + bound`` over finite betas: a grid up to ``|beta| * spread = 1e6``,
-    then a bounded scalar search between the best grid point's neighbours."""
-    half = np.logspace(-3, 6, 91) / spread
-    grid = np.sort(np.concatenate([-half, [0.0], half]))
-    vals = [f(b) for b in grid]
-    i = int(np.argmax(vals))
-    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
-    found = minimize_scalar(
-        lambda b: -f(b),
-        bounds=(lo, hi),
-        method="bounded",
-        options={"xatol": 1e-12 * max(1.0, abs(grid[i]))},
-    )
-    return max(vals[i], -found.fun) + bound
-
-
-# ----------------------------------------------------------------------------- the reproductions
 def _two_step_mdp():
     """State 0: a0 -> state 1, a1 -> state 2 (both absorbing), H = 2; ``U[1, :] = 1``,
     ``U[2, 0] = 1``, else 0. Both first moves are optimal; state 1 has two optimal actions and
@@ -145,7 +128,7 @@ def test_property_mdp_meg_is_the_supremum_over_finite_beta(seed):
     mdp, T, U, pi, p0 = _tie_rich_mdp(seed)
     H, A = mdp.horizon, mdp.n_actions
     bound = H * math.log(A)
-    ref = _brute_sup(lambda b: _brute_L(T, U, H, p0, pi, b), float(np.ptp(U)), bound)
+    ref = brute_sup(lambda b: _brute_L(T, U, H, p0, pi, b), float(np.ptp(U)), bound)
     res = im.meg(pi, mdp)
     assert res.converged
     assert res.meg == pytest.approx(min(max(ref, 0.0), bound), abs=1e-9)
@@ -208,7 +191,7 @@ def _brute_cid_L(U: np.ndarray, cards: list[int], policy: dict, beta: float) -> 
 def test_property_cid_meg_is_the_supremum_over_finite_beta(seed):
     cid, policy, U, cards = _tie_rich_cid(seed)
     bound = sum(math.log(c) for c in cards)
-    ref = _brute_sup(lambda b: _brute_cid_L(U, cards, policy, b), float(np.ptp(U)), bound)
+    ref = brute_sup(lambda b: _brute_cid_L(U, cards, policy, b), float(np.ptp(U)), bound)
     res = meg_cid(cid, policy)
     assert res.converged
     assert res.meg == pytest.approx(min(max(ref, 0.0), bound), abs=1e-9)

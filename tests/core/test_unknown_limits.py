@@ -82,17 +82,23 @@ def test_soft_limit_with_ties_kept_soft_by_hand():
     assert res.meg == pytest.approx(im.meg(pi, mdp).meg, rel=1e-9)
 
 
-def test_fork_by_hand():
-    # State 0 picks one of three absorbing states, H = 2, all state utilities. The behaviour
-    # splits (1/2, 1/2, 0) at t = 0 and is uniform at t = 1 (where every model is uniform): the
-    # class reaches it in the limit theta_1 = theta_2 -> inf. MEG = 2 log 3 - log 2 - log 3.
+def _fork():
+    """State 0 picks one of three absorbing states, H = 2, all state utilities; the behaviour
+    splits (1/2, 1/2, 0) at t = 0 and is uniform at t = 1."""
     T = np.zeros((4, 3, 4))
     T[0, 0, 1] = T[0, 1, 2] = T[0, 2, 3] = 1.0
     for s in (1, 2, 3):
         T[s, :, s] = 1.0
-    mdp = im.TabularMDP(T, None, 2)
     pi = np.full((2, 4, 3), 1 / 3)
     pi[0, 0] = [0.5, 0.5, 0.0]
+    return im.TabularMDP(T, None, 2), pi
+
+
+def test_fork_by_hand():
+    # State 0 picks one of three absorbing states, H = 2, all state utilities. The behaviour
+    # splits (1/2, 1/2, 0) at t = 0 and is uniform at t = 1 (where every model is uniform): the
+    # class reaches it in the limit theta_1 = theta_2 -> inf. MEG = 2 log 3 - log 2 - log 3.
+    mdp, pi = _fork()
     res = im.meg_unknown(pi, mdp)
     assert res.meg == pytest.approx(math.log(1.5), rel=1e-12)
     assert res.at_boundary and res.converged and res.extra["face_excluded"] == 1
@@ -102,13 +108,7 @@ def test_fork_by_hand():
 
 
 def test_face_of_the_fork():
-    T = np.zeros((4, 3, 4))
-    T[0, 0, 1] = T[0, 1, 2] = T[0, 2, 3] = 1.0
-    for s in (1, 2, 3):
-        T[s, :, s] = 1.0
-    mdp = im.TabularMDP(T, None, 2)
-    pi = np.full((2, 4, 3), 1 / 3)
-    pi[0, 0] = [0.5, 0.5, 0.0]
+    mdp, pi = _fork()
     w = sa_occupancy_of(mdp, pi)
     assert needs_face(w)
     face = find_face(mdp, w, class_features(mdp, None))
@@ -347,7 +347,7 @@ def test_conjugate_gradients_stop_when_the_preconditioned_residual_is_orthogonal
     """A projected, preconditioned residual orthogonal to the residual (``r . z = 0`` with
     ``z != 0``) leaves no CG direction: the solve stops there instead of dividing by zero (an
     empirical MDP's replicate of FrozenLake hit this inside ``meg_unknown``)."""
-    from imitation_meg.core.likelihood import _pcg
+    from imitation_meg.core.newton import _pcg
 
     d = th.tensor([1.0, 1.0], dtype=th.float64)
 

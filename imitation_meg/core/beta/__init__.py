@@ -3,8 +3,8 @@
 What lives here: the protocol an objective implements and the records it returns
 (:mod:`~imitation_meg.core.beta.protocol`: :class:`BetaObjective`, :class:`BetaEvaluation`,
 :class:`LimitValue`, :class:`BetaSolution`), the solver (:mod:`~imitation_meg.core.beta.solver`:
-:func:`solve_beta`), its searches (:mod:`~imitation_meg.core.beta.search`: safeguarded Newton,
-the log grid, the probes) and the Hermite interpolation their roots settle on
+:func:`solve_beta`), its searches (:mod:`~imitation_meg.core.beta.search`: the solver's state
+and safeguarded Newton; :mod:`~imitation_meg.core.beta.batched`: the log grid and the probes) and the Hermite interpolation their roots settle on
 (:mod:`~imitation_meg.core.beta.hermite`). Known-utility MEG of MDPs, of CIDs and of continuous
 actions all solve through :func:`solve_beta`.
 

@@ -50,6 +50,7 @@ import math
 
 import numpy as np
 
+from imitation_meg.core.beta.batched import grid, refine
 from imitation_meg.core.beta.protocol import BetaEvaluation, BetaObjective, BetaSolution, LimitValue
 from imitation_meg.core.beta.search import (
     MAX_DECADES,
@@ -58,9 +59,7 @@ from imitation_meg.core.beta.search import (
     Bracket,
     Point,
     Solver,
-    grid,
     newton,
-    refine,
 )
 
 __all__ = [
@@ -80,12 +79,9 @@ def solve_beta(obj: BetaObjective) -> BetaSolution:
     zero = st.zero
     if scale == 0.0 or abs(zero.dL) <= st.d_tol:
         return st.solution(zero, zero.L, converged=True, at_boundary=False)
-    if obj.limit_upper_bound() > zero.L + 1e-12 * max(1.0, abs(zero.L)):
-        # The behaviour may live on the limit policy's support: one limit pass first. If dL/dbeta
-        # keeps the sign of dL(0) up to the limit, L increases all the way: no search at all.
-        lim = st.limit()
-        if not math.isnan(lim.dL) and st.sign * lim.dL >= -st.d_tol:
-            return _the_limit(st, lim)
+    at_limit = _limit_first(obj, st)
+    if at_limit is not None:
+        return at_limit
     if st.n >= 3:  # batched passes cost about one: grid, then Hermite root with probes
         grid(st, scale)
     else:  # one beta per pass: safeguarded Newton
@@ -96,6 +92,19 @@ def solve_beta(obj: BetaObjective) -> BetaSolution:
     if st.n >= 3:
         refine(st)
     return _compare_with_the_limit(st, scale)
+
+
+def _limit_first(obj: BetaObjective, st: Solver) -> BetaSolution | None:
+    """The solution at the limit when ``dL/dbeta`` keeps the sign of ``dL(0)`` up to it (``L``
+    increases all the way: no search at all), else None. The limit pass runs only where the
+    behaviour may live on the limit policy's support (its bound above ``L(0)``)."""
+    zero = st.zero
+    if not obj.limit_upper_bound() > zero.L + 1e-12 * max(1.0, abs(zero.L)):
+        return None
+    lim = st.limit()
+    if not math.isnan(lim.dL) and st.sign * lim.dL >= -st.d_tol:
+        return _the_limit(st, lim)
+    return None
 
 
 def _start(obj: BetaObjective, scale: float) -> Solver:

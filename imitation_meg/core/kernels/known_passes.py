@@ -27,7 +27,8 @@ import torch as th
 
 from imitation_meg.core.kernels import fused as _fused
 from imitation_meg.core.kernels.limits import limit_step
-from imitation_meg.core.kernels.operators import Array, Operands, PassMDP, Products
+from imitation_meg.core.kernels.operators import PassMDP
+from imitation_meg.core.kernels.products import Array, Operands, Products
 from imitation_meg.progress import long_pass, progress
 
 __all__ = ["Behaviour", "PassBuffers", "derivative_pass", "limit_pass", "zero_pass"]

@@ -20,6 +20,8 @@ from imitation_meg.core.kernels import operators as _operators
 from imitation_meg.core.known import MEGObjective, objective_reference, sa_occupancy_of
 from imitation_meg.envs import random_mdp
 
+from ..helpers import mdp_sizes
+
 pytest.importorskip("numba")
 
 
@@ -77,13 +79,7 @@ def test_fused_float32_pass_is_close_to_the_float64_reference(fused, rng):
 
 @pytest.mark.parametrize("form", FORMS)
 @settings(max_examples=15, deadline=None)
-@given(
-    seed=st.integers(0, 10_000),
-    S=st.integers(2, 30),
-    A=st.integers(1, 4),
-    H=st.integers(1, 6),
-    beta=st.floats(-30.0, 30.0, allow_nan=False),
-)
+@given(**mdp_sizes(S=(2, 30), A=(1, 4), H=(1, 6)), beta=st.floats(-30.0, 30.0, allow_nan=False))
 def test_property_fused_pass_equals_the_reference(form, seed, S, A, H, beta):
     """Any sparse MDP, policy and beta: either compiled pass is the reference recursion to
     rounding."""

@@ -11,13 +11,15 @@ from hypothesis import strategies as st
 
 import imitation_meg as im
 from imitation_meg import policies
-from imitation_meg.core import likelihood
+from imitation_meg.core import likelihood, newton
 from imitation_meg.core.kernels import fused as _fused
 from imitation_meg.core.kernels import fused_class as _fused_class
 from imitation_meg.core.kernels import threads as _threads
 from imitation_meg.core.known import sa_occupancy_of
 from imitation_meg.core.unknown import class_features
 from imitation_meg.envs import random_mdp
+
+from ..helpers import mdp_sizes
 
 pytest.importorskip("numba")
 
@@ -103,13 +105,7 @@ def test_face_restricted_objective_compiled_equals_torch(rng):
 
 
 @settings(max_examples=12, deadline=None)
-@given(
-    seed=st.integers(0, 10_000),
-    S=st.integers(2, 25),
-    A=st.integers(1, 4),
-    H=st.integers(1, 6),
-    kind=st.sampled_from(KINDS),
-)
+@given(**mdp_sizes(S=(2, 25), A=(1, 4), H=(1, 6)), kind=st.sampled_from(KINDS))
 def test_property_compiled_hessian_products_equal_the_torch_passes(seed, S, A, H, kind):
     gen = np.random.default_rng(seed)
     mdp = random_mdp(S, A, H, branching=min(3, S), discount=0.9, seed=seed)
@@ -152,10 +148,10 @@ def test_meg_unknown_compiled_and_preconditioned_equals_the_plain_solver(feature
     pi = policies.soft_optimal(mdp, 2.0)
     feats = None if features is None else np.random.default_rng(0).standard_normal((400, 6))
     monkeypatch.setattr(_fused_class, "MIN_WORK", 10**18)
-    monkeypatch.setattr(likelihood, "_RECYCLE_PAIRS", 0)
+    monkeypatch.setattr(newton, "_RECYCLE_PAIRS", 0)
     plain = im.meg_unknown(pi, mdp, features=feats)
     monkeypatch.setattr(_fused_class, "MIN_WORK", 0)
-    monkeypatch.setattr(likelihood, "_RECYCLE_PAIRS", 16)
+    monkeypatch.setattr(newton, "_RECYCLE_PAIRS", 16)
     fast = im.meg_unknown(pi, mdp, features=feats)
     assert plain.converged and fast.converged
     tol = 1e-10 * max(1.0, abs(plain.log_likelihood))

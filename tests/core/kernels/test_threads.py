@@ -82,36 +82,35 @@ def test_public_calls_leave_the_callers_thread_counts(caller, size, monkeypatch)
         th.set_num_threads(before)
 
 
-def test_small_work_runs_on_one_thread_and_large_on_the_callers():
+@pytest.fixture
+def two_threads():
+    """The caller runs torch on two threads; its own count is put back afterwards."""
     before = th.get_num_threads()
-    try:
-        th.set_num_threads(2)
-        with _threads.limited(_threads.PARALLEL_MIN_WORK - 1) as n:
-            assert n == 1 and th.get_num_threads() == 1
-            with _threads.limited(_threads.PARALLEL_MIN_WORK) as inner:  # never more than outer
-                assert inner == 1
-        assert th.get_num_threads() == 2
-        with _threads.limited(_threads.PARALLEL_MIN_WORK) as n:
-            assert n == 2 and th.get_num_threads() == 2
-        with _threads.limited(None) as n:
-            assert n == 2
-        assert _threads.step_work(cliff_world(horizon=3)) == 40 * 4 * 2
-        assert _threads.step_work("not an MDP") is None
-        assert _threads.step_work([cliff_world(horizon=3)] * 2) == 2 * 40 * 4 * 2
-        assert _threads.step_work([cliff_world(horizon=3), "not an MDP"]) is None
-    finally:
-        th.set_num_threads(before)
+    th.set_num_threads(2)
+    yield
+    th.set_num_threads(before)
 
 
-def test_threads_are_restored_when_the_call_raises():
-    before = th.get_num_threads()
-    try:
-        th.set_num_threads(2)
-        with pytest.raises(ValueError, match="tol"):
-            im.meg_unknown(policies.uniform(cliff_world(horizon=3)), cliff_world(horizon=3), tol=2)
-        assert th.get_num_threads() == 2
-    finally:
-        th.set_num_threads(before)
+def test_small_work_runs_on_one_thread_and_large_on_the_callers(two_threads):
+    with _threads.limited(_threads.PARALLEL_MIN_WORK - 1) as n:
+        assert n == 1 and th.get_num_threads() == 1
+        with _threads.limited(_threads.PARALLEL_MIN_WORK) as inner:  # never more than outer
+            assert inner == 1
+    assert th.get_num_threads() == 2
+    with _threads.limited(_threads.PARALLEL_MIN_WORK) as n:
+        assert n == 2 and th.get_num_threads() == 2
+    with _threads.limited(None) as n:
+        assert n == 2
+    assert _threads.step_work(cliff_world(horizon=3)) == 40 * 4 * 2
+    assert _threads.step_work("not an MDP") is None
+    assert _threads.step_work([cliff_world(horizon=3)] * 2) == 2 * 40 * 4 * 2
+    assert _threads.step_work([cliff_world(horizon=3), "not an MDP"]) is None
+
+
+def test_threads_are_restored_when_the_call_raises(two_threads):
+    with pytest.raises(ValueError, match="tol"):
+        im.meg_unknown(policies.uniform(cliff_world(horizon=3)), cliff_world(horizon=3), tol=2)
+    assert th.get_num_threads() == 2
 
 
 _OMP_CASE = """
