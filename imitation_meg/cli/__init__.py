@@ -39,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``imitation-meg``."""
     parser = argparse.ArgumentParser(
         prog="imitation-meg",
-        description="Maximum entropy goal-directedness (MEG) of policies in tabular environments.",
+        description=(
+            "Maximum entropy goal-directedness (MEG) of policies: exact in tabular environments, "
+            "estimated with an interval beyond them."
+        ),
     )
     sub = parser.add_subparsers(dest="command", required=True)
     demo.add_parser(sub)
