@@ -21,76 +21,97 @@ judge) and :mod:`~imitation_meg.extended.envs_history` (a sim rebuilt or traced 
 
 from __future__ import annotations
 
+from imitation_meg.extended import envs_games, envs_history, envs_match
 from imitation_meg.extended.core import ExtendedEnv
 from imitation_meg.extended.envs_games import (
-    AdversarialSequenceEvader,
-    AdversarialSequencePredictor,
-    AfterImages,
-    CensoredObservation,
-    CryingBaby,
-    CryingBaby2,
-    IncentivizeZero,
-    SelfRecognition,
-    TemptingButton,
-    TemptingButtonVariation,
+    AdversarialSequenceEvader as AdversarialSequenceEvader,
+)
+from imitation_meg.extended.envs_games import (
+    AdversarialSequencePredictor as AdversarialSequencePredictor,
+)
+from imitation_meg.extended.envs_games import (
+    AfterImages as AfterImages,
+)
+from imitation_meg.extended.envs_games import (
+    CensoredObservation as CensoredObservation,
+)
+from imitation_meg.extended.envs_games import (
+    CryingBaby as CryingBaby,
+)
+from imitation_meg.extended.envs_games import (
+    CryingBaby2 as CryingBaby2,
+)
+from imitation_meg.extended.envs_games import (
+    IncentivizeZero as IncentivizeZero,
+)
+from imitation_meg.extended.envs_games import (
+    SelfRecognition as SelfRecognition,
+)
+from imitation_meg.extended.envs_games import (
+    TemptingButton as TemptingButton,
+)
+from imitation_meg.extended.envs_games import (
+    TemptingButtonVariation as TemptingButtonVariation,
 )
 from imitation_meg.extended.envs_history import (
-    DejaVu,
-    LimitedMemory,
-    PunishSlowAgent,
-    ReverseHistory,
+    DejaVu as DejaVu,
+)
+from imitation_meg.extended.envs_history import (
+    LimitedMemory as LimitedMemory,
+)
+from imitation_meg.extended.envs_history import (
+    PunishSlowAgent as PunishSlowAgent,
+)
+from imitation_meg.extended.envs_history import (
+    ReverseHistory as ReverseHistory,
 )
 from imitation_meg.extended.envs_match import (
-    DelayedRewards,
-    FalseMemories,
-    FlipEveryOther,
-    IgnoreActions,
-    IgnoreObservations,
-    IgnoreRewards,
-    IgnoreRewards2,
-    IgnoreRewards3,
-    IncentivizeLearningRate,
-    NthRewardMultipliedByN,
-    PunishNondeterministicAgent,
-    Repeater,
-    ShiftedRewards,
-    ThirdActionForbidden,
+    DelayedRewards as DelayedRewards,
+)
+from imitation_meg.extended.envs_match import (
+    FalseMemories as FalseMemories,
+)
+from imitation_meg.extended.envs_match import (
+    FlipEveryOther as FlipEveryOther,
+)
+from imitation_meg.extended.envs_match import (
+    IgnoreActions as IgnoreActions,
+)
+from imitation_meg.extended.envs_match import (
+    IgnoreObservations as IgnoreObservations,
+)
+from imitation_meg.extended.envs_match import (
+    IgnoreRewards as IgnoreRewards,
+)
+from imitation_meg.extended.envs_match import (
+    IgnoreRewards2 as IgnoreRewards2,
+)
+from imitation_meg.extended.envs_match import (
+    IgnoreRewards3 as IgnoreRewards3,
+)
+from imitation_meg.extended.envs_match import (
+    IncentivizeLearningRate as IncentivizeLearningRate,
+)
+from imitation_meg.extended.envs_match import (
+    NthRewardMultipliedByN as NthRewardMultipliedByN,
+)
+from imitation_meg.extended.envs_match import (
+    PunishNondeterministicAgent as PunishNondeterministicAgent,
+)
+from imitation_meg.extended.envs_match import (
+    Repeater as Repeater,
+)
+from imitation_meg.extended.envs_match import (
+    ShiftedRewards as ShiftedRewards,
+)
+from imitation_meg.extended.envs_match import (
+    ThirdActionForbidden as ThirdActionForbidden,
 )
 
-__all__ = [
-    "ALL_ENVIRONMENTS",
-    "FAST_ENVIRONMENTS",
-    "SLOW_ENVIRONMENTS",
-    "AdversarialSequenceEvader",
-    "AdversarialSequencePredictor",
-    "AfterImages",
-    "CensoredObservation",
-    "CryingBaby",
-    "CryingBaby2",
-    "DejaVu",
-    "DelayedRewards",
-    "FalseMemories",
-    "FlipEveryOther",
-    "IgnoreActions",
-    "IgnoreObservations",
-    "IgnoreRewards",
-    "IgnoreRewards2",
-    "IgnoreRewards3",
-    "IncentivizeLearningRate",
-    "IncentivizeZero",
-    "LimitedMemory",
-    "NthRewardMultipliedByN",
-    "PunishNondeterministicAgent",
-    "PunishSlowAgent",
-    "Repeater",
-    "ReverseHistory",
-    "SelfRecognition",
-    "ShiftedRewards",
-    "TemptingButton",
-    "TemptingButtonVariation",
-    "ThirdActionForbidden",
-    "get_env",
-]
+__all__ = ["ALL_ENVIRONMENTS", "FAST_ENVIRONMENTS", "SLOW_ENVIRONMENTS", "get_env"]
+__all__ += envs_games.__all__
+__all__ += envs_history.__all__
+__all__ += envs_match.__all__
 
 ALL_ENVIRONMENTS: tuple[type[ExtendedEnv], ...] = (
     AdversarialSequencePredictor,

@@ -44,9 +44,6 @@ class _AdversarialSequence(ExtendedEnv):
         self.sim = self.make_sim()
         self.prev = 0
 
-    def reset(self) -> int:
-        return 0
-
     def step(self, action: int) -> tuple[float, int]:
         other = self.sim.act(self.prev)
         reward = self.match_reward if action == other else -self.match_reward
@@ -113,15 +110,12 @@ class CensoredObservation(ExtendedEnv):
     ``(last uncensored obs, action, reward, obs)``. Actions 2, observations 3.
     """
 
-    n_actions, n_obs = 2, 3
     CENSORED = 2
+    n_actions, n_obs = 2, 3
 
     def _setup(self) -> None:
         self.sim = self.make_sim()
         self.last_uncensored = 0
-
-    def reset(self) -> int:
-        return 0
 
     def step(self, action: int) -> tuple[float, int]:
         reward = match(action, self.sim.act(self.last_uncensored))

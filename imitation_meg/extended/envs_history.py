@@ -37,9 +37,6 @@ class DejaVu(ExtendedEnv):
     def _setup(self) -> None:
         self.transitions: list[tuple[int, int, float, int]] = []
 
-    def reset(self) -> int:
-        return 0
-
     def step(self, action: int) -> tuple[float, int]:
         if not self.transitions:
             self.transitions.append((0, action, 0, 0))
@@ -69,9 +66,6 @@ class LimitedMemory(ExtendedEnv):
     def _setup(self) -> None:
         self.window: tuple[tuple[int, float], ...] = ()
         self._cache: OrderedDict[tuple[tuple[int, float], ...], Agent] = OrderedDict()
-
-    def reset(self) -> int:
-        return 0
 
     def _sim_for(self, window: tuple[tuple[int, float], ...]) -> Agent:
         if window in self._cache:
@@ -165,9 +159,6 @@ class PunishSlowAgent(ExtendedEnv):
     def _setup(self) -> None:
         self.sim = self.make_sim()
         self.turn = 1
-
-    def reset(self) -> int:
-        return 0
 
     def step(self, action: int) -> tuple[float, int]:
         _, lines = _count_line_events(lambda: self.sim.act(0))

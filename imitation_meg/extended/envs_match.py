@@ -26,7 +26,6 @@ __all__ = [
     "Repeater",
     "ShiftedRewards",
     "ThirdActionForbidden",
-    "match",
 ]
 
 
@@ -46,9 +45,6 @@ class _SingleSimMatch(ExtendedEnv):
     def _setup(self) -> None:
         self.sim: Agent = self.make_sim()
         self._hyp = 0
-
-    def reset(self) -> int:
-        return 0
 
     def decide(self, action: int) -> float:
         self._hyp = self.sim.act(0)
