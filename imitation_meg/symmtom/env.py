@@ -52,25 +52,11 @@ from pettingzoo import ParallelEnv
 from imitation_meg._validation import ImitationMEGWarning
 from imitation_meg.symmtom.dynamics import (
     LOG_KEYS,
-    MOVE_NAMES,
-    MOVES,
     SPEECH_TIMINGS,
-    resolve_moves,
     transition,
 )
 
-__all__ = [
-    "LOG_KEYS",
-    "MOVES",
-    "MOVE_NAMES",
-    "SPEECH_TIMINGS",
-    "SymmToMEnv",
-    "SymmToMWarning",
-    "observation_size",
-    "parallel_env",
-    "resolve_moves",
-    "transition",
-]
+__all__ = ["SymmToMEnv", "SymmToMWarning", "observation_size", "parallel_env"]
 
 _RESET_OPTION_KEYS = ("positions", "bases", "first_hand", "knowledge", "step")
 
@@ -470,25 +456,7 @@ class SymmToMEnv(ParallelEnv):
         """Nothing to release."""
 
 
-def parallel_env(
-    n_agents: int = 3,
-    width: int = 6,
-    n_pieces: int = 3,
-    *,
-    hearing: int = 1,
-    oracle: bool = False,
-    speech_timing: str = "fresh",
-    render_mode: str | None = None,
-    max_steps: int | None = None,
-) -> SymmToMEnv:
-    """Build a SymmToM PettingZoo ``ParallelEnv`` (see :class:`SymmToMEnv` for the arguments)."""
-    return SymmToMEnv(
-        n_agents,
-        width,
-        n_pieces,
-        hearing=hearing,
-        oracle=oracle,
-        speech_timing=speech_timing,
-        render_mode=render_mode,
-        max_steps=max_steps,
-    )
+def parallel_env(*args: Any, **kwargs: Any) -> SymmToMEnv:
+    """Build a SymmToM PettingZoo ``ParallelEnv``: ``SymmToMEnv(*args, **kwargs)`` (see
+    :class:`SymmToMEnv` for the arguments)."""
+    return SymmToMEnv(*args, **kwargs)
