@@ -25,6 +25,7 @@ __all__ = [
     "check_output_path",
     "format_table",
     "library_versions",
+    "meg_record",
     "read_rows",
     "to_jsonable",
     "write_csv",
@@ -52,6 +53,31 @@ def library_versions() -> dict[str, str]:
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[dist] = metadata.version(dist)
     return versions
+
+
+def meg_record(
+    result: Any, *, expected_return: float, upper_bound: float | None, converged: bool, **more: Any
+) -> dict[str, Any]:
+    """The record of one MEG evaluation that the callback logs and writes.
+
+    Args:
+        result: a MEG result with ``meg``, ``normalized`` and ``beta`` attributes.
+        expected_return, upper_bound, converged: the record's fields of those names.
+        **more: fields placed right after ``meg`` (an estimate's ``low`` and ``high``).
+
+    Returns:
+        ``meg``, ``more``, ``normalized``, ``beta``, ``expected_return``, ``upper_bound`` and
+        ``converged`` (a bool), in that order.
+    """
+    return {
+        "meg": result.meg,
+        **more,
+        "normalized": result.normalized,
+        "beta": result.beta,
+        "expected_return": expected_return,
+        "upper_bound": upper_bound,
+        "converged": bool(converged),
+    }
 
 
 def to_jsonable(obj: Any) -> JSONValue:

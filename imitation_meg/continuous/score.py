@@ -49,18 +49,17 @@ def exact_record(
     records), ``converged`` (and ``unknown`` over every utility of the state)."""
     from imitation_meg.continuous.densities import tabular_policy
     from imitation_meg.continuous.known import meg_continuous
+    from imitation_meg.results import meg_record
 
     pol = tabular_policy(model, mdp, observations, noise_std=noise_std)
     res = meg_continuous(pol, mdp)
-    record: dict[str, Any] = {
-        "meg": res.meg,
-        "normalized": res.normalized,
-        "beta": res.beta,
-        "expected_return": res.expected_utility,
-        "upper_bound": None,
-        "certificate": res.certificate,
-        "converged": bool(res.converged),
-    }
+    record = meg_record(
+        res,
+        expected_return=res.expected_utility,
+        upper_bound=None,
+        converged=res.converged,
+        certificate=res.certificate,
+    )
     if unknown:
         from imitation_meg.continuous.unknown import meg_continuous_unknown
 
