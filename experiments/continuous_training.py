@@ -22,14 +22,14 @@ import pathlib
 import sys
 from typing import Any
 
-import numpy as np
 import torch as th
 
-from imitation_meg.approx import meg_approx
+from imitation_meg.approx import ApproxOptions, meg_approx
 from imitation_meg.approx.evaluate import exceeds_certificate
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import follow_results_dir
+from imitation_meg.training import train_in_stages
 
 UNIT_RESOURCES = {"num_cpus": 1}
 # Fields that only choose units (each unit holds its own values): a run of some of them reuses the
@@ -152,31 +152,14 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     th.set_num_threads(1)
     env_id, algo, seed, total = unit["env"], unit["algo"], unit["seed"], unit["timesteps"]
     model = make_agent(env_id, algo, seed, cfg.ppo_n_steps)
-    marks = np.linspace(0, total, cfg.n_checkpoints + 1).astype(int)
-    ckpt = pathlib.Path(cfg.checkpoint_dir)
-    ckpt.mkdir(parents=True, exist_ok=True)
     rows = []
-    done = 0
-    for target in marks:
-        if target > done:
-            model.learn(int(target - done), reset_num_timesteps=False)
-            done = int(model.num_timesteps)
-        path = ckpt / f"{env_id}_{algo}_seed{seed}_{done}.zip"
-        model.save(path)
+    stem = f"{env_id}_{algo}_seed{seed}"
+    for done, path in train_in_stages(model, total, cfg.n_checkpoints, cfg.checkpoint_dir, stem):
         res = meg_approx(
             model,
             env_id,
-            method="soft_q",
             horizon=unit["horizon"],
-            n_data_steps=cfg.n_data_steps,
-            n_eval_episodes=cfg.n_eval_episodes,
-            n_models=cfg.n_models,
-            hidden=cfg.hidden,
-            iterations=cfg.iterations,
-            steps_per_iteration=cfg.steps_per_iteration,
-            refine=cfg.refine,
-            n_boot=cfg.n_boot,
-            seed=seed,
+            options=ApproxOptions.from_fields(cfg, method="soft_q", seed=seed),
         )
         rows.append(
             {
@@ -201,47 +184,35 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     return {"rows": rows}
 
 
-def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathlib.Path:
-    from imitation_meg.plotting import pyplot, save_figure
+def _mark_clipped(ax: Any, sel: list[Any], color: str | None) -> None:
+    """Crosses where the value is the certificate by clipping, not an estimate."""
+    flagged = [r for r in sel if r["above_certificate"]]
+    if flagged:
+        ax.scatter(
+            [r["steps"] for r in flagged],
+            [r["meg"] for r in flagged],
+            marker="x",
+            s=70,
+            color="black",
+            zorder=5,
+            label="clipped to the certificate",
+        )
 
-    plt = pyplot()
-    fig, axes = plt.subplots(2, len(cfg.envs), figsize=(4.5 * len(cfg.envs), 6.5), squeeze=False)
-    colors = {"sac": "#2ca02c", "ppo": "#1f77b4"}
-    for j, env_id in enumerate(cfg.envs):
-        ax_m, ax_r = axes[0][j], axes[1][j]
-        for algo, seed in itertools.product(cfg.algos, cfg.seeds):
-            sel = [
-                r for r in rows if r["env"] == env_id and r["algo"] == algo and r["seed"] == seed
-            ]
-            if not sel:
-                continue
-            s = np.array([r["steps"] for r in sel])
-            m = np.array([r["meg"] for r in sel])
-            lab = algo.upper() if seed == cfg.seeds[0] else None
-            c = colors.get(algo)
-            ax_m.plot(s, m, "o-", color=c, label=lab, ms=3)
-            ax_m.fill_between(
-                s, [r["low"] for r in sel], [r["high"] for r in sel], color=c, alpha=0.2
-            )
-            ax_r.plot(s, [r["mean_return"] for r in sel], "o-", color=c, ms=3)
-            flagged = [r for r in sel if r["above_certificate"]]
-            if flagged:  # the value there is the certificate by clipping, not an estimate
-                ax_m.scatter(
-                    [r["steps"] for r in flagged],
-                    [r["meg"] for r in flagged],
-                    marker="x",
-                    s=70,
-                    color="black",
-                    zorder=5,
-                    label="clipped to the certificate",
-                )
-        ax_m.set_title(f"{env_id} (H = {sel[0]['horizon'] if sel else '?'})", fontsize=9)
-        ax_m.set_ylabel("MEG (nats per episode)")
-        ax_r.set_ylabel("mean return")
-        ax_r.set_xlabel("training steps")
-        ax_m.legend(fontsize=8)
-    fig.tight_layout()
-    return save_figure(fig, path)
+
+def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathlib.Path:
+    from imitation_meg.plotting import plot_meg_checkpoints
+
+    return plot_meg_checkpoints(
+        path,
+        rows,
+        envs=cfg.envs,
+        algos=cfg.algos,
+        seeds=cfg.seeds,
+        colors={"sac": "#2ca02c", "ppo": "#1f77b4"},
+        ylabel="MEG (nats per episode)",
+        title=lambda env_id, sel: f"{env_id} (H = {sel[0]['horizon'] if sel else '?'})",
+        decorate=_mark_clipped,
+    )
 
 
 def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
