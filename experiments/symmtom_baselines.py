@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg.results import library_versions, write_csv, write_json
+from imitation_meg.results import write_table
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import check_values
 from imitation_meg.symmtom import parallel_env
@@ -144,13 +144,8 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
                     row[f"{k}_per_agent"] = float(np.mean(v))
             rows.append(row)
     table = markdown_table(rows)
-    write_csv(out_dir / "baselines.csv", rows)
-    write_json(
-        out_dir / "baselines.json", {"config": cfg, "versions": library_versions(), "rows": rows}
-    )
-    (out_dir / "baselines.md").write_text(table + "\n")
     _plot(rows, out_dir / "baselines.png")
-    return {"rows": rows, "table": table}
+    return write_table(out_dir, "baselines", cfg, rows, table)
 
 
 def main(cfg: Config) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 import imitation_meg as im
-from imitation_meg.results import library_versions, write_csv, write_json
+from imitation_meg.results import write_table
 from imitation_meg.runners import run_serially
 from imitation_meg.symmtom.tabular import build_tabular, markov_heuristic, uniform_policy
 
@@ -75,10 +75,7 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     ]
     table = "\n".join(lines)
     out_dir = pathlib.Path(cfg.results_dir)
-    write_csv(out_dir / "meg.csv", rows)
-    write_json(out_dir / "meg.json", {"config": cfg, "versions": library_versions(), "rows": rows})
-    (out_dir / "meg.md").write_text(table + "\n")
-    return {"rows": rows, "table": table}
+    return write_table(out_dir, "meg", cfg, rows, table)
 
 
 def main(cfg: Config) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg.results import library_versions, write_csv, write_json
+from imitation_meg.results import write_table
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import check_values
 from imitation_meg.symmtom import parallel_env
@@ -121,10 +121,7 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
         for r in rows
     ]
     table = "\n".join(lines)
-    write_csv(out_dir / "ppo.csv", rows)
-    write_json(out_dir / "ppo.json", {"config": cfg, "versions": library_versions(), "rows": rows})
-    (out_dir / "ppo.md").write_text(table + "\n")
-    return {"rows": rows, "table": table}
+    return write_table(out_dir, "ppo", cfg, rows, table)
 
 
 def main(cfg: Config) -> dict[str, Any]:

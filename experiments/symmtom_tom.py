@@ -13,7 +13,7 @@ import pathlib
 import sys
 from typing import Any
 
-from imitation_meg.results import library_versions, write_csv, write_json
+from imitation_meg.results import write_table
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import check_values
 from imitation_meg.symmtom.agents import HeuristicPolicy, RandomPolicy
@@ -107,10 +107,7 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
         for r in rows
     ]
     table = "\n".join(lines)
-    write_csv(out_dir / "tom.csv", rows)
-    write_json(out_dir / "tom.json", {"config": cfg, "versions": library_versions(), "rows": rows})
-    (out_dir / "tom.md").write_text(table + "\n")
-    return {"rows": rows, "table": table}
+    return write_table(out_dir, "tom", cfg, rows, table)
 
 
 def main(cfg: Config) -> dict[str, Any]:

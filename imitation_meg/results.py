@@ -32,6 +32,7 @@ __all__ = [
     "write_json",
     "write_jsonl",
     "write_results",
+    "write_table",
 ]
 
 
@@ -164,6 +165,24 @@ def write_results(
     is_instance = dataclasses.is_dataclass(cfg) and not isinstance(cfg, type)
     payload["config"] = dataclasses.asdict(cfg) if is_instance else cfg
     return payload
+
+
+def write_table(
+    folder: PathLike, stem: str, config: Any, rows: Sequence[Mapping[str, Any]], table: str
+) -> dict[str, Any]:
+    """Write a study's rows as ``<stem>.csv``, ``<stem>.json`` (with the config and the library
+    versions) and its Markdown ``table`` as ``<stem>.md`` in ``folder``.
+
+    Returns:
+        ``{"rows": rows, "table": table}``, what the study's ``combine`` returns.
+    """
+    out = pathlib.Path(folder)
+    write_csv(out / f"{stem}.csv", rows)
+    write_json(
+        out / f"{stem}.json", {"config": config, "versions": library_versions(), "rows": rows}
+    )
+    (out / f"{stem}.md").write_text(table + "\n")
+    return {"rows": rows, "table": table}
 
 
 def write_jsonl(path: PathLike, rows: Sequence[Mapping[str, Any]]) -> pathlib.Path:
