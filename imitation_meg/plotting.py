@@ -182,18 +182,9 @@ def plot_meg_checkpoints(
         sel: list[Mapping[str, Any]] = []
         for algo, seed in itertools.product(algos, seeds):
             sel = [r for r in rows if (r["env"], r["algo"], r["seed"]) == (env_id, algo, seed)]
-            if not sel:
-                continue
-            s = np.array([r["steps"] for r in sel])
-            c = colors.get(algo)
-            lab = algo.upper() if seed == seeds[0] else None
-            ax_m.plot(s, [r["meg"] for r in sel], "o-", color=c, label=lab, ms=3)
-            ax_m.fill_between(
-                s, [r["low"] for r in sel], [r["high"] for r in sel], color=c, alpha=0.2
-            )
-            ax_r.plot(s, [r["mean_return"] for r in sel], "o-", color=c, ms=3)
-            if decorate is not None:
-                decorate(ax_m, sel, c)
+            if sel:
+                lab = algo.upper() if seed == seeds[0] else None
+                _checkpoint_line(ax_m, ax_r, sel, colors.get(algo), lab, decorate)
         ax_m.set_title(env_id if title is None else title(env_id, sel), fontsize=9)
         ax_m.set_ylabel(ylabel)
         ax_r.set_ylabel("mean return")
@@ -201,6 +192,23 @@ def plot_meg_checkpoints(
         ax_m.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+def _checkpoint_line(
+    ax_m: Any,
+    ax_r: Any,
+    sel: list[Mapping[str, Any]],
+    color: str | None,
+    label: str | None,
+    decorate: Callable[[Any, list[Mapping[str, Any]], str | None], None] | None,
+) -> None:
+    """One training run of :func:`plot_meg_checkpoints`: MEG and its interval, the return."""
+    s = np.array([r["steps"] for r in sel])
+    ax_m.plot(s, [r["meg"] for r in sel], "o-", color=color, label=label, ms=3)
+    ax_m.fill_between(s, [r["low"] for r in sel], [r["high"] for r in sel], color=color, alpha=0.2)
+    ax_r.plot(s, [r["mean_return"] for r in sel], "o-", color=color, ms=3)
+    if decorate is not None:
+        decorate(ax_m, sel, color)
 
 
 def plot_grid_values(

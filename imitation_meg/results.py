@@ -89,23 +89,33 @@ def to_jsonable(obj: Any) -> JSONValue:
         return to_jsonable(dataclasses.asdict(obj))
     if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, th.Tensor):
-        return to_jsonable(obj.detach().cpu().tolist())
-    if isinstance(obj, (np.ndarray, np.generic)):
-        return to_jsonable(obj.tolist())
+    if isinstance(obj, (list, tuple, th.Tensor, np.ndarray, np.generic)):
+        return _json_sequence(obj)
     if isinstance(obj, float):
-        if math.isnan(obj):
-            return None
-        if math.isinf(obj):
-            return "inf" if obj > 0 else "-inf"
-        return obj
+        return _json_float(obj)
     if isinstance(obj, pathlib.PurePath):
         return str(obj)
     if obj is None or isinstance(obj, (bool, int, str)):
         return obj
     return str(obj)
+
+
+def _json_sequence(obj: Any) -> JSONValue:
+    """A list, tuple, tensor, array or numpy scalar as plain JSON values."""
+    if isinstance(obj, th.Tensor):
+        return to_jsonable(obj.detach().cpu().tolist())
+    if isinstance(obj, (np.ndarray, np.generic)):
+        return to_jsonable(obj.tolist())
+    return [to_jsonable(v) for v in obj]
+
+
+def _json_float(x: float) -> JSONValue:
+    """NaN as ``None``, an infinity as ``"inf"`` / ``"-inf"``, any other float as it is."""
+    if math.isnan(x):
+        return None
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
 
 
 def write_json(path: PathLike, payload: Any) -> pathlib.Path:
@@ -299,21 +309,24 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None =
     if not rows:
         return "(no rows)"
     columns = list(columns or rows[0].keys())
-
-    def fmt(v: Any) -> str:
-        if isinstance(v, bool):
-            return "yes" if v else "no"
-        if isinstance(v, float):
-            if math.isinf(v):
-                return "+inf" if v > 0 else "-inf"
-            if math.isnan(v):
-                return "nan"
-            return f"{v:.4f}"
-        return str(v)
-
-    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
+    cells = [[_cell_text(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    line = "  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))
-    sep = "  ".join("-" * w for w in widths)
-    body = ["  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join([line, sep, *body])
+    lines = [_aligned(columns, widths), "  ".join("-" * w for w in widths)]
+    return "\n".join(lines + [_aligned(row, widths) for row in cells])
+
+
+def _aligned(texts: Sequence[str], widths: Sequence[int]) -> str:
+    return "  ".join(t.rjust(w) for t, w in zip(texts, widths, strict=True))
+
+
+def _cell_text(v: Any) -> str:
+    """A table cell: yes / no, floats with 4 decimals (``+inf``, ``-inf``, ``nan``), else ``str``."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "+inf" if v > 0 else "-inf"
+        if math.isnan(v):
+            return "nan"
+        return f"{v:.4f}"
+    return str(v)

@@ -145,17 +145,22 @@ class _Frames:
         return i
 
 
+def _checked_starts(emu: Emulator) -> list[tuple[bytes, list[np.ndarray]]]:
+    """``emu.starts()``, refusing none and a first start without observations."""
+    starts = emu.starts()
+    if not starts:
+        raise ValueError(f"{emu.name} gave no start states; Emulator.starts must give one.")
+    if not list(starts[0][1]):
+        raise ValueError(f"{emu.name} gave a start without observations; give the reset's.")
+    return starts
+
+
 def _search(
     emu: Emulator, horizon: int, frame_stack: int, max_states: int, keep_states: bool
 ) -> _Search:
     """Breadth-first search from the starts, every action from every state up to ``horizon``."""
-    starts = emu.starts()
-    if not starts:
-        raise ValueError(f"{emu.name} gave no start states; Emulator.starts must give one.")
-    first = list(starts[0][1])
-    if not first:
-        raise ValueError(f"{emu.name} gave a start without observations; give the reset's.")
-    frames = _Frames(np.asarray(first[0]))
+    starts = _checked_starts(emu)
+    frames = _Frames(np.asarray(list(starts[0][1])[0]))
     A = int(emu.n_actions)
     ids: dict[tuple[bytes, tuple[int, ...]], int] = {}
     out = _Search([], [], [], [], [], [], [], [], [], [])
@@ -197,8 +202,7 @@ def _search(
     while queue:
         s = queue.popleft()
         d = out.depth[s]
-        while len(out.layer_sizes) <= d:
-            out.layer_sizes.append(0)
+        out.layer_sizes.extend([0] * (d + 1 - len(out.layer_sizes)))
         out.layer_sizes[d] += 1
         state = pending[s]
         pending[s] = None
