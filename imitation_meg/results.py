@@ -23,6 +23,7 @@ from imitation_meg.type_aliases import JSONValue, PathLike
 
 __all__ = [
     "check_output_path",
+    "fields_dict",
     "format_table",
     "library_versions",
     "meg_record",
@@ -79,6 +80,14 @@ def meg_record(
         "upper_bound": upper_bound,
         "converged": bool(converged),
     }
+
+
+def fields_dict(obj: Any) -> dict[str, Any]:
+    """JSON-ready dict of a dataclass instance's fields (each read as it is, then converted by
+    :func:`to_jsonable`); result classes take it as their ``to_dict``."""
+    return to_jsonable(  # type: ignore[return-value]
+        {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    )
 
 
 def to_jsonable(obj: Any) -> JSONValue:
