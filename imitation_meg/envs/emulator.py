@@ -160,7 +160,7 @@ def _search(
 ) -> _Search:
     """Breadth-first search from the starts, every action from every state up to ``horizon``."""
     starts = _checked_starts(emu)
-    frames = _Frames(np.asarray(list(starts[0][1])[0]))
+    frames = _Frames(np.asarray(next(iter(starts[0][1]))))
     A = int(emu.n_actions)
     ids: dict[tuple[bytes, tuple[int, ...]], int] = {}
     out = _Search([], [], [], [], [], [], [], [], [], [])
