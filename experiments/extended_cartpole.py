@@ -42,11 +42,7 @@ class Config:
 
     def __post_init__(self) -> None:
         """Refuse bad values when the config is loaded, before any unit runs."""
-        check_values(
-            self,
-            positive=("n_episodes", "max_steps", "tail"),
-            non_negative=("seeds",),
-        )
+        check_values(self, positive=("n_episodes", "max_steps", "tail"), non_negative=("seeds",))
 
 
 # Units name their environment, agent and seed.

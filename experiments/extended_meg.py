@@ -41,11 +41,7 @@ class Config:
 
     def __post_init__(self) -> None:
         """Refuse bad values when the config is loaded, before any unit runs."""
-        check_values(
-            self,
-            positive=("horizon", "q_train_steps"),
-            non_negative=("seed",),
-        )
+        check_values(self, positive=("horizon", "q_train_steps"), non_negative=("seed",))
 
 
 def _mdp(frame, utility=None):

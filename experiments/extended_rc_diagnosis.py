@@ -47,11 +47,7 @@ class Config:
 
     def __post_init__(self) -> None:
         """Refuse bad values when the config is loaded, before any unit runs."""
-        check_values(
-            self,
-            positive=("n_steps", "window"),
-            non_negative=("seeds",),
-        )
+        check_values(self, positive=("n_steps", "window"), non_negative=("seeds",))
 
 
 class _DecoupledIgnoreRewards(envs.IgnoreRewards):

@@ -47,11 +47,7 @@ class Config:
 
     def __post_init__(self) -> None:
         """Refuse bad values when the config is loaded, before any unit runs."""
-        check_values(
-            self,
-            positive=("n_steps",),
-            non_negative=("seeds",),
-        )
+        check_values(self, positive=("n_steps",), non_negative=("seeds",))
 
 
 # Units carry their agent and seed: changing these lists keeps the finished runs.

@@ -44,11 +44,7 @@ class Config:
 
     def __post_init__(self) -> None:
         """Refuse bad values when the config is loaded, before any unit runs."""
-        check_values(
-            self,
-            positive=("episodes_per_seed",),
-            non_negative=("seeds",),
-        )
+        check_values(self, positive=("episodes_per_seed",), non_negative=("seeds",))
 
 
 def make_policy(name: str, seed: int):

@@ -50,11 +50,7 @@ class Config:
 
     def __post_init__(self) -> None:
         """Refuse bad values when the config is loaded, before any unit runs."""
-        check_values(
-            self,
-            positive=("trials",),
-            non_negative=("seed",),
-        )
+        check_values(self, positive=("trials",), non_negative=("seed",))
 
 
 def _policy(agent: str, test: str, seed: int):
