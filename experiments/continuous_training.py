@@ -16,6 +16,7 @@ Run: ``imitation-meg reproduce configs/continuous_training.yaml``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import pathlib
@@ -82,6 +83,39 @@ def units(cfg: Config) -> list[dict[str, Any]]:
     return out
 
 
+#: rl-baselines3-zoo's settings for MountainCarContinuous (SAC, PPO); the rollout length of PPO
+#: is the config's ``ppo_n_steps`` when set.
+ZOO_MCC: dict[str, dict[str, Any]] = {
+    "sac": {
+        "learning_rate": 3e-4,
+        "buffer_size": 50_000,
+        "batch_size": 512,
+        "ent_coef": 0.1,
+        "train_freq": 32,
+        "gradient_steps": 32,
+        "gamma": 0.9999,
+        "tau": 0.01,
+        "learning_starts": 0,
+        "use_sde": True,
+        "policy_kwargs": {"log_std_init": -3.67, "net_arch": [64, 64]},
+    },
+    "ppo": {
+        "batch_size": 256,
+        "n_steps": 8,
+        "gamma": 0.9999,
+        "learning_rate": 7.77e-5,
+        "ent_coef": 0.00429,
+        "clip_range": 0.1,
+        "n_epochs": 10,
+        "gae_lambda": 0.9,
+        "max_grad_norm": 5,
+        "vf_coef": 0.19,
+        "use_sde": True,
+        "policy_kwargs": {"log_std_init": -3.29, "ortho_init": False},
+    },
+}
+
+
 def make_agent(env_id: str, algo: str, seed: int, ppo_n_steps: int | None = None) -> Any:
     """An SB3 agent with rl-baselines3-zoo's settings for ``env_id`` (CPU, no normalisation;
     ``ppo_n_steps`` replaces PPO's rollout length)."""
@@ -89,62 +123,31 @@ def make_agent(env_id: str, algo: str, seed: int, ppo_n_steps: int | None = None
     from stable_baselines3.common.env_util import make_vec_env
 
     common: dict[str, Any] = {"seed": seed, "device": "cpu", "verbose": 0}
-    mcc = env_id == "MountainCarContinuous-v0"
+    if algo not in ("sac", "ppo"):
+        raise ValueError(f"unknown algo {algo!r}; choose sac or ppo.")
+    cls = sb3.SAC if algo == "sac" else sb3.PPO
+    if env_id == "MountainCarContinuous-v0":
+        settings = copy.deepcopy(ZOO_MCC[algo])  # SB3 writes into policy_kwargs
+        if algo == "ppo" and ppo_n_steps:
+            settings["n_steps"] = ppo_n_steps
+        return cls("MlpPolicy", env_id, **settings, **common)
     if algo == "sac":
-        if mcc:
-            return sb3.SAC(
-                "MlpPolicy",
-                env_id,
-                learning_rate=3e-4,
-                buffer_size=50_000,
-                batch_size=512,
-                ent_coef=0.1,
-                train_freq=32,
-                gradient_steps=32,
-                gamma=0.9999,
-                tau=0.01,
-                learning_starts=0,
-                use_sde=True,
-                policy_kwargs={"log_std_init": -3.67, "net_arch": [64, 64]},
-                **common,
-            )
         return sb3.SAC("MlpPolicy", env_id, learning_rate=1e-3, **common)
-    if algo == "ppo":
-        if mcc:
-            return sb3.PPO(
-                "MlpPolicy",
-                env_id,
-                batch_size=256,
-                n_steps=ppo_n_steps or 8,
-                gamma=0.9999,
-                learning_rate=7.77e-5,
-                ent_coef=0.00429,
-                clip_range=0.1,
-                n_epochs=10,
-                gae_lambda=0.9,
-                max_grad_norm=5,
-                vf_coef=0.19,
-                use_sde=True,
-                policy_kwargs={"log_std_init": -3.29, "ortho_init": False},
-                **common,
-            )
-        venv = make_vec_env(env_id, n_envs=4, seed=seed)
-        return sb3.PPO(
-            "MlpPolicy",
-            venv,
-            n_steps=ppo_n_steps or 1024,
-            batch_size=min(64, 4 * (ppo_n_steps or 1024)),
-            gae_lambda=0.95,
-            gamma=0.9,
-            n_epochs=10,
-            ent_coef=0.0,
-            learning_rate=1e-3,
-            clip_range=0.2,
-            use_sde=True,
-            sde_sample_freq=4,
-            **common,
-        )
-    raise ValueError(f"unknown algo {algo!r}; choose sac or ppo.")
+    n_steps = ppo_n_steps or 1024
+    rollout = {"n_steps": n_steps, "batch_size": min(64, 4 * n_steps), "gae_lambda": 0.95}
+    return sb3.PPO(
+        "MlpPolicy",
+        make_vec_env(env_id, n_envs=4, seed=seed),
+        **rollout,
+        gamma=0.9,
+        n_epochs=10,
+        ent_coef=0.0,
+        learning_rate=1e-3,
+        clip_range=0.2,
+        use_sde=True,
+        sde_sample_freq=4,
+        **common,
+    )
 
 
 def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
