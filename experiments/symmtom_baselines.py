@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg.results import write_table
+from imitation_meg.results import markdown_table, write_table
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import check_values
 from imitation_meg.symmtom import parallel_env
@@ -55,20 +55,23 @@ def make_policy(name: str, seed: int):
     raise ValueError(f"unknown agent {name!r}; use 'random' or 'heuristic'.")
 
 
-def markdown_table(rows: list[dict]) -> str:
+def reward_table(rows: list[dict]) -> str:
+    """Mean reward ± its standard error: a row per configuration, a column per agent."""
     agents = list(dict.fromkeys(r["agent"] for r in rows))
-    header = "| n | w | c | " + " | ".join(agents) + " |"
-    lines = [header, "|" + "---|" * (3 + len(agents))]
     by_cfg: dict[tuple, dict] = {}
     for r in rows:
         by_cfg.setdefault((r["n"], r["w"], r["c"]), {})[r["agent"]] = r
-    for (n, w, c), per in by_cfg.items():
-        cells = [
-            f"{per[a]['reward_mean']:.2f} ± {per[a]['reward_se']:.2f}" if a in per else ""
-            for a in agents
+    cells = [
+        [
+            *conf,
+            *(
+                f"{per[a]['reward_mean']:.2f} ± {per[a]['reward_se']:.2f}" if a in per else ""
+                for a in agents
+            ),
         ]
-        lines.append(f"| {n} | {w} | {c} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        for conf, per in by_cfg.items()
+    ]
+    return markdown_table(["n", "w", "c", *agents], cells)
 
 
 # Units name their configuration, agent and seed.
@@ -139,7 +142,7 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
                 if k != "reward":
                     row[f"{k}_per_agent"] = float(np.mean(v))
             rows.append(row)
-    table = markdown_table(rows)
+    table = reward_table(rows)
     _plot(rows, out_dir / "baselines.png")
     return write_table(out_dir, "baselines", cfg, rows, table)
 

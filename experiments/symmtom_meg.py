@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 import imitation_meg as im
-from imitation_meg.results import write_table
+from imitation_meg.results import markdown_table, write_table
 from imitation_meg.runners import run_serially
 from imitation_meg.symmtom.tabular import build_tabular, markov_heuristic, uniform_policy
 
@@ -68,12 +68,8 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     """``meg.csv``, ``meg.json`` and ``meg.md``."""
     rows = list(results)
     cols = ["meg_reward", *[f"meg_{t}" for t in cfg.targets]]
-    lines = ["| partner | agent | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
-    lines += [
-        f"| {r['partner']} | {r['agent']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |"
-        for r in rows
-    ]
-    table = "\n".join(lines)
+    cells = ([r["partner"], r["agent"], *(f"{r[c]:.3f}" for c in cols)] for r in rows)
+    table = markdown_table(["partner", "agent", *cols], cells)
     out_dir = pathlib.Path(cfg.results_dir)
     return write_table(out_dir, "meg", cfg, rows, table)
 

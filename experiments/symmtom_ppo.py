@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg.results import write_table
+from imitation_meg.results import markdown_table, write_table
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import check_values
 from imitation_meg.symmtom import parallel_env
@@ -114,13 +114,14 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
                     else float("nan"),
                 }
             )
-    lines = ["| n | w | c | agent | timesteps | seeds | reward |", "|---|---|---|---|---|---|---|"]
-    lines += [
-        f"| {r['n']} | {r['w']} | {r['c']} | {r['agent']} | {r['timesteps']} | {r['seeds']} | "
-        f"{r['reward_mean']:.2f} ± {r['reward_se']:.2f} |"
-        for r in rows
-    ]
-    table = "\n".join(lines)
+    header = ["n", "w", "c", "agent", "timesteps", "seeds", "reward"]
+    table = markdown_table(
+        header,
+        (
+            [*(r[k] for k in header[:-1]), f"{r['reward_mean']:.2f} ± {r['reward_se']:.2f}"]
+            for r in rows
+        ),
+    )
     return write_table(out_dir, "ppo", cfg, rows, table)
 
 

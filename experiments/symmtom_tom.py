@@ -13,7 +13,7 @@ import pathlib
 import sys
 from typing import Any
 
-from imitation_meg.results import write_table
+from imitation_meg.results import markdown_table, write_table
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import check_values
 from imitation_meg.symmtom.agents import HeuristicPolicy, RandomPolicy
@@ -96,13 +96,12 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     def fmt(v: float | None) -> str:
         return "–" if v is None else ("nan" if math.isnan(v) else f"{v:.2f}")
 
-    lines = ["| test | agent | SR | FR | RATSO | optimum | pass |", "|---|---|---|---|---|---|---|"]
-    lines += [
-        f"| {r['test']} | {r['agent']} | {fmt(r['SR'])} | {fmt(r['FR'])} | {fmt(r['RATSO'])} | {fmt(r['optimum'])} "
-        f"| {'yes' if r['pass'] else 'no'} |"
+    header = ["test", "agent", "SR", "FR", "RATSO", "optimum", "pass"]
+    cells = (
+        [r["test"], r["agent"], *(fmt(r[k]) for k in header[2:6]), "yes" if r["pass"] else "no"]
         for r in rows
-    ]
-    table = "\n".join(lines)
+    )
+    table = markdown_table(header, cells)
     return write_table(out_dir, "tom", cfg, rows, table)
 
 

@@ -13,7 +13,7 @@ import json
 import math
 import pathlib
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ __all__ = [
     "fields_dict",
     "format_table",
     "library_versions",
+    "markdown_table",
     "meg_record",
     "read_rows",
     "to_jsonable",
@@ -184,6 +185,14 @@ def write_results(
     is_instance = dataclasses.is_dataclass(cfg) and not isinstance(cfg, type)
     payload["config"] = dataclasses.asdict(cfg) if is_instance else cfg
     return payload
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A Markdown table: the ``header`` row, the separator and a row per sequence of cells (each
+    cell written with ``str``)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 def write_table(
