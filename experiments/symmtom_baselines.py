@@ -9,6 +9,7 @@ rows) , ``baselines.md`` (the README table) and ``baselines.png`` into ``results
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import pathlib
 import sys
 from typing import Any
@@ -85,9 +86,7 @@ def units(cfg: Config) -> list[dict[str, Any]]:
         make_policy(name, 0)  # an unknown agent fails here, before any work
     return [
         {"n": n, "w": w, "c": c, "agent": name, "seed": seed}
-        for n, w, c in cfg.configurations
-        for name in cfg.agents
-        for seed in cfg.seeds
+        for (n, w, c), name, seed in itertools.product(cfg.configurations, cfg.agents, cfg.seeds)
     ]
 
 
