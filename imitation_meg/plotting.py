@@ -89,10 +89,17 @@ def plot_meg_series(
     for i, (name, ys) in enumerate((reference or {}).items()):
         c = _COLORS[i % len(_COLORS)]
         ax.plot(x, ys, linestyle="none", marker="s", mfc="none", ms=7, color=c, label=name)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
     if log_y:
         ax.set_yscale("symlog", linthresh=0.1)
+    return _labelled(fig, ax, path, xlabel, ylabel, title)
+
+
+def _labelled(
+    fig: Any, ax: Any, path: str | pathlib.Path, xlabel: str, ylabel: str, title: str
+) -> pathlib.Path:
+    """Label the axes (and the title, when given), draw the grid and the legend, save."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -105,10 +112,10 @@ def plot_meg_bars(
     labels: Sequence[str],
     series: Mapping[str, Sequence[float]],
     *,
-    errors: Mapping[str, Sequence[float]] | None = None,
-    reference: Mapping[str, Sequence[float]] | None = None,
     ylabel: str = "MEG (nats)",
     title: str = "",
+    errors: Mapping[str, Sequence[float]] | None = None,
+    reference: Mapping[str, Sequence[float]] | None = None,
 ) -> pathlib.Path:
     """Grouped bar chart, one group per label; paper values as hollow markers on the bars."""
     plt = pyplot()
@@ -427,13 +434,9 @@ def plot_meg_history(
             color=_COLORS[i % len(_COLORS)],
             label=label,
         )
-    ax.set_xlabel("training steps" if uses_steps else "policy (in file order)")
-    ax.set_ylabel("nats" if "expected_return" not in metrics else "value")
-    if title:
-        ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    xlabel = "training steps" if uses_steps else "policy (in file order)"
+    ylabel = "nats" if "expected_return" not in metrics else "value"
+    return _labelled(fig, ax, path, xlabel, ylabel, title)
 
 
 def _history_metrics(

@@ -430,14 +430,14 @@ def tom_tests() -> dict[str, ToMTest]:
     tests["probabilistic"] = _layout_test(
         name="probabilistic",
         description="green heard one of red's two pieces from blue (unheard, 50/50): tell it the other",
+        branches=2,
+        oracle_optimum=3.0,
         positions=((2, 1), (2, 2), (4, 4)),
         bases=((0, 5), (1, 5), (5, 0)),
         prologue=((NONE, 0), (NONE, 0), (NONE, 0)),
         others=prob_others,
         max_turns=prob_max_turns,
         optimum=3.5,
-        oracle_optimum=3.0,
         outcome=prob_outcome,
-        branches=2,
     )
     return tests
