@@ -167,9 +167,7 @@ def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathli
     return plot_meg_checkpoints(
         path,
         rows,
-        envs=cfg.envs,
-        algos=cfg.algos,
-        seeds=cfg.seeds,
+        cfg,
         colors={"ppo": "#1f77b4", "dqn": "#d62728"},
         ylabel="MEG (nats); dotted: E[T] log|A|",
         panel_width=4.3,

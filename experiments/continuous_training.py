@@ -208,9 +208,7 @@ def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathli
     return plot_meg_checkpoints(
         path,
         rows,
-        envs=cfg.envs,
-        algos=cfg.algos,
-        seeds=cfg.seeds,
+        cfg,
         colors={"sac": "#2ca02c", "ppo": "#1f77b4"},
         ylabel="MEG (nats per episode)",
         title=lambda env_id, sel: f"{env_id} (H = {sel[0]['horizon'] if sel else '?'})",

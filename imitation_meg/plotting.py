@@ -158,10 +158,8 @@ def plot_meg_bars(
 def plot_meg_checkpoints(
     path: str | pathlib.Path,
     rows: Sequence[Mapping[str, Any]],
+    study: Any,
     *,
-    envs: Sequence[str],
-    algos: Sequence[str],
-    seeds: Sequence[int],
     colors: Mapping[str, str],
     ylabel: str,
     panel_width: float = 4.5,
@@ -175,13 +173,15 @@ def plot_meg_checkpoints(
         path: output PNG.
         rows: one per checkpoint, with ``env``, ``algo``, ``seed``, ``steps``, ``meg``, ``low``,
             ``high`` and ``mean_return``.
-        envs, algos, seeds: what to draw, in order (a missing combination is skipped).
+        study: what to draw, in order: its ``envs``, ``algos`` and ``seeds`` (a study's config;
+            a missing combination is skipped).
         colors: algorithm -> colour.
         ylabel: the MEG panels' label.
         panel_width: inches per column.
         title: ``(env, its last selection of rows) -> title``; default the environment.
         decorate: ``(MEG axes, one line's rows, its colour)``: draws more on a line's panel.
     """
+    envs, algos, seeds = study.envs, study.algos, study.seeds
     plt = pyplot()
     fig, axes = plt.subplots(2, len(envs), figsize=(panel_width * len(envs), 6.5), squeeze=False)
     for j, env_id in enumerate(envs):
