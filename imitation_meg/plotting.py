@@ -173,13 +173,12 @@ def plot_meg_checkpoints(
         path: output PNG.
         rows: one per checkpoint, with ``env``, ``algo``, ``seed``, ``steps``, ``meg``, ``low``,
             ``high`` and ``mean_return``.
-        study: what to draw, in order: its ``envs``, ``algos`` and ``seeds`` (a study's config;
-            a missing combination is skipped).
+        study: a config whose ``envs``, ``algos`` and ``seeds`` say what to draw, in order.
         colors: algorithm -> colour.
         ylabel: the MEG panels' label.
         panel_width: inches per column.
-        title: ``(env, its last selection of rows) -> title``; default the environment.
-        decorate: ``(MEG axes, one line's rows, its colour)``: draws more on a line's panel.
+        title: ``(env, its last rows) -> title``; decorate: ``(axes, a run's rows, colour)``
+            draws more on a run's MEG panel.
     """
     envs, algos, seeds = study.envs, study.algos, study.seeds
     plt = pyplot()
