@@ -106,10 +106,8 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     ``baselines.md`` and ``baselines.png``."""
     out_dir = pathlib.Path(cfg.results_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    by_unit = {
-        (u["n"], u["w"], u["c"], u["agent"], u["seed"]): r
-        for u, r in zip(units(cfg), results, strict=True)
-    }
+    # keyed by the unit's values: (n, w, c, agent, seed)
+    by_unit = {tuple(u.values()): r for u, r in zip(units(cfg), results, strict=True)}
     rows = []
     for n, w, c in cfg.configurations:
         for name in cfg.agents:

@@ -9,6 +9,7 @@ Writes ``meg.csv``, ``meg.json`` and ``meg.md`` into ``results_dir``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import pathlib
 import sys
 from typing import Any
@@ -36,7 +37,7 @@ UNIT_RESOURCES = {"num_cpus": 1}
 
 def units(cfg: Config) -> list[dict[str, Any]]:
     """One unit per partner policy and scored policy of agent 0."""
-    return [{"partner": p, "agent": a} for p in cfg.partners for a in cfg.agents]
+    return [{"partner": p, "agent": a} for p, a in itertools.product(cfg.partners, cfg.agents)]
 
 
 def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:

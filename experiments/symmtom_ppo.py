@@ -86,10 +86,8 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
 def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     """``ppo.csv``, ``ppo.json`` and ``ppo.md``: one row per configuration and oracle switch."""
     out_dir = pathlib.Path(cfg.results_dir)
-    by_unit = {
-        (u["n"], u["w"], u["c"], u["oracle"], u["seed"]): r
-        for u, r in zip(units(cfg), results, strict=True)
-    }
+    # keyed by the unit's values: (n, w, c, oracle, seed)
+    by_unit = {tuple(u.values()): r for u, r in zip(units(cfg), results, strict=True)}
     rows = []
     for n, w, c in cfg.configurations:
         for oracle in cfg.oracle:
