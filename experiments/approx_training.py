@@ -21,7 +21,6 @@ import pathlib
 import sys
 from typing import Any
 
-import numpy as np
 import torch as th
 
 from imitation_meg.approx import ApproxOptions, meg_approx
@@ -29,6 +28,7 @@ from imitation_meg.approx.options import AVERAGE, LAST_STEPS, LR, check_config
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import check_values, follow_results_dir
+from imitation_meg.training import ZOO_DQN, train_in_stages
 
 UNIT_RESOURCES = {"num_cpus": 1}
 # Fields that only choose units (each unit holds its own values): a run of some of them reuses the
@@ -113,44 +113,7 @@ def make_agent(env_id: str, algo: str, seed: int, timesteps: int) -> Any:
         )
     if algo == "dqn":
         venv = make_vec_env(env_id, n_envs=1, seed=seed)
-        settings: dict[str, Any] = {
-            "CartPole-v1": {
-                "learning_rate": 2.3e-3,
-                "batch_size": 64,
-                "buffer_size": 100_000,
-                "learning_starts": 1000,
-                "gamma": 0.99,
-                "target_update_interval": 10,
-                "train_freq": 256,
-                "gradient_steps": 128,
-                "exploration_fraction": 0.16,
-                "exploration_final_eps": 0.04,
-            },
-            "Acrobot-v1": {
-                "learning_rate": 6.3e-4,
-                "batch_size": 128,
-                "buffer_size": 50_000,
-                "learning_starts": 0,
-                "gamma": 0.99,
-                "target_update_interval": 250,
-                "train_freq": 4,
-                "gradient_steps": -1,
-                "exploration_fraction": 0.12,
-                "exploration_final_eps": 0.1,
-            },
-            "MountainCar-v0": {
-                "learning_rate": 4e-3,
-                "batch_size": 128,
-                "buffer_size": 10_000,
-                "learning_starts": 1000,
-                "gamma": 0.98,
-                "target_update_interval": 600,
-                "train_freq": 16,
-                "gradient_steps": 8,
-                "exploration_fraction": 0.2,
-                "exploration_final_eps": 0.07,
-            },
-        }.get(env_id, {})
+        settings = ZOO_DQN.get(env_id, {})
         return sb3.DQN(
             "MlpPolicy", venv, policy_kwargs={"net_arch": [64, 64]}, **settings, **common
         )
@@ -162,17 +125,9 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     th.set_num_threads(1)
     env_id, algo, seed, total = unit["env"], unit["algo"], unit["seed"], unit["timesteps"]
     model = make_agent(env_id, algo, seed, total)
-    marks = np.linspace(0, total, cfg.n_checkpoints + 1).astype(int)
-    ckpt = pathlib.Path(cfg.checkpoint_dir)
-    ckpt.mkdir(parents=True, exist_ok=True)
     rows = []
-    done = 0
-    for target in marks:
-        if target > done:
-            model.learn(int(target - done), reset_num_timesteps=False)
-            done = int(model.num_timesteps)
-        path = ckpt / f"{env_id}_{algo}_seed{seed}_{done}.zip"
-        model.save(path)
+    stem = f"{env_id}_{algo}_seed{seed}"
+    for done, path in train_in_stages(model, total, cfg.n_checkpoints, cfg.checkpoint_dir, stem):
         res = meg_approx(
             model,
             env_id,
@@ -204,38 +159,20 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
 
 
 def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathlib.Path:
-    from imitation_meg.plotting import pyplot, save_figure
+    from imitation_meg.plotting import plot_meg_checkpoints
 
-    plt = pyplot()
-    fig, axes = plt.subplots(2, len(cfg.envs), figsize=(4.3 * len(cfg.envs), 6.5), squeeze=False)
-    colors = {"ppo": "#1f77b4", "dqn": "#d62728"}
-    for j, env_id in enumerate(cfg.envs):
-        ax_m, ax_r = axes[0][j], axes[1][j]
-        for algo in cfg.algos:
-            for seed in cfg.seeds:
-                sel = [
-                    r
-                    for r in rows
-                    if r["env"] == env_id and r["algo"] == algo and r["seed"] == seed
-                ]
-                if not sel:
-                    continue
-                s = np.array([r["steps"] for r in sel])
-                m = np.array([r["meg"] for r in sel])
-                lo = np.array([r["low"] for r in sel])
-                hi = np.array([r["high"] for r in sel])
-                lab = algo.upper() if seed == cfg.seeds[0] else None
-                ax_m.plot(s, m, "o-", color=colors.get(algo), label=lab, ms=3)
-                ax_m.fill_between(s, lo, hi, color=colors.get(algo), alpha=0.2)
-                ax_m.plot(s, [r["bound"] for r in sel], ":", color=colors.get(algo), lw=0.8)
-                ax_r.plot(s, [r["mean_return"] for r in sel], "o-", color=colors.get(algo), ms=3)
-        ax_m.set_title(env_id)
-        ax_m.set_ylabel("MEG (nats); dotted: E[T] log|A|")
-        ax_r.set_ylabel("mean return")
-        ax_r.set_xlabel("training steps")
-        ax_m.legend(fontsize=8)
-    fig.tight_layout()
-    return save_figure(fig, path)
+    def bound(ax: Any, sel: list[Any], color: str | None) -> None:
+        ax.plot([r["steps"] for r in sel], [r["bound"] for r in sel], ":", color=color, lw=0.8)
+
+    return plot_meg_checkpoints(
+        path,
+        rows,
+        cfg,
+        colors={"ppo": "#1f77b4", "dqn": "#d62728"},
+        ylabel="MEG (nats); dotted: E[T] log|A|",
+        panel_width=4.3,
+        decorate=bound,
+    )
 
 
 def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -247,6 +184,5 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes and
-    runs in parallel; the runner's ``run.json`` holds each unit's wall time)."""
+    """Run every unit in this process and combine."""
     return run_serially(sys.modules[__name__], cfg)

@@ -535,6 +535,5 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes and
-    runs in parallel; the runner's ``run.json`` holds each unit's wall time)."""
+    """Run every unit in this process and combine."""
     return run_serially(sys.modules[__name__], cfg)

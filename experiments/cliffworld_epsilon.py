@@ -17,7 +17,7 @@ from typing import Any
 
 from imitation_meg import envs, policies
 from imitation_meg.plotting import plot_meg_series
-from imitation_meg.report import SUMMARY_COLUMNS, meg_summary
+from imitation_meg.report import SUMMARY_COLUMNS, SUMMARY_SETTINGS, meg_summary
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import check_values
@@ -99,14 +99,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     if unit["part"] == "epsilon":
         mdp = envs.cliff_world(width=cfg.width, height=cfg.height, horizon=cfg.horizon)
         pi = policies.epsilon_greedy(mdp, eps, tie_break=cfg.tie_break)
-        s = meg_summary(
-            pi,
-            mdp,
-            mlp_steps=cfg.mlp_steps,
-            mlp_lr=cfg.mlp_lr,
-            mlp_seeds=cfg.mlp_seeds,
-            seed=cfg.seed,
-        )
+        s = meg_summary(pi, mdp, **{k: getattr(cfg, k) for k in SUMMARY_SETTINGS})
         return {
             "epsilon": eps,
             **{c: s[c] for c in SUMMARY_COLUMNS},
@@ -162,8 +155,7 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes and
-    runs in parallel)."""
+    """Run every unit in this process and combine."""
     return run_serially(sys.modules[__name__], cfg)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from imitation_meg import envs, occupancy_measures, policies
 from imitation_meg.plotting import plot_grid_values, plot_meg_bars
-from imitation_meg.report import SUMMARY_COLUMNS, meg_summary
+from imitation_meg.report import SUMMARY_COLUMNS, SUMMARY_SETTINGS, meg_summary
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import check_values
@@ -106,14 +106,7 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         }
     mdp = _mdp(cfg, k, cfg.horizon)
     pi = policies.optimal(mdp, tie_break=cfg.tie_break)
-    s = meg_summary(
-        pi,
-        mdp,
-        mlp_steps=cfg.mlp_steps,
-        mlp_lr=cfg.mlp_lr,
-        mlp_seeds=cfg.mlp_seeds,
-        seed=cfg.seed,
-    )
+    s = meg_summary(pi, mdp, **{k: getattr(cfg, k) for k in SUMMARY_SETTINGS})
     occ = occupancy_measures(mdp, pi)[:-1].sum(0) / cfg.horizon
     return {
         "row": {
@@ -178,8 +171,7 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes and
-    runs in parallel)."""
+    """Run every unit in this process and combine."""
     return run_serially(sys.modules[__name__], cfg)
 
 

@@ -16,20 +16,21 @@ Run: ``imitation-meg reproduce configs/continuous_training.yaml``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import pathlib
 import sys
 from typing import Any
 
-import numpy as np
 import torch as th
 
-from imitation_meg.approx import meg_approx
+from imitation_meg.approx import ApproxOptions, meg_approx
 from imitation_meg.approx.evaluate import exceeds_certificate
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import follow_results_dir
+from imitation_meg.training import train_in_stages
 
 UNIT_RESOURCES = {"num_cpus": 1}
 # Fields that only choose units (each unit holds its own values): a run of some of them reuses the
@@ -82,6 +83,39 @@ def units(cfg: Config) -> list[dict[str, Any]]:
     return out
 
 
+#: rl-baselines3-zoo's settings for MountainCarContinuous (SAC, PPO); the rollout length of PPO
+#: is the config's ``ppo_n_steps`` when set.
+ZOO_MCC: dict[str, dict[str, Any]] = {
+    "sac": {
+        "learning_rate": 3e-4,
+        "buffer_size": 50_000,
+        "batch_size": 512,
+        "ent_coef": 0.1,
+        "train_freq": 32,
+        "gradient_steps": 32,
+        "gamma": 0.9999,
+        "tau": 0.01,
+        "learning_starts": 0,
+        "use_sde": True,
+        "policy_kwargs": {"log_std_init": -3.67, "net_arch": [64, 64]},
+    },
+    "ppo": {
+        "batch_size": 256,
+        "n_steps": 8,
+        "gamma": 0.9999,
+        "learning_rate": 7.77e-5,
+        "ent_coef": 0.00429,
+        "clip_range": 0.1,
+        "n_epochs": 10,
+        "gae_lambda": 0.9,
+        "max_grad_norm": 5,
+        "vf_coef": 0.19,
+        "use_sde": True,
+        "policy_kwargs": {"log_std_init": -3.29, "ortho_init": False},
+    },
+}
+
+
 def make_agent(env_id: str, algo: str, seed: int, ppo_n_steps: int | None = None) -> Any:
     """An SB3 agent with rl-baselines3-zoo's settings for ``env_id`` (CPU, no normalisation;
     ``ppo_n_steps`` replaces PPO's rollout length)."""
@@ -89,62 +123,31 @@ def make_agent(env_id: str, algo: str, seed: int, ppo_n_steps: int | None = None
     from stable_baselines3.common.env_util import make_vec_env
 
     common: dict[str, Any] = {"seed": seed, "device": "cpu", "verbose": 0}
-    mcc = env_id == "MountainCarContinuous-v0"
+    if algo not in ("sac", "ppo"):
+        raise ValueError(f"unknown algo {algo!r}; choose sac or ppo.")
+    cls = sb3.SAC if algo == "sac" else sb3.PPO
+    if env_id == "MountainCarContinuous-v0":
+        settings = copy.deepcopy(ZOO_MCC[algo])  # SB3 writes into policy_kwargs
+        if algo == "ppo" and ppo_n_steps:
+            settings["n_steps"] = ppo_n_steps
+        return cls("MlpPolicy", env_id, **settings, **common)
     if algo == "sac":
-        if mcc:
-            return sb3.SAC(
-                "MlpPolicy",
-                env_id,
-                learning_rate=3e-4,
-                buffer_size=50_000,
-                batch_size=512,
-                ent_coef=0.1,
-                train_freq=32,
-                gradient_steps=32,
-                gamma=0.9999,
-                tau=0.01,
-                learning_starts=0,
-                use_sde=True,
-                policy_kwargs={"log_std_init": -3.67, "net_arch": [64, 64]},
-                **common,
-            )
         return sb3.SAC("MlpPolicy", env_id, learning_rate=1e-3, **common)
-    if algo == "ppo":
-        if mcc:
-            return sb3.PPO(
-                "MlpPolicy",
-                env_id,
-                batch_size=256,
-                n_steps=ppo_n_steps or 8,
-                gamma=0.9999,
-                learning_rate=7.77e-5,
-                ent_coef=0.00429,
-                clip_range=0.1,
-                n_epochs=10,
-                gae_lambda=0.9,
-                max_grad_norm=5,
-                vf_coef=0.19,
-                use_sde=True,
-                policy_kwargs={"log_std_init": -3.29, "ortho_init": False},
-                **common,
-            )
-        venv = make_vec_env(env_id, n_envs=4, seed=seed)
-        return sb3.PPO(
-            "MlpPolicy",
-            venv,
-            n_steps=ppo_n_steps or 1024,
-            batch_size=min(64, 4 * (ppo_n_steps or 1024)),
-            gae_lambda=0.95,
-            gamma=0.9,
-            n_epochs=10,
-            ent_coef=0.0,
-            learning_rate=1e-3,
-            clip_range=0.2,
-            use_sde=True,
-            sde_sample_freq=4,
-            **common,
-        )
-    raise ValueError(f"unknown algo {algo!r}; choose sac or ppo.")
+    n_steps = ppo_n_steps or 1024
+    rollout = {"n_steps": n_steps, "batch_size": min(64, 4 * n_steps), "gae_lambda": 0.95}
+    return sb3.PPO(
+        "MlpPolicy",
+        make_vec_env(env_id, n_envs=4, seed=seed),
+        **rollout,
+        gamma=0.9,
+        n_epochs=10,
+        ent_coef=0.0,
+        learning_rate=1e-3,
+        clip_range=0.2,
+        use_sde=True,
+        sde_sample_freq=4,
+        **common,
+    )
 
 
 def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
@@ -152,31 +155,14 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     th.set_num_threads(1)
     env_id, algo, seed, total = unit["env"], unit["algo"], unit["seed"], unit["timesteps"]
     model = make_agent(env_id, algo, seed, cfg.ppo_n_steps)
-    marks = np.linspace(0, total, cfg.n_checkpoints + 1).astype(int)
-    ckpt = pathlib.Path(cfg.checkpoint_dir)
-    ckpt.mkdir(parents=True, exist_ok=True)
     rows = []
-    done = 0
-    for target in marks:
-        if target > done:
-            model.learn(int(target - done), reset_num_timesteps=False)
-            done = int(model.num_timesteps)
-        path = ckpt / f"{env_id}_{algo}_seed{seed}_{done}.zip"
-        model.save(path)
+    stem = f"{env_id}_{algo}_seed{seed}"
+    for done, path in train_in_stages(model, total, cfg.n_checkpoints, cfg.checkpoint_dir, stem):
         res = meg_approx(
             model,
             env_id,
-            method="soft_q",
             horizon=unit["horizon"],
-            n_data_steps=cfg.n_data_steps,
-            n_eval_episodes=cfg.n_eval_episodes,
-            n_models=cfg.n_models,
-            hidden=cfg.hidden,
-            iterations=cfg.iterations,
-            steps_per_iteration=cfg.steps_per_iteration,
-            refine=cfg.refine,
-            n_boot=cfg.n_boot,
-            seed=seed,
+            options=ApproxOptions.from_fields(cfg, method="soft_q", seed=seed),
         )
         rows.append(
             {
@@ -201,47 +187,33 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     return {"rows": rows}
 
 
-def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathlib.Path:
-    from imitation_meg.plotting import pyplot, save_figure
+def _mark_clipped(ax: Any, sel: list[Any], color: str | None) -> None:
+    """Crosses where the value is the certificate by clipping, not an estimate."""
+    flagged = [r for r in sel if r["above_certificate"]]
+    if flagged:
+        ax.scatter(
+            [r["steps"] for r in flagged],
+            [r["meg"] for r in flagged],
+            marker="x",
+            s=70,
+            color="black",
+            zorder=5,
+            label="clipped to the certificate",
+        )
 
-    plt = pyplot()
-    fig, axes = plt.subplots(2, len(cfg.envs), figsize=(4.5 * len(cfg.envs), 6.5), squeeze=False)
-    colors = {"sac": "#2ca02c", "ppo": "#1f77b4"}
-    for j, env_id in enumerate(cfg.envs):
-        ax_m, ax_r = axes[0][j], axes[1][j]
-        for algo, seed in itertools.product(cfg.algos, cfg.seeds):
-            sel = [
-                r for r in rows if r["env"] == env_id and r["algo"] == algo and r["seed"] == seed
-            ]
-            if not sel:
-                continue
-            s = np.array([r["steps"] for r in sel])
-            m = np.array([r["meg"] for r in sel])
-            lab = algo.upper() if seed == cfg.seeds[0] else None
-            c = colors.get(algo)
-            ax_m.plot(s, m, "o-", color=c, label=lab, ms=3)
-            ax_m.fill_between(
-                s, [r["low"] for r in sel], [r["high"] for r in sel], color=c, alpha=0.2
-            )
-            ax_r.plot(s, [r["mean_return"] for r in sel], "o-", color=c, ms=3)
-            flagged = [r for r in sel if r["above_certificate"]]
-            if flagged:  # the value there is the certificate by clipping, not an estimate
-                ax_m.scatter(
-                    [r["steps"] for r in flagged],
-                    [r["meg"] for r in flagged],
-                    marker="x",
-                    s=70,
-                    color="black",
-                    zorder=5,
-                    label="clipped to the certificate",
-                )
-        ax_m.set_title(f"{env_id} (H = {sel[0]['horizon'] if sel else '?'})", fontsize=9)
-        ax_m.set_ylabel("MEG (nats per episode)")
-        ax_r.set_ylabel("mean return")
-        ax_r.set_xlabel("training steps")
-        ax_m.legend(fontsize=8)
-    fig.tight_layout()
-    return save_figure(fig, path)
+
+def _plot(path: pathlib.Path, cfg: Config, rows: list[dict[str, Any]]) -> pathlib.Path:
+    from imitation_meg.plotting import plot_meg_checkpoints
+
+    return plot_meg_checkpoints(
+        path,
+        rows,
+        cfg,
+        colors={"sac": "#2ca02c", "ppo": "#1f77b4"},
+        ylabel="MEG (nats per episode)",
+        title=lambda env_id, sel: f"{env_id} (H = {sel[0]['horizon'] if sel else '?'})",
+        decorate=_mark_clipped,
+    )
 
 
 def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:

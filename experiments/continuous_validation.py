@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from imitation_meg.approx import meg_approx
+from imitation_meg.approx import ApproxOptions, meg_approx
 from imitation_meg.continuous import (
     ContinuousTabularEnv,
     GaussianPolicy,
@@ -107,16 +107,8 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     res = meg_approx(
         table_policy(pol, mdp),
         lambda: ContinuousTabularEnv(mdp),
-        method="soft_q",
         horizon=cfg.horizon,
-        n_data_steps=cfg.n_data_steps,
-        n_eval_episodes=cfg.n_eval_episodes,
-        n_models=cfg.n_models,
-        hidden=cfg.hidden,
-        steps_per_iteration=cfg.steps_per_iteration,
-        refine=cfg.refine,
-        n_boot=cfg.n_boot,
-        seed=unit["seed"],
+        options=ApproxOptions.from_fields(cfg, method="soft_q", seed=unit["seed"]),
     )
     err = res.meg - exact.meg
     return {

@@ -26,6 +26,7 @@ import numpy as np
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import check_values
+from imitation_meg.training import ZOO_DQN
 
 UNIT_RESOURCES = {"num_cpus": 1}
 SWEEP_FIELDS = ("envs", "seeds")
@@ -50,36 +51,12 @@ ZOO: dict[str, tuple[str, dict[str, Any], int]] = {
     ),
     "MountainCar-v0": (
         "dqn",
-        {
-            "learning_rate": 4e-3,
-            "batch_size": 128,
-            "buffer_size": 10_000,
-            "learning_starts": 1000,
-            "gamma": 0.98,
-            "target_update_interval": 600,
-            "train_freq": 16,
-            "gradient_steps": 8,
-            "exploration_fraction": 0.2,
-            "exploration_final_eps": 0.07,
-            "policy_kwargs": {"net_arch": [256, 256]},
-        },
+        {**ZOO_DQN["MountainCar-v0"], "policy_kwargs": {"net_arch": [256, 256]}},
         120_000,
     ),
     "Acrobot-v1": (
         "dqn",
-        {
-            "learning_rate": 6.3e-4,
-            "batch_size": 128,
-            "buffer_size": 50_000,
-            "learning_starts": 0,
-            "gamma": 0.99,
-            "target_update_interval": 250,
-            "train_freq": 4,
-            "gradient_steps": -1,
-            "exploration_fraction": 0.12,
-            "exploration_final_eps": 0.1,
-            "policy_kwargs": {"net_arch": [256, 256]},
-        },
+        {**ZOO_DQN["Acrobot-v1"], "policy_kwargs": {"net_arch": [256, 256]}},
         100_000,
     ),
     "Pendulum-v1": ("sac", {"learning_rate": 1e-3}, 20_000),

@@ -42,11 +42,7 @@ class Config:
 
     def __post_init__(self) -> None:
         """Refuse bad values when the config is loaded, before any unit runs."""
-        check_values(
-            self,
-            positive=("n_episodes", "max_steps", "tail"),
-            non_negative=("seeds",),
-        )
+        check_values(self, positive=("n_episodes", "max_steps", "tail"), non_negative=("seeds",))
 
 
 # Units name their environment, agent and seed.
@@ -137,8 +133,7 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run every (environment, agent, seed) in this process; returns the summary rows
-    (``imitation-meg reproduce`` also resumes and runs in parallel)."""
+    """Run every unit in this process and combine."""
     return run_serially(sys.modules[__name__], cfg)
 
 

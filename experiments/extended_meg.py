@@ -41,11 +41,7 @@ class Config:
 
     def __post_init__(self) -> None:
         """Refuse bad values when the config is loaded, before any unit runs."""
-        check_values(
-            self,
-            positive=("horizon", "q_train_steps"),
-            non_negative=("seed",),
-        )
+        check_values(self, positive=("horizon", "q_train_steps"), non_negative=("seed",))
 
 
 def _mdp(frame, utility=None):
@@ -154,8 +150,7 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Compute the MEG table in this process; returns its rows (``imitation-meg reproduce``
-    also resumes and runs in parallel)."""
+    """Run every unit in this process and combine."""
     return run_serially(sys.modules[__name__], cfg)
 
 

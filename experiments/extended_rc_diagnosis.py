@@ -47,11 +47,7 @@ class Config:
 
     def __post_init__(self) -> None:
         """Refuse bad values when the config is loaded, before any unit runs."""
-        check_values(
-            self,
-            positive=("n_steps", "window"),
-            non_negative=("seeds",),
-        )
+        check_values(self, positive=("n_steps", "window"), non_negative=("seeds",))
 
 
 class _DecoupledIgnoreRewards(envs.IgnoreRewards):
@@ -134,8 +130,7 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run every variant in this process; returns the rows (``imitation-meg reproduce`` also
-    resumes and runs in parallel)."""
+    """Run every unit in this process and combine."""
     return run_serially(sys.modules[__name__], cfg)
 
 

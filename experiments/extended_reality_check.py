@@ -140,8 +140,7 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run original and reality-checked agents in this process; returns summary rows
-    (``imitation-meg reproduce`` also resumes and runs in parallel)."""
+    """Run every unit in this process and combine."""
     return run_serially(sys.modules[__name__], cfg)
 
 

@@ -47,11 +47,7 @@ class Config:
 
     def __post_init__(self) -> None:
         """Refuse bad values when the config is loaded, before any unit runs."""
-        check_values(
-            self,
-            positive=("n_steps",),
-            non_negative=("seeds",),
-        )
+        check_values(self, positive=("n_steps",), non_negative=("seeds",))
 
 
 # Units carry their agent and seed: changing these lists keeps the finished runs.
@@ -84,8 +80,7 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes and
-    runs in parallel)."""
+    """Run every unit in this process and combine."""
     return run_serially(sys.modules[__name__], cfg)
 
 

@@ -26,7 +26,7 @@ from imitation_meg.adapters import policy_table
 from imitation_meg.results import write_results
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import check_values, follow_results_dir
-from imitation_meg.training import ALGOS, make_model
+from imitation_meg.training import ALGOS, make_model, train_in_stages
 
 ENVS = ("cliffworld", "frozenlake")
 
@@ -98,25 +98,19 @@ def _train_one(env_name: str, algo: str, seed: int, cfg: Config) -> list[dict[st
     n_envs = 1 if algo == "dqn" else 8
     venv = make_vec_env(factory, n_envs=n_envs, seed=seed)
     model = make_model(algo, venv, seed, dqn_epsilon=cfg.dqn_epsilon, timesteps=cfg.timesteps)
-    ckpt_dir = pathlib.Path(cfg.checkpoint_dir)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    marks = np.linspace(0, cfg.timesteps, cfg.n_checkpoints + 1).astype(int)
-    rows = []
-    done = 0
-    for target in marks:
-        if target > done:
-            model.learn(int(target - done), reset_num_timesteps=False)
-            done = int(model.num_timesteps)
-        model.save(ckpt_dir / f"{env_name}_{algo}_seed{seed}_{done}.zip")
-        rows.append(
-            {
-                "env": env_name,
-                "algo": algo,
-                "seed": seed,
-                "steps": done,
-                **_score(model, algo, mdp, cfg),
-            }
+    stem = f"{env_name}_{algo}_seed{seed}"
+    rows = [
+        {
+            "env": env_name,
+            "algo": algo,
+            "seed": seed,
+            "steps": done,
+            **_score(model, algo, mdp, cfg),
+        }
+        for done, _path in train_in_stages(
+            model, cfg.timesteps, cfg.n_checkpoints, cfg.checkpoint_dir, stem
         )
+    ]
     venv.close()
     return rows
 
@@ -235,8 +229,7 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Train, checkpoint and score in this process; write CSV / JSON / PNG under
-    ``cfg.results_dir`` (``imitation-meg reproduce`` also resumes and runs in parallel)."""
+    """Run every unit in this process and combine."""
     return run_serially(sys.modules[__name__], cfg)
 
 

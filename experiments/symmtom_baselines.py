@@ -9,13 +9,14 @@ rows) , ``baselines.md`` (the README table) and ``baselines.png`` into ``results
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import pathlib
 import sys
 from typing import Any
 
 import numpy as np
 
-from imitation_meg.results import library_versions, write_csv, write_json
+from imitation_meg.results import markdown_table, write_table
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import check_values
 from imitation_meg.symmtom import parallel_env
@@ -44,11 +45,7 @@ class Config:
 
     def __post_init__(self) -> None:
         """Refuse bad values when the config is loaded, before any unit runs."""
-        check_values(
-            self,
-            positive=("episodes_per_seed",),
-            non_negative=("seeds",),
-        )
+        check_values(self, positive=("episodes_per_seed",), non_negative=("seeds",))
 
 
 def make_policy(name: str, seed: int):
@@ -59,20 +56,23 @@ def make_policy(name: str, seed: int):
     raise ValueError(f"unknown agent {name!r}; use 'random' or 'heuristic'.")
 
 
-def markdown_table(rows: list[dict]) -> str:
+def reward_table(rows: list[dict]) -> str:
+    """Mean reward ± its standard error: a row per configuration, a column per agent."""
     agents = list(dict.fromkeys(r["agent"] for r in rows))
-    header = "| n | w | c | " + " | ".join(agents) + " |"
-    lines = [header, "|" + "---|" * (3 + len(agents))]
     by_cfg: dict[tuple, dict] = {}
     for r in rows:
         by_cfg.setdefault((r["n"], r["w"], r["c"]), {})[r["agent"]] = r
-    for (n, w, c), per in by_cfg.items():
-        cells = [
-            f"{per[a]['reward_mean']:.2f} ± {per[a]['reward_se']:.2f}" if a in per else ""
-            for a in agents
+    cells = [
+        [
+            *conf,
+            *(
+                f"{per[a]['reward_mean']:.2f} ± {per[a]['reward_se']:.2f}" if a in per else ""
+                for a in agents
+            ),
         ]
-        lines.append(f"| {n} | {w} | {c} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        for conf, per in by_cfg.items()
+    ]
+    return markdown_table(["n", "w", "c", *agents], cells)
 
 
 # Units name their configuration, agent and seed.
@@ -86,9 +86,7 @@ def units(cfg: Config) -> list[dict[str, Any]]:
         make_policy(name, 0)  # an unknown agent fails here, before any work
     return [
         {"n": n, "w": w, "c": c, "agent": name, "seed": seed}
-        for n, w, c in cfg.configurations
-        for name in cfg.agents
-        for seed in cfg.seeds
+        for (n, w, c), name, seed in itertools.product(cfg.configurations, cfg.agents, cfg.seeds)
     ]
 
 
@@ -108,10 +106,8 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     ``baselines.md`` and ``baselines.png``."""
     out_dir = pathlib.Path(cfg.results_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    by_unit = {
-        (u["n"], u["w"], u["c"], u["agent"], u["seed"]): r
-        for u, r in zip(units(cfg), results, strict=True)
-    }
+    # keyed by the unit's values: (n, w, c, agent, seed)
+    by_unit = {tuple(u.values()): r for u, r in zip(units(cfg), results, strict=True)}
     rows = []
     for n, w, c in cfg.configurations:
         for name in cfg.agents:
@@ -143,19 +139,13 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
                 if k != "reward":
                     row[f"{k}_per_agent"] = float(np.mean(v))
             rows.append(row)
-    table = markdown_table(rows)
-    write_csv(out_dir / "baselines.csv", rows)
-    write_json(
-        out_dir / "baselines.json", {"config": cfg, "versions": library_versions(), "rows": rows}
-    )
-    (out_dir / "baselines.md").write_text(table + "\n")
+    table = reward_table(rows)
     _plot(rows, out_dir / "baselines.png")
-    return {"rows": rows, "table": table}
+    return write_table(out_dir, "baselines", cfg, rows, table)
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes
-    and runs in parallel)."""
+    """Run every unit in this process and combine."""
     return run_serially(sys.modules[__name__], cfg)
 
 

@@ -78,14 +78,14 @@ class Config:
     eval_episodes: int = 100
     final_episodes: int = 1000
     tom_trials: int = 200
-    lr: float = 1e-3
-    tau: float = 0.005
-    gamma: float = 0.95
-    batch_size: int = 1024
-    update_every: int = 100
-    learning_starts: int | None = None
-    buffer_size: int = 1_000_000
-    hidden: int = 64
+    lr: float = MADDPGConfig.lr
+    tau: float = MADDPGConfig.tau
+    gamma: float = MADDPGConfig.gamma
+    batch_size: int = MADDPGConfig.batch_size
+    update_every: int = MADDPGConfig.update_every
+    learning_starts: int | None = MADDPGConfig.learning_starts
+    buffer_size: int = MADDPGConfig.buffer_size
+    hidden: int = MADDPGConfig.hidden
     save_checkpoints: bool = True
 
     def __post_init__(self) -> None:

@@ -9,12 +9,13 @@ Writes ``meg.csv``, ``meg.json`` and ``meg.md`` into ``results_dir``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import pathlib
 import sys
 from typing import Any
 
 import imitation_meg as im
-from imitation_meg.results import library_versions, write_csv, write_json
+from imitation_meg.results import markdown_table, write_table
 from imitation_meg.runners import run_serially
 from imitation_meg.symmtom.tabular import build_tabular, markov_heuristic, uniform_policy
 
@@ -36,7 +37,7 @@ UNIT_RESOURCES = {"num_cpus": 1}
 
 def units(cfg: Config) -> list[dict[str, Any]]:
     """One unit per partner policy and scored policy of agent 0."""
-    return [{"partner": p, "agent": a} for p in cfg.partners for a in cfg.agents]
+    return [{"partner": p, "agent": a} for p, a in itertools.product(cfg.partners, cfg.agents)]
 
 
 def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
@@ -68,22 +69,14 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     """``meg.csv``, ``meg.json`` and ``meg.md``."""
     rows = list(results)
     cols = ["meg_reward", *[f"meg_{t}" for t in cfg.targets]]
-    lines = ["| partner | agent | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
-    lines += [
-        f"| {r['partner']} | {r['agent']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |"
-        for r in rows
-    ]
-    table = "\n".join(lines)
+    cells = ([r["partner"], r["agent"], *(f"{r[c]:.3f}" for c in cols)] for r in rows)
+    table = markdown_table(["partner", "agent", *cols], cells)
     out_dir = pathlib.Path(cfg.results_dir)
-    write_csv(out_dir / "meg.csv", rows)
-    write_json(out_dir / "meg.json", {"config": cfg, "versions": library_versions(), "rows": rows})
-    (out_dir / "meg.md").write_text(table + "\n")
-    return {"rows": rows, "table": table}
+    return write_table(out_dir, "meg", cfg, rows, table)
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes
-    and runs in parallel)."""
+    """Run every unit in this process and combine."""
     return run_serially(sys.modules[__name__], cfg)
 
 

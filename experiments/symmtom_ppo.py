@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg.results import library_versions, write_csv, write_json
+from imitation_meg.results import markdown_table, write_table
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import check_values
 from imitation_meg.symmtom import parallel_env
@@ -86,10 +86,8 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
 def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     """``ppo.csv``, ``ppo.json`` and ``ppo.md``: one row per configuration and oracle switch."""
     out_dir = pathlib.Path(cfg.results_dir)
-    by_unit = {
-        (u["n"], u["w"], u["c"], u["oracle"], u["seed"]): r
-        for u, r in zip(units(cfg), results, strict=True)
-    }
+    # keyed by the unit's values: (n, w, c, oracle, seed)
+    by_unit = {tuple(u.values()): r for u, r in zip(units(cfg), results, strict=True)}
     rows = []
     for n, w, c in cfg.configurations:
         for oracle in cfg.oracle:
@@ -114,22 +112,19 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
                     else float("nan"),
                 }
             )
-    lines = ["| n | w | c | agent | timesteps | seeds | reward |", "|---|---|---|---|---|---|---|"]
-    lines += [
-        f"| {r['n']} | {r['w']} | {r['c']} | {r['agent']} | {r['timesteps']} | {r['seeds']} | "
-        f"{r['reward_mean']:.2f} ± {r['reward_se']:.2f} |"
-        for r in rows
-    ]
-    table = "\n".join(lines)
-    write_csv(out_dir / "ppo.csv", rows)
-    write_json(out_dir / "ppo.json", {"config": cfg, "versions": library_versions(), "rows": rows})
-    (out_dir / "ppo.md").write_text(table + "\n")
-    return {"rows": rows, "table": table}
+    header = ["n", "w", "c", "agent", "timesteps", "seeds", "reward"]
+    table = markdown_table(
+        header,
+        (
+            [*(r[k] for k in header[:-1]), f"{r['reward_mean']:.2f} ± {r['reward_se']:.2f}"]
+            for r in rows
+        ),
+    )
+    return write_table(out_dir, "ppo", cfg, rows, table)
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes
-    and runs in parallel)."""
+    """Run every unit in this process and combine."""
     return run_serially(sys.modules[__name__], cfg)
 
 

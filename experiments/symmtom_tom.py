@@ -13,7 +13,7 @@ import pathlib
 import sys
 from typing import Any
 
-from imitation_meg.results import library_versions, write_csv, write_json
+from imitation_meg.results import markdown_table, write_table
 from imitation_meg.runners import run_serially
 from imitation_meg.runners.config import check_values
 from imitation_meg.symmtom.agents import HeuristicPolicy, RandomPolicy
@@ -50,11 +50,7 @@ class Config:
 
     def __post_init__(self) -> None:
         """Refuse bad values when the config is loaded, before any unit runs."""
-        check_values(
-            self,
-            positive=("trials",),
-            non_negative=("seed",),
-        )
+        check_values(self, positive=("trials",), non_negative=("seed",))
 
 
 def _policy(agent: str, test: str, seed: int):
@@ -100,22 +96,17 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     def fmt(v: float | None) -> str:
         return "–" if v is None else ("nan" if math.isnan(v) else f"{v:.2f}")
 
-    lines = ["| test | agent | SR | FR | RATSO | optimum | pass |", "|---|---|---|---|---|---|---|"]
-    lines += [
-        f"| {r['test']} | {r['agent']} | {fmt(r['SR'])} | {fmt(r['FR'])} | {fmt(r['RATSO'])} | {fmt(r['optimum'])} "
-        f"| {'yes' if r['pass'] else 'no'} |"
+    header = ["test", "agent", "SR", "FR", "RATSO", "optimum", "pass"]
+    cells = (
+        [r["test"], r["agent"], *(fmt(r[k]) for k in header[2:6]), "yes" if r["pass"] else "no"]
         for r in rows
-    ]
-    table = "\n".join(lines)
-    write_csv(out_dir / "tom.csv", rows)
-    write_json(out_dir / "tom.json", {"config": cfg, "versions": library_versions(), "rows": rows})
-    (out_dir / "tom.md").write_text(table + "\n")
-    return {"rows": rows, "table": table}
+    )
+    table = markdown_table(header, cells)
+    return write_table(out_dir, "tom", cfg, rows, table)
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    """Run every unit in this process and combine (``imitation-meg reproduce`` also resumes
-    and runs in parallel)."""
+    """Run every unit in this process and combine."""
     return run_serially(sys.modules[__name__], cfg)
 
 

@@ -93,24 +93,27 @@ def as_tensor(
         if t.is_complex():
             raise TypeError(_complex_message(name, t.dtype))
     else:
-        try:
-            if isinstance(x, np.ndarray) and not x.flags.writeable:
-                arr = np.array(x, copy=True)
-            else:
-                arr = np.asarray(x)
-        except Exception as e:
-            raise TypeError(f"{name} must be array-like, got {type(x).__name__}: {e}") from e
-        if arr.dtype == object or not (
-            np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_
-        ):
-            raise TypeError(
-                f"{name} must be a numeric array or tensor, got dtype {arr.dtype} "
-                f"({type(x).__name__}); pass a numpy array or torch tensor of numbers."
-            )
-        if arr.dtype.kind == "c":
-            raise TypeError(_complex_message(name, arr.dtype))
-        t = th.as_tensor(arr)
+        t = th.as_tensor(_numeric_array(x, name))
     return t.to(device=device if device is not None else t.device, dtype=dtype or t.dtype)
+
+
+def _numeric_array(x: Any, name: str) -> np.ndarray:
+    """``x`` as a numpy array of real numbers or booleans (a copy when ``x`` is read-only)."""
+    try:
+        if isinstance(x, np.ndarray) and not x.flags.writeable:
+            arr = np.array(x, copy=True)
+        else:
+            arr = np.asarray(x)
+    except Exception as e:
+        raise TypeError(f"{name} must be array-like, got {type(x).__name__}: {e}") from e
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        raise TypeError(
+            f"{name} must be a numeric array or tensor, got dtype {arr.dtype} "
+            f"({type(x).__name__}); pass a numpy array or torch tensor of numbers."
+        )
+    if arr.dtype.kind == "c":
+        raise TypeError(_complex_message(name, arr.dtype))
+    return arr
 
 
 def _complex_message(name: str, dtype: Any) -> str:

@@ -44,6 +44,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from imitation_meg.core.env_tables import make_env
 from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.results import meg_record
 from imitation_meg.type_aliases import PathLike
 
 __all__ = ["MEGCallback"]
@@ -294,17 +295,9 @@ class MEGCallback(BaseCallback):
             epsilon = self._epsilon()
             pi = policy_table(self.model, self.mdp, epsilon=epsilon, env=self._env)
         known = im.meg(pi, self.mdp)
-        record: dict[str, Any] = {
-            "timesteps": int(self.num_timesteps),
-            "meg": known.meg,
-            "normalized": known.normalized,
-            "beta": known.beta,
-            "expected_return": known.expected_utility,
-            "upper_bound": known.upper_bound,
-            "converged": bool(known.converged),
-        }
-        if epsilon is not None:
-            record["epsilon"] = epsilon
+        record = self._record(
+            known, epsilon, known.expected_utility, known.upper_bound, converged=known.converged
+        )
         if self.unknown:
             res = im.meg_unknown(pi, self.mdp)
             record["unknown"] = res.meg
@@ -329,16 +322,31 @@ class MEGCallback(BaseCallback):
         )
         if res.curve is not None:  # extended to this policy's return: keep the longer ladder
             self.curve = res.curve
+        return self._record(
+            res,
+            epsilon,
+            res.expected_return,
+            res.upper_bound,
+            converged=res.settled,
+            low=res.low,
+            high=res.high,
+        )
+
+    def _record(
+        self,
+        result: Any,
+        epsilon: float | None,
+        expected_return: float,
+        upper_bound: float | None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """The record of one evaluation: the time step, :func:`~imitation_meg.results.meg_record`
+        of ``result`` and the ``epsilon`` the policy was read with (when one was)."""
         record: dict[str, Any] = {
             "timesteps": int(self.num_timesteps),
-            "meg": res.meg,
-            "low": res.low,
-            "high": res.high,
-            "normalized": res.normalized,
-            "beta": res.beta,
-            "expected_return": res.expected_return,
-            "upper_bound": res.upper_bound,
-            "converged": bool(res.settled),
+            **meg_record(
+                result, expected_return=expected_return, upper_bound=upper_bound, **fields
+            ),
         }
         if epsilon is not None:
             record["epsilon"] = epsilon

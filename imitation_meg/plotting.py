@@ -4,6 +4,8 @@
   error bars and the paper's numbers as hollow markers.
 - :func:`plot_meg_bars`: grouped bars per setting (goal-region sizes), paper values as markers.
 - :func:`plot_grid_values`: a per-state quantity (an occupancy measure) drawn on a grid.
+- :func:`plot_meg_checkpoints`: MEG with its interval and the mean return at a training run's
+  checkpoints, a column per environment.
 - :func:`plot_meg_history`: MEG against training steps from ``imitation-meg score`` rows or a
   :class:`~imitation_meg.callbacks.MEGCallback` history.
 - :func:`history_labels`: legend names for history files, telling apart files of the same name.
@@ -13,8 +15,9 @@
 
 from __future__ import annotations
 
+import itertools
 import pathlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +26,7 @@ __all__ = [
     "history_labels",
     "plot_grid_values",
     "plot_meg_bars",
+    "plot_meg_checkpoints",
     "plot_meg_history",
     "plot_meg_series",
     "pyplot",
@@ -85,10 +89,17 @@ def plot_meg_series(
     for i, (name, ys) in enumerate((reference or {}).items()):
         c = _COLORS[i % len(_COLORS)]
         ax.plot(x, ys, linestyle="none", marker="s", mfc="none", ms=7, color=c, label=name)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
     if log_y:
         ax.set_yscale("symlog", linthresh=0.1)
+    return _labelled(fig, ax, path, xlabel, ylabel, title)
+
+
+def _labelled(
+    fig: Any, ax: Any, path: str | pathlib.Path, xlabel: str, ylabel: str, title: str
+) -> pathlib.Path:
+    """Label the axes (and the title, when given), draw the grid and the legend, save."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -101,10 +112,10 @@ def plot_meg_bars(
     labels: Sequence[str],
     series: Mapping[str, Sequence[float]],
     *,
-    errors: Mapping[str, Sequence[float]] | None = None,
-    reference: Mapping[str, Sequence[float]] | None = None,
     ylabel: str = "MEG (nats)",
     title: str = "",
+    errors: Mapping[str, Sequence[float]] | None = None,
+    reference: Mapping[str, Sequence[float]] | None = None,
 ) -> pathlib.Path:
     """Grouped bar chart, one group per label; paper values as hollow markers on the bars."""
     plt = pyplot()
@@ -142,6 +153,68 @@ def plot_meg_bars(
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
     return save_figure(fig, path)
+
+
+def plot_meg_checkpoints(
+    path: str | pathlib.Path,
+    rows: Sequence[Mapping[str, Any]],
+    study: Any,
+    *,
+    colors: Mapping[str, str],
+    ylabel: str,
+    panel_width: float = 4.5,
+    title: Callable[[str, list[Mapping[str, Any]]], str] | None = None,
+    decorate: Callable[[Any, list[Mapping[str, Any]], str | None], None] | None = None,
+) -> pathlib.Path:
+    """MEG with its interval (top) and the mean return (bottom) against training steps, one
+    column per environment and one line per (algorithm, seed); returns the PNG path.
+
+    Args:
+        path: output PNG.
+        rows: one per checkpoint, with ``env``, ``algo``, ``seed``, ``steps``, ``meg``, ``low``,
+            ``high`` and ``mean_return``.
+        study: a config whose ``envs``, ``algos`` and ``seeds`` say what to draw, in order.
+        colors: algorithm -> colour.
+        ylabel: the MEG panels' label.
+        panel_width: inches per column.
+        title: ``(env, its last rows) -> title``; decorate: ``(axes, a run's rows, colour)``
+            draws more on a run's MEG panel.
+    """
+    envs, algos, seeds = study.envs, study.algos, study.seeds
+    plt = pyplot()
+    fig, axes = plt.subplots(2, len(envs), figsize=(panel_width * len(envs), 6.5), squeeze=False)
+    for j, env_id in enumerate(envs):
+        ax_m, ax_r = axes[0][j], axes[1][j]
+        sel: list[Mapping[str, Any]] = []
+        for algo, seed in itertools.product(algos, seeds):
+            sel = [r for r in rows if (r["env"], r["algo"], r["seed"]) == (env_id, algo, seed)]
+            if sel:
+                lab = algo.upper() if seed == seeds[0] else None
+                _checkpoint_line(ax_m, ax_r, sel, colors.get(algo), lab, decorate)
+        ax_m.set_title(env_id if title is None else title(env_id, sel), fontsize=9)
+        ax_m.set_ylabel(ylabel)
+        ax_r.set_ylabel("mean return")
+        ax_r.set_xlabel("training steps")
+        ax_m.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def _checkpoint_line(
+    ax_m: Any,
+    ax_r: Any,
+    sel: list[Mapping[str, Any]],
+    color: str | None,
+    label: str | None,
+    decorate: Callable[[Any, list[Mapping[str, Any]], str | None], None] | None,
+) -> None:
+    """One training run of :func:`plot_meg_checkpoints`: MEG and its interval, the return."""
+    s = np.array([r["steps"] for r in sel])
+    ax_m.plot(s, [r["meg"] for r in sel], "o-", color=color, label=label, ms=3)
+    ax_m.fill_between(s, [r["low"] for r in sel], [r["high"] for r in sel], color=color, alpha=0.2)
+    ax_r.plot(s, [r["mean_return"] for r in sel], "o-", color=color, ms=3)
+    if decorate is not None:
+        decorate(ax_m, sel, color)
 
 
 def plot_grid_values(
@@ -360,13 +433,9 @@ def plot_meg_history(
             color=_COLORS[i % len(_COLORS)],
             label=label,
         )
-    ax.set_xlabel("training steps" if uses_steps else "policy (in file order)")
-    ax.set_ylabel("nats" if "expected_return" not in metrics else "value")
-    if title:
-        ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    xlabel = "training steps" if uses_steps else "policy (in file order)"
+    ylabel = "nats" if "expected_return" not in metrics else "value"
+    return _labelled(fig, ax, path, xlabel, ylabel, title)
 
 
 def _history_metrics(

@@ -11,7 +11,11 @@ from imitation_meg.core.mdp import TabularMDP
 from imitation_meg.core.unknown import meg_unknown
 from imitation_meg.type_aliases import PolicyLike, UtilityLike
 
-__all__ = ["SUMMARY_COLUMNS", "meg_summary"]
+__all__ = ["SUMMARY_COLUMNS", "SUMMARY_SETTINGS", "meg_summary"]
+
+#: The keyword settings of :func:`meg_summary`'s MLP estimate, which a study's config carries
+#: under the same names.
+SUMMARY_SETTINGS = ("mlp_steps", "mlp_lr", "mlp_seeds", "seed")
 
 #: The table columns :func:`meg_summary` always returns (MLP columns are NaN when skipped).
 SUMMARY_COLUMNS = (

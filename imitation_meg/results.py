@@ -13,7 +13,7 @@ import json
 import math
 import pathlib
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,14 +23,18 @@ from imitation_meg.type_aliases import JSONValue, PathLike
 
 __all__ = [
     "check_output_path",
+    "fields_dict",
     "format_table",
     "library_versions",
+    "markdown_table",
+    "meg_record",
     "read_rows",
     "to_jsonable",
     "write_csv",
     "write_json",
     "write_jsonl",
     "write_results",
+    "write_table",
 ]
 
 
@@ -54,6 +58,39 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+def meg_record(
+    result: Any, *, expected_return: float, upper_bound: float | None, converged: bool, **more: Any
+) -> dict[str, Any]:
+    """The record of one MEG evaluation that the callback logs and writes.
+
+    Args:
+        result: a MEG result with ``meg``, ``normalized`` and ``beta`` attributes.
+        expected_return, upper_bound, converged: the record's fields of those names.
+        **more: fields placed right after ``meg`` (an estimate's ``low`` and ``high``).
+
+    Returns:
+        ``meg``, ``more``, ``normalized``, ``beta``, ``expected_return``, ``upper_bound`` and
+        ``converged`` (a bool), in that order.
+    """
+    return {
+        "meg": result.meg,
+        **more,
+        "normalized": result.normalized,
+        "beta": result.beta,
+        "expected_return": expected_return,
+        "upper_bound": upper_bound,
+        "converged": bool(converged),
+    }
+
+
+def fields_dict(obj: Any) -> dict[str, Any]:
+    """JSON-ready dict of a dataclass instance's fields (each read as it is, then converted by
+    :func:`to_jsonable`); result classes take it as their ``to_dict``."""
+    return to_jsonable(  # type: ignore[return-value]
+        {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    )
+
+
 def to_jsonable(obj: Any) -> JSONValue:
     """Convert results to plain JSON values: dataclasses and mappings to dicts, sequences, arrays
     and tensors to lists, numpy scalars to Python numbers, paths to strings, NaN to ``None`` and
@@ -62,23 +99,33 @@ def to_jsonable(obj: Any) -> JSONValue:
         return to_jsonable(dataclasses.asdict(obj))
     if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, th.Tensor):
-        return to_jsonable(obj.detach().cpu().tolist())
-    if isinstance(obj, (np.ndarray, np.generic)):
-        return to_jsonable(obj.tolist())
+    if isinstance(obj, (list, tuple, th.Tensor, np.ndarray, np.generic)):
+        return _json_sequence(obj)
     if isinstance(obj, float):
-        if math.isnan(obj):
-            return None
-        if math.isinf(obj):
-            return "inf" if obj > 0 else "-inf"
-        return obj
+        return _json_float(obj)
     if isinstance(obj, pathlib.PurePath):
         return str(obj)
     if obj is None or isinstance(obj, (bool, int, str)):
         return obj
     return str(obj)
+
+
+def _json_sequence(obj: Any) -> JSONValue:
+    """A list, tuple, tensor, array or numpy scalar as plain JSON values."""
+    if isinstance(obj, th.Tensor):
+        return to_jsonable(obj.detach().cpu().tolist())
+    if isinstance(obj, (np.ndarray, np.generic)):
+        return to_jsonable(obj.tolist())
+    return [to_jsonable(v) for v in obj]
+
+
+def _json_float(x: float) -> JSONValue:
+    """NaN as ``None``, an infinity as ``"inf"`` / ``"-inf"``, any other float as it is."""
+    if math.isnan(x):
+        return None
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
 
 
 def write_json(path: PathLike, payload: Any) -> pathlib.Path:
@@ -138,6 +185,32 @@ def write_results(
     is_instance = dataclasses.is_dataclass(cfg) and not isinstance(cfg, type)
     payload["config"] = dataclasses.asdict(cfg) if is_instance else cfg
     return payload
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A Markdown table: the ``header`` row, the separator and a row per sequence of cells (each
+    cell written with ``str``)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_table(
+    folder: PathLike, stem: str, config: Any, rows: Sequence[Mapping[str, Any]], table: str
+) -> dict[str, Any]:
+    """Write a study's rows as ``<stem>.csv``, ``<stem>.json`` (with the config and the library
+    versions) and its Markdown ``table`` as ``<stem>.md`` in ``folder``.
+
+    Returns:
+        ``{"rows": rows, "table": table}``, what the study's ``combine`` returns.
+    """
+    out = pathlib.Path(folder)
+    write_csv(out / f"{stem}.csv", rows)
+    write_json(
+        out / f"{stem}.json", {"config": config, "versions": library_versions(), "rows": rows}
+    )
+    (out / f"{stem}.md").write_text(table + "\n")
+    return {"rows": rows, "table": table}
 
 
 def write_jsonl(path: PathLike, rows: Sequence[Mapping[str, Any]]) -> pathlib.Path:
@@ -254,21 +327,24 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None =
     if not rows:
         return "(no rows)"
     columns = list(columns or rows[0].keys())
-
-    def fmt(v: Any) -> str:
-        if isinstance(v, bool):
-            return "yes" if v else "no"
-        if isinstance(v, float):
-            if math.isinf(v):
-                return "+inf" if v > 0 else "-inf"
-            if math.isnan(v):
-                return "nan"
-            return f"{v:.4f}"
-        return str(v)
-
-    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
+    cells = [[_cell_text(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    line = "  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))
-    sep = "  ".join("-" * w for w in widths)
-    body = ["  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join([line, sep, *body])
+    lines = [_aligned(columns, widths), "  ".join("-" * w for w in widths)]
+    return "\n".join(lines + [_aligned(row, widths) for row in cells])
+
+
+def _aligned(texts: Sequence[str], widths: Sequence[int]) -> str:
+    return "  ".join(t.rjust(w) for t, w in zip(texts, widths, strict=True))
+
+
+def _cell_text(v: Any) -> str:
+    """A table cell: yes / no, floats with 4 decimals (``+inf``, ``-inf``, ``nan``), else ``str``."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "+inf" if v > 0 else "-inf"
+        if math.isnan(v):
+            return "nan"
+        return f"{v:.4f}"
+    return str(v)

@@ -208,14 +208,7 @@ def score_policy(source: str, mdp: TabularMDP, opts: ScoreOptions) -> dict[str, 
         return score_row(source, mdp, opts)
     pi, about = policy_of(source, mdp, opts)
     known = im.meg(pi, mdp, signed=opts.signed)
-    target = None
-    if opts.mode == "known":
-        res = known
-    elif opts.mode == "unknown":
-        res = im.meg_unknown(pi, mdp)
-    else:
-        target = opts.target or "goal"
-        res = im.meg_target(pi, mdp, target)
+    res, target = _meg_of_mode(pi, mdp, known, opts.mode, opts.target)
     return {
         "policy": label_of(source, about.get("algo"), opts.epsilon),
         "source": source,
@@ -304,3 +297,16 @@ def score_policies(
     with concurrent.futures.ProcessPoolExecutor(max_workers=len(chunks), mp_context=ctx) as pool:
         futures = [pool.submit(_score_chunk, chunk, mdp_bytes, opts) for chunk in chunks]
         return [row for f in futures for row in f.result()]
+
+
+def _meg_of_mode(
+    pi: Any, mdp: TabularMDP, known: Any, mode: str, target: str | None
+) -> tuple[Any, str | None]:
+    """The result ``mode`` asks for (``known`` is the known-utility one) and the target it used."""
+    import imitation_meg as im
+
+    if mode == "known":
+        return known, None
+    if mode == "unknown":
+        return im.meg_unknown(pi, mdp), None
+    return im.meg_target(pi, mdp, target or "goal"), target or "goal"

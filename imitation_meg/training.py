@@ -6,12 +6,94 @@ agents. Imports stable-baselines3 and seals lazily (extra ``sb3``).
 
 from __future__ import annotations
 
+import pathlib
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["ALGOS", "make_minigrid_ppo", "make_model", "train_cliff_ppo"]
+from imitation_meg.type_aliases import PathLike
+
+__all__ = [
+    "ALGOS",
+    "ZOO_DQN",
+    "make_minigrid_ppo",
+    "make_model",
+    "train_cliff_ppo",
+    "train_in_stages",
+]
 
 #: Algorithms :func:`make_model` builds.
 ALGOS = ("ppo", "dqn", "a2c")
+
+#: The RL Zoo's DQN hyperparameters (rl-zoo3 2.2.1) for the classic-control tasks, by id.
+ZOO_DQN: dict[str, dict[str, Any]] = {
+    "CartPole-v1": {
+        "learning_rate": 2.3e-3,
+        "batch_size": 64,
+        "buffer_size": 100_000,
+        "learning_starts": 1000,
+        "gamma": 0.99,
+        "target_update_interval": 10,
+        "train_freq": 256,
+        "gradient_steps": 128,
+        "exploration_fraction": 0.16,
+        "exploration_final_eps": 0.04,
+    },
+    "Acrobot-v1": {
+        "learning_rate": 6.3e-4,
+        "batch_size": 128,
+        "buffer_size": 50_000,
+        "learning_starts": 0,
+        "gamma": 0.99,
+        "target_update_interval": 250,
+        "train_freq": 4,
+        "gradient_steps": -1,
+        "exploration_fraction": 0.12,
+        "exploration_final_eps": 0.1,
+    },
+    "MountainCar-v0": {
+        "learning_rate": 4e-3,
+        "batch_size": 128,
+        "buffer_size": 10_000,
+        "learning_starts": 1000,
+        "gamma": 0.98,
+        "target_update_interval": 600,
+        "train_freq": 16,
+        "gradient_steps": 8,
+        "exploration_fraction": 0.2,
+        "exploration_final_eps": 0.07,
+    },
+}
+
+
+def train_in_stages(
+    model: Any, total_timesteps: int, n_checkpoints: int, folder: PathLike, stem: str
+) -> Iterator[tuple[int, pathlib.Path]]:
+    """Train an SB3 ``model`` to ``total_timesteps`` in ``n_checkpoints`` equal stages, saving it
+    before the first stage and after each one.
+
+    Args:
+        model: an SB3 model (``learn``, ``save``, ``num_timesteps``).
+        total_timesteps: the training budget.
+        n_checkpoints: the number of stages.
+        folder: where the checkpoints go (created if missing).
+        stem: the checkpoints' file names are ``<stem>_<steps>.zip``.
+
+    Yields:
+        ``(steps trained, checkpoint path)``, from the untrained model on; the caller scores the
+        model at each one before the next stage trains it further.
+    """
+    import numpy as np
+
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    done = 0
+    for target in np.linspace(0, total_timesteps, n_checkpoints + 1).astype(int):
+        if target > done:
+            model.learn(int(target - done), reset_num_timesteps=False)
+            done = int(model.num_timesteps)
+        path = folder / f"{stem}_{done}.zip"
+        model.save(path)
+        yield done, path
 
 
 def make_model(

@@ -47,21 +47,20 @@ def test_benchmark_fast_config_end_to_end(tmp_path):
     out = driver.main(cfg)
     rows = out["rows"]
     kinds = [(r["task"].split(" (")[0], r["env"], r["K"], r["dtype"]) for r in rows]
+    cliff, sparse = "CliffWorld 10x4", "random sparse S=3e+02"
+    soft_vi, known = "soft VI + occupancy", "known-utility MEG"
     expected = [
-        ("soft VI + occupancy", "CliffWorld 10x4", 1, "float64"),
-        ("soft VI + occupancy", "CliffWorld 10x4", 4, "float64"),
-        ("soft VI + occupancy", "random sparse S=3e+02", 1, "float64"),
-        ("soft VI + occupancy", "random sparse S=3e+02", 4, "float64"),
-        ("soft VI + occupancy", "random sparse S=3e+02", 1, "float32"),
-        ("known-utility MEG", "CliffWorld 10x4", 1, "float64"),
-        ("known-utility MEG", "CliffWorld 10x4", 1, "float64"),
-        ("known-utility MEG", "random sparse S=3e+02", 1, "float64"),
-        ("known-utility MEG", "random sparse S=3e+02", 1, "float64"),
-        ("known-utility MEG", "random sparse S=3e+02", 1, "float32"),
-        # the same three rows with two threads (meg_random_threads: [1, 2])
-        ("known-utility MEG", "random sparse S=3e+02", 1, "float64"),
-        ("known-utility MEG", "random sparse S=3e+02", 1, "float64"),
-        ("known-utility MEG", "random sparse S=3e+02", 1, "float32"),
+        *[(soft_vi, cliff, k, "float64") for k in (1, 4)],
+        *[(soft_vi, sparse, k, "float64") for k in (1, 4)],
+        (soft_vi, sparse, 1, "float32"),
+        *[(known, cliff, 1, "float64")] * 2,
+        # the random rows with one and two threads (meg_random_threads: [1, 2])
+        *[
+            (known, sparse, 1, "float64"),
+            (known, sparse, 1, "float64"),
+            (known, sparse, 1, "float32"),
+        ]
+        * 2,
     ]
     if _fused.available():  # one pass, fused against torch, with 1 and 2 threads
         expected += [("one known-utility MEG pass", "random sparse S=3e+02", 1, "float64")] * 2

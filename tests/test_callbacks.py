@@ -35,16 +35,8 @@ def _train_with_callback(tmp_path, *, normalize: bool, unknown: bool = False):
     venv = make_vec_env(CLIFF, n_envs=2, seed=0)
     if normalize:
         venv = VecNormalize(venv, norm_reward=False)
-    model = sb3.PPO(
-        "MlpPolicy",
-        venv,
-        n_steps=64,
-        batch_size=64,
-        n_epochs=2,
-        seed=0,
-        device="cpu",
-        policy_kwargs={"net_arch": [16]},
-    )
+    tiny = {"seed": 0, "device": "cpu", "policy_kwargs": {"net_arch": [16]}}
+    model = sb3.PPO("MlpPolicy", venv, n_steps=64, batch_size=64, n_epochs=2, **tiny)
     model.set_logger(configure(str(tmp_path / "log"), ["csv"]))
     meg_cb = MEGCallback(CLIFF, eval_freq=96, unknown=unknown, history=tmp_path / "history.jsonl")
     # Checkpoints at the same calls: an independent copy of the policy the callback scored.

@@ -10,7 +10,6 @@ import time
 import warnings
 
 import pytest
-import torch as th
 
 import imitation_meg as im
 from imitation_meg.cli import main
@@ -28,18 +27,9 @@ def checkpoints(tmp_path_factory):
     import stable_baselines3 as sb3
     from stable_baselines3.common.callbacks import CheckpointCallback
 
-    th.set_num_threads(1)
     d = tmp_path_factory.mktemp("ckpt")
-    model = sb3.PPO(
-        "MlpPolicy",
-        CLIFF,
-        n_steps=32,
-        batch_size=32,
-        n_epochs=1,
-        seed=0,
-        device="cpu",
-        policy_kwargs={"net_arch": [16]},
-    )
+    tiny = {"seed": 0, "device": "cpu", "policy_kwargs": {"net_arch": [16]}}
+    model = sb3.PPO("MlpPolicy", CLIFF, n_steps=32, batch_size=32, n_epochs=1, **tiny)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         model.learn(512, callback=CheckpointCallback(64, str(d)))

@@ -63,7 +63,7 @@ from imitation_meg.continuous.policies import (
 )
 from imitation_meg.continuous.soft_vi import model_tables, soft_mean, soft_values
 from imitation_meg.core.beta.solver import BetaEvaluation, LimitValue, solve_beta
-from imitation_meg.results import to_jsonable
+from imitation_meg.results import fields_dict
 
 __all__ = [
     "ContinuousMEGObjective",
@@ -322,11 +322,7 @@ class ContinuousMEGResult:
     signed: bool
     evaluations: int
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return to_jsonable(  # type: ignore[return-value]
-            {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        )
+    to_dict = fields_dict
 
 
 def _solve(

@@ -34,6 +34,8 @@ from typing import NamedTuple
 import numpy as np
 import torch as th
 
+from imitation_meg.type_aliases import AnyTensor
+
 __all__ = [
     "GAUSS_RANGE",
     "BoxRule",
@@ -202,9 +204,7 @@ def _normal_cdf(z: np.ndarray) -> np.ndarray:
     return np.asarray(ndtr(z), dtype=np.float64)
 
 
-def _check_gaussian(
-    mean: th.Tensor | np.ndarray, std: th.Tensor | np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _check_gaussian(mean: AnyTensor, std: AnyTensor) -> tuple[np.ndarray, np.ndarray]:
     m = np.asarray(th.as_tensor(mean, dtype=th.float64).cpu(), dtype=np.float64)
     s = np.asarray(th.as_tensor(std, dtype=th.float64).cpu(), dtype=np.float64)
     if m.ndim != 2 or m.shape != s.shape:
@@ -243,14 +243,14 @@ def _squashed_1d(
 
 
 def squashed_gaussian_rule(
-    mean: th.Tensor | np.ndarray,
-    std: th.Tensor | np.ndarray,
+    mean: AnyTensor,
+    std: AnyTensor,
     low: np.ndarray,
     high: np.ndarray,
     *,
+    extra_breaks: bool = True,
     nodes: int = 8,
     panels: int = 16,
-    extra_breaks: bool = True,
 ) -> MeasureRule:
     """The law of ``low + (tanh(g) + 1) (high - low) / 2``, ``g ~ N(mean, diag(std^2))``.
 
@@ -294,8 +294,8 @@ def _clipped_1d(
 
 
 def clipped_gaussian_rule(
-    mean: th.Tensor | np.ndarray,
-    std: th.Tensor | np.ndarray,
+    mean: AnyTensor,
+    std: AnyTensor,
     low: np.ndarray,
     high: np.ndarray,
     *,
@@ -320,8 +320,8 @@ def clipped_gaussian_rule(
 
 
 def _per_dimension(
-    mean: th.Tensor | np.ndarray,
-    std: th.Tensor | np.ndarray,
+    mean: AnyTensor,
+    std: AnyTensor,
     low: np.ndarray,
     high: np.ndarray,
     one: Callable[[float, float, float, float], tuple[np.ndarray, np.ndarray, float]],

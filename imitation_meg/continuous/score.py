@@ -49,18 +49,17 @@ def exact_record(
     records), ``converged`` (and ``unknown`` over every utility of the state)."""
     from imitation_meg.continuous.densities import tabular_policy
     from imitation_meg.continuous.known import meg_continuous
+    from imitation_meg.results import meg_record
 
     pol = tabular_policy(model, mdp, observations, noise_std=noise_std)
     res = meg_continuous(pol, mdp)
-    record: dict[str, Any] = {
-        "meg": res.meg,
-        "normalized": res.normalized,
-        "beta": res.beta,
-        "expected_return": res.expected_utility,
-        "upper_bound": None,
-        "certificate": res.certificate,
-        "converged": bool(res.converged),
-    }
+    record = meg_record(
+        res,
+        expected_return=res.expected_utility,
+        upper_bound=None,
+        converged=res.converged,
+        certificate=res.certificate,
+    )
     if unknown:
         from imitation_meg.continuous.unknown import meg_continuous_unknown
 
@@ -76,8 +75,6 @@ def score_row(source: str, mdp: Any, opts: Any) -> dict[str, Any]:
     Raises:
         ValueError: a mode other than known / unknown, options that do not apply.
     """
-    from imitation_meg.continuous import policies
-    from imitation_meg.continuous.densities import tabular_policy
     from imitation_meg.continuous.known import meg_continuous
     from imitation_meg.continuous.unknown import meg_continuous_unknown
 
@@ -87,24 +84,8 @@ def score_row(source: str, mdp: Any, opts: Any) -> dict[str, Any]:
         )
     if opts.epsilon is not None or opts.action_masks is not None:
         raise ValueError("--epsilon / --action-masks apply to discrete actions.")
-    about: dict[str, Any] = {"algo": None, "timesteps": None}
     noise = getattr(opts, "noise_std", None)
-    if source == "uniform":
-        pol: Any = policies.uniform(mdp)
-    elif source in ("optimal", "epsilon-greedy"):
-        raise ValueError(
-            f"{source!r} has no density on a continuous box (a deterministic policy); score "
-            "'uniform' or a saved model."
-        )
-    else:
-        from imitation_meg.adapters.saved_models import read_model_info
-
-        p = pathlib.Path(source)
-        if not p.exists():
-            raise FileNotFoundError(f"no SB3 model file at {source!r}.")
-        info = read_model_info(p)
-        about = {"algo": (opts.algo or info.algo), "timesteps": info.num_timesteps}
-        pol = tabular_policy(source, mdp, algo=opts.algo, noise_std=noise)
+    pol, about = _density_of(source, mdp, opts.algo, noise)
     known = meg_continuous(pol, mdp, signed=opts.signed)
     res: Any = known if opts.mode == "known" else meg_continuous_unknown(pol, mdp, "state")
     algo = about["algo"]
@@ -129,3 +110,26 @@ def score_row(source: str, mdp: Any, opts: Any) -> dict[str, Any]:
         "vec_normalize": None,
         "noise_std": noise,
     }
+
+
+def _density_of(source: str, mdp: Any, algo: str | None, noise: Any) -> tuple[Any, dict[str, Any]]:
+    """The policy density ``source`` names (``"uniform"`` or a saved SB3 model) and its
+    ``algo`` / ``timesteps``."""
+    from imitation_meg.continuous import policies
+    from imitation_meg.continuous.densities import tabular_policy
+
+    if source == "uniform":
+        return policies.uniform(mdp), {"algo": None, "timesteps": None}
+    if source in ("optimal", "epsilon-greedy"):
+        raise ValueError(
+            f"{source!r} has no density on a continuous box (a deterministic policy); score "
+            "'uniform' or a saved model."
+        )
+    from imitation_meg.adapters.saved_models import read_model_info
+
+    p = pathlib.Path(source)
+    if not p.exists():
+        raise FileNotFoundError(f"no SB3 model file at {source!r}.")
+    info = read_model_info(p)
+    about = {"algo": (algo or info.algo), "timesteps": info.num_timesteps}
+    return tabular_policy(source, mdp, algo=algo, noise_std=noise), about

@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Any
 
 import numpy as np
 import torch as th
@@ -46,7 +45,7 @@ from imitation_meg.continuous.known import (
 from imitation_meg.continuous.mdp import ContinuousMDP, Fn, numeric
 from imitation_meg.continuous.policies import ContinuousPolicy, TabularRule
 from imitation_meg.continuous.soft_vi import model_tables, soft_mean
-from imitation_meg.results import to_jsonable
+from imitation_meg.results import fields_dict
 from imitation_meg.type_aliases import ArrayLike
 
 __all__ = ["ContinuousUnknownResult", "LinearClassObjective", "meg_continuous_unknown"]
@@ -210,11 +209,7 @@ class ContinuousUnknownResult:
     quadrature_error: float
     level: int
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return to_jsonable(  # type: ignore[return-value]
-            {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        )
+    to_dict = fields_dict
 
 
 def _newton(obj: LinearClassObjective, max_iter: int) -> tuple[float, th.Tensor, float, bool, int]:

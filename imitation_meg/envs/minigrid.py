@@ -35,21 +35,40 @@ module has not been checked against (``allow_unverified=True`` accepts a ``step`
 only the grid, the agent and attributes fixed at reset), wrappers that change dynamics
 (``NoDeath``, ``StochasticActionWrapper``) or whose effect on observations is unknown, and state
 spaces past ``max_states``.
+
+The search lives in :mod:`~imitation_meg.envs.minigrid_search` and the checks of environments,
+wrappers and observation stacks in :mod:`~imitation_meg.envs.minigrid_wrappers`; their public
+names are importable from here.
 """
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import dataclasses
-import warnings
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch as th
 
 from imitation_meg.core.mdp import TabularMDP
+from imitation_meg.envs.minigrid_search import (
+    _SUCCEEDED,
+    _enumerate,
+    _Enumeration,
+    _is_int,
+    _Layout,
+    _layout,
+    _observations,
+    _start_keys,
+)
+from imitation_meg.envs.minigrid_wrappers import (
+    OBSERVATIONS,
+    VERIFIED_STEPS,
+    _auto_observation,
+    _check_env,
+    _wrapper_chain,
+    wrap_observation,
+)
 from imitation_meg.type_aliases import EnvLike
 
 __all__ = [
@@ -65,234 +84,6 @@ __all__ = [
 #: Default limit on the number of enumerated states (each costs ``|A|`` environment steps).
 MAX_STATES = 200_000
 
-#: Standard observation stacks: name -> wrapper class names, innermost first.
-OBSERVATIONS: dict[str, tuple[str, ...]] = {
-    "image": ("ImgObsWrapper",),
-    "flat": ("FlatObsWrapper",),
-    "full": ("FullyObsWrapper", "ImgObsWrapper"),
-    "rgb": ("RGBImgPartialObsWrapper", "ImgObsWrapper"),
-    "rgb-full": ("RGBImgObsWrapper", "ImgObsWrapper"),
-}
-
-#: ``module:Class`` of the ``step`` implementations whose use of state the lockstep tests check:
-#: each reads only the grid, the agent, what it carries and attributes fixed at reset.
-VERIFIED_STEPS = (
-    "minigrid.minigrid_env:MiniGridEnv",
-    "minigrid.envs.unlock:UnlockEnv",
-    "minigrid.envs.keycorridor:KeyCorridorEnv",
-)
-
-# Wrappers that neither change observations nor dynamics (bookkeeping, checks, time limits).
-_PASSTHROUGH = frozenset(
-    {"TimeLimit", "OrderEnforcing", "PassiveEnvChecker", "RecordEpisodeStatistics", "Monitor"}
-)
-# Observation wrappers whose ``observation`` keeps state of its own, or wrappers that change
-# the dynamics: refused with the reason.
-_REFUSED_WRAPPERS = {
-    "NoDeath": "it changes what lava does (the MDP would not be the wrapped environment's)",
-    "StochasticActionWrapper": "it replaces actions at random",
-    "ActionBonus": "it adds a count-based bonus that depends on the episode's history",
-    "PositionBonus": "it adds a count-based bonus that depends on the episode's history",
-    "ReseedWrapper": "it chooses the layout at each reset; pass seed= instead",
-}
-# Cells whose entry ends the episode (MiniGrid's step terminates there): no start stands on one.
-_ENDING_CELLS = ("goal", "lava")
-# Terminal kinds of a state.
-_LIVE, _FAILED, _SUCCEEDED = 0, 1, 2
-
-
-@dataclasses.dataclass
-class _Layout:
-    """The objects of one reset and how to write a state back into the environment."""
-
-    env: Any  # the unwrapped MiniGridEnv
-    objects: list[Any]  # every WorldObj of the reset (grid, carried, inside boxes)
-    index: dict[int, int]  # id(obj) -> position in objects
-    mutable: list[int]  # objects whose class toggles (doors, boxes): their attributes are state
-    attrs: list[tuple[str, ...]]  # the state attributes of each mutable object
-
-    def key(self) -> tuple[Any, ...]:
-        """The environment's current state, hashable: agent, carried object, cells, toggles."""
-        u, index = self.env, self.index
-        try:
-            cells = tuple(-1 if o is None else index[id(o)] for o in u.grid.grid)
-            carrying = -1 if u.carrying is None else index[id(u.carrying)]
-        except KeyError as e:
-            raise ValueError(
-                f"{type(u).__name__} created a new object while stepping; only environments "
-                "whose objects all exist after reset can be enumerated."
-            ) from e
-        toggles = tuple(
-            tuple(self._value(getattr(self.objects[i], a)) for a in names)
-            for i, names in zip(self.mutable, self.attrs, strict=True)
-        )
-        pos = u.agent_pos
-        return (int(pos[0]), int(pos[1])), int(u.agent_dir), carrying, cells, toggles
-
-    def _value(self, v: Any) -> Any:
-        if v is None or isinstance(v, (bool, int, str, float)):
-            return v
-        if id(v) in self.index:
-            return ("obj", self.index[id(v)])
-        raise ValueError(
-            f"a door or box attribute holds a {type(v).__name__}; only plain values and "
-            "objects of the layout can be enumerated."
-        )
-
-    def restore(self, key: tuple[Any, ...]) -> None:
-        """Write the state ``key`` (from :meth:`key`) back into the environment."""
-        u, objs = self.env, self.objects
-        pos, direction, carrying, cells, toggles = key
-        u.agent_pos = pos
-        u.agent_dir = direction
-        u.carrying = None if carrying < 0 else objs[carrying]
-        u.grid.grid[:] = [None if i < 0 else objs[i] for i in cells]
-        for i, names, values in zip(self.mutable, self.attrs, toggles, strict=True):
-            obj = objs[i]
-            for name, v in zip(names, values, strict=True):
-                setattr(obj, name, objs[v[1]] if isinstance(v, tuple) else v)
-
-
-def _layout(u: Any) -> _Layout:
-    from minigrid.core.world_object import WorldObj
-
-    objects: list[Any] = []
-    index: dict[int, int] = {}
-
-    def add(o: Any) -> None:
-        while o is not None and id(o) not in index:
-            index[id(o)] = len(objects)
-            objects.append(o)
-            o = getattr(o, "contains", None)
-
-    for o in u.grid.grid:
-        add(o)
-    add(u.carrying)
-    mutable, attrs = [], []
-    for i, o in enumerate(objects):
-        if type(o).toggle is not WorldObj.toggle:
-            mutable.append(i)
-            attrs.append(tuple(sorted(k for k in vars(o) if k not in ("cur_pos", "init_pos"))))
-    return _Layout(u, objects, index, mutable, attrs)
-
-
-def _class_path(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def _check_env(u: Any, allow_unverified: bool) -> None:
-    """Refuse what cannot be enumerated exactly (see the module docstring)."""
-    from minigrid.minigrid_env import MiniGridEnv
-
-    if not isinstance(u, MiniGridEnv):
-        raise TypeError(
-            f"minigrid_mdp needs a MiniGrid environment, got {type(u).__name__}; for seals and "
-            "toy-text environments use TabularMDP.from_env."
-        )
-    names = {c.__name__ for c in type(u).__mro__}
-    if "DynamicObstaclesEnv" in names:
-        raise ValueError(
-            f"{type(u).__name__} moves its obstacles at random at every step (random dynamics "
-            "over obstacle positions that this enumeration does not express); it cannot be "
-            "scored exactly."
-        )
-    if "RoomGridLevel" in names or type(u).__module__.startswith("minigrid.envs.babyai"):
-        raise ValueError(
-            f"{type(u).__name__} is a BabyAI level: its instructions keep their progress outside "
-            "the grid, so its states cannot be enumerated from the grid alone."
-        )
-    if type(u)._reward is not MiniGridEnv._reward:
-        raise ValueError(
-            f"{type(u).__name__} overrides _reward; the exact utility assumes MiniGrid's "
-            "1 - 0.9 * step_count / max_steps."
-        )
-    owner = next(c for c in type(u).__mro__ if "step" in vars(c))
-    if _class_path(owner) not in VERIFIED_STEPS and not allow_unverified:
-        raise ValueError(
-            f"{type(u).__name__}'s step ({_class_path(owner)}) is not among the verified ones "
-            f"{list(VERIFIED_STEPS)}; if it reads only the grid, the agent, what it carries and "
-            "attributes fixed at reset, pass allow_unverified=True (and check the MDP against "
-            "the environment, as tests/envs/test_minigrid.py does)."
-        )
-
-
-def _wrapper_chain(env: Any) -> list[Any]:
-    """The wrappers of ``env``, innermost first, checked for what they do to observations."""
-    import gymnasium as gym
-
-    chain = []
-    w = env
-    while isinstance(w, gym.Wrapper):
-        chain.append(w)
-        w = w.env
-    chain.reverse()
-    for w in chain:
-        name = type(w).__name__
-        if name in _REFUSED_WRAPPERS:
-            raise ValueError(f"cannot enumerate through {name}: {_REFUSED_WRAPPERS[name]}.")
-        if not isinstance(w, gym.ObservationWrapper) and name not in _PASSTHROUGH:
-            raise TypeError(
-                f"the environment is wrapped in {name}, which is not an observation wrapper; "
-                "its effect on observations and dynamics is unknown. Pass the environment "
-                f"without it (known pass-through wrappers: {sorted(_PASSTHROUGH)})."
-            )
-    return [w for w in chain if isinstance(w, gym.ObservationWrapper)]
-
-
-def wrap_observation(env: Any, observation: str) -> Any:
-    """``env`` wrapped in the observation stack named ``observation`` (:data:`OBSERVATIONS`).
-
-    Raises:
-        ValueError: an unknown name.
-    """
-    import minigrid.wrappers as mw
-
-    if observation not in OBSERVATIONS:
-        raise ValueError(
-            f"unknown observation {observation!r}; choose from {sorted(OBSERVATIONS)} or 'auto' "
-            "with observation_space=, or wrap the environment yourself."
-        )
-    with _quiet_forwarding():
-        for name in OBSERVATIONS[observation]:
-            env = getattr(mw, name)(env)
-    return env
-
-
-@contextlib.contextmanager
-def _quiet_forwarding() -> Iterator[None]:
-    """Silence gymnasium 0.29's warning that a wrapper forwards an attribute (``env.width``,
-    ``env.get_frame``): minigrid 2.3's own wrappers read them so, not the caller's code."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore",
-            message=".*to get variables from other wrappers is deprecated",
-            category=UserWarning,
-            module="gymnasium.core",
-        )
-        yield
-
-
-def _auto_observation(env: Any, space: Any) -> str:
-    """The stack of :data:`OBSERVATIONS` whose observation space equals ``space``."""
-    if space is None:
-        raise ValueError("observation='auto' needs observation_space= (the agent's space).")
-    found = []
-    for name in OBSERVATIONS:
-        s = wrap_observation(env, name).observation_space
-        shape = tuple(s.shape or ())
-        # SB3 CNN policies observe images channel-first (VecTransposeImage).
-        shapes = {shape} | ({(shape[2], *shape[:2])} if len(shape) == 3 else set())
-        if tuple(space.shape or ()) in shapes and s.dtype == space.dtype:
-            found.append(name)
-    if len(found) != 1:
-        options = {n: tuple(wrap_observation(env, n).observation_space.shape) for n in OBSERVATIONS}
-        raise ValueError(
-            f"the agent observes {space}; {'several' if found else 'none'} of the standard "
-            f"observation stacks match ({options}); pass observation=<name> or the wrapped "
-            "environment."
-        )
-    return found[0]
-
 
 def _make(env: Any, make_kwargs: dict[str, Any]) -> Any:
     import minigrid  # noqa: F401  (registers the MiniGrid ids)
@@ -300,159 +91,6 @@ def _make(env: Any, make_kwargs: dict[str, Any]) -> Any:
     from imitation_meg.core.env_tables import make_env  # the one gymnasium.make wrapper
 
     return make_env(env, make_kwargs)
-
-
-@dataclasses.dataclass
-class _Enumeration:
-    keys: list[tuple[Any, ...]]
-    terminal: list[int]
-    next_state: np.ndarray  # (S, A) int64
-    success: np.ndarray  # (S, A) bool
-    parent: list[int]
-    parent_action: list[int]
-    depth: list[int]
-
-
-def _enumerate(layout: _Layout, starts: list[tuple[Any, ...]], max_states: int) -> _Enumeration:
-    """Breadth-first search over the states reachable from ``starts``."""
-    u = layout.env
-    n_actions = int(u.action_space.n)
-    ids: dict[tuple[Any, ...], int] = {}
-    keys: list[tuple[Any, ...]] = []
-    terminal: list[int] = []
-    parent: list[int] = []
-    parent_action: list[int] = []
-    depth: list[int] = []
-    rows: list[list[int]] = []
-    succ: list[list[bool]] = []
-    win = 1.0 - 0.9 / u.max_steps
-
-    def add(key: tuple[Any, ...], kind: int, p: int, a: int, d: int) -> int:
-        full = (*key, kind)
-        i = ids.get(full)
-        if i is None:
-            if len(keys) >= max_states:
-                raise ValueError(
-                    f"{type(u).__name__} has more than max_states={max_states} reachable states; "
-                    "pass a larger max_states= if memory allows (each state costs "
-                    f"{n_actions} environment steps and one observation)."
-                )
-            i = ids[full] = len(keys)
-            keys.append(key)
-            terminal.append(kind)
-            parent.append(p)
-            parent_action.append(a)
-            depth.append(d)
-        return i
-
-    for key in starts:
-        add(key, _LIVE, -1, -1, 0)
-    queue = collections.deque(range(len(keys)))
-    while queue:
-        s = queue.popleft()
-        if terminal[s] != _LIVE:
-            rows.append([s] * n_actions)
-            succ.append([False] * n_actions)
-            continue
-        row, wins = [], []
-        for a in range(n_actions):
-            layout.restore(keys[s])
-            u.step_count = 0
-            _obs, reward, term, _trunc, _info = u.step(a)
-            if reward != 0 and not (term and abs(reward - win) <= 1e-12):
-                raise ValueError(
-                    f"{type(u).__name__} gave reward {reward} for action {a}; the exact utility "
-                    "expects 0, or MiniGrid's success reward on a terminating step."
-                )
-            kind = _LIVE if not term else (_SUCCEEDED if reward > 0 else _FAILED)
-            n_before = len(keys)
-            t = add(layout.key(), kind, s, a, depth[s] + 1)
-            if len(keys) > n_before:
-                queue.append(t)
-            row.append(t)
-            wins.append(kind == _SUCCEEDED)
-        rows.append(row)
-        succ.append(wins)
-    # The queue visits states in index order, so rows[s] belongs to state s.
-    return _Enumeration(
-        keys,
-        terminal,
-        np.asarray(rows, dtype=np.int64),
-        np.asarray(succ, dtype=bool),
-        parent,
-        parent_action,
-        depth,
-    )
-
-
-def _observations(layout: _Layout, wrappers: list[Any], keys: list[tuple[Any, ...]]) -> Any:
-    """Each state's observation through the observation wrappers, stacked ``(S, ...)``; None
-    when the outermost observation is not an array (MiniGrid's dict with a mission string)."""
-    u = layout.env
-    out = []
-    with _quiet_forwarding():
-        for key in keys:
-            layout.restore(key)
-            obs = u.gen_obs()
-            for w in wrappers:
-                obs = w.observation(obs)
-            if not isinstance(obs, np.ndarray):
-                return None
-            out.append(obs)
-    return np.stack(out)
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
-def _start_keys(layout: _Layout, agent_starts: Sequence[Any] | None) -> list[tuple[Any, ...]]:
-    key = layout.key()
-    if agent_starts is None:
-        return [key]
-    u = layout.env
-    if isinstance(agent_starts, (str, bytes)) or not isinstance(agent_starts, Sequence):
-        raise TypeError(
-            "agent_starts must be a list of ((x, y), direction) with integer x, y and "
-            f"direction, got {agent_starts!r} ({type(agent_starts).__name__})."
-        )
-    starts: list[tuple[Any, ...]] = []
-    for item in agent_starts:
-        try:
-            (x, y), d = item
-        except (TypeError, ValueError) as e:
-            raise ValueError(
-                f"agent_starts entries must be ((x, y), direction), got {item!r}."
-            ) from e
-        if not all(_is_int(v) for v in (x, y, d)):
-            raise ValueError(
-                f"agent start {item!r}: x, y and the direction must be integers (cells and "
-                "directions are whole numbers)."
-            )
-        x, y, d = int(x), int(y), int(d)
-        if not (0 <= x < u.width and 0 <= y < u.height) or d not in (0, 1, 2, 3):
-            raise ValueError(
-                f"agent start {item!r} lies off the {u.width}x{u.height} grid or has a direction "
-                "outside 0..3."
-            )
-        cell = u.grid.get(x, y)
-        if cell is not None and not cell.can_overlap():
-            raise ValueError(f"agent start {item!r} is on a {cell.type}, where no agent can stand.")
-        if cell is not None and cell.type in _ENDING_CELLS:
-            raise ValueError(
-                f"agent start {item!r} is on a {cell.type} square: stepping onto it ends the "
-                "episode, so no episode starts there; start the agent on an empty cell."
-            )
-        start = ((x, y), d, *key[2:])
-        if start in starts:
-            raise ValueError(
-                f"agent start {item!r} is listed twice; every start gets the same probability, "
-                "so list each once."
-            )
-        starts.append(start)
-    if not starts:
-        raise ValueError("agent_starts must name at least one ((x, y), direction).")
-    return starts
 
 
 def minigrid_mdp(
@@ -518,8 +156,52 @@ def minigrid_mdp(
         >>> mdp.n_states, mdp.n_actions, mdp.horizon
         (34, 7, 100)
     """
-    import time
+    t0 = time.perf_counter()
+    _check_options(utility, max_states, seed, allow_unverified)
+    made: Any = _make(env, make_kwargs)  # a gymnasium environment
+    env_id = getattr(getattr(made, "spec", None), "id", None) or type(made.unwrapped).__name__
+    u = made.unwrapped
+    _check_env(u, allow_unverified)
+    if observation == "auto":
+        observation = _auto_observation(made, observation_space)
+    if observation is not None:
+        made = wrap_observation(made, observation)
+    wrappers = _wrapper_chain(made)
+    M = int(u.max_steps)
+    H = _horizon(horizon, M)
+    u.reset(seed=int(seed))
+    layout = _layout(u)
+    starts = _start_keys(layout, agent_starts)
+    en = _enumerate(layout, starts, max_states)
+    obs = _observations(layout, wrappers, en.keys)
+    S, A = en.next_state.shape
+    p0 = np.zeros(S)
+    p0[: len(starts)] = 1.0 / len(starts)
+    layout.restore(starts[0])
+    metadata = {
+        "env_id": env_id,
+        "seed": int(seed),
+        "max_steps": M,
+        "utility": utility,
+        "observation": observation,
+        **_state_metadata(layout, en),
+        "enumeration_seconds": time.perf_counter() - t0,
+    }
+    return TabularMDP(
+        (en.next_state[..., None], np.ones((S, A, 1))),
+        _utility(en, utility, H, M),
+        int(H),
+        p0,
+        1.0,
+        dtype=dtype,
+        device=device,
+        observation_matrix=obs,
+        name=f"{env_id}(seed={seed})",
+        metadata=metadata,
+    )
 
+
+def _check_options(utility: Any, max_states: Any, seed: Any, allow_unverified: Any) -> None:
     if utility not in ("reward", "success"):
         raise ValueError(f"utility must be 'reward' or 'success', got {utility!r}.")
     if isinstance(max_states, bool) or not isinstance(max_states, int) or max_states < 1:
@@ -536,44 +218,32 @@ def minigrid_mdp(
         )
     if not isinstance(allow_unverified, (bool, np.bool_)):
         raise TypeError(f"allow_unverified must be True or False, got {allow_unverified!r}.")
-    t0 = time.perf_counter()
-    made: Any = _make(env, make_kwargs)  # a gymnasium environment
-    env_id = getattr(getattr(made, "spec", None), "id", None) or type(made.unwrapped).__name__
-    u = made.unwrapped
-    _check_env(u, allow_unverified)
-    if observation == "auto":
-        observation = _auto_observation(made, observation_space)
-    if observation is not None:
-        made = wrap_observation(made, observation)
-    wrappers = _wrapper_chain(made)
-    M = int(u.max_steps)
-    H = M if horizon is None else horizon
-    if isinstance(H, bool) or not isinstance(H, (int, np.integer)) or not 1 <= H <= M:
+
+
+def _horizon(horizon: Any, max_steps: int) -> int:
+    """The number of decisions: ``max_steps`` by default, at most ``max_steps``."""
+    H = max_steps if horizon is None else horizon
+    if isinstance(H, bool) or not isinstance(H, (int, np.integer)) or not 1 <= H <= max_steps:
         raise ValueError(
-            f"horizon must be an integer in [1, max_steps={M}] (MiniGrid truncates episodes "
-            f"at max_steps), got {horizon!r}."
+            f"horizon must be an integer in [1, max_steps={max_steps}] (MiniGrid truncates "
+            f"episodes at max_steps), got {horizon!r}."
         )
-    u.reset(seed=int(seed))
-    layout = _layout(u)
-    starts = _start_keys(layout, agent_starts)
-    en = _enumerate(layout, starts, max_states)
-    obs = _observations(layout, wrappers, en.keys)
-    S, A = en.next_state.shape
-    terminal = np.asarray(en.terminal, dtype=np.int64)
+    return int(H)
+
+
+def _utility(en: _Enumeration, utility: str, H: int, M: int) -> np.ndarray:
+    """The ``(S, A)`` utility: MiniGrid's reward made time-independent, or the success."""
     success = en.success.astype(np.float64)
-    if utility == "reward":
-        r = (1.0 - 0.9 * H / M) * success + (0.9 / M) * (terminal == _SUCCEEDED)[:, None]
-    else:
-        r = success
-    p0 = np.zeros(S)
-    p0[: len(starts)] = 1.0 / len(starts)
-    layout.restore(starts[0])
-    metadata = {
-        "env_id": env_id,
-        "seed": int(seed),
-        "max_steps": M,
-        "utility": utility,
-        "observation": observation,
+    if utility != "reward":
+        return success
+    terminal = np.asarray(en.terminal, dtype=np.int64)
+    return (1.0 - 0.9 * H / M) * success + (0.9 / M) * (terminal == _SUCCEEDED)[:, None]
+
+
+def _state_metadata(layout: _Layout, en: _Enumeration) -> dict[str, Any]:
+    """What each state is (agent, carried object, terminal kind, a shortest path) and the grid."""
+    u = layout.env
+    return {
         # Not "grid_shape": the states are not row-major cells (grid_target would misread them).
         "grid_size": (int(u.width), int(u.height)),
         "agent_pos": np.asarray([k[0] for k in en.keys], dtype=np.int64),
@@ -581,27 +251,14 @@ def minigrid_mdp(
         "carrying": np.asarray(
             ["" if k[2] < 0 else layout.objects[k[2]].type for k in en.keys], dtype=object
         ),
-        "terminal": terminal,
+        "terminal": np.asarray(en.terminal, dtype=np.int64),
         "success": en.success,
         "parent": np.asarray(en.parent, dtype=np.int64),
         "parent_action": np.asarray(en.parent_action, dtype=np.int64),
         "depth": np.asarray(en.depth, dtype=np.int64),
         "goal_cells": _cells_of(u, "goal"),
         "lava_cells": _cells_of(u, "lava"),
-        "enumeration_seconds": time.perf_counter() - t0,
     }
-    return TabularMDP(
-        (en.next_state[..., None], np.ones((S, A, 1))),
-        r,
-        int(H),
-        p0,
-        1.0,
-        dtype=dtype,
-        device=device,
-        observation_matrix=obs,
-        name=f"{env_id}(seed={seed})",
-        metadata=metadata,
-    )
 
 
 def _cells_of(u: Any, kind: str) -> list[tuple[int, int]]:

@@ -181,8 +181,8 @@ class ExtendedEnv:
     """Base class of practical extended environments.
 
     Subclasses set the class attributes ``n_actions``, ``n_obs`` (and ``slow``), implement
-    :meth:`reset` and :meth:`step`, and create their simulated copies of the agent with
-    :meth:`make_sim`, which passes the environment's metadata and the run's seed to the factory,
+    :meth:`reset` and :meth:`step`, and create their simulated copies of the agent (and any other
+    per-run state) in :meth:`_setup` with :meth:`make_sim`, which passes the environment's metadata and the run's seed to the factory,
     so a sim is an identically seeded copy of the true agent.
 
     Environments that satisfy the paper's Definition 11 ("adaptable with OpenAI gym": one sim,
@@ -223,6 +223,14 @@ class ExtendedEnv:
         self._agent_maker = agent_maker
         # The environment's own randomness: a stream separate from the agents' streams.
         self.rng = np.random.default_rng([self.seed, 0x5EED_E4F])
+        self._setup()
+
+    def _setup(self) -> None:
+        """Create the sims and the per-run state (called at the end of ``__init__``; no-op here).
+
+        Subclasses override this instead of ``__init__``; ``self.rng``, ``self.seed`` and
+        :meth:`make_sim` are ready when it runs.
+        """
 
     def metadata(self) -> dict[str, Any]:
         """Keyword metadata passed to the agent factory for sims of this environment."""

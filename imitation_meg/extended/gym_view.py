@@ -28,8 +28,6 @@ import numpy as np
 
 from imitation_meg.extended.core import (
     Agent,
-    AgentFactory,
-    AgentMaker,
     ExtendedEnv,
     check_action,
     make_agent,
@@ -187,14 +185,7 @@ def combine(gym_env_id: str, env_cls: type[ExtendedEnv], **make_kwargs: Any) -> 
         gym_cls = gym_env_id
         extended_cls = env_cls
 
-        def __init__(
-            self,
-            agent_factory: AgentFactory,
-            *,
-            seed: int = 0,
-            agent_maker: AgentMaker | None = None,
-        ) -> None:
-            super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
+        def _setup(self) -> None:
             self.n_e = env_cls.n_actions
             self.g = gym.make(gym_env_id, **make_kwargs)
             self.prev_obs: Any = None
@@ -203,7 +194,7 @@ def combine(gym_env_id: str, env_cls: type[ExtendedEnv], **make_kwargs: Any) -> 
             self.episode_returns: list[float] = []
             self.episode_lengths: list[int] = []
             self._ret, self._len = 0.0, 0
-            self.inner = env_cls(agent_factory, seed=seed, agent_maker=self._make_proxy)
+            self.inner = env_cls(self.agent_factory, seed=self.seed, agent_maker=self._make_proxy)
 
         def metadata(self) -> dict[str, Any]:
             return {

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from imitation_meg.extended.core import Agent, AgentFactory, AgentMaker, ExtendedEnv, make_agent
+from imitation_meg.extended.core import Agent, AgentFactory, ExtendedEnv, make_agent
 
 __all__ = ["RealityCheck", "minus_rewards", "reality_check"]
 
@@ -42,15 +42,10 @@ def minus_rewards(env_cls: type[ExtendedEnv]) -> type[ExtendedEnv]:
         slow = env_cls.slow
         underlying_cls = env_cls
 
-        def __init__(
-            self,
-            agent_factory: AgentFactory,
-            *,
-            seed: int = 0,
-            agent_maker: AgentMaker | None = None,
-        ) -> None:
-            super().__init__(agent_factory, seed=seed, agent_maker=agent_maker)
-            self.underlying = env_cls(agent_factory, seed=seed, agent_maker=agent_maker)
+        def _setup(self) -> None:
+            self.underlying = env_cls(
+                self.agent_factory, seed=self.seed, agent_maker=self._agent_maker
+            )
 
         def reset(self) -> Any:
             return self.underlying.reset()

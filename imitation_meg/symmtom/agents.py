@@ -13,7 +13,8 @@ from typing import Protocol
 
 import numpy as np
 
-from imitation_meg.symmtom.env import LOG_KEYS, MOVES, SymmToMEnv
+from imitation_meg.symmtom.dynamics import LOG_KEYS, MOVES
+from imitation_meg.symmtom.env import SymmToMEnv
 
 __all__ = [
     "HeuristicPolicy",

@@ -52,25 +52,11 @@ from pettingzoo import ParallelEnv
 from imitation_meg._validation import ImitationMEGWarning
 from imitation_meg.symmtom.dynamics import (
     LOG_KEYS,
-    MOVE_NAMES,
-    MOVES,
     SPEECH_TIMINGS,
-    resolve_moves,
     transition,
 )
 
-__all__ = [
-    "LOG_KEYS",
-    "MOVES",
-    "MOVE_NAMES",
-    "SPEECH_TIMINGS",
-    "SymmToMEnv",
-    "SymmToMWarning",
-    "observation_size",
-    "parallel_env",
-    "resolve_moves",
-    "transition",
-]
+__all__ = ["SymmToMEnv", "SymmToMWarning", "observation_size", "parallel_env"]
 
 _RESET_OPTION_KEYS = ("positions", "bases", "first_hand", "knowledge", "step")
 
@@ -83,6 +69,44 @@ def observation_size(n_agents: int, n_pieces: int, *, oracle: bool = False) -> i
     """Length of one agent's observation: ``c (2n - 1) + 6n + 2`` (+ ``n c`` with the oracle)."""
     size = n_pieces * (2 * n_agents - 1) + 6 * n_agents + 2
     return size + (n_agents * n_pieces if oracle else 0)
+
+
+def _check_layout(n_agents: Any, width: Any, n_pieces: Any, hearing: Any) -> None:
+    """Refuse sizes that are not ints, or that give no game: too few agents or pieces, a
+    hearing range that covers the grid, more agents than cells."""
+    for name, value in (
+        ("n_agents", n_agents),
+        ("width", width),
+        ("n_pieces", n_pieces),
+        ("hearing", hearing),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}.")
+    if n_agents < 2:
+        raise ValueError(f"n_agents={n_agents} is too small; SymmToM needs at least 2 agents.")
+    if n_pieces < 1:
+        raise ValueError(f"n_pieces={n_pieces} must be at least 1 (the paper uses n, 2n or 3n).")
+    if hearing < 1:
+        raise ValueError(f"hearing={hearing} must be at least 1 (agents never share a cell).")
+    if 2 * hearing + 1 >= width:
+        raise ValueError(
+            f"hearing range must not cover the grid: 2*hearing+1 = {2 * hearing + 1} >= width = {width}; "
+            f"use width >= {2 * hearing + 2} or a smaller hearing range."
+        )
+    if n_agents > width * width:
+        raise ValueError(
+            f"n_agents={n_agents} does not fit on a {width}x{width} grid ({width * width} cells); "
+            "use fewer agents or a wider grid."
+        )
+
+
+def _max_steps(max_steps: Any, width: int) -> int:
+    """The episode length: ``5 * width`` by default, else a positive int."""
+    if max_steps is None:
+        max_steps = 5 * width
+    if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
+        raise ValueError(f"max_steps={max_steps!r} must be a positive int (default 5 * width).")
+    return int(max_steps)
 
 
 class SymmToMEnv(ParallelEnv):
@@ -139,34 +163,7 @@ class SymmToMEnv(ParallelEnv):
                 f"speech_timing={speech_timing!r} is not supported; use 'fresh' (the paper's rule) "
                 "or 'stale' (the original code's one-step-stale speech)."
             )
-        for name, value in (
-            ("n_agents", n_agents),
-            ("width", width),
-            ("n_pieces", n_pieces),
-            ("hearing", hearing),
-        ):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise TypeError(
-                    f"{name} must be an int, got {value!r} of type {type(value).__name__}."
-                )
-        if n_agents < 2:
-            raise ValueError(f"n_agents={n_agents} is too small; SymmToM needs at least 2 agents.")
-        if n_pieces < 1:
-            raise ValueError(
-                f"n_pieces={n_pieces} must be at least 1 (the paper uses n, 2n or 3n)."
-            )
-        if hearing < 1:
-            raise ValueError(f"hearing={hearing} must be at least 1 (agents never share a cell).")
-        if 2 * hearing + 1 >= width:
-            raise ValueError(
-                f"hearing range must not cover the grid: 2*hearing+1 = {2 * hearing + 1} >= width = {width}; "
-                f"use width >= {2 * hearing + 2} or a smaller hearing range."
-            )
-        if n_agents > width * width:
-            raise ValueError(
-                f"n_agents={n_agents} does not fit on a {width}x{width} grid ({width * width} cells); "
-                "use fewer agents or a wider grid."
-            )
+        _check_layout(n_agents, width, n_pieces, hearing)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode={render_mode!r} is not supported; use None, 'ansi' or 'rgb_array'."
@@ -179,14 +176,7 @@ class SymmToMEnv(ParallelEnv):
                 SymmToMWarning,
                 stacklevel=2,
             )
-        if max_steps is None:
-            max_steps = 5 * width
-        if (
-            isinstance(max_steps, bool)
-            or not isinstance(max_steps, (int, np.integer))
-            or max_steps < 1
-        ):
-            raise ValueError(f"max_steps={max_steps!r} must be a positive int (default 5 * width).")
+        max_steps = _max_steps(max_steps, width)
         self._space_cache: dict[tuple[str, str], gymnasium.spaces.Space] = {}
         self.n_agents = int(n_agents)
         self.width = int(width)
@@ -470,25 +460,7 @@ class SymmToMEnv(ParallelEnv):
         """Nothing to release."""
 
 
-def parallel_env(
-    n_agents: int = 3,
-    width: int = 6,
-    n_pieces: int = 3,
-    *,
-    hearing: int = 1,
-    oracle: bool = False,
-    speech_timing: str = "fresh",
-    render_mode: str | None = None,
-    max_steps: int | None = None,
-) -> SymmToMEnv:
-    """Build a SymmToM PettingZoo ``ParallelEnv`` (see :class:`SymmToMEnv` for the arguments)."""
-    return SymmToMEnv(
-        n_agents,
-        width,
-        n_pieces,
-        hearing=hearing,
-        oracle=oracle,
-        speech_timing=speech_timing,
-        render_mode=render_mode,
-        max_steps=max_steps,
-    )
+def parallel_env(*args: Any, **kwargs: Any) -> SymmToMEnv:
+    """Build a SymmToM PettingZoo ``ParallelEnv``: ``SymmToMEnv(*args, **kwargs)`` (see
+    :class:`SymmToMEnv` for the arguments)."""
+    return SymmToMEnv(*args, **kwargs)

@@ -28,12 +28,10 @@ is written for continuous actions; the discrete Gumbel relaxation, the episode-l
 the belief features would all be ours anyway, while what it would give (a replay buffer, soft
 target updates, MLPs) is a few dozen lines here.
 
-The networks are in :mod:`imitation_meg.symmtom.networks`. This module has about 600 lines on
-purpose: the configuration, acting, evaluation and training of one algorithm share private helpers
-(observation layout, sampling) that read best together.
-
-(Over 500 lines: MADDPG and its four variants share one training loop, replay buffer and
-evaluation; the variants differ in what their actors see and, for RMADDPG, in a recurrent layer.)
+The networks are in :mod:`imitation_meg.symmtom.networks`, the settings in
+:mod:`imitation_meg.symmtom.maddpg_config` and acting with trained actors (evaluation,
+:class:`LearnedPolicy`) in :mod:`imitation_meg.symmtom.maddpg_acting`; this module trains, and
+its public names include theirs.
 """
 
 from __future__ import annotations
@@ -42,16 +40,21 @@ import copy
 import dataclasses
 import math
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch as th
-from torch import nn
 
-from imitation_meg.symmtom.env import SymmToMEnv, SymmToMWarning, observation_size
-from imitation_meg.symmtom.knowledge import KnowledgeTracker
+from imitation_meg.symmtom.env import observation_size
+from imitation_meg.symmtom.maddpg_acting import (
+    LearnedPolicy,
+    _Actor,
+    _actor_inputs,
+    _one_hot,
+    evaluate_actors,
+)
+from imitation_meg.symmtom.maddpg_config import VARIANTS, MADDPGConfig, _make_actors
 from imitation_meg.symmtom.networks import (
     Actors,
     EnsembleMLP,
@@ -70,280 +73,6 @@ __all__ = [
     "final_evaluation",
     "train_maddpg",
 ]
-
-#: The learned baselines of the paper's Table 1 that are implemented here.
-VARIANTS = ("maddpg", "oracle", "rmaddpg", "ce", "ge")
-
-
-@dataclasses.dataclass(frozen=True)
-class MADDPGConfig:
-    """Settings of one MADDPG training run (defaults: the original code's, see the module docstring).
-
-    Attributes:
-        variant: one of :data:`VARIANTS`.
-        n_agents, width, n_pieces, hearing: the SymmToM configuration ``(n, w, c, h)``.
-        episodes: training episodes (the paper: 60,000).
-        hidden: units per hidden layer.
-        lr, tau, gamma: Adam learning rate, soft target-update rate, discount.
-        batch_size: transitions per update (recurrent: ``batch_size // T`` whole episodes).
-        update_every: environment steps between two updates.
-        learning_starts: environment steps stored before the first update (``None``: ``batch_size
-            x episode length``, the original's rule).
-        buffer_size: replay capacity in transitions (kept as whole episodes).
-        grad_clip: gradient-norm clip of actors and critics.
-        logit_penalty: weight of the mean squared logits in the actor loss.
-        eval_every: training episodes between checkpoint evaluations.
-        eval_episodes: episodes per checkpoint evaluation (the best one is kept).
-    """
-
-    variant: str = "maddpg"
-    n_agents: int = 3
-    width: int = 6
-    n_pieces: int = 3
-    hearing: int = 1
-    episodes: int = 60_000
-    hidden: int = 64
-    lr: float = 1e-3
-    tau: float = 0.005
-    gamma: float = 0.95
-    batch_size: int = 1024
-    update_every: int = 100
-    learning_starts: int | None = None
-    buffer_size: int = 1_000_000
-    grad_clip: float = 0.5
-    logit_penalty: float = 1e-3
-    eval_every: int = 1000
-    eval_episodes: int = 100
-
-    def __post_init__(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant={self.variant!r} is unknown; use one of {VARIANTS}.")
-        positive = (
-            "n_agents",
-            "width",
-            "n_pieces",
-            "hearing",
-            "episodes",
-            "hidden",
-            "batch_size",
-            "update_every",
-            "buffer_size",
-            "eval_every",
-            "eval_episodes",
-        )
-        for name in positive:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive int.")
-        for name in ("lr", "tau", "gamma"):
-            value = getattr(self, name)
-            if not 0.0 < float(value) <= 1.0:
-                raise ValueError(f"{name}={value!r} must lie in (0, 1].")
-        if self.learning_starts is not None and self.learning_starts < 0:
-            raise ValueError(f"learning_starts={self.learning_starts!r} must be >= 0 or None.")
-
-    @property
-    def horizon(self) -> int:
-        """Episode length ``5 w``."""
-        return 5 * self.width
-
-    @property
-    def n_actions(self) -> int:
-        """Logits per actor: ``5 + c``."""
-        return 5 + self.n_pieces
-
-    @property
-    def base_obs_size(self) -> int:
-        """The plain observation's length."""
-        return observation_size(self.n_agents, self.n_pieces)
-
-    @property
-    def actor_obs_size(self) -> int:
-        """The actor's input length (the oracle and belief variants add ``n c``)."""
-        extra = self.n_agents * self.n_pieces if self.variant in ("oracle", "ce", "ge") else 0
-        return self.base_obs_size + extra
-
-    @property
-    def critic_obs_size(self) -> int:
-        """The critics' input length: all oracle observations and all one-hot actions."""
-        n = self.n_agents
-        return n * observation_size(n, self.n_pieces, oracle=True) + n * self.n_actions
-
-    def make_env(self) -> SymmToMEnv:
-        """The training environment (oracle observations; actors get their part of them)."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SymmToMWarning)
-            return SymmToMEnv(
-                self.n_agents, self.width, self.n_pieces, hearing=self.hearing, oracle=True
-            )
-
-
-def _make_actors(cfg: MADDPGConfig) -> Actors:
-    """The ``n`` actors of a run (recurrent for ``"rmaddpg"``)."""
-    return Actors(
-        cfg.n_agents,
-        cfg.actor_obs_size,
-        cfg.hidden,
-        cfg.n_actions,
-        recurrent=cfg.variant == "rmaddpg",
-    )
-
-
-# ----------------------------------------------------------------------------- observations
-def _actor_inputs(cfg: MADDPGConfig, oracle_obs: np.ndarray, beliefs: np.ndarray | None):
-    """Actor inputs ``(..., n, actor_obs_size)`` from oracle observations ``(..., n, od)``."""
-    base = oracle_obs[..., : cfg.base_obs_size]
-    if cfg.variant == "oracle":
-        return oracle_obs
-    if cfg.variant in ("ce", "ge"):
-        assert beliefs is not None
-        return np.concatenate([base, beliefs], axis=-1)
-    return base
-
-
-def _sample(logits: th.Tensor, cfg: MADDPGConfig, rng: np.random.Generator) -> np.ndarray:
-    """Gumbel-max samples ``(n, 2)`` (move, piece) from logits ``(n, 5 + c)``."""
-    noisy = logits.detach().numpy() - np.log(-np.log(rng.uniform(1e-20, 1.0, logits.shape)))
-    return np.stack([noisy[:, :5].argmax(axis=1), noisy[:, 5:].argmax(axis=1)], axis=1)
-
-
-def _one_hot(actions: th.Tensor, cfg: MADDPGConfig) -> th.Tensor:
-    """``(..., 2)`` int (move, piece) -> ``(..., 5 + c)`` one-hot float."""
-    return th.cat(
-        [
-            nn.functional.one_hot(actions[..., 0], 5),
-            nn.functional.one_hot(actions[..., 1], cfg.n_pieces),
-        ],
-        dim=-1,
-    ).float()
-
-
-# ----------------------------------------------------------------------------- acting
-class _Actor:
-    """Acting state of ``n`` actors through one episode (recurrent state, belief tracker)."""
-
-    def __init__(self, cfg: MADDPGConfig, actors: Actors, rng: np.random.Generator) -> None:
-        self.cfg, self.actors, self.rng = cfg, actors, rng
-        self.tracker = KnowledgeTracker(cfg.variant) if cfg.variant in ("ce", "ge") else None
-        self.state: tuple[th.Tensor, th.Tensor] | None = None
-
-    def reset(self, env: SymmToMEnv) -> None:
-        self.state = None
-        if self.tracker is not None:
-            self.tracker.reset(env.first_hand, env.knowledge)
-
-    def observe_step(self, env: SymmToMEnv) -> None:
-        """Update the belief tracker after ``env.step``."""
-        if self.tracker is not None:
-            self.tracker.update(
-                first_hand=env.first_hand,
-                positions=env.positions,
-                bases=env.bases,
-                said=env.last_said,
-                hearing=env.hearing,
-            )
-
-    def beliefs(self) -> np.ndarray | None:
-        return None if self.tracker is None else self.tracker.features()
-
-    def logits(self, actor_obs: np.ndarray) -> th.Tensor:
-        """``(n, 5 + c)`` logits for actor inputs ``(n, actor_obs_size)`` (advances the state)."""
-        with th.no_grad():
-            x = th.as_tensor(actor_obs, dtype=th.float32)[:, None, None, :]
-            logits, self.state = self.actors(x, self.state)
-        return logits[:, 0, 0]
-
-    def act(self, actor_obs: np.ndarray) -> np.ndarray:
-        """Sample ``(n, 2)`` actions from actor inputs ``(n, actor_obs_size)``."""
-        return _sample(self.logits(actor_obs), self.cfg, self.rng)
-
-
-def evaluate_actors(
-    actors: Actors, cfg: MADDPGConfig, *, episodes: int, seed: int
-) -> dict[str, np.ndarray]:
-    """Play ``episodes`` episodes with every agent acting by its actor (sampled actions).
-
-    Args:
-        actors: trained actors; cfg: their configuration.
-        episodes: number of episodes; seed: seeds the episodes' layouts and the action sampling.
-
-    Returns:
-        dict of ``(episodes, n)`` per-episode totals: ``"reward"`` and the env's log keys.
-    """
-    env = cfg.make_env()
-    rng = np.random.default_rng([seed, 1])
-    actor = _Actor(cfg, actors, rng)
-    env_seeds = np.random.default_rng([seed, 2]).integers(2**31, size=episodes)
-    totals: list[dict[str, dict[str, float]]] = []
-    for e in range(episodes):
-        env.reset(seed=int(env_seeds[e]))
-        actor.reset(env)
-        infos: dict = {}
-        while env.agents:
-            acts = actor.act(_actor_inputs(cfg, env.last_observations, actor.beliefs()))
-            _, _, _, _, infos = env.step({a: acts[i] for i, a in enumerate(env.possible_agents)})
-            actor.observe_step(env)
-        totals.append({a: infos[a]["totals"] for a in env.possible_agents})
-    keys = list(totals[0][env.possible_agents[0]])
-    return {k: np.array([[t[a][k] for a in env.possible_agents] for t in totals]) for k in keys}
-
-
-class LearnedPolicy:
-    """One trained actor as a SymmToM policy (``reset(env, i)``, ``__call__(obs, env, i)``).
-
-    Used for the theory-of-mind tests and :func:`imitation_meg.symmtom.agents.run_episodes`. It
-    reads its observation (the oracle variant needs an env built with ``oracle=True``); the belief
-    variants keep their knowledge matrix from what the agent witnesses (positions, bases, public
-    first-hand pieces, utterances in range, its own). Actions are sampled from its own generator.
-
-    Args:
-        actors: trained actors; cfg: their configuration; agent: which actor plays.
-        seed: seeds the action sampling.
-    """
-
-    def __init__(self, actors: Actors, cfg: MADDPGConfig, *, agent: int = 0, seed: int = 0) -> None:
-        if not 0 <= agent < cfg.n_agents:
-            raise ValueError(f"agent={agent} is not an actor index in 0..{cfg.n_agents - 1}.")
-        self.cfg, self.agent = cfg, agent
-        self.actors = actors
-        self.rng = np.random.default_rng(seed)
-        self._acting = _Actor(cfg, actors, self.rng)
-        self._started = False
-
-    def reset(self, env: SymmToMEnv, i: int) -> None:
-        """Start of an episode: zero recurrent state, fresh knowledge matrix."""
-        if (env.n_agents, env.n_pieces) != (self.cfg.n_agents, self.cfg.n_pieces):
-            raise ValueError(
-                f"this policy was trained with n={self.cfg.n_agents}, c={self.cfg.n_pieces}; "
-                f"the env has n={env.n_agents}, c={env.n_pieces}."
-            )
-        self._acting.reset(env)
-        self._started = False
-
-    def logits(self, obs: np.ndarray, env: SymmToMEnv, i: int) -> th.Tensor:
-        """The actor's ``(5 + c,)`` logits for this step (advances its memory); see ``__call__``."""
-        if self._started:
-            self._acting.observe_step(env)
-        self._started = True
-        obs = np.asarray(obs, dtype=np.float32)
-        if self.cfg.variant == "oracle" and len(obs) != self.cfg.actor_obs_size:
-            raise ValueError(
-                "the oracle policy needs oracle observations: build the env with oracle=True "
-                "(run_tom_test(..., oracle=True))."
-            )
-        x = obs if self.cfg.variant == "oracle" else obs[: self.cfg.base_obs_size]
-        beliefs = self._acting.beliefs()
-        if beliefs is not None:
-            x = np.concatenate([x, beliefs[i]])
-        with th.no_grad():
-            # every actor gets this input; only actor ``agent``'s output (and state) matters
-            inp = th.as_tensor(x, dtype=th.float32).expand(self.cfg.n_agents, 1, 1, -1)
-            logits, self._acting.state = self.actors(inp, self._acting.state)
-        return logits[self.agent, 0, 0]
-
-    def __call__(self, obs: np.ndarray, env: SymmToMEnv, i: int) -> np.ndarray:
-        """Agent ``i``'s ``(move, piece)``, sampled from the actor's logits."""
-        return _sample(self.logits(obs, env, i)[None], self.cfg, self.rng)[0].astype(np.int64)
 
 
 # ----------------------------------------------------------------------------- training
@@ -509,7 +238,7 @@ def train_maddpg(
         raise TypeError(f"seed must be an int, got {seed!r}.")
     start = time.perf_counter()
     seed = int(seed)
-    n, t_len = cfg.n_agents, cfg.horizon
+    t_len = cfg.horizon
     env = cfg.make_env()
     learner = _Learner(cfg, seed)
     rng = np.random.default_rng([seed, 0])
@@ -517,40 +246,20 @@ def train_maddpg(
     env_seeds = np.random.default_rng([seed, 3]).integers(2**31, size=cfg.episodes)
     buf = _EpisodeBuffer(cfg)
     starts = cfg.batch_size * t_len if cfg.learning_starts is None else cfg.learning_starts
-    od = observation_size(n, cfg.n_pieces, oracle=True)
     steps = updates = 0
-    best_reward, best_episode, best_state = -math.inf, 0, copy.deepcopy(learner.actors.state_dict())
+    best = _Best(-math.inf, 0, copy.deepcopy(learner.actors.state_dict()))
     checkpoints: list[dict[str, float]] = []
     curve: list[dict[str, float]] = []
     window: list[float] = []
     for e in range(cfg.episodes):
         env.reset(seed=int(env_seeds[e]))
-        acting.reset(env)
-        ep_obs = np.zeros((t_len + 1, n, od), dtype=np.float32)
-        ep_bel = np.zeros((t_len + 1, n, n * cfg.n_pieces), dtype=bool)
-        ep_act = np.zeros((t_len, n, 2), dtype=np.int64)
-        ep_rew = np.zeros((t_len, n), dtype=np.float32)
-        ep_obs[0] = env.last_observations
-        beliefs = acting.beliefs()
-        if beliefs is not None:
-            ep_bel[0] = beliefs
-        for t in range(t_len):
-            acts = acting.act(_actor_inputs(cfg, ep_obs[t], beliefs))
-            env.step({a: acts[i] for i, a in enumerate(env.possible_agents)})
-            acting.observe_step(env)
-            ep_act[t], ep_rew[t] = acts, env.last_rewards
-            ep_obs[t + 1] = env.last_observations
-            beliefs = acting.beliefs()
-            if beliefs is not None:
-                ep_bel[t + 1] = beliefs
-        buf.add(ep_obs, ep_bel, ep_act, ep_rew)
-        window.append(float(ep_rew.sum(axis=0).mean()))
+        episode = _play_episode(cfg, env, acting)
+        buf.add(*episode)
+        window.append(float(episode[3].sum(axis=0).mean()))
         before, steps = steps, steps + t_len
-        if steps >= starts:
-            due = steps // cfg.update_every - max(before, starts - 1) // cfg.update_every
-            for _ in range(max(0, due)):
-                learner.update(buf, rng)
-                updates += 1
+        for _ in range(_updates_due(before, steps, starts, cfg.update_every)):
+            learner.update(buf, rng)
+            updates += 1
         if (e + 1) % cfg.eval_every == 0 or e + 1 == cfg.episodes:
             curve.append({"episode": e + 1, "reward": float(np.mean(window))})
             window = []
@@ -559,25 +268,73 @@ def train_maddpg(
             )
             reward = float(out["reward"].mean())
             checkpoints.append({"episode": e + 1, "reward": reward})
-            if reward > best_reward:
-                best_reward, best_episode = reward, e + 1
-                best_state = copy.deepcopy(learner.actors.state_dict())
+            best.offer(reward, e + 1, learner.actors)
             if callback is not None:
                 callback(e + 1, reward)
-    best = _make_actors(cfg)
-    best.load_state_dict(best_state)
+    best_actors = _make_actors(cfg)
+    best_actors.load_state_dict(best.state)
     return MADDPGRun(
         config=cfg,
         seed=seed,
-        actors=best,
-        best_episode=best_episode,
-        best_reward=best_reward,
+        actors=best_actors,
+        best_episode=best.episode,
+        best_reward=best.reward,
         checkpoints=checkpoints,
         curve=curve,
         steps=steps,
         updates=updates,
         seconds=time.perf_counter() - start,
     )
+
+
+@dataclasses.dataclass
+class _Best:
+    """The best checkpoint so far: its evaluation reward, episode and actors' weights."""
+
+    reward: float
+    episode: int
+    state: dict[str, Any]
+
+    def offer(self, reward: float, episode: int, actors: Actors) -> None:
+        if reward > self.reward:
+            self.reward, self.episode = reward, episode
+            self.state = copy.deepcopy(actors.state_dict())
+
+
+def _updates_due(before: int, steps: int, starts: int, every: int) -> int:
+    """Gradient updates due after the environment steps ``before .. steps``: one every ``every``
+    steps once ``starts`` steps are stored."""
+    if steps < starts:
+        return 0
+    return max(0, steps // every - max(before, starts - 1) // every)
+
+
+def _play_episode(
+    cfg: MADDPGConfig, env: Any, acting: _Actor
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One training episode from a reset ``env``: observations ``(T+1, n, od)``, beliefs
+    ``(T+1, n, n c)``, actions ``(T, n, 2)`` and rewards ``(T, n)``."""
+    n, t_len = cfg.n_agents, cfg.horizon
+    od = observation_size(n, cfg.n_pieces, oracle=True)
+    acting.reset(env)
+    ep_obs = np.zeros((t_len + 1, n, od), dtype=np.float32)
+    ep_bel = np.zeros((t_len + 1, n, n * cfg.n_pieces), dtype=bool)
+    ep_act = np.zeros((t_len, n, 2), dtype=np.int64)
+    ep_rew = np.zeros((t_len, n), dtype=np.float32)
+    ep_obs[0] = env.last_observations
+    beliefs = acting.beliefs()
+    if beliefs is not None:
+        ep_bel[0] = beliefs
+    for t in range(t_len):
+        acts = acting.act(_actor_inputs(cfg, ep_obs[t], beliefs))
+        env.step({a: acts[i] for i, a in enumerate(env.possible_agents)})
+        acting.observe_step(env)
+        ep_act[t], ep_rew[t] = acts, env.last_rewards
+        ep_obs[t + 1] = env.last_observations
+        beliefs = acting.beliefs()
+        if beliefs is not None:
+            ep_bel[t + 1] = beliefs
+    return ep_obs, ep_bel, ep_act, ep_rew
 
 
 def final_evaluation(run: MADDPGRun, *, episodes: int = 1000) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from imitation_meg.symmtom.agents import central_cells, step_towards
-from imitation_meg.symmtom.env import MOVES, resolve_moves, transition
+from imitation_meg.symmtom.dynamics import MOVES, resolve_moves, transition
 
 __all__ = ["SymmToMTabular", "build_tabular", "markov_heuristic", "uniform_policy"]
 

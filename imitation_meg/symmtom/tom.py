@@ -60,8 +60,8 @@ Coordinates are ``(x, y)`` with ``+y`` up; ``w = 6`` and hearing range 1 through
    the unheard exchange; the test separates agents that treat the exchange as certain or that
    cannot use their own utterance history, not finer probability estimates.
 
-(Over 500 lines: the four theory-of-mind tests, their reference policies and the episode player
-that runs them are kept together; the tests share the layout helpers and the scoring.)
+The reference policies (the correct and wrong agents of each test) live in
+:mod:`imitation_meg.symmtom.tom_policies` and are importable from here.
 """
 
 from __future__ import annotations
@@ -70,11 +70,24 @@ import copy
 import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from imitation_meg.symmtom.agents import Policy, ScriptedPolicy, step_towards
+from imitation_meg.symmtom.agents import Policy, ScriptedPolicy
 from imitation_meg.symmtom.env import SymmToMEnv, SymmToMWarning
+from imitation_meg.symmtom.tom_policies import (
+    MX,
+    MY,
+    NONE,
+    PX,
+    PY,
+    BeliefGreedyPolicy,
+    GrayPolicy,
+    MeetPredictedPolicy,
+    ProbabilisticSpeakerPolicy,
+    moves_to_range,
+)
 
 __all__ = [
     "BeliefGreedyPolicy",
@@ -87,188 +100,6 @@ __all__ = [
     "run_tom_test",
     "tom_tests",
 ]
-
-NONE, PX, MX, PY, MY = range(5)
-
-
-def moves_to_range(a: np.ndarray, b: np.ndarray, hearing: int) -> int:
-    """Fewest axis moves that bring cell ``a`` within Chebyshev distance ``hearing`` of cell ``b``."""
-    dx, dy = abs(int(a[0]) - int(b[0])), abs(int(a[1]) - int(b[1]))
-    return max(0, dx - hearing) + max(0, dy - hearing)
-
-
-class GrayPolicy:
-    """Immobile; says its lowest first-hand piece at every step."""
-
-    def reset(self, env: SymmToMEnv, i: int) -> None:
-        """Stateless."""
-
-    def __call__(self, obs: np.ndarray, env: SymmToMEnv, i: int) -> np.ndarray:
-        own = np.flatnonzero(env.first_hand[i])
-        return np.array([NONE, int(own[0]) if len(own) else 0], dtype=np.int64)
-
-
-def _greedy_target(
-    i: int, belief: np.ndarray, positions: np.ndarray, hearing: int
-) -> tuple[int, float]:
-    """Best agent for ``i`` to meet: the largest believed gain / (moves to range + 1); ``-1`` if none."""
-    best, best_rate = -1, 0.0
-    for j in range(len(positions)):
-        if j == i:
-            continue
-        gain = int((belief[j] & ~belief[i]).sum() + (belief[i] & ~belief[j]).sum())
-        rate = gain / (moves_to_range(positions[i], positions[j], hearing) + 1)
-        if rate > best_rate:
-            best, best_rate = j, rate
-    return best, best_rate
-
-
-class BeliefGreedyPolicy:
-    """Scripted agent that meets the agent with the best believed gain rate and says what is new.
-
-    Gain of meeting ``j`` = pieces ``j`` is believed to know that ``i`` does not + pieces ``i``
-    knows that ``j`` is believed not to; rate = gain / (moves to hearing range + 1).
-
-    Args:
-        belief: ``"true"`` (its own memory and the others' knowledge exact: the correct agent of
-            the zeroth- and first-order tests), ``"no_memory"`` (it believes everybody, itself
-            included, knows only first-hand pieces), or ``"no_others"`` (own knowledge exact, the
-            others' first-hand only: no first-order model).
-    """
-
-    def __init__(self, belief: str = "true") -> None:
-        if belief not in ("true", "no_memory", "no_others"):
-            raise ValueError(f"belief={belief!r}; use 'true', 'no_memory' or 'no_others'.")
-        self.belief = belief
-
-    def reset(self, env: SymmToMEnv, i: int) -> None:
-        """Stateless."""
-
-    def _beliefs(self, env: SymmToMEnv, i: int) -> np.ndarray:
-        if self.belief == "true":
-            return env.knowledge.copy()
-        b = env.first_hand.copy()
-        if self.belief == "no_others":
-            b[i] = env.knowledge[i]
-        return b
-
-    def __call__(self, obs: np.ndarray, env: SymmToMEnv, i: int) -> np.ndarray:
-        b = self._beliefs(env, i)
-        target, _ = _greedy_target(i, b, env.positions, env.hearing)
-        move = NONE
-        if target >= 0 and moves_to_range(env.positions[i], env.positions[target], env.hearing) > 0:
-            move = step_towards(env.positions[i], env.positions[target])
-        known = np.flatnonzero(b[i])
-        near = env.in_range()[i]
-        value = [int((near & ~b[:, p]).sum()) for p in known]
-        piece = int(known[int(np.argmax(value))]) if len(known) else 0
-        return np.array([move, piece], dtype=np.int64)
-
-
-class MeetPredictedPolicy:
-    """Scripted agent that predicts where agent ``mover`` is heading and walks there.
-
-    The prediction is made once, at the first decision after ``reset``.
-
-    The prediction is ``mover``'s greedy choice (see :class:`BeliefGreedyPolicy`) under a model of
-    ``mover``'s beliefs: its own knowledge exact and the others' either first-hand only
-    (``second_order=True``: what ``mover`` can know) or exact (``second_order=False``: the
-    predicting agent projects its own knowledge onto ``mover``). When the prediction is the agent
-    itself it waits; once ``mover`` stands within range of its predicted target, it walks to
-    ``mover`` directly.
-    """
-
-    def __init__(self, *, second_order: bool = True, mover: int = 1) -> None:
-        self.second_order = second_order
-        self.mover = mover
-
-    def reset(self, env: SymmToMEnv, i: int) -> None:
-        self.target: int | None = None
-
-    def __call__(self, obs: np.ndarray, env: SymmToMEnv, i: int) -> np.ndarray:
-        m = self.mover
-        if getattr(self, "target", None) is None:  # predict once, at the first decision
-            b = env.first_hand.copy() if self.second_order else env.knowledge.copy()
-            b[m] = env.knowledge[m]
-            self.target, _ = _greedy_target(m, b, env.positions, env.hearing)
-        target = self.target
-        assert target is not None
-        move = NONE
-        if moves_to_range(env.positions[i], env.positions[m], env.hearing) == 0:
-            move = NONE
-        elif target >= 0 and target != i:
-            # walk to where the mover is heading; once it has arrived, walk to the mover itself
-            arrived = moves_to_range(env.positions[m], env.positions[target], env.hearing) == 0
-            goal = env.positions[m] if arrived else env.positions[target]
-            move = step_towards(env.positions[i], goal)
-        own = np.flatnonzero(env.knowledge[i])
-        return np.array([move, int(own[0])], dtype=np.int64)
-
-
-class ProbabilisticSpeakerPolicy:
-    """Walks to ``listener`` and tells it every piece of its own knowledge the listener may lack.
-
-    Candidates are the pieces the agent knows minus the listener's first-hand pieces and minus the
-    pieces it has already said within the listener's hearing range (the listener heard those; a
-    missing reward for such an utterance tells the agent, retroactively, that the listener had the
-    piece already). Reads its own knowledge and last utterance, the listener's first-hand pieces
-    and both positions.
-
-    Args:
-        belief: ``"uncertain"`` (the correct agent: the unheard exchange may have taught the
-            listener any of the candidates, so it says them one by one and drops each once said),
-            ``"no_deduction"`` (wrong: never drops a said piece, so it repeats its first candidate)
-            or ``"certain"`` (wrong: treats the unheard exchange as certain, assuming ``messenger``
-            told the listener the messenger's first-hand pieces, and never says those).
-        listener: the agent to inform (green).
-        messenger: the agent whose unheard exchange with ``listener`` is modelled (blue).
-        seed: ``None`` says the lowest candidate first (deterministic); otherwise a uniformly random
-            candidate from the policy's own generator.
-
-    Raises:
-        ValueError: unknown ``belief``.
-    """
-
-    def __init__(
-        self,
-        *,
-        belief: str = "uncertain",
-        listener: int = 2,
-        messenger: int = 1,
-        seed: int | None = None,
-    ) -> None:
-        if belief not in ("uncertain", "no_deduction", "certain"):
-            raise ValueError(f"belief={belief!r}; use 'uncertain', 'no_deduction' or 'certain'.")
-        self.belief = belief
-        self.listener = listener
-        self.messenger = messenger
-        self.rng = None if seed is None else np.random.default_rng(seed)
-        self.said: set[int] = set()
-
-    def reset(self, env: SymmToMEnv, i: int) -> None:
-        self.said = set()
-
-    def __call__(self, obs: np.ndarray, env: SymmToMEnv, i: int) -> np.ndarray:
-        j = self.listener
-        # where the agent stands now is where its last utterance was heard (speech uses post-move cells)
-        if env.in_range()[i, j] and env.last_said[i] >= 0:
-            self.said.add(int(env.last_said[i]))
-        excluded = env.first_hand[j].copy()
-        if self.belief == "certain":
-            excluded |= env.first_hand[self.messenger]
-        cands = [int(p) for p in np.flatnonzero(env.knowledge[i] & ~excluded)]
-        if self.belief != "no_deduction":
-            cands = [p for p in cands if p not in self.said]
-        move = NONE
-        if moves_to_range(env.positions[i], env.positions[j], env.hearing) > 0:
-            move = step_towards(env.positions[i], env.positions[j])
-        if cands:
-            piece = cands[0] if self.rng is None else int(self.rng.choice(cands))
-        elif self.said:  # nothing left to tell: repeat a piece already said (no new information)
-            piece = min(self.said)
-        else:
-            piece = int(np.flatnonzero(env.knowledge[i])[0])
-        return np.array([move, piece], dtype=np.int64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -417,15 +248,7 @@ def run_tom_test(
     """
     if not isinstance(n_trials, int) or n_trials < 1:
         raise ValueError(f"n_trials={n_trials!r} must be a positive int.")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SymmToMWarning)
-        env = SymmToMEnv(
-            test.n_agents,
-            test.width,
-            test.n_pieces,
-            oracle=oracle,
-            max_steps=len(test.prologue) + test.max_turns + 1,
-        )
+    env = _test_env(test, oracle)
     rng = np.random.default_rng(seed)
     outcomes: list[str] = []
     turns: list[float] = []
@@ -437,15 +260,37 @@ def run_tom_test(
             pol = policy if b == 0 else copy.deepcopy(snapshot)
             others = test.others(np.random.default_rng(others_seed), b)
             branch_results.append(_play(test, env, pol, others, seed + trial, observe))
-        verdicts = [v for v, _ in branch_results]
-        if all(v == "success" for v in verdicts):
-            result, when = "success", float(np.mean([w for _, w in branch_results]))
-        elif "failure" in verdicts:
-            result, when = "failure", float(min(w for v, w in branch_results if v == "failure"))
-        else:
-            result, when = "none", -1.0
+        result, when = _trial_verdict(branch_results)
         outcomes.append(result)
         turns.append(when)
+    return _result(test, oracle, outcomes, turns)
+
+
+def _test_env(test: ToMTest, oracle: bool) -> SymmToMEnv:
+    """The environment of ``test``, long enough for the prologue and the turns."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SymmToMWarning)
+        return SymmToMEnv(
+            test.n_agents,
+            test.width,
+            test.n_pieces,
+            oracle=oracle,
+            max_steps=len(test.prologue) + test.max_turns + 1,
+        )
+
+
+def _trial_verdict(branch_results: list[tuple[str, int]]) -> tuple[str, float]:
+    """A trial succeeds iff every branch does (turns: their mean), fails iff one fails."""
+    verdicts = [v for v, _ in branch_results]
+    if all(v == "success" for v in verdicts):
+        return "success", float(np.mean([w for _, w in branch_results]))
+    if "failure" in verdicts:
+        return "failure", float(min(w for v, w in branch_results if v == "failure"))
+    return "none", -1.0
+
+
+def _result(test: ToMTest, oracle: bool, outcomes: list[str], turns: list[float]) -> ToMResult:
+    """SR, FR, RATSO and the pass verdict of the trials' outcomes and turns."""
     outcomes_arr = np.array(outcomes)
     succ = outcomes_arr == "success"
     optimum = test.oracle_optimum if oracle and test.oracle_optimum is not None else test.optimum
@@ -454,7 +299,7 @@ def run_tom_test(
     passed = sr >= test.pass_sr and ("RATSO" not in test.metrics or ratso <= test.pass_ratso)
     return ToMResult(
         name=test.name,
-        n_trials=n_trials,
+        n_trials=len(outcomes),
         sr=sr,
         fr=float((outcomes_arr == "failure").mean()),
         ratso=ratso,
@@ -491,19 +336,39 @@ def _earliest_meeting(
     raise AssertionError("unreachable")
 
 
+def _layout_test(
+    *,
+    name: str,
+    positions: tuple[tuple[int, int], ...],
+    knowledge: tuple[tuple[int, ...], ...] | None = None,
+    prologue: tuple[tuple[int, int], ...] = (),
+    **rest: Any,
+) -> ToMTest:
+    """A test of the module docstring: ``w = 6``, as many pieces as agents, each agent owning its
+    own piece first-hand (knowledge: the first-hand pieces unless given)."""
+    n = len(positions)
+    first_hand = tuple(tuple(int(i == j) for j in range(n)) for i in range(n))
+    return ToMTest(
+        name=name,
+        n_agents=n,
+        width=6,
+        n_pieces=n,
+        positions=positions,
+        first_hand=first_hand,
+        knowledge=knowledge,
+        prologue=prologue,
+        **rest,
+    )
+
+
 def tom_tests() -> dict[str, ToMTest]:
     """The four tests of the module docstring, keyed by name."""
     tests: dict[str, ToMTest] = {}
-    tests["zeroth_order"] = ToMTest(
+    tests["zeroth_order"] = _layout_test(
         name="zeroth_order",
         description="remember a piece heard 4 turns ago: go to the agent that still has something new",
-        n_agents=3,
-        width=6,
-        n_pieces=3,
         positions=((1, 3), (0, 3), (5, 5)),
         bases=((0, 0), (1, 0), (2, 0)),
-        first_hand=((1, 0, 0), (0, 1, 0), (0, 0, 1)),
-        knowledge=None,
         prologue=((NONE, 2), (PX, 2), (PX, 2), (MY, 2)),  # piece 2 is unknown to red: silent
         others=lambda rng, branch: [GrayPolicy(), GrayPolicy()],
         max_turns=12,
@@ -511,16 +376,11 @@ def tom_tests() -> dict[str, ToMTest]:
         outcome=_reach(success=[2], failure=[1]),
     )
     blue_first = ScriptedPolicy([(NONE, 1), (MX, 0), (NONE, 1)], after=(NONE, 1))
-    tests["first_order"] = ToMTest(
+    tests["first_order"] = _layout_test(
         name="first_order",
         description="assume blue told gray L what it knows (unheard): go to gray R instead",
-        n_agents=4,
-        width=6,
-        n_pieces=4,
         positions=((3, 2), (2, 3), (0, 3), (5, 5)),
         bases=((0, 0), (1, 0), (2, 0), (3, 0)),
-        first_hand=((1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1)),
-        knowledge=None,
         prologue=((NONE, 0), (NONE, 0), (NONE, 0)),
         others=lambda rng, branch: [
             ScriptedPolicy(list(blue_first.actions), after=blue_first.after),
@@ -539,17 +399,12 @@ def tom_tests() -> dict[str, ToMTest]:
             return "success" if turn <= earliest else "failure"
         return "failure" if turn >= earliest else None
 
-    tests["second_order"] = ToMTest(
+    tests["second_order"] = _layout_test(
         name="second_order",
         description="predict that blue (unaware red knows piece 2) heads for gray G: meet blue there",
-        n_agents=3,
-        width=6,
-        n_pieces=3,
         positions=((5, 3), (0, 4), (0, 0)),
         bases=((5, 0), (4, 0), (3, 0)),
-        first_hand=((1, 0, 0), (0, 1, 0), (0, 0, 1)),
         knowledge=((1, 0, 1), (0, 1, 0), (0, 0, 1)),
-        prologue=(),
         others=lambda rng, branch: [ScriptedPolicy([(MY, 1)] * 3, after=(NONE, 1)), GrayPolicy()],
         max_turns=earliest,
         optimum=float(earliest),
@@ -572,22 +427,17 @@ def tom_tests() -> dict[str, ToMTest]:
             return "success"
         return "failure" if turn >= prob_max_turns else None
 
-    tests["probabilistic"] = ToMTest(
+    tests["probabilistic"] = _layout_test(
         name="probabilistic",
         description="green heard one of red's two pieces from blue (unheard, 50/50): tell it the other",
-        n_agents=3,
-        width=6,
-        n_pieces=3,
+        branches=2,
+        oracle_optimum=3.0,
         positions=((2, 1), (2, 2), (4, 4)),
         bases=((0, 5), (1, 5), (5, 0)),
-        first_hand=((1, 0, 0), (0, 1, 0), (0, 0, 1)),
-        knowledge=None,
         prologue=((NONE, 0), (NONE, 0), (NONE, 0)),
         others=prob_others,
         max_turns=prob_max_turns,
         optimum=3.5,
-        oracle_optimum=3.0,
         outcome=prob_outcome,
-        branches=2,
     )
     return tests

@@ -21,7 +21,7 @@ from imitation_meg.envs.minigrid import (
 )
 
 # (id, seed, observation stack): small layouts in the default run, the larger ones expensive.
-SMALL = [
+LAYOUTS = [
     ("MiniGrid-Empty-5x5-v0", 0, "image"),
     ("MiniGrid-DoorKey-5x5-v0", 3, "image"),
     ("MiniGrid-LavaGapS5-v0", 1, "flat"),
@@ -29,13 +29,11 @@ SMALL = [
     ("MiniGrid-DistShift1-v0", 0, "image"),
     ("MiniGrid-DistShift2-v0", 0, "image"),
     ("MiniGrid-MultiRoom-N2-S4-v0", 0, "image"),
-]
-LARGE = [
-    ("MiniGrid-SimpleCrossingS9N1-v0", 2, "image"),
-    ("MiniGrid-KeyCorridorS3R1-v0", 0, "image"),
-    ("MiniGrid-FourRooms-v0", 0, "image"),
-    ("MiniGrid-Unlock-v0", 0, "image"),
-    ("MiniGrid-DoorKey-6x6-v0", 1, "rgb"),
+    pytest.param("MiniGrid-SimpleCrossingS9N1-v0", 2, "image", marks=pytest.mark.expensive),
+    pytest.param("MiniGrid-KeyCorridorS3R1-v0", 0, "image", marks=pytest.mark.expensive),
+    pytest.param("MiniGrid-FourRooms-v0", 0, "image", marks=pytest.mark.expensive),
+    pytest.param("MiniGrid-Unlock-v0", 0, "image", marks=pytest.mark.expensive),
+    pytest.param("MiniGrid-DoorKey-6x6-v0", 1, "rgb", marks=pytest.mark.expensive),
 ]
 
 
@@ -87,15 +85,8 @@ def lockstep(mdp: im.TabularMDP, env_id: str, seed: int, observation: str) -> No
             assert reward == pytest.approx(expected, abs=1e-12), f"reward of ({s}, {a})"
 
 
-@pytest.mark.parametrize(("env_id", "seed", "observation"), SMALL)
-def test_lockstep_small_layouts(env_id: str, seed: int, observation: str) -> None:
-    mdp = minigrid_mdp(env_id, seed=seed, observation=observation)
-    lockstep(mdp, env_id, seed, observation)
-
-
-@pytest.mark.expensive
-@pytest.mark.parametrize(("env_id", "seed", "observation"), LARGE)
-def test_lockstep_large_layouts(env_id: str, seed: int, observation: str) -> None:
+@pytest.mark.parametrize(("env_id", "seed", "observation"), LAYOUTS)
+def test_lockstep_layouts(env_id: str, seed: int, observation: str) -> None:
     mdp = minigrid_mdp(env_id, seed=seed, observation=observation)
     lockstep(mdp, env_id, seed, observation)
 

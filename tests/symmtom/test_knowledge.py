@@ -165,23 +165,14 @@ def test_validation():
     with pytest.raises(ValueError, match="belief mode"):
         KnowledgeTracker("ee")
     fh = _fh(3, 3)
-    with pytest.raises(ValueError, match="shapes"):
-        update_beliefs(
-            np.zeros((3, 3, 2), dtype=bool),
-            first_hand=fh,
-            positions=np.zeros((3, 2), dtype=int),
-            bases=np.zeros((3, 2), dtype=int),
-            said=np.full(3, -1),
-            hearing=1,
-            mode="ce",
-        )
-    with pytest.raises(ValueError, match="belief mode"):
-        update_beliefs(
-            np.zeros((3, 3, 3), dtype=bool),
-            first_hand=fh,
-            positions=np.zeros((3, 2), dtype=int),
-            bases=np.zeros((3, 2), dtype=int),
-            said=np.full(3, -1),
-            hearing=1,
-            mode="xx",
-        )
+    for depth, mode, match in ((2, "ce", "shapes"), (3, "xx", "belief mode")):
+        with pytest.raises(ValueError, match=match):
+            update_beliefs(
+                np.zeros((3, 3, depth), dtype=bool),
+                first_hand=fh,
+                positions=np.zeros((3, 2), dtype=int),
+                bases=np.zeros((3, 2), dtype=int),
+                said=np.full(3, -1),
+                hearing=1,
+                mode=mode,
+            )

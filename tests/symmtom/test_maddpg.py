@@ -14,6 +14,7 @@ from imitation_meg.runners import load_driver
 from imitation_meg.runners.config import load_config, load_yaml
 from imitation_meg.symmtom import SymmToMEnv
 from imitation_meg.symmtom import maddpg as M
+from imitation_meg.symmtom import maddpg_acting as MA
 from imitation_meg.symmtom import networks as N
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -93,7 +94,7 @@ def test_gumbel_max_sampling_matches_softmax_frequencies():
     logits = th.tensor([[np.log(0.1), np.log(0.2), np.log(0.7), 0.0, 0.0, 0.0, 0.0, 0.0]] * 3)
     cfg = _tiny("maddpg")
     rng = np.random.default_rng(0)
-    moves = np.array([M._sample(logits, cfg, rng)[:, 0] for _ in range(4000)]).ravel()
+    moves = np.array([MA._sample(logits, cfg, rng)[:, 0] for _ in range(4000)]).ravel()
     freq = np.bincount(moves, minlength=5) / len(moves)
     # moves 3, 4 have logit 0 = log 1: probabilities (0.1, 0.2, 0.7, 1, 1) / 3
     np.testing.assert_allclose(freq, np.array([0.1, 0.2, 0.7, 1.0, 1.0]) / 3.0, atol=0.015)
@@ -171,7 +172,7 @@ def test_learned_policy_computes_the_training_loops_logits():
             # the wrapper gets agent 1's observation as an env of the variant's kind gives it
             single = pol.logits(obs_all[1] if variant == "oracle" else obs_all[1][:plain], env, 1)
             th.testing.assert_close(single, joint[1])
-            acts = M._sample(joint, cfg, np.random.default_rng(0))
+            acts = MA._sample(joint, cfg, np.random.default_rng(0))
             env.step({a: acts[i] for i, a in enumerate(env.possible_agents)})
             acting.observe_step(env)
 
