@@ -176,8 +176,10 @@ def add_parser(sub: Any) -> None:
         "score",
         help="score saved SB3 / sb3-contrib models, RL Zoo runs or a built-in policy",
         description=(
-            "Score policies' MEG in a tabular environment: a gymnasium / seals id (--env), the "
-            "paper's CliffWorld (--cliff-world), or the environment RL Zoo run folders record. "
+            "Score policies' MEG: exactly in a tabular environment, elsewhere estimated with an "
+            "interval (from the environment's soft-value curve, --curve, where the library "
+            "simulates it; else by fits). The environment: a gymnasium / seals id (--env), the "
+            "paper's CliffWorld (--cliff-world), or the one RL Zoo run folders record. "
             "Policies: saved SB3 / sb3-contrib models (.zip, the algorithm read from the zip), "
             "RL Zoo run folders, globs of checkpoints, or a built-in policy. Several policies "
             "are scored in one process, one row each (--csv / --jsonl)."
