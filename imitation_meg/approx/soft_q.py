@@ -346,7 +346,7 @@ def _train(
     out = []
     for it in range(iterations):
         frozen = [p.clone() for p in avg]
-        steps = batches(fits, frozen, steps_per_iteration, batch_size)  # type: ignore[arg-type]
+        steps = batches(fits, frozen, steps_per_iteration, batch_size)
         acc, avg = _iteration(steps, opt, sched, params, avg, avg_from)
         out.append(acc)
         if on_iteration is not None:
