@@ -39,6 +39,8 @@ checks and :func:`bellman_residual`; the features and soft means are in
 :mod:`~imitation_meg.approx.soft_q_batches` (their names are importable from here too).
 """
 
+from __future__ import annotations
+
 import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -58,48 +60,41 @@ from imitation_meg.approx.soft_q_batches import (
     target_pool,
 )
 from imitation_meg.approx.soft_q_features import (
-    BETA_SCALES,
-    TIME_SCALES,
+    BETA_SCALES,  # noqa: F401  (importable from here)
+    TIME_SCALES,  # noqa: F401  (importable from here)
     ActionGrid,
     BetaPrior,
-    TimeTable,
+    TimeTable,  # noqa: F401  (importable from here)
     action_grid,
     beta_features,
     row_soft_mean,
     soft_mean,
-    time_features,
+    time_features,  # noqa: F401  (importable from here)
 )
 from imitation_meg.approx.soft_q_models import (
     BoxSoftQModel,
     SoftQModel,
-    is_null_problem,
+    is_null_problem,  # noqa: F401  (importable from here)
     new_model,
-    returns_scale,
+    returns_scale,  # noqa: F401  (importable from here)
     stacked_forward,
-    standardisation,
+    standardisation,  # noqa: F401  (importable from here)
 )
 
 __all__ = [
-    "BETA_SCALES",
-    "TIME_SCALES",
     "ActionGrid",
     "BetaPrior",
     "BoxSoftQModel",
     "SoftQModel",
-    "TimeTable",
     "action_grid",
     "bellman_residual",
     "beta_features",
     "fit_soft_q",
     "fit_soft_q_ensemble",
-    "is_null_problem",
     "new_model",
-    "returns_scale",
     "row_soft_mean",
     "soft_mean",
-    "standardisation",
     "target_pool",
-    "time_features",
 ]
 
 
