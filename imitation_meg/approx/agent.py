@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from imitation_meg.approx.curve import CurveScore, SoftValueCurve
-from imitation_meg.approx.evaluate import SETTLE_SHARE, ApproxMEGResult, ApproxMEGWarning
+from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
+from imitation_meg.approx.intervals import SETTLE_SHARE
 
 #: The bias allowance (nats) beyond which a curve's noise makes a score unreliable, whatever
 #: the estimate (5% of it counts too): the allowance is half a variance of ``log Z``, a

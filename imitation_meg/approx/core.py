@@ -19,15 +19,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch as th
 
-from imitation_meg.approx.evaluate import (
-    ApproxMEGResult,
-    ApproxMEGWarning,
-    Ensemble,
-    ensemble_of,
-    mean_curve,
-    scan,
-    summarise,
-)
+from imitation_meg.approx.ensemble import Ensemble, ensemble_of, mean_curve, scan
+from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning, summarise
 from imitation_meg.approx.options import REFIT_LR, ResolvedOptions
 from imitation_meg.approx.policy import PolicyFn
 from imitation_meg.approx.rollouts import Behaviour, EnvSource, Rollouts, collect

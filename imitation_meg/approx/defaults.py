@@ -7,31 +7,6 @@ the horizon and the data steps that fit in memory. The record that carries them 
 
 from __future__ import annotations
 
-__all__ = [
-    "APPLIES",
-    "AVERAGE",
-    "BOX_DATA_STEPS",
-    "BOX_FIT_DEFAULTS",
-    "BOX_STEP_BUDGET",
-    "DATA_STEPS",
-    "FIT_DEFAULTS",
-    "LAST_STEPS",
-    "LR",
-    "MAX_STATES",
-    "METHODS",
-    "N_EVAL_EPISODES",
-    "N_FEATURES",
-    "N_PARTICLES",
-    "N_STARTS",
-    "REFIT_LR",
-    "SMC_STARTS",
-    "STEP_BUDGET",
-    "data_bytes",
-    "default_data_steps",
-    "default_schedule",
-]
-
-
 #: Adam's learning rate of the first fit (the refits, which start from its weights, use
 #: ``REFIT_LR`` times it).
 LR = 3e-3

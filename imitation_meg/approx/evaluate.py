@@ -35,7 +35,6 @@ from imitation_meg.approx.ensemble import (  # the grid's constants: frozen defa
     BoxEnsemble,
     Ensemble,
     add_episode_values,
-    ensemble_of,  # noqa: F401  (importable from here)
     fit_maxima,
     mean_curve,
     scan,
@@ -71,9 +70,6 @@ __all__ = [
     "scan",
     "summarise",
 ]
-
-#: RMS Bellman residual (fraction of the largest return) above which a fit counts as diverged.
-_RESIDUAL_WARN = 0.5
 
 
 class ApproxMEGWarning(ImitationMEGWarning):
@@ -453,6 +449,10 @@ def _settled(
             stacklevel=4,
         )
     return settled
+
+
+#: RMS Bellman residual (fraction of the largest return) above which a fit counts as diverged.
+_RESIDUAL_WARN = 0.5
 
 
 def _warn_residuals(rel: list[float]) -> None:

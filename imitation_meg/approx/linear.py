@@ -33,14 +33,9 @@ import torch as th
 from scipy.special import stdtrit
 
 from imitation_meg.approx.core import Run, collect_data, evaluation_episodes
-from imitation_meg.approx.evaluate import (
-    ApproxMEGResult,
-    Ensemble,
-    add_episode_values,
-    stage_interval,
-    stages_settled,
-    summarise,
-)
+from imitation_meg.approx.ensemble import Ensemble, add_episode_values
+from imitation_meg.approx.evaluate import ApproxMEGResult, summarise
+from imitation_meg.approx.intervals import stage_interval, stages_settled
 from imitation_meg.approx.rollouts import Rollouts
 from imitation_meg.approx.soft_q import is_null_problem, returns_scale, standardisation
 from imitation_meg.core.kernels import threads as _threads

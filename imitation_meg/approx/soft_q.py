@@ -64,12 +64,10 @@ from imitation_meg.approx.soft_q_features import (
     TIME_SCALES,  # noqa: F401  (importable from here)
     ActionGrid,
     BetaPrior,
-    TimeTable,  # noqa: F401  (importable from here)
     action_grid,
     beta_features,
     row_soft_mean,
     soft_mean,
-    time_features,  # noqa: F401  (importable from here)
 )
 from imitation_meg.approx.soft_q_models import (
     BoxSoftQModel,
@@ -170,12 +168,18 @@ def check_average(average: Any) -> None:
 
 def check_lr(lr: Any) -> None:
     """Raise ``ValueError`` unless ``lr`` is a positive finite number (not a bool)."""
+    check_positive("lr", lr)
+
+
+def check_positive(name: str, v: Any) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``v`` is a positive finite number (not a
+    bool)."""
     if (
-        isinstance(lr, bool)
-        or not isinstance(lr, (int, float, np.floating))
-        or not 0.0 < float(lr) < math.inf
+        isinstance(v, bool)
+        or not isinstance(v, (int, float, np.floating))
+        or not 0.0 < float(v) < math.inf
     ):
-        raise ValueError(f"lr must be a positive finite number, got {lr!r}.")
+        raise ValueError(f"{name} must be a positive finite number, got {v!r}.")
 
 
 def check_device(device: Any) -> str:

@@ -62,7 +62,7 @@ from imitation_meg.approx.evaluate import ApproxMEGResult
 from imitation_meg.approx.options import ApproxOptions
 from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
-from imitation_meg.approx.soft_q import _check_int
+from imitation_meg.approx.soft_q import _check_int, check_positive
 from imitation_meg.approx.utility_ascent import _ascend, _features_fn, _initial_utility
 from imitation_meg.core.kernels import threads as _threads
 from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
@@ -295,12 +295,7 @@ def _check_ascent_settings(
     _check_int("ascent_steps", ascent_steps, 1)
     _check_int("episodes_per_step", episodes_per_step, 1)
     _check_int("utility_hidden", utility_hidden, 1)
-    if (
-        isinstance(utility_lr, bool)
-        or not isinstance(utility_lr, (int, float, np.floating))
-        or not 0.0 < float(utility_lr) < math.inf
-    ):
-        raise ValueError(f"utility_lr must be a positive finite number, got {utility_lr!r}.")
+    check_positive("utility_lr", utility_lr)
 
 
 def _observation_options(opts: ApproxOptions) -> ApproxOptions:
