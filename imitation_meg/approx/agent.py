@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from imitation_meg.approx.curve import CurveScore, SoftValueCurve
-from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
+from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning, no_fits
 from imitation_meg.approx.intervals import SETTLE_SHARE
 
 #: The bias allowance (nats) beyond which a curve's noise makes a score unreliable, whatever
@@ -257,12 +257,8 @@ def curve_result(
     timings = dict(timings or {})
     timings["maximum and bootstrap"] = time.perf_counter() - t0
     H = curve.info.horizon
-    box = curve.info.actions.get("kind") == "box"
-    # a density has no ceiling: the bounds are infinite, ``normalized`` is MEG over the
-    # certificate (the policy's own log-likelihood ratio to the uniform density)
-    bound = math.inf if box else H * log_measure
     mean_t = float(episodes.lengths.mean())
-    length_bound = math.inf if box else mean_t * log_measure
+    bound, length_bound = _bounds(curve, log_measure, H, mean_t)
     half = max(sc.high - sc.meg, sc.meg - sc.low)
     problems = curve_problems(curve, sc, half, bound)
     if problems:
@@ -272,8 +268,7 @@ def curve_result(
             ApproxMEGWarning,
             stacklevel=4,
         )
-    finite = math.isfinite(bound) and bound > 0
-    by_cert = sc.meg / cert if 0 < cert < math.inf else (0.0 if cert == 0 else math.nan)
+    normalized, length_normalized = _normalised(sc.meg, bound, length_bound, cert)
     return ApproxMEGResult(
         meg=sc.meg,
         low=sc.low,
@@ -281,21 +276,17 @@ def curve_result(
         confidence=opts.confidence,
         beta=sc.beta,
         upper_bound=bound,
-        normalized=sc.meg / bound if finite else by_cert,
+        normalized=normalized,
         length_bound=length_bound,
-        length_normalized=sc.meg / length_bound if 0 < length_bound < math.inf else by_cert,
+        length_normalized=length_normalized,
         certificate=cert,
         horizon=H,
         mean_length=mean_t,
         expected_return=sc.expected_return,
         n_env_steps=run.n_env_steps,
         n_eval_episodes=len(episodes.returns),
-        ensemble=math.nan,
-        models=[],
-        seed_std=math.nan,
-        model_se=math.nan,
+        **no_fits(),
         bootstrap_se=sc.bootstrap_se,
-        residual_rms=math.nan,
         at_boundary=sc.at_edge,
         q_scale=float(max(abs(curve.returns_found[0]), abs(curve.returns_found[1]))),
         replicates=sc.replicates,
@@ -312,3 +303,22 @@ def curve_result(
         curve=curve,
         return_se=sc.return_se,
     )
+
+
+def _bounds(
+    curve: SoftValueCurve, log_measure: float, H: int, mean_t: float
+) -> tuple[float, float]:
+    """``(H log|A|, E[T] log|A|)`` (``log_measure`` the log of the action set's size), or
+    infinite for a box: a density has no ceiling."""
+    if curve.info.actions.get("kind") == "box":
+        return math.inf, math.inf
+    return H * log_measure, mean_t * log_measure
+
+
+def _normalised(meg: float, bound: float, length_bound: float, cert: float) -> tuple[float, float]:
+    """``meg`` over each bound, or where a bound is infinite (a box) over the certificate (the
+    policy's own log-likelihood ratio to the uniform density; 0 for a certificate of 0, NaN for
+    one that is not positive and finite)."""
+    by_cert = meg / cert if 0 < cert < math.inf else (0.0 if cert == 0 else math.nan)
+    normalized = meg / bound if math.isfinite(bound) and bound > 0 else by_cert
+    return normalized, meg / length_bound if 0 < length_bound < math.inf else by_cert

@@ -78,7 +78,7 @@ from imitation_meg.approx.empirical_mdp import (
     canonical_observations,
     observation_features,
 )
-from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
+from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning, no_fits
 from imitation_meg.approx.rollouts import Rollouts, collect
 from imitation_meg.core.kernels import threads as _threads
 from imitation_meg.core.known import MEGResult, meg
@@ -386,12 +386,8 @@ def _result(
         ),
         n_env_steps=run.n_env_steps,
         n_eval_episodes=0,
-        ensemble=math.nan,
-        models=[],
-        seed_std=math.nan,
-        model_se=math.nan,
+        **no_fits(),
         bootstrap_se=last.se,
-        residual_rms=math.nan,
         at_boundary=bool(exact.at_boundary),
         q_scale=math.nan,
         replicates=last.replicates,

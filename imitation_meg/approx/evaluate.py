@@ -246,6 +246,18 @@ class ApproxMEGResult:
         return to_jsonable(out)  # type: ignore[return-value]
 
 
+def no_fits() -> dict[str, Any]:
+    """The fields of :class:`ApproxMEGResult` that describe soft Q-fits, for an estimate made
+    without any (a curve, an empirical MDP): NaN, and no models."""
+    return {
+        "ensemble": math.nan,
+        "models": [],
+        "seed_std": math.nan,
+        "model_se": math.nan,
+        "residual_rms": math.nan,
+    }
+
+
 def warn_unsettled(
     stages: Sequence[float],
     sampling: float,
