@@ -270,38 +270,27 @@ def curve_result(
         )
     normalized, length_normalized = _normalised(sc.meg, bound, length_bound, cert)
     return ApproxMEGResult(
-        meg=sc.meg,
-        low=sc.low,
-        high=sc.high,
+        **_score_fields(sc),
         confidence=opts.confidence,
-        beta=sc.beta,
         upper_bound=bound,
         normalized=normalized,
         length_bound=length_bound,
         length_normalized=length_normalized,
+        q_scale=float(max(abs(curve.returns_found[0]), abs(curve.returns_found[1]))),
         certificate=cert,
         horizon=H,
         mean_length=mean_t,
-        expected_return=sc.expected_return,
         n_env_steps=run.n_env_steps,
         n_eval_episodes=len(episodes.returns),
         **no_fits(),
-        bootstrap_se=sc.bootstrap_se,
-        at_boundary=sc.at_edge,
-        q_scale=float(max(abs(curve.returns_found[0]), abs(curve.returns_found[1]))),
-        replicates=sc.replicates,
         wall_time_s=time.perf_counter() - run.t_start,
-        stages=(sc.raw,),
-        stage_intervals=((sc.meg, sc.low, sc.high),),
         settled=not problems,
         method=method,
         n_particles=int(curve.info.settings.get("n_particles") or 0),  # type: ignore[arg-type]
         n_starts=curve.n_units if curve.info.method != "exact" else 0,
-        particle_bias=sc.bias,
         particle_steps=particle_steps,
         timings=timings,
         curve=curve,
-        return_se=sc.return_se,
     )
 
 
@@ -322,3 +311,22 @@ def _normalised(meg: float, bound: float, length_bound: float, cert: float) -> t
     by_cert = meg / cert if 0 < cert < math.inf else (0.0 if cert == 0 else math.nan)
     normalized = meg / bound if math.isfinite(bound) and bound > 0 else by_cert
     return normalized, meg / length_bound if 0 < length_bound < math.inf else by_cert
+
+
+def _score_fields(sc: CurveScore) -> dict[str, Any]:
+    """The fields of an :class:`ApproxMEGResult` read off a curve's score: the estimate, its
+    interval and maximiser, the policy's return, the bootstrap, and the one stage there is."""
+    return {
+        "meg": sc.meg,
+        "low": sc.low,
+        "high": sc.high,
+        "beta": sc.beta,
+        "expected_return": sc.expected_return,
+        "return_se": sc.return_se,
+        "bootstrap_se": sc.bootstrap_se,
+        "replicates": sc.replicates,
+        "at_boundary": sc.at_edge,
+        "particle_bias": sc.bias,
+        "stages": (sc.raw,),
+        "stage_intervals": ((sc.meg, sc.low, sc.high),),
+    }
