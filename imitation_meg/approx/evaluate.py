@@ -17,7 +17,6 @@ names are importable from here too).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import time
 import warnings
@@ -43,11 +42,12 @@ from imitation_meg.approx.intervals import (
     SETTLE_SHARE,
     UNSETTLED_NOTE,  # noqa: F401  (importable from here)
     _finite,
-    _Interval,
     _settle_tolerance,
     exceeds_certificate,
+    fits_spread,
     normalise,
-    stage_interval,
+    stage_curves,
+    stage_intervals,
     stages_settled,
 )
 from imitation_meg.approx.rollouts import Rollouts
@@ -321,7 +321,7 @@ def summarise(
     K = len(models)
     cert = float(ens.certificates.mean())
     scans = list(stages) or [(betas, mats)]
-    intervals = _stage_intervals(scans, K, cert, n_boot, confidence, s_boot)
+    intervals = stage_intervals(scans, K, cert, n_boot, confidence, s_boot)
     last = intervals[-1]
     k_best = int(np.argmax(mean_curve(mats)))
     beta = float(betas[k_best])
@@ -335,7 +335,7 @@ def summarise(
     if above:
         _warn_above_certificate(last.mean, cert, beta, ens.grid)
     est = float(last.estimate)
-    seed_std, model_se = _spread(last, K)
+    seed_std, model_se = fits_spread(last, K)
     return ApproxMEGResult(
         meg=float(last.estimate),
         low=float(last.low),
@@ -369,42 +369,11 @@ def summarise(
         stages=tuple(stage_means),
         stage_intervals=tuple((i.estimate, i.low, i.high) for i in intervals),
         settled=settled,
-        stage_curves=_stage_curves(scans, K),
+        stage_curves=stage_curves(scans, K),
         method=method,
         above_certificate=bool(above),
         grid=ens.grid,
     )
-
-
-def _stage_intervals(
-    scans: list[tuple[np.ndarray, dict[str, np.ndarray]]],
-    K: int,
-    cert: float,
-    n_boot: int,
-    confidence: float,
-    s_boot: np.random.SeedSequence,
-) -> list[_Interval]:
-    """Each stage's estimate and interval, widened by the moves from the stages before it."""
-    interval_of = functools.partial(
-        stage_interval,
-        n_models=K,
-        certificate=cert,
-        n_boot=n_boot,
-        confidence=confidence,
-        s_boot=s_boot,
-    )
-    intervals: list[_Interval] = []
-    for _, stage_mats in scans:
-        intervals.append(interval_of(stage_mats, earlier=[i.mean for i in intervals]))
-    return intervals
-
-
-def _spread(last: _Interval, K: int) -> tuple[float, float]:
-    """The standard deviation of the ``K`` fits' maxima and the standard error of their mean
-    (NaN for one fit)."""
-    if K > 1:
-        return float(last.singles.std(ddof=1)), last.se_models
-    return math.nan, math.nan
 
 
 def _ensemble_max(mats: dict[str, np.ndarray]) -> float:
@@ -492,15 +461,4 @@ def _warn_above_certificate(mean: float, cert: float, beta: float, grid: str) ->
         "value (typical of a nearly deterministic policy on actions the reward favours).",
         ApproxMEGWarning,
         stacklevel=4,
-    )
-
-
-def _stage_curves(
-    scans: list[tuple[np.ndarray, dict[str, np.ndarray]]], K: int
-) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
-    """Per stage its rationalities ``(G,)`` and each fit's curve averaged over episodes
-    ``(K, G)``."""
-    return tuple(
-        (np.asarray(b, dtype=float), np.stack([m[str(k)].mean(0) for k in range(K)]))
-        for b, m in scans
     )

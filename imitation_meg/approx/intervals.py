@@ -1,10 +1,12 @@
-"""The interval of one stage's fits (a bootstrap over episodes, the spread of the fits, and
-the refits' moves of the estimate), whether the fitting stages have settled, and the estimate
-against its bounds (normalised, or above the certificate no normalised model can exceed).
+"""The interval of each stage's fits (a bootstrap over episodes, the spread of the fits, and
+the refits' moves of the estimate), the stages' curves, whether the fitting stages have
+settled, and the estimate against its bounds (normalised, or above the certificate no normalised
+model can exceed).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -17,8 +19,11 @@ __all__ = [
     "SETTLE_SHARE",
     "UNSETTLED_NOTE",
     "exceeds_certificate",
+    "fits_spread",
     "normalise",
+    "stage_curves",
     "stage_interval",
+    "stage_intervals",
     "stages_settled",
 ]
 
@@ -142,3 +147,45 @@ def exceeds_certificate(estimate: float, certificate: float) -> bool:
     """Whether a stage's mean maximum (before clipping) lies above the certificate, which no
     normalised model can reach (Gibbs' inequality): the quadrature failed at that beta."""
     return bool(estimate > certificate + 1e-6 * max(1.0, abs(certificate)))
+
+
+def stage_intervals(
+    scans: list[tuple[np.ndarray, dict[str, np.ndarray]]],
+    K: int,
+    cert: float,
+    n_boot: int,
+    confidence: float,
+    s_boot: np.random.SeedSequence,
+) -> list[_Interval]:
+    """Each stage's estimate and interval, widened by the moves from the stages before it."""
+    interval_of = functools.partial(
+        stage_interval,
+        n_models=K,
+        certificate=cert,
+        n_boot=n_boot,
+        confidence=confidence,
+        s_boot=s_boot,
+    )
+    intervals: list[_Interval] = []
+    for _, stage_mats in scans:
+        intervals.append(interval_of(stage_mats, earlier=[i.mean for i in intervals]))
+    return intervals
+
+
+def fits_spread(last: _Interval, K: int) -> tuple[float, float]:
+    """The standard deviation of the ``K`` fits' maxima and the standard error of their mean
+    (NaN for one fit)."""
+    if K > 1:
+        return float(last.singles.std(ddof=1)), last.se_models
+    return math.nan, math.nan
+
+
+def stage_curves(
+    scans: list[tuple[np.ndarray, dict[str, np.ndarray]]], K: int
+) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """Per stage its rationalities ``(G,)`` and each fit's curve averaged over episodes
+    ``(K, G)``."""
+    return tuple(
+        (np.asarray(b, dtype=float), np.stack([m[str(k)].mean(0) for k in range(K)]))
+        for b, m in scans
+    )
