@@ -18,14 +18,14 @@ environments are tabular underneath, so :func:`imitation_meg.meg` on the matchin
   its observation (the observation plus a small offset), drawn anew at every step: observations
   that take as many values as CartPole's while the state stays tabular. The scored policy's
   state-level table is the mean over the variants (:func:`state_policy`), exactly.
-The environments and wrappers live in :mod:`~imitation_meg.approx.observations` (importable from
-here too); this module holds the validation cases built from them, the scored policies' tables
-and their state-level forms.
-
 - :func:`validation_case`: the environments of the validation study and their MDPs: the cases
   the defaults were tuned on (:data:`CASES`) and the held-out families run only after the
   defaults were frozen (:data:`HELD_OUT_CASES`, :data:`EMPIRICAL_HELD_OUT_CASES`,
   :data:`CONTINUOUS_HELD_OUT_CASES`).
+
+The environments and wrappers live in :mod:`~imitation_meg.approx.observations` (importable from
+here too); this module holds the validation cases built from them, the scored policies' tables
+and their state-level forms.
 """
 
 from __future__ import annotations
