@@ -1,6 +1,7 @@
 """Rollouts collected from environments given only through reset / step.
 
-:class:`EnvSource` (:mod:`~imitation_meg.approx.env_source`, importable from here too) makes fresh copies of an environment (a gymnasium id, an instance, or a
+:class:`EnvSource` (:mod:`~imitation_meg.approx.env_source`, importable from here too)
+makes fresh copies of an environment (a gymnasium id, an instance, or a
 factory), reads its action space (``Discrete``, or a bounded ``Box``: its uniform reference,
 :mod:`imitation_meg.approx.spaces`) and its horizon: ``horizon=`` if given, else the
 ``TimeLimit`` of the registration (``env.spec.max_episode_steps``), else a seals-style
@@ -19,15 +20,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from imitation_meg.approx.env_source import MAX_HORIZON, EnvSource
 
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from imitation_meg.approx.policy import PolicyFn
-    from imitation_meg.continuous.densities import ContinuousPolicyFn
+# imported here, not only for type checking, so that the signatures' annotations resolve (the
+# API reference links them to their classes)
+from imitation_meg.approx.policy import PolicyFn
+from imitation_meg.continuous.densities import ContinuousPolicyFn
 
 __all__ = [
     "MAX_HORIZON",
@@ -319,8 +321,6 @@ def _scored_rows(
     Raises:
         TypeError: a policy of the other kind of action.
     """
-    from imitation_meg.approx.policy import PolicyFn
-
     if scored is None:
         return {}
     if box == isinstance(scored, PolicyFn):
