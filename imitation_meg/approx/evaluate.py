@@ -47,6 +47,7 @@ from imitation_meg.approx.intervals import (
     fits_spread,
     normalise,
     stage_curves,
+    stage_interval,  # noqa: F401  (importable from here)
     stage_intervals,
     stages_settled,
 )
