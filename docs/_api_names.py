@@ -47,6 +47,20 @@ _MODULE_OPTION = re.compile(r"^\s*:module: ([\w.]+)\s*$", re.MULTILINE)
 _EXCLUDE_OPTION = re.compile(r"^\s*:exclude-members: (.*)$", re.MULTILINE)
 
 
+def _excluded(text: str, end: int) -> set[str]:
+    """The names of the ``:exclude-members:`` option of the directive whose line ends at
+    ``end``: read from the option lines right below it (indented, ``:name: value``), not from
+    the next directive's."""
+    rest = text[end:].removeprefix("\n")
+    for line in rest.splitlines():
+        if not re.match(r"^\s+:[\w-]+:", line):
+            break
+        found = _EXCLUDE_OPTION.match(line)
+        if found:
+            return {n.strip() for n in found.group(1).split(",")}
+    return set()
+
+
 def documented_in_pages() -> set[str]:
     """The full names the API pages' directives document, as autodoc expands them: an
     ``automodule`` documents the module and the classes and functions of its ``__all__``
@@ -63,8 +77,7 @@ def documented_in_pages() -> set[str]:
                 module = importlib.import_module(target)
                 names.add(target)
                 members = () if ":no-members:" in options else getattr(module, "__all__", ())
-                exclude = _EXCLUDE_OPTION.search(options)
-                excluded = {n.strip() for n in exclude.group(1).split(",")} if exclude else set()
+                excluded = _excluded(text, match.end())
                 for member in (m for m in members if m not in excluded):
                     obj = getattr(module, member)
                     # autodoc documents the classes and functions of __all__; data imported
