@@ -11,7 +11,7 @@ quadrature rule and the models' soft means by the action grid.
 
 The evaluation on a grid of rationalities is in :mod:`~imitation_meg.approx.ensemble`, each
 stage's interval and the settling of stages in :mod:`~imitation_meg.approx.intervals` (their
-names are importable from here too).
+public names are importable from here too).
 """
 
 from __future__ import annotations

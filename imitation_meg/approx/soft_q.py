@@ -36,7 +36,8 @@ This module holds the fits (:func:`fit_soft_q`, :func:`fit_soft_q_ensemble`), th
 checks and :func:`bellman_residual`; the features and soft means are in
 :mod:`~imitation_meg.approx.soft_q_features`, the networks in
 :mod:`~imitation_meg.approx.soft_q_models`, the training rows and stacked weights in
-:mod:`~imitation_meg.approx.soft_q_batches` (their names are importable from here too).
+:mod:`~imitation_meg.approx.soft_q_batches` (the names the fits' callers use are importable
+from here too).
 """
 
 from __future__ import annotations
