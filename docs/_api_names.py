@@ -44,12 +44,28 @@ def is_covered(pkg: str, name: str, obj: object, documented: set[str]) -> bool:
 
 _DIRECTIVE = re.compile(r"^\s*\.\. (auto\w+|py:\w+):: ([\w.]+)\s*$", re.MULTILINE)
 _MODULE_OPTION = re.compile(r"^\s*:module: ([\w.]+)\s*$", re.MULTILINE)
+_EXCLUDE_OPTION = re.compile(r"^\s*:exclude-members: (.*)$", re.MULTILINE)
+
+
+def _excluded(text: str, end: int) -> set[str]:
+    """The names of the ``:exclude-members:`` option of the directive whose line ends at
+    ``end``: read from the option lines right below it (indented, ``:name: value``), not from
+    the next directive's."""
+    rest = text[end:].removeprefix("\n")
+    for line in rest.splitlines():
+        if not re.match(r"^\s+:[\w-]+:", line):
+            break
+        found = _EXCLUDE_OPTION.match(line)
+        if found:
+            return {n.strip() for n in found.group(1).split(",")}
+    return set()
 
 
 def documented_in_pages() -> set[str]:
     """The full names the API pages' directives document, as autodoc expands them: an
     ``automodule`` documents the module and the classes and functions of its ``__all__``
-    (members are on by default in ``conf.py``); ``autofunction`` and friends their target; a
+    (members are on by default in ``conf.py``) but those its ``:exclude-members:`` names (a
+    class documented at its own module, re-exported here); ``autofunction`` and friends their target; a
     hand-written ``py:`` entry its name under its ``:module:``."""
     names: set[str] = set()
     for page in sorted(API_DIR.glob("*.md")):
@@ -61,7 +77,8 @@ def documented_in_pages() -> set[str]:
                 module = importlib.import_module(target)
                 names.add(target)
                 members = () if ":no-members:" in options else getattr(module, "__all__", ())
-                for member in members:
+                excluded = _excluded(text, match.end())
+                for member in (m for m in members if m not in excluded):
                     obj = getattr(module, member)
                     # autodoc documents the classes and functions of __all__; data imported
                     # from another module (a constant, a type alias) needs its own autodata.

@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from imitation_meg.approx.curve import CurveScore, SoftValueCurve
-from imitation_meg.approx.evaluate import SETTLE_SHARE, ApproxMEGResult, ApproxMEGWarning
+from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning, no_fits
+from imitation_meg.approx.intervals import SETTLE_SHARE
 
 #: The bias allowance (nats) beyond which a curve's noise makes a score unreliable, whatever
 #: the estimate (5% of it counts too): the allowance is half a variance of ``log Z``, a
@@ -256,12 +257,8 @@ def curve_result(
     timings = dict(timings or {})
     timings["maximum and bootstrap"] = time.perf_counter() - t0
     H = curve.info.horizon
-    box = curve.info.actions.get("kind") == "box"
-    # a density has no ceiling: the bounds are infinite, ``normalized`` is MEG over the
-    # certificate (the policy's own log-likelihood ratio to the uniform density)
-    bound = math.inf if box else H * log_measure
     mean_t = float(episodes.lengths.mean())
-    length_bound = math.inf if box else mean_t * log_measure
+    bound, length_bound = _bounds(curve, log_measure, H, mean_t)
     half = max(sc.high - sc.meg, sc.meg - sc.low)
     problems = curve_problems(curve, sc, half, bound)
     if problems:
@@ -271,43 +268,65 @@ def curve_result(
             ApproxMEGWarning,
             stacklevel=4,
         )
-    finite = math.isfinite(bound) and bound > 0
-    by_cert = sc.meg / cert if 0 < cert < math.inf else (0.0 if cert == 0 else math.nan)
+    normalized, length_normalized = _normalised(sc.meg, bound, length_bound, cert)
     return ApproxMEGResult(
-        meg=sc.meg,
-        low=sc.low,
-        high=sc.high,
+        **_score_fields(sc),
         confidence=opts.confidence,
-        beta=sc.beta,
         upper_bound=bound,
-        normalized=sc.meg / bound if finite else by_cert,
+        normalized=normalized,
         length_bound=length_bound,
-        length_normalized=sc.meg / length_bound if 0 < length_bound < math.inf else by_cert,
+        length_normalized=length_normalized,
+        q_scale=float(max(abs(curve.returns_found[0]), abs(curve.returns_found[1]))),
         certificate=cert,
         horizon=H,
         mean_length=mean_t,
-        expected_return=sc.expected_return,
         n_env_steps=run.n_env_steps,
         n_eval_episodes=len(episodes.returns),
-        ensemble=math.nan,
-        models=[],
-        seed_std=math.nan,
-        model_se=math.nan,
-        bootstrap_se=sc.bootstrap_se,
-        residual_rms=math.nan,
-        at_boundary=sc.at_edge,
-        q_scale=float(max(abs(curve.returns_found[0]), abs(curve.returns_found[1]))),
-        replicates=sc.replicates,
+        **no_fits(),
         wall_time_s=time.perf_counter() - run.t_start,
-        stages=(sc.raw,),
-        stage_intervals=((sc.meg, sc.low, sc.high),),
         settled=not problems,
         method=method,
         n_particles=int(curve.info.settings.get("n_particles") or 0),  # type: ignore[arg-type]
         n_starts=curve.n_units if curve.info.method != "exact" else 0,
-        particle_bias=sc.bias,
         particle_steps=particle_steps,
         timings=timings,
         curve=curve,
-        return_se=sc.return_se,
     )
+
+
+def _bounds(
+    curve: SoftValueCurve, log_measure: float, H: int, mean_t: float
+) -> tuple[float, float]:
+    """``(H log|A|, E[T] log|A|)`` (``log_measure`` the log of the action set's size), or
+    infinite for a box: a density has no ceiling."""
+    if curve.info.actions.get("kind") == "box":
+        return math.inf, math.inf
+    return H * log_measure, mean_t * log_measure
+
+
+def _normalised(meg: float, bound: float, length_bound: float, cert: float) -> tuple[float, float]:
+    """``meg`` over each bound, or where a bound is infinite (a box) over the certificate (the
+    policy's own log-likelihood ratio to the uniform density; 0 for a certificate of 0, NaN for
+    one that is not positive and finite)."""
+    by_cert = meg / cert if 0 < cert < math.inf else (0.0 if cert == 0 else math.nan)
+    normalized = meg / bound if math.isfinite(bound) and bound > 0 else by_cert
+    return normalized, meg / length_bound if 0 < length_bound < math.inf else by_cert
+
+
+def _score_fields(sc: CurveScore) -> dict[str, Any]:
+    """The fields of an :class:`ApproxMEGResult` read off a curve's score: the estimate, its
+    interval and maximiser, the policy's return, the bootstrap, and the one stage there is."""
+    return {
+        "meg": sc.meg,
+        "low": sc.low,
+        "high": sc.high,
+        "beta": sc.beta,
+        "expected_return": sc.expected_return,
+        "return_se": sc.return_se,
+        "bootstrap_se": sc.bootstrap_se,
+        "replicates": sc.replicates,
+        "at_boundary": sc.at_edge,
+        "particle_bias": sc.bias,
+        "stages": (sc.raw,),
+        "stage_intervals": ((sc.meg, sc.low, sc.high),),
+    }

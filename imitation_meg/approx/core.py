@@ -19,15 +19,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch as th
 
-from imitation_meg.approx.evaluate import (
-    ApproxMEGResult,
-    ApproxMEGWarning,
-    Ensemble,
-    ensemble_of,
-    mean_curve,
-    scan,
-    summarise,
-)
+from imitation_meg.approx.ensemble import Ensemble, ensemble_of, mean_curve, scan
+from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning, summarise
 from imitation_meg.approx.options import REFIT_LR, ResolvedOptions
 from imitation_meg.approx.policy import PolicyFn
 from imitation_meg.approx.rollouts import Behaviour, EnvSource, Rollouts, collect
@@ -289,26 +282,12 @@ def fit_ensemble(
     :func:`summarise` widens the interval by the estimate's largest move from an earlier stage
     to the last, and reports every stage.
     """
-    source, opts = run.source, run.opts
+    opts = run.opts
     assert opts.iterations is not None and opts.steps_per_iteration is not None
     assert opts.n_data_steps is not None and opts.refine is not None
-    box = source.actions.is_box
-    grid = action_grid(source.action_dim, opts.grid_points, seed=opts.seed) if box else None
     seeds = run.model_seeds
     datas = list(base)
-    models = [
-        new_model(
-            data,
-            source.actions if box else source.n_actions,
-            source.horizon,
-            hidden=opts.hidden,
-            seed=mseed,
-            reward_fn=reward_fn,
-            last_steps=opts.last_steps,
-            grid=grid,
-        )
-        for data, mseed in zip(datas, seeds, strict=True)
-    ]
+    models = _new_models(run, datas, reward_fn)
 
     def fit_all(priors: list[BetaPrior], lr: float, stage: int) -> None:
         losses = fit_soft_q_ensemble(
@@ -327,17 +306,7 @@ def fit_ensemble(
             model.losses = loss
 
     fit_all([BetaPrior()] * len(models), opts.lr, 0)
-    nulls = sum(m.null for m in models)
-    if nulls:
-        warnings.warn(
-            f"{nulls} of {len(models)} soft Q-models saw no non-zero reward, or the same reward "
-            f"on every step with no episode ending early, in their {opts.n_data_steps} steps of "
-            "data: no action is better than another there, so they are uniform at every beta "
-            "(they score 0). If the reward is sparse (a goal never reached), collect more data "
-            "(n_data_steps=) or a longer horizon.",
-            ApproxMEGWarning,
-            stacklevel=4,
-        )
+    _warn_nulls(models, opts.n_data_steps)
     ens = ensemble_of(models, ev)
     q_ref = float(np.median([m.q_scale for m in models]))
     betas, mats = scan(ens, q_ref)
@@ -348,21 +317,69 @@ def fit_ensemble(
             run.bar.update(opts.iterations * len(models) * (opts.refine - rnd))
             stages += [stages[-1]] * (opts.refine - rnd)
             break
-        for k, (model, mseed) in enumerate(zip(models, seeds, strict=True)):
-            own = collect(
-                source,
-                model_behaviour(model, beta * model.q_scale),
-                None,
-                np.random.default_rng([mseed, 2 + rnd]),
-                min_steps=max(1, opts.n_data_steps // 3),
-                n_envs=opts.n_envs,
-                on_step=run.count,
-            )
-            datas[k] = Rollouts.concat([datas[k], own])
+        _add_own_data(run, models, datas, beta, rnd)
         fit_all([BetaPrior(focus=beta * m.q_scale) for m in models], opts.lr * REFIT_LR, 1 + rnd)
         betas, mats = scan(ens, q_ref)
         stages.append((betas, mats))
     return Fitted(models, datas, ens, stages)
+
+
+def _new_models(
+    run: Run, datas: list[Rollouts], reward_fn: Callable[[th.Tensor], th.Tensor] | None
+) -> list[Any]:
+    """One untrained model per seed, its scales read from its data: ``Discrete`` actions, or a
+    box with the action grid of ``opts.grid_points``."""
+    source, opts = run.source, run.opts
+    box = source.actions.is_box
+    grid = action_grid(source.action_dim, opts.grid_points, seed=opts.seed) if box else None
+    return [
+        new_model(
+            data,
+            source.actions if box else source.n_actions,
+            source.horizon,
+            hidden=opts.hidden,
+            seed=mseed,
+            reward_fn=reward_fn,
+            last_steps=opts.last_steps,
+            grid=grid,
+        )
+        for data, mseed in zip(datas, run.model_seeds, strict=True)
+    ]
+
+
+def _warn_nulls(models: list[Any], n_data_steps: int) -> None:
+    """Warn when some models saw no reward that could prefer one action (they are uniform)."""
+    nulls = sum(m.null for m in models)
+    if nulls:
+        warnings.warn(
+            f"{nulls} of {len(models)} soft Q-models saw no non-zero reward, or the same reward "
+            f"on every step with no episode ending early, in their {n_data_steps} steps of "
+            "data: no action is better than another there, so they are uniform at every beta "
+            "(they score 0). If the reward is sparse (a goal never reached), collect more data "
+            "(n_data_steps=) or a longer horizon.",
+            ApproxMEGWarning,
+            stacklevel=5,
+        )
+
+
+def _add_own_data(
+    run: Run, models: list[Any], datas: list[Rollouts], beta: float, rnd: int
+) -> None:
+    """Refit round ``rnd``'s data: each model's own soft-optimal episodes at ``beta`` (a third of
+    ``n_data_steps``), appended to its data (``datas``, in place)."""
+    opts = run.opts
+    assert opts.n_data_steps is not None
+    for k, (model, mseed) in enumerate(zip(models, run.model_seeds, strict=True)):
+        own = collect(
+            run.source,
+            model_behaviour(model, beta * model.q_scale),
+            None,
+            np.random.default_rng([mseed, 2 + rnd]),
+            min_steps=max(1, opts.n_data_steps // 3),
+            n_envs=opts.n_envs,
+            on_step=run.count,
+        )
+        datas[k] = Rollouts.concat([datas[k], own])
 
 
 def estimate(

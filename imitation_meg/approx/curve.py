@@ -28,22 +28,55 @@ policy's episodes and the curve's units. :meth:`SoftValueCurve.save` writes it t
 file that records its provenance; :meth:`SoftValueCurve.load` reads it back, and
 :meth:`SoftValueCurve.check_for` refuses it for another environment or horizon. The proof of the
 identity is in docs/approx.md.
+
+This module holds the curve (:class:`SoftValueCurve`) and the exact curve of a tabular MDP
+(:func:`exact_curve`); the grid and the conjugate are in
+:mod:`~imitation_meg.approx.curve_conjugate`, the steps of a score in
+:mod:`~imitation_meg.approx.curve_score`, the provenance and the file format in
+:mod:`~imitation_meg.approx.curve_file` (their public names are importable from here).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 import os
 import pathlib
 import statistics
-import zipfile
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from imitation_meg.approx.curve_conjugate import (
+    GRID_DECADES,
+    GRID_STEP,
+    Conjugate,  # noqa: F401  (importable from here)
+    beta_grid,
+    conjugate_on_grid,
+)
+from imitation_meg.approx.curve_file import (
+    CurveInfo,
+    _checked_allowances,
+    _checked_grid,
+    _checked_starts,
+    _jsonable,
+    _trusted_run,
+    read_curve,
+    write_curve,
+)
+from imitation_meg.approx.curve_score import (
+    CurveScore,
+    _check_n_boot,
+    _checked_returns,
+    _Paired,
+    adjusted,
+    bootstrap,
+    clipped,
+    paired_bootstrap,
+    paired_units,
+    rounding,
+    unseen,
+)
 from imitation_meg.type_aliases import ArrayLike, EnvKwargs, JSONDict
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -59,302 +92,6 @@ __all__ = [
     "conjugate_on_grid",
     "exact_curve",
 ]
-
-#: Decades of ``|beta| * scale`` the grid spans on each side of 0 (``scale`` the utility unit of
-#: the curve: the largest return), and its step in decades.
-GRID_DECADES = (-4.0, 6.0)
-GRID_STEP = 0.02
-#: The file format's version (``SoftValueCurve.save``).
-FORMAT = 1
-#: Relative rounding of the curve's float64 sums (an allowance at large ``|beta| * scale``).
-_ROUNDING = 64 * float(np.finfo(np.float64).eps)
-
-
-def beta_grid(scale: float) -> np.ndarray:
-    """The rationalities of a curve of utility unit ``scale``: 0 and ``+-10^d / scale`` for
-    ``d`` in :data:`GRID_DECADES`, :data:`GRID_STEP` apart, ascending ``(G,)``.
-
-    Raises:
-        ValueError: a scale that is not a positive finite number.
-    """
-    if not (isinstance(scale, (int, float, np.floating)) and 0 < float(scale) < math.inf):
-        raise ValueError(f"a curve's scale must be a positive finite number, got {scale!r}.")
-    n = round((GRID_DECADES[1] - GRID_DECADES[0]) / GRID_STEP)
-    ups = 10.0 ** np.linspace(GRID_DECADES[0], GRID_DECADES[1], n + 1) / float(scale)
-    return np.concatenate([-ups[::-1], [0.0], ups])
-
-
-# ------------------------------------------------------------------------------ provenance
-@dataclasses.dataclass(frozen=True)
-class CurveInfo:
-    """What a curve was computed for, and how (recorded in its file).
-
-    Attributes:
-        env: the environment's gymnasium id, or a name for an MDP or a factory.
-        env_kwargs: keyword arguments the environment was made with.
-        horizon: decisions per episode ``H``.
-        actions: the action space (:meth:`~imitation_meg.approx.spaces.ActionSpace.to_dict`).
-        method: how it was computed (``"exact"``, ``"paths"``, ...).
-        settings: the estimator's settings.
-        seed: the seed of its random draws (None for an exact curve).
-        version: the library version that computed it.
-        reward: what the utility is.
-        starts: where episodes start.
-    """
-
-    env: str
-    env_kwargs: JSONDict
-    horizon: int
-    actions: JSONDict
-    method: str
-    settings: JSONDict = dataclasses.field(default_factory=dict)
-    seed: int | None = None
-    version: str = ""
-    reward: str = "the environment's reward"
-    starts: str = "the environment's reset distribution"
-
-    def __post_init__(self) -> None:
-        if not self.version:
-            object.__setattr__(self, "version", _library_version())
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return dataclasses.asdict(self)
-
-    def differences(
-        self, *, env: str, horizon: int, actions: dict[str, Any], env_kwargs: Any
-    ) -> str:
-        """What differs between this curve's problem and the one given ("" when none)."""
-        diffs = []
-        if env != self.env:
-            diffs.append(f"environment {env!r} (the curve's: {self.env!r})")
-        kwargs = _jsonable(dict(env_kwargs or {}))
-        if kwargs != self.env_kwargs:
-            diffs.append(f"env_kwargs {kwargs} (the curve's: {self.env_kwargs})")
-        if int(horizon) != int(self.horizon):
-            diffs.append(f"horizon {horizon} (the curve's: {self.horizon})")
-        if actions != self.actions:
-            diffs.append(f"actions {actions} (the curve's: {self.actions})")
-        return "; ".join(diffs)
-
-
-def _library_version() -> str:
-    """This library's version (``imitation_meg.__version__``, read from the package already
-    imported: it sits above this module, which does not import it)."""
-    import sys
-
-    return str(sys.modules["imitation_meg"].__version__)
-
-
-def _jsonable(value: Any) -> Any:
-    """``value`` as plain JSON types (the form a file stores and compares)."""
-    from imitation_meg.results import to_jsonable
-
-    return json.loads(json.dumps(to_jsonable(value)))
-
-
-# ------------------------------------------------------------------------------ the conjugate
-class Conjugate(NamedTuple):
-    """``sup_beta beta J - Lambda(beta)`` on a grid, for ``B`` curves at once.
-
-    Attributes:
-        meg: ``(B,)`` the maxima.
-        beta: ``(B,)`` the maximisers.
-        below: ``(B,)`` the grid point nearest each maximiser from below.
-        at_edge: ``(B,)`` whether the maximum lies at the grid's first or last point (the
-            supremum lies beyond the grid).
-    """
-
-    meg: np.ndarray
-    beta: np.ndarray
-    below: np.ndarray
-    at_edge: np.ndarray
-
-
-def conjugate_on_grid(
-    betas: np.ndarray, lam: np.ndarray, slope: np.ndarray, J: np.ndarray
-) -> Conjugate:
-    """``sup_beta beta J_b - Lambda_b(beta)`` for curves ``lam (B, G)`` with slopes
-    ``slope (B, G)`` on ``betas (G,)``, at returns ``J (B,)``.
-
-    The grid's best point, then the exact maximum of the cubic Hermite interpolant (values and
-    slopes) on the two intervals beside it: where ``Lambda`` is smooth its error is of fourth
-    order in the grid's step, and a maximum is insensitive to first order in where it lies.
-    """
-    lam = np.atleast_2d(lam)
-    slope = np.atleast_2d(slope)
-    J = np.broadcast_to(np.asarray(J, dtype=np.float64), (lam.shape[0],))
-    G = len(betas)
-    f = betas[None, :] * J[:, None] - lam
-    best = np.argmax(f, axis=1)
-    rows = np.arange(lam.shape[0])
-    # ties with beta = 0 (a return no model distinguishes from the uniform one's, a constant
-    # reward) go to 0: the maximum there is exactly 0, and no rationality does better
-    zero = int(np.searchsorted(betas, 0.0))
-    tol = _ROUNDING * (np.abs(betas[best] * J) + np.abs(lam[rows, best]) + 1.0)
-    best = np.where(f[rows, best] > f[rows, zero] + tol, best, zero)
-    meg, beta = f[rows, best].copy(), betas[best].copy()
-    for lo in (best - 1, best):
-        ok = (lo >= 0) & (lo + 1 < G)
-        i0 = np.clip(lo, 0, G - 2)
-        i1 = i0 + 1
-        val, arg = _hermite_max(
-            betas[i0], betas[i1], lam[rows, i0], lam[rows, i1], slope[rows, i0], slope[rows, i1], J
-        )
-        better = ok & (val > meg)
-        meg = np.where(better, val, meg)
-        beta = np.where(better, arg, beta)
-    below = np.clip(np.searchsorted(betas, beta, side="right") - 1, 0, G - 1)
-    at_edge = (best == 0) | (best == G - 1)
-    return Conjugate(meg, beta, below, at_edge)
-
-
-def _hermite_max(
-    b0: np.ndarray,
-    b1: np.ndarray,
-    L0: np.ndarray,
-    L1: np.ndarray,
-    S0: np.ndarray,
-    S1: np.ndarray,
-    J: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The maximum over ``[b0, b1]`` of ``b J - H(b)``, ``H`` the cubic Hermite interpolant of
-    values ``L`` and slopes ``S`` at the ends, and where it lies (vectorised)."""
-    h = b1 - b0
-    # f'(t) / 1 for b = b0 + t h: h J - H'(t) = a t^2 + b t + c
-    qa = -(6 * L0 + 3 * h * S0 - 6 * L1 + 3 * h * S1)
-    qb = -(-6 * L0 - 4 * h * S0 + 6 * L1 - 2 * h * S1)
-    qc = h * (J - S0)
-
-    def f(t: np.ndarray) -> np.ndarray:
-        h00 = 2 * t**3 - 3 * t**2 + 1
-        h10 = t**3 - 2 * t**2 + t
-        h01 = -2 * t**3 + 3 * t**2
-        h11 = t**3 - t**2
-        H = h00 * L0 + h10 * h * S0 + h01 * L1 + h11 * h * S1
-        return (b0 + t * h) * J - H
-
-    cands = [np.zeros_like(h), np.ones_like(h)]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        disc = qb * qb - 4 * qa * qc
-        root = np.sqrt(np.maximum(disc, 0.0))
-        small = np.abs(qa) <= 1e-14 * (np.abs(qb) + np.abs(qc))
-        lin = np.where(qb != 0, -qc / qb, 0.5)
-        # the numerically stable pair of roots
-        qq = -0.5 * (qb + np.copysign(root, qb))
-        r1 = np.where(small, lin, np.where(qa != 0, qq / qa, 0.5))
-        r2 = np.where(small, lin, np.where(qq != 0, qc / qq, 0.5))
-    for r in (r1, r2):
-        r = np.where(np.isfinite(r) & (disc >= 0) | small, r, 0.5)
-        cands.append(np.clip(r, 0.0, 1.0))
-    vals = np.stack([f(t) for t in cands])  # (4, B)
-    k = np.argmax(vals, axis=0)
-    cols = np.arange(vals.shape[1])
-    t_best = np.stack(cands)[k, cols]
-    return vals[k, cols], b0 + t_best * h
-
-
-# ------------------------------------------------------------------------------ a score
-class CurveScore(NamedTuple):
-    """MEG of one policy from a curve and the policy's returns (:meth:`SoftValueCurve.score`).
-
-    Attributes:
-        meg: the estimate, clipped to ``[0, certificate]`` (nats).
-        low, high: the interval (``z`` bootstrap standard errors plus the curve's bias
-            allowance and rounding at ``beta``), clipped the same way.
-        beta: the maximiser (utility units; 0 for a policy whose return is the uniform one's).
-        raw: the maximum before clipping.
-        bootstrap_se: the bootstrap standard error (the policy's episodes and the curve's
-            units drawn again, independently).
-        bias: the curve's bias allowance at ``beta``.
-        expected_return: the policy's mean return ``J``.
-        return_se: its standard error.
-        at_edge: the maximum lies at the grid's end (beyond the curve: not trusted).
-        in_range: ``J`` lies where the curve is trusted (:meth:`SoftValueCurve.trusted_returns`).
-        ess: the curve's effective sample size at ``beta`` (inf for an exact curve).
-        replicates: ``(n_boot,)`` bootstrap replicates of the maximum.
-        start_return: the policy's mean return over the curve's own starts, from the episodes
-            that began there (NaN without them): where the start decides much of the return,
-            this, not ``expected_return``, is what the curve's returns found compare with.
-    """
-
-    meg: float
-    low: float
-    high: float
-    beta: float
-    raw: float
-    bootstrap_se: float
-    bias: float
-    expected_return: float
-    return_se: float
-    at_edge: bool
-    in_range: bool
-    ess: float
-    replicates: np.ndarray
-    start_return: float = math.nan
-
-
-def _checked_returns(returns: ArrayLike | float, confidence: float) -> np.ndarray:
-    """The episodes' returns ``(n,)`` as float64, checked with the confidence.
-
-    Raises:
-        ValueError: no or non-finite returns, a confidence outside ``(0, 1)``.
-    """
-    r = np.atleast_1d(np.asarray(returns, dtype=np.float64)).reshape(-1)
-    if r.size == 0 or not np.all(np.isfinite(r)):
-        raise ValueError(
-            f"score needs the finite returns of at least one episode, got {r.size} values"
-            + ("" if r.size == 0 else f" ({int((~np.isfinite(r)).sum())} not finite)")
-            + "."
-        )
-    if not 0.0 < float(confidence) < 1.0:
-        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}.")
-    return r
-
-
-def _checked_grid(
-    betas: ArrayLike, log_z: ArrayLike, slopes: ArrayLike
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The grid ``(G,)`` and the units' values and slopes ``(K, G)`` as float64, checked.
-
-    Raises:
-        ValueError: an unsorted grid, one without 0, mismatched shapes, non-finite values.
-    """
-    b = np.asarray(betas, dtype=np.float64)
-    lz = np.atleast_2d(np.asarray(log_z, dtype=np.float64))
-    sl = np.atleast_2d(np.asarray(slopes, dtype=np.float64))
-    G = b.size
-    if b.ndim != 1 or G < 3 or np.any(np.diff(b) <= 0) or 0.0 not in b:
-        raise ValueError(
-            f"a curve needs an ascending grid of at least 3 rationalities that includes 0, "
-            f"got {G} values."
-        )
-    if lz.shape != sl.shape or lz.shape[1] != G:
-        raise ValueError(f"log_z and slopes must both be (K, {G}), got {lz.shape} and {sl.shape}.")
-    if not (np.all(np.isfinite(lz)) and np.all(np.isfinite(sl))):
-        raise ValueError("a curve's values and slopes must be finite.")
-    return b, lz, sl
-
-
-def _trusted_run(betas: np.ndarray, ess: np.ndarray, min_ess: float) -> tuple[float, float]:
-    """The rationalities at the ends of the run of grid points around 0 with at least
-    ``min_ess`` effective samples."""
-    bad = ess < min_ess
-    zero = int(np.searchsorted(betas, 0.0))
-    below = np.flatnonzero(bad[:zero])
-    above = np.flatnonzero(bad[zero + 1 :])
-    lo = int(below[-1]) + 1 if below.size else 0
-    hi = zero + int(above[0]) if above.size else len(betas) - 1
-    return float(betas[lo]), float(betas[hi])
-
-
-class _Paired(NamedTuple):
-    """Episodes that began at a curve's starts: their indices per start, the starts' mean
-    returns ``(K,)``, and the indices of the episodes from fresh starts."""
-
-    groups: list[np.ndarray]
-    means: np.ndarray
-    fresh: np.ndarray
 
 
 # ------------------------------------------------------------------------------ the curve
@@ -401,14 +138,8 @@ class SoftValueCurve:
         starts: np.ndarray | None = None,
     ) -> None:
         betas, log_z, slopes = _checked_grid(betas, log_z, slopes)
-        G = betas.size
         self.betas, self.log_z, self.slopes, self.info = betas, log_z, slopes, info
-        self.bias = np.zeros(G) if bias is None else np.asarray(bias, dtype=np.float64)
-        self.ess = np.full(G, np.inf) if ess is None else np.asarray(ess, dtype=np.float64)
-        if self.bias.shape != (G,) or self.ess.shape != (G,):
-            raise ValueError(
-                f"bias and ess must be ({G},), got {self.bias.shape}, {self.ess.shape}."
-            )
+        self.bias, self.ess = _checked_allowances(betas.size, bias, ess)
         self.min_ess = float(min_ess)
         lo, hi = _trusted_run(betas, self.ess, self.min_ess) if trusted is None else trusted
         self.trusted = (float(lo), float(hi))
@@ -417,12 +148,7 @@ class SoftValueCurve:
         self.returns_found = (float(returns_found[0]), float(returns_found[1]))
         self._exact = exact
         self.problems = tuple(str(p) for p in problems)
-        self.starts = None if starts is None else np.asarray(starts, dtype=np.float64)
-        if self.starts is not None and len(self.starts) != self.log_z.shape[0]:
-            raise ValueError(
-                f"starts must give one state per unit ({self.log_z.shape[0]}), got "
-                f"{len(self.starts)}."
-            )
+        self.starts = _checked_starts(starts, self.log_z.shape[0])
 
     # -------------------------------------------------------------- the curve itself
     @property
@@ -511,43 +237,29 @@ class SoftValueCurve:
         """
         r = _checked_returns(returns, confidence)
         noiseless = self.exact and (exact_return or r.size == 1)
-        if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)):
-            raise TypeError(f"n_boot must be an integer, got {n_boot!r}.")
-        if not noiseless and n_boot < 2:
-            raise ValueError(
-                f"n_boot={n_boot}: an interval needs at least 2 bootstrap replicates (500 by "
-                "default)."
-            )
+        _check_n_boot(n_boot, noiseless)
         J = float(r.mean())
         J_se = 0.0 if exact_return or r.size < 2 else float(r.std(ddof=1) / math.sqrt(r.size))
-        paired = self._paired(units, r)
+        paired = paired_units(units, r, self.n_units)
         lam, slope, raw, beta = self._maximum(J, paired)
         c = conjugate_on_grid(self.betas, lam, slope, np.array([J]))
         finite = math.isfinite(beta)
         at_edge = bool(c.at_edge[0]) and not (self._exact is not None and finite)
-        bias = float(np.interp(beta, self.betas, self.bias)) if finite else 0.0
-        ess = float(np.interp(beta, self.betas, self.ess)) if finite else math.inf
-        reps, se = np.array([raw]), 0.0
-        if not noiseless:
-            reps = (
-                self._bootstrap(r, n_boot, seed, exact_return)
-                if paired is None
-                else self._paired_bootstrap(r, paired, n_boot, seed)
-            )
-            se = float(reps.std(ddof=1))
+        bias, ess = self._allowances_at(beta)
+        reps, se = self._replicates(r, paired, n_boot, seed, exact_return, noiseless, raw)
         z = statistics.NormalDist().inv_cdf(0.5 + float(confidence) / 2.0)
-        rounding = self._rounding(J, beta, float(lam[0, int(c.below[0])]))
-        half = z * se + bias + rounding
+        rnd = rounding(self.returns_found, J, beta, float(lam[0, int(c.below[0])]))
+        half = z * se + bias + rnd
         low, high = raw - half, raw + half
-        unseen = self._unseen(r, confidence, exact_return, lam, slope)
-        if unseen is not None:  # every episode had one return: the bootstrap sees no spread
-            low, high = min(low, unseen - bias - rounding), max(high, unseen + bias + rounding)
-        top = max(float(certificate), 0.0)
-        ceiling = top + 1e-9 * max(1.0, top) if math.isfinite(top) else math.inf
+        # every episode had one return: the bootstrap sees no spread
+        other = unseen(self.betas, self.returns_found, r, confidence, exact_return, lam, slope)
+        if other is not None:
+            low, high = min(low, other - bias - rnd), max(high, other + bias + rnd)
+        meg, low, high = clipped(raw, low, high, certificate)
         return CurveScore(
-            meg=float(min(max(raw, 0.0), top)),
-            low=float(min(max(low, 0.0), ceiling)),
-            high=float(min(max(high, 0.0), ceiling)),
+            meg=meg,
+            low=low,
+            high=high,
             beta=float(beta) if raw > 0 else 0.0,
             raw=float(raw),
             bootstrap_se=se,
@@ -570,121 +282,41 @@ class SoftValueCurve:
             raw, beta = self.conjugate(J)
             return self.value[None], self.slope[None], raw, beta
         K = self.n_units
-        lam, slope = self._adjusted(np.full((1, K), 1.0 / K), paired.means[None], np.array([J]))
+        lam, slope = adjusted(
+            self.log_z, self.slopes, np.full((1, K), 1.0 / K), paired.means[None], np.array([J])
+        )
         c = conjugate_on_grid(self.betas, lam, slope, np.array([J]))
         return lam, slope, float(c.meg[0]), float(c.beta[0])
 
-    def _rounding(self, J: float, beta: float, lam_at: float) -> float:
-        """The float64 rounding of the conjugate's sums at ``beta`` (terms as large as
-        ``|beta| x`` the returns, and the curve's value there)."""
-        scale = float(max(abs(self.returns_found[0]), abs(self.returns_found[1]), abs(J), 1e-300))
-        rounding = _ROUNDING * (1.0 + (abs(beta) if math.isfinite(beta) else 0.0) * scale)
-        return rounding + _ROUNDING * abs(lam_at)
-
-    def _unseen(
+    def _replicates(
         self,
         r: np.ndarray,
-        confidence: float,
+        paired: _Paired | None,
+        n_boot: int,
+        seed: int,
         exact_return: bool,
-        lam: np.ndarray,
-        slope: np.ndarray,
-    ) -> float | None:
-        """Where all ``n`` episodes returned the same, the maximum at the return the policy may
-        still have: with the chance of an episode ending otherwise at its upper confidence
-        bound ``1 - ((1 - confidence) / 2)^(1/n)`` (none in ``n``), and that episode ending at
-        the other end of the returns the curve found (None where the returns spread, or are
-        exact)."""
-        if exact_return or r.size < 2 or np.ptp(r) > 0:
-            return None
-        J = float(r[0])
-        lo, hi = self.returns_found
-        other = lo if abs(J - hi) <= abs(J - lo) else hi
-        if other == J:
-            return None
-        p = 1.0 - ((1.0 - float(confidence)) / 2.0) ** (1.0 / r.size)
-        shifted = np.array([J + p * (other - J)])
-        return float(conjugate_on_grid(self.betas, lam, slope, shifted).meg[0])
-
-    def _paired(self, units: Any, r: np.ndarray) -> _Paired | None:
-        """The episodes that began at the curve's starts, per start (None without any).
-
-        Raises:
-            ValueError: units of the wrong shape or range, or a start with no episode.
-        """
-        if units is None:
-            return None
-        u = np.asarray(units)
-        K = self.n_units
-        if u.shape != r.shape or u.dtype.kind not in "iu" or u.min() < -1 or u.max() >= K:
-            raise ValueError(
-                f"units must give each of the {r.size} episodes its start, an integer in "
-                f"[0, {K}) or -1 for a fresh start; got shape {u.shape}."
-            )
-        if not (u >= 0).any():
-            return None
-        groups = [np.flatnonzero(u == k) for k in range(K)]
-        if any(len(g) == 0 for g in groups):
-            raise ValueError("units: every start of the curve needs an episode, or none does.")
-        means = np.array([r[g].mean() for g in groups])
-        return _Paired(groups, means, np.flatnonzero(u < 0))
-
-    def _adjusted(
-        self, w: np.ndarray, h: np.ndarray, J: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``Lambda`` and its slope ``(B, G)`` with the control variate: unit weights
-        ``w (B, K)`` (rows summing to 1), the units' mean returns ``h (B, K)``, the policy's
-        mean return ``J (B,)``."""
-        gbar, sbar = w @ self.log_z, w @ self.slopes
-        hbar = (w * h).sum(1)
-        dh = w * (h - hbar[:, None])
-        var = (dh * (h - hbar[:, None])).sum(1)
-        safe = np.where(var > 0, var, 1.0)[:, None]
-        b = np.where(var[:, None] > 0, (dh @ self.log_z) / safe, 0.0)
-        bs = np.where(var[:, None] > 0, (dh @ self.slopes) / safe, 0.0)
-        gap = (hbar - J)[:, None]
-        return gbar - b * gap, sbar - bs * gap
-
-    def _paired_bootstrap(
-        self, r: np.ndarray, paired: _Paired, n_boot: int, seed: int
-    ) -> np.ndarray:
-        """Replicates of the maximum with the control variate: the starts drawn again (for the
-        curve and the policy together), the episodes within each start, and the fresh
-        episodes."""
-        rng = np.random.default_rng([int(seed), 11])
-        K = self.n_units
-        counts = rng.multinomial(K, np.full(K, 1.0 / K), size=n_boot)  # (B, K)
-        h = np.stack(
-            [rng.multinomial(len(g), np.full(len(g), 1.0 / len(g)), size=n_boot) @ r[g] / len(g)
-             for g in paired.groups],
-            axis=1,
-        )  # fmt: skip
-        sizes = np.array([len(g) for g in paired.groups])
-        total = (counts * sizes * h).sum(1)
-        n = (counts * sizes).sum(1).astype(np.float64)
-        f = paired.fresh
-        if len(f):
-            total = (
-                total + rng.multinomial(len(f), np.full(len(f), 1.0 / len(f)), size=n_boot) @ r[f]
-            )
-            n = n + len(f)
-        lam, slope = self._adjusted(counts / K, h, total / n)
-        return conjugate_on_grid(self.betas, lam, slope, total / n).meg
-
-    def _bootstrap(self, r: np.ndarray, n_boot: int, seed: int, exact_return: bool) -> np.ndarray:
-        """Replicates of the maximum: the episodes and the units drawn again."""
-        rng = np.random.default_rng([int(seed), 7])
-        n, K = r.size, self.n_units
-        if exact_return or n == 1:
-            Jb = np.full(n_boot, r.mean())
+        noiseless: bool,
+        raw: float,
+    ) -> tuple[np.ndarray, float]:
+        """Bootstrap replicates ``(n_boot,)`` of the maximum (with the control variate where
+        the episodes are paired with the curve's starts) and their standard error; ``raw``
+        alone and 0 for a noiseless score."""
+        if noiseless:
+            return np.array([raw]), 0.0
+        if paired is None:
+            reps = bootstrap(self.betas, self.log_z, self.slopes, r, n_boot, seed, exact_return)
         else:
-            Jb = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot) @ r / n
-        if K > 1:
-            w = rng.multinomial(K, np.full(K, 1.0 / K), size=n_boot) / K  # (B, K)
-            lam, slope = w @ self.log_z, w @ self.slopes
-        else:
-            lam = np.broadcast_to(self.value, (n_boot, len(self.betas)))
-            slope = np.broadcast_to(self.slope, (n_boot, len(self.betas)))
-        return conjugate_on_grid(self.betas, lam, slope, Jb).meg
+            reps = paired_bootstrap(self.betas, self.log_z, self.slopes, r, paired, n_boot, seed)
+        return reps, float(reps.std(ddof=1))
+
+    def _allowances_at(self, beta: float) -> tuple[float, float]:
+        """The bias allowance and the effective sample size at ``beta`` (0 and inf at an
+        infinite ``beta``)."""
+        if not math.isfinite(beta):
+            return 0.0, math.inf
+        return float(np.interp(beta, self.betas, self.bias)), float(
+            np.interp(beta, self.betas, self.ess)
+        )
 
     # -------------------------------------------------------------- files
     def check_for(
@@ -714,29 +346,22 @@ class SoftValueCurve:
     def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
         """Write the curve and its provenance to ``path`` (an ``.npz`` file; the suffix is
         added when missing). Returns the path written."""
-        p = pathlib.Path(path)
-        if p.suffix != ".npz":
-            p = p.with_name(p.name + ".npz")
+        arrays = {
+            "betas": self.betas,
+            "log_z": self.log_z,
+            "slopes": self.slopes,
+            "bias": self.bias,
+            "ess": self.ess,
+            "starts": np.zeros((0, 0)) if self.starts is None else self.starts,
+        }
         meta = {
-            "format": FORMAT,
             "info": _jsonable(self.info.to_dict()),
             "trusted": list(self.trusted),
             "returns_found": list(self.returns_found),
             "min_ess": self.min_ess,
             "problems": list(self.problems),
         }
-        with open(p, "wb") as fh:
-            np.savez_compressed(
-                fh,
-                betas=self.betas,
-                log_z=self.log_z,
-                slopes=self.slopes,
-                bias=self.bias,
-                ess=np.where(np.isfinite(self.ess), self.ess, -1.0),
-                starts=np.zeros((0, 0)) if self.starts is None else self.starts,
-                meta=np.array(json.dumps(meta)),
-            )
-        return p
+        return write_curve(path, arrays, meta)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> SoftValueCurve:
@@ -746,38 +371,7 @@ class SoftValueCurve:
             FileNotFoundError: no such file.
             ValueError: a file that is not a curve of this format.
         """
-        p = pathlib.Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"no soft-value curve file at {str(p)!r}.")
-        try:
-            with np.load(p, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
-            meta = json.loads(str(arrays.pop("meta")))
-        except (OSError, KeyError, ValueError, TypeError, zipfile.BadZipFile) as e:
-            raise ValueError(
-                f"{str(p)!r} is not a soft-value curve file written by SoftValueCurve.save "
-                f"({type(e).__name__}: {e})."
-            ) from None
-        if meta.get("format") != FORMAT:
-            raise ValueError(
-                f"{str(p)!r} has curve format {meta.get('format')!r}; this library reads "
-                f"format {FORMAT}: compute the curve again."
-            )
-        ess = arrays["ess"]
-        starts = arrays.get("starts")
-        return cls(
-            arrays["betas"],
-            arrays["log_z"],
-            arrays["slopes"],
-            CurveInfo(**meta["info"]),
-            bias=arrays["bias"],
-            ess=np.where(ess < 0, np.inf, ess),
-            trusted=(float(meta["trusted"][0]), float(meta["trusted"][1])),
-            returns_found=(float(meta["returns_found"][0]), float(meta["returns_found"][1])),
-            min_ess=float(meta["min_ess"]),
-            problems=tuple(meta.get("problems", ())),
-            starts=None if starts is None or starts.size == 0 else starts,
-        )
+        return cls(**read_curve(path))
 
     def __repr__(self) -> str:
         lo, hi = self.trusted_returns()

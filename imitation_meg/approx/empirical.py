@@ -49,6 +49,9 @@ observation (:func:`empirical_fit` with ``unknown=True``, behind
 on is then an absorbing state of its own, and each empirical MDP is solved by
 :func:`imitation_meg.meg_unknown` with the observations' one-hot features.
 
+The empirical MDP itself is built in :mod:`~imitation_meg.approx.empirical_mdp` (its names are
+importable from here too).
+
 What the interval does not cover: states the data never reached (the empirical MDP has no
 transition to them, so no model there can use them), and observations that do not determine the
 state (two states with one observation merge into one empirical state, which averages their
@@ -65,11 +68,17 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
-import scipy.sparse as sp
 import torch as th
 
 from imitation_meg.approx.core import Run, collect_data, policy_behaviour
-from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning
+from imitation_meg.approx.empirical_mdp import (
+    EmpiricalMDP,
+    NotTabular,
+    _observation_index,
+    canonical_observations,
+    observation_features,
+)
+from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning, no_fits
 from imitation_meg.approx.rollouts import Rollouts, collect
 from imitation_meg.core.kernels import threads as _threads
 from imitation_meg.core.known import MEGResult, meg
@@ -118,197 +127,6 @@ ROUNDING = 1e-9
 _BOOT_BLOCK = 32
 
 
-class NotTabular(Exception):
-    """The data do not admit an empirical MDP (the reason is the message).
-
-    ``few``: the observations were few, but the empirical MDP cannot be built from the data
-    (pairs it needs were never tried, or one transition paid two rewards).
-    """
-
-    def __init__(self, message: str, *, few: bool = False) -> None:
-        super().__init__(message)
-        self.few = few
-
-
-def canonical_observations(x: np.ndarray) -> np.ndarray:
-    """``(N, d)`` flat observations as the empirical MDP tells them apart: contiguous float32,
-    ``-0`` as ``0`` (each row's bytes are then its key)."""
-    return np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(len(x), -1) + 0.0)
-
-
-def _observation_index(x: np.ndarray, x_next: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """Indices of distinct flat observations: ``(index of x (N,), index of x_next (N,), S)``."""
-    both = canonical_observations(np.concatenate([x, x_next]))
-    keys = both.view(np.dtype((np.void, both.dtype.itemsize * both.shape[1]))).ravel()
-    _, inverse = np.unique(keys, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    n = x.shape[0]
-    return inverse[:n], inverse[n:], int(inverse.max()) + 1
-
-
-class EmpiricalMDP:
-    """The empirical MDP of a set of episodes (see the module docstring), rebuildable under
-    episode weights for the bootstrap.
-
-    Args:
-        data: the episodes (``N`` rows), with the scored policy's probabilities at every row
-            (``probs (N, A)``; collected with ``scored=``).
-        n_actions: ``|A|``.
-        horizon: ``H``.
-        terminal_states: one absorbing state per distinct observation that a terminated
-            episode ends on (what a utility of the observation needs: a goal and a hole then
-            differ), instead of one absorbing state for all of them (what the known utility
-            needs: every absorbing state is worth 0 there).
-
-    Raises:
-        ValueError: ``data`` without the scored policy's probabilities.
-
-    Attributes:
-        n_states: distinct observations ``S`` (the MDP has ``S + n_absorbing`` states, the last
-            ``n_absorbing`` absorbing).
-        n_absorbing: absorbing states (1 without ``terminal_states``, else the distinct
-            terminal observations, at least 1).
-        absorbing_obs: ``(n_absorbing,)`` the observation index of each absorbing state (-1:
-            none, for the single shared one).
-        observations: ``(S, d)`` the distinct flat observations, in state order.
-        policy: ``(S + n_absorbing, A)`` the scored policy at each observation (uniform where no
-            decision was seen, and in the absorbing states).
-        missing: ``(state, action)`` pairs the empirical MDP can reach before the horizon but
-            the data never tried (or never saw a transition of, where a decision follows).
-        reward_varies: some transition ``(s, a, s')`` paid different rewards at two visits.
-    """
-
-    def __init__(
-        self, data: Rollouts, n_actions: int, horizon: int, *, terminal_states: bool = False
-    ) -> None:
-        if data.probs is None:
-            raise ValueError(
-                "the empirical MDP needs the scored policy's probabilities at every row: collect "
-                "the data with scored=<the policy> (Rollouts.probs is None)."
-            )
-        A, H = n_actions, horizon
-        s, s_next, S = _observation_index(data.x, data.x_next)
-        self.n_states, self.n_actions, self.horizon = S, A, H
-        first = np.unique(np.concatenate([s, s_next]), return_index=True)[1]
-        self.observations = np.concatenate([data.x, data.x_next])[first]
-        self.episode = data.episode
-        self.n_episodes = data.n_episodes
-        self.sa = s * A + data.a
-        self.r = data.r
-        # transitions: every decision but an episode's last one at the horizon (whose `done`
-        # only says the horizon came); a terminated episode enters an absorbing state (S, or
-        # with terminal_states the one of its last observation)
-        self.trans = data.t < H - 1
-        terminal = data.done & self.trans
-        if terminal_states:
-            ends = np.unique(s_next[terminal])
-            self.absorbing_obs = ends if ends.size else np.full(1, -1)
-            target = np.where(terminal, S + np.searchsorted(ends, s_next), s_next)
-        else:
-            self.absorbing_obs = np.full(1, -1)
-            target = np.where(terminal, S, s_next)
-        self.n_absorbing = N = len(self.absorbing_obs)
-        key = self.sa[self.trans] * (S + N) + target[self.trans]
-        support, self.key_of_row = np.unique(key, return_inverse=True)
-        self.key_of_row = self.key_of_row.reshape(-1)
-        self.key_sa, self.key_next = support // (S + N), support % (S + N)
-        # slots: each (s, a)'s observed successors side by side, padded to the widest (the
-        # support is sorted by key, so by (s, a) first: a pair's successors are consecutive)
-        per_sa = np.bincount(self.key_sa, minlength=S * A)
-        self.width = max(1, int(per_sa.max()) if per_sa.size else 1)
-        starts = np.concatenate([[0], np.cumsum(per_sa)[:-1]])
-        self.key_slot = np.arange(len(support)) - starts[self.key_sa]
-        # the reward of one transition (s, a, s') must not vary: a reward that does depends on
-        # the time step (or is random), which a stationary empirical MDP cannot hold
-        tkey = self.sa * S + s_next
-        order_r = np.lexsort((data.r, tkey))
-        k_sorted, r_sorted = tkey[order_r], data.r[order_r]
-        starts_r = np.flatnonzero(np.r_[True, k_sorted[1:] != k_sorted[:-1]])
-        spread = np.maximum.reduceat(r_sorted, starts_r) - np.minimum.reduceat(r_sorted, starts_r)
-        # relative to the rewards' own scale (an absolute floor would hide tiny rewards' drift)
-        scale = float(np.abs(data.r).max()) if data.r.size else 0.0
-        self.reward_varies = bool(spread.size and spread.max() > 1e-9 * scale)
-        self.first = data.t == 0
-        self.s0 = s[self.first]
-        self.ep0 = data.episode[self.first]
-        policy = np.full((S + N, A), 1.0 / A)
-        seen, at = np.unique(s, return_index=True)
-        policy[seen] = np.asarray(data.probs, dtype=np.float64)[at]
-        self.policy = policy / policy.sum(1, keepdims=True)
-        self.full = self._estimates(np.ones(data.n_episodes))
-        self.missing = self._missing()
-
-    def _estimates(self, w_ep: np.ndarray) -> dict[str, np.ndarray]:
-        """Counts and frequencies under episode weights ``w_ep (n_episodes,)``."""
-        S, A = self.n_states, self.n_actions
-        w = w_ep[self.episode]
-        n_sa = np.bincount(self.sa, weights=w, minlength=S * A)
-        r_sum = np.bincount(self.sa, weights=w * self.r, minlength=S * A)
-        wt = w[self.trans]
-        n_key = np.bincount(self.key_of_row, weights=wt, minlength=len(self.key_sa))
-        n_trans = np.bincount(self.key_sa, weights=n_key, minlength=S * A)
-        p0 = np.bincount(self.s0, weights=w_ep[self.ep0], minlength=S + self.n_absorbing)
-        return {"n_sa": n_sa, "r_sum": r_sum, "n_key": n_key, "n_trans": n_trans, "p0": p0}
-
-    def _missing(self) -> list[tuple[int, int]]:
-        """Pairs the empirical MDP needs and the data lack (see the class docstring)."""
-        S, A, H = self.n_states, self.n_actions, self.horizon
-        n = S + self.n_absorbing
-        est = self.full
-        adj = sp.csr_matrix(
-            (np.ones(len(self.key_sa)), (self.key_sa // A, self.key_next)), shape=(n, n)
-        )
-        adjt = adj.T.tocsr()
-        reach = est["p0"] > 0
-        decide = reach.copy()  # reachable at some t <= H - 1
-        follow = reach.copy() if H >= 2 else np.zeros(n, dtype=bool)  # some t <= H - 2
-        for t in range(1, H):
-            reach = (adjt @ reach.astype(np.float64)) > 0
-            reach[S:] = False
-            decide |= reach
-            if t <= H - 2:
-                follow |= reach
-        decide[S:] = follow[S:] = False
-        tried = (est["n_sa"] > 0).reshape(S, A)
-        moved = (est["n_trans"] > 0).reshape(S, A)
-        need = ~tried & decide[:S, None] | ~moved & follow[:S, None]
-        return [(int(i), int(j)) for i, j in zip(*np.nonzero(need), strict=True)]
-
-    def mdp(self, w_ep: np.ndarray | None = None) -> TabularMDP:
-        """The empirical MDP (under episode weights ``w_ep``; pairs they leave without data keep
-        the full data's frequencies)."""
-        S, A, H, B = self.n_states, self.n_actions, self.horizon, self.width
-        n = S + self.n_absorbing
-        est = self.full if w_ep is None else self._estimates(w_ep)
-        full = self.full
-        n_sa = np.where(est["n_sa"] > 0, est["n_sa"], full["n_sa"])
-        r_sum = np.where(est["n_sa"] > 0, est["r_sum"], full["r_sum"])
-        utility = np.zeros((n, A))
-        utility[:S] = (r_sum / np.maximum(n_sa, 1e-300)).reshape(S, A)
-        # replicate's transition counts, or the full data's where the replicate has none
-        has = est["n_trans"][self.key_sa] > 0
-        n_key = np.where(has, est["n_key"], full["n_key"])
-        tot = np.bincount(self.key_sa, weights=n_key, minlength=S * A)
-        nxt = np.zeros((n, A, B), dtype=np.int64)
-        prob = np.zeros((n, A, B))
-        idle = tot == 0  # never moved (needed by no decision): stays put
-        nxt[:S, :, 0] = np.repeat(np.arange(S), A).reshape(S, A)
-        prob[:S, :, 0] = idle.reshape(S, A)
-        nxt[S:, :, 0] = np.arange(S, n)[:, None]
-        prob[S:, :, 0] = 1.0
-        si, ai = self.key_sa // A, self.key_sa % A
-        nxt[si, ai, self.key_slot] = self.key_next
-        prob[si, ai, self.key_slot] = n_key / tot[self.key_sa]
-        p0 = est["p0"] if est["p0"].sum() > 0 else full["p0"]
-        return TabularMDP(
-            (nxt, prob),
-            utility=utility,
-            horizon=H,
-            initial_state_dist=p0 / p0.sum(),
-            name="empirical MDP",
-        )
-
-
 class _Round(NamedTuple):
     """One round's estimate (bias-corrected), interval, bootstrap spread and replicates, and the
     plain solve of its empirical MDP."""
@@ -319,18 +137,6 @@ class _Round(NamedTuple):
     se: float
     replicates: np.ndarray
     plain: MEGResult
-
-
-def observation_features(model: EmpiricalMDP) -> np.ndarray:
-    """``(S + n_absorbing, S)`` features of the class of every utility of the observation: each
-    state's observation as a one-hot (an absorbing state has its terminal observation's, the
-    shared absorbing state none)."""
-    S = model.n_states
-    phi = np.zeros((S + model.n_absorbing, S))
-    phi[np.arange(S), np.arange(S)] = 1.0
-    ends = np.flatnonzero(model.absorbing_obs >= 0)
-    phi[S + ends, model.absorbing_obs[ends]] = 1.0
-    return phi
 
 
 def _solver(model: EmpiricalMDP, unknown: bool) -> Callable[[TabularMDP], MEGResult]:
@@ -425,50 +231,16 @@ def empirical_fit(run: Run, *, unknown: bool = False) -> EmpiricalFit:
     rounds: list[_Round] = []
     settled = False
     model: EmpiricalMDP | None = None
-    probe = collect(
-        run.source,
-        policy_behaviour(run.pol),
-        None,
-        np.random.default_rng([run.model_seeds[0], 99]),
-        min_steps=PROBE_STEPS,
-        n_envs=opts.n_envs,
-        on_step=run.count,
-    )
-    _, _, n_probe = _observation_index(probe.x, probe.x_next)
-    if n_probe > PROBE_NEW * probe.n_steps:
-        raise NotTabular(
-            f"{probe.n_steps} steps met {n_probe} distinct observations (continuous "
-            "observations, or too many states for an empirical MDP)"
-        )
+    _probe(run)
     while total < budget:
-        n_new = min(FIRST_STEPS if not parts else total, budget - total)
-        part = collect_data(
-            run.source,
-            run.pol,
-            n_new,
-            np.random.default_rng([run.model_seeds[0], 100 + len(parts)]),
-            n_envs=opts.n_envs,
-            on_step=run.count,
-            scored=run.pol,
+        part = _round_data(
+            run, len(parts), min(FIRST_STEPS if not parts else total, budget - total)
         )
         parts.append(part)
         total += part.n_steps
-        run.bar.update(part.n_steps)
         data = Rollouts.concat(parts)
         model = EmpiricalMDP(data, A, H, terminal_states=unknown)
-        if model.n_states > opts.max_states or data.n_steps < MIN_VISITS * model.n_states:
-            raise NotTabular(
-                f"{data.n_steps} data steps met {model.n_states} distinct observations "
-                f"(the empirical MDP needs at most max_states={opts.max_states}, each met "
-                f"{MIN_VISITS} times on average)"
-            )
-        if model.reward_varies:
-            raise NotTabular(
-                "the reward of one transition (observation, action, next observation) differed "
-                "between visits: it depends on the time step or is random, which the empirical "
-                "MDP (a stationary model) cannot hold",
-                few=True,
-            )
+        _check_tabular(model, data, opts.max_states)
         if model.missing:
             continue
         last = total >= budget
@@ -480,6 +252,77 @@ def empirical_fit(run: Run, *, unknown: bool = False) -> EmpiricalFit:
             settled = True
             break
     assert model is not None
+    _check_tried(model, total)
+    if rounds[-1].replicates.size < opts.n_boot:  # the rounds' rule used ROUND_BOOT of them
+        rounds[-1] = _solve(model, run, opts.n_boot, rng, _solver(model, unknown))
+    # without replicates (n_boot < 2) nothing says whether the rounds settled
+    result = _result(
+        run, model, data, rounds, settled if opts.n_boot >= 2 else None, bound, unknown=unknown
+    )
+    return EmpiricalFit(result, model, rounds[-1].plain)
+
+
+def _probe(run: Run) -> None:
+    """Turn away continuous observations: :data:`PROBE_STEPS` steps of the scored policy that
+    meet more distinct observations than :data:`PROBE_NEW` times their number.
+
+    Raises:
+        NotTabular: the observations do not repeat.
+    """
+    probe = collect(
+        run.source,
+        policy_behaviour(run.pol),
+        None,
+        np.random.default_rng([run.model_seeds[0], 99]),
+        min_steps=PROBE_STEPS,
+        n_envs=run.opts.n_envs,
+        on_step=run.count,
+    )
+    _, _, n_probe = _observation_index(probe.x, probe.x_next)
+    if n_probe > PROBE_NEW * probe.n_steps:
+        raise NotTabular(
+            f"{probe.n_steps} steps met {n_probe} distinct observations (continuous "
+            "observations, or too many states for an empirical MDP)"
+        )
+
+
+def _round_data(run: Run, k: int, n_new: int) -> Rollouts:
+    """Round ``k``'s ``n_new`` data steps (a third each from the scored policy, its mix with
+    uniform actions and the uniform policy), counted on the progress bar."""
+    part = collect_data(
+        run.source,
+        run.pol,
+        n_new,
+        np.random.default_rng([run.model_seeds[0], 100 + k]),
+        n_envs=run.opts.n_envs,
+        on_step=run.count,
+        scored=run.pol,
+    )
+    run.bar.update(part.n_steps)
+    return part
+
+
+def _check_tabular(model: EmpiricalMDP, data: Rollouts, max_states: int) -> None:
+    """Raise :class:`NotTabular` where the data do not admit an empirical MDP: too many distinct
+    observations, too few visits of each, or a transition that paid two rewards."""
+    if model.n_states > max_states or data.n_steps < MIN_VISITS * model.n_states:
+        raise NotTabular(
+            f"{data.n_steps} data steps met {model.n_states} distinct observations "
+            f"(the empirical MDP needs at most max_states={max_states}, each met "
+            f"{MIN_VISITS} times on average)"
+        )
+    if model.reward_varies:
+        raise NotTabular(
+            "the reward of one transition (observation, action, next observation) differed "
+            "between visits: it depends on the time step or is random, which the empirical "
+            "MDP (a stationary model) cannot hold",
+            few=True,
+        )
+
+
+def _check_tried(model: EmpiricalMDP, total: int) -> None:
+    """Raise :class:`NotTabular` where pairs the empirical MDP can reach were never tried after
+    ``total`` data steps."""
     if model.missing:
         s, a = model.missing[0]
         raise NotTabular(
@@ -488,13 +331,6 @@ def empirical_fit(run: Run, *, unknown: bool = False) -> EmpiricalFit:
             f"in observation {s} of {model.n_states}; more data, n_data_steps=, may try them)",
             few=True,
         )
-    if rounds[-1].replicates.size < opts.n_boot:  # the rounds' rule used ROUND_BOOT of them
-        rounds[-1] = _solve(model, run, opts.n_boot, rng, _solver(model, unknown))
-    # without replicates (n_boot < 2) nothing says whether the rounds settled
-    result = _result(
-        run, model, data, rounds, settled if opts.n_boot >= 2 else None, bound, unknown=unknown
-    )
-    return EmpiricalFit(result, model, rounds[-1].plain)
 
 
 def _result(
@@ -515,17 +351,8 @@ def _result(
     pi = th.as_tensor(model.policy)
     mdp = model.mdp()
     occ = occupancy_measures(mdp, pi)[:-1].double()  # (H, S + n_absorbing)
-    ent = -(pi * th.log(pi.clamp_min(1e-300))).sum(1)
-    log_a = math.log(model.n_actions)
-    certificate = float((occ * (log_a - ent)).sum())
-    mean_length = float(occ[:, : model.n_states].sum())
-    cert = max(certificate, 0.0)
-    # the interval's ends are clipped to [0, certificate] less the solver's rounding: where MEG
-    # attains the certificate (every policy of a tree MDP is soft-optimal for some utility of the
-    # state), the certificate, summed another way, can lie an ulp below the exact value
-    top = cert + ROUNDING * max(1.0, cert)
-    low, high = (v if math.isnan(v) else min(max(v, 0.0), top) for v in (last.low, last.high))
-    estimate = min(max(last.meg, 0.0), cert)
+    certificate, mean_length = _certificate(model, occ, pi)
+    estimate, low, high = _clipped(last, certificate)
     if data.truncated_early:
         warnings.warn(
             f"{data.truncated_early} of {data.n_episodes} data episodes were cut by the "
@@ -535,21 +362,8 @@ def _result(
             stacklevel=4,
         )
     if settled is False:
-        warnings.warn(
-            f"the empirical MDP's estimate {estimate:.4g} has an interval half-width "
-            f"{(high - low) / 2:.3g} after the data budget of {data.n_steps} steps "
-            f"(n_models x n_data_steps): more than {PRECISION_SHARE:.1%} of the estimate and "
-            f"{PRECISION_BOUND:.1%} of H log|A|. On the validation cases such estimates were "
-            "the ones off by more than that (near-deterministic optima, where small errors in "
-            "the estimated dynamics move the estimate): raise n_data_steps=, or score with "
-            + (
-                "utility='mlp' (a lower bound from soft Q-fits; docs/approx.md)."
-                if unknown
-                else "method='soft_q' (docs/approx.md)."
-            ),
-            ApproxMEGWarning,
-            stacklevel=4,
-        )
+        _warn_unsettled(estimate, low, high, data.n_steps, unknown)
+    log_a = math.log(model.n_actions)
     length_bound = mean_length * log_a
     return ApproxMEGResult(
         meg=estimate,
@@ -572,12 +386,8 @@ def _result(
         ),
         n_env_steps=run.n_env_steps,
         n_eval_episodes=0,
-        ensemble=math.nan,
-        models=[],
-        seed_std=math.nan,
-        model_se=math.nan,
+        **no_fits(),
         bootstrap_se=last.se,
-        residual_rms=math.nan,
         at_boundary=bool(exact.at_boundary),
         q_scale=math.nan,
         replicates=last.replicates,
@@ -589,4 +399,45 @@ def _result(
         settled=settled,
         method="empirical",
         n_states=model.n_states,
+    )
+
+
+def _certificate(model: EmpiricalMDP, occ: th.Tensor, pi: th.Tensor) -> tuple[float, float]:
+    """The Gibbs certificate ``E[sum_t (log|A| - H(pi(. | s_t)))]`` of the scored policy ``pi``
+    ``(S + n_absorbing, A)`` in the empirical MDP, from its state occupancies ``occ``
+    ``(H, S + n_absorbing)``, and its mean episode length (decisions outside absorbing states)."""
+    ent = -(pi * th.log(pi.clamp_min(1e-300))).sum(1)
+    log_a = math.log(model.n_actions)
+    certificate = float((occ * (log_a - ent)).sum())
+    return certificate, float(occ[:, : model.n_states].sum())
+
+
+def _clipped(last: _Round, certificate: float) -> tuple[float, float, float]:
+    """The last round's estimate clipped to ``[0, certificate]`` and its interval's ends clipped
+    to ``[0, certificate]`` less the solver's rounding (NaN ends stay NaN)."""
+    cert = max(certificate, 0.0)
+    # where MEG attains the certificate (every policy of a tree MDP is soft-optimal for some
+    # utility of the state), the certificate, summed another way, can lie an ulp below the
+    # exact value
+    top = cert + ROUNDING * max(1.0, cert)
+    low, high = (v if math.isnan(v) else min(max(v, 0.0), top) for v in (last.low, last.high))
+    return min(max(last.meg, 0.0), cert), low, high
+
+
+def _warn_unsettled(estimate: float, low: float, high: float, n_steps: int, unknown: bool) -> None:
+    """Warn that the data budget (``n_steps``) ran out before the interval was narrow enough."""
+    warnings.warn(
+        f"the empirical MDP's estimate {estimate:.4g} has an interval half-width "
+        f"{(high - low) / 2:.3g} after the data budget of {n_steps} steps "
+        f"(n_models x n_data_steps): more than {PRECISION_SHARE:.1%} of the estimate and "
+        f"{PRECISION_BOUND:.1%} of H log|A|. On the validation cases such estimates were "
+        "the ones off by more than that (near-deterministic optima, where small errors in "
+        "the estimated dynamics move the estimate): raise n_data_steps=, or score with "
+        + (
+            "utility='mlp' (a lower bound from soft Q-fits; docs/approx.md)."
+            if unknown
+            else "method='soft_q' (docs/approx.md)."
+        ),
+        ApproxMEGWarning,
+        stacklevel=5,
     )

@@ -33,14 +33,9 @@ import torch as th
 from scipy.special import stdtrit
 
 from imitation_meg.approx.core import Run, collect_data, evaluation_episodes
-from imitation_meg.approx.evaluate import (
-    ApproxMEGResult,
-    Ensemble,
-    add_episode_values,
-    stage_interval,
-    stages_settled,
-    summarise,
-)
+from imitation_meg.approx.ensemble import Ensemble, add_episode_values
+from imitation_meg.approx.evaluate import ApproxMEGResult, summarise
+from imitation_meg.approx.intervals import _Interval, stage_interval, stages_settled
 from imitation_meg.approx.rollouts import Rollouts
 from imitation_meg.approx.soft_q import is_null_problem, returns_scale, standardisation
 from imitation_meg.core.kernels import threads as _threads
@@ -339,6 +334,49 @@ def rounds(first: int, budget: int) -> list[int]:
     return sizes
 
 
+def _add_round_data(run: Run, parts: list[list[Rollouts]], i: int, n_new: int) -> None:
+    """Round ``i``'s ``n_new`` data steps of every fit, appended to its parts (in place)."""
+    for k, mseed in enumerate(run.model_seeds):
+        parts[k].append(
+            collect_data(
+                run.source,
+                run.pol,
+                n_new,
+                np.random.default_rng([mseed, 1, i]),
+                n_envs=run.opts.n_envs,
+                on_step=run.count,
+            )
+        )
+
+
+def _fits(run: Run, parts: list[list[Rollouts]]) -> list[LinearSoftQ]:
+    """Every fit redone on all its data, side by side on the caller's torch threads."""
+    H, A = run.source.horizon, run.source.n_actions
+    n_features = run.opts.n_features
+    return _threads.parallel_map(
+        lambda fit: LinearSoftQ(
+            Rollouts.concat(fit[0]),
+            A,
+            H,
+            n_features=n_features,
+            bandwidth=BANDWIDTH,
+            ridge=RIDGE,
+            seed=fit[1],
+        ),
+        list(zip(parts, run.model_seeds, strict=True)),
+    )
+
+
+def _settled(means: list[float], now: _Interval, K: int, confidence: float, bound: float) -> bool:
+    """Whether the rounds have settled: the last doubling moved the estimate (``means``, one
+    per round) by at most its sampling half-width (:func:`stages_settled`), and the ``K`` fits
+    of the last round (its interval ``now``) agree within :data:`PRECISION_SHARE` of the
+    estimate or :data:`PRECISION_BOUND` of ``H log|A|`` (``bound``)."""
+    fits_half = float(stdtrit(K - 1, 0.5 + confidence / 2)) * now.se_models
+    precise = fits_half <= max(PRECISION_SHARE * abs(now.mean), PRECISION_BOUND * bound)
+    return bool(stages_settled(means, now.sampling, bound)) and precise
+
+
 def linear_estimate(run: Run) -> ApproxMEGResult:
     """Known-utility MEG of ``run``'s policy with linear soft Q-functions (module docstring).
 
@@ -364,30 +402,9 @@ def linear_estimate(run: Run) -> ApproxMEGResult:
     # precision, so the rounds run to the budget and ``settled`` is None
     measurable = opts.n_boot >= 2 and opts.n_models >= 2
     for i, size in enumerate(rounds(FIRST_STEPS, opts.n_data_steps)):
-        for k, mseed in enumerate(run.model_seeds):
-            parts[k].append(
-                collect_data(
-                    source,
-                    run.pol,
-                    size - have,
-                    np.random.default_rng([mseed, 1, i]),
-                    n_envs=opts.n_envs,
-                    on_step=run.count,
-                )
-            )
+        _add_round_data(run, parts, i, size - have)
         have = size
-        models = _threads.parallel_map(
-            lambda fit: LinearSoftQ(
-                Rollouts.concat(fit[0]),
-                A,
-                H,
-                n_features=opts.n_features,
-                bandwidth=BANDWIDTH,
-                ridge=RIDGE,
-                seed=fit[1],
-            ),
-            list(zip(parts, run.model_seeds, strict=True)),
-        )
+        models = _fits(run, parts)
         q_ref = float(np.median([m.q_scale for m in models]))
         around = stages[-1][0][_best(*stages[-1])] if stages else 0.0
         betas, mats = scan(models, ev, q_ref, around=around)
@@ -403,9 +420,7 @@ def linear_estimate(run: Run) -> ApproxMEGResult:
             s_boot=run.s_boot,
         )
         means.append(now.mean)
-        fits_half = float(stdtrit(len(models) - 1, 0.5 + opts.confidence / 2)) * now.se_models
-        precise = fits_half <= max(PRECISION_SHARE * abs(now.mean), PRECISION_BOUND * bound)
-        settled = bool(stages_settled(means, now.sampling, bound)) and precise and measurable
+        settled = measurable and _settled(means, now, len(models), opts.confidence, bound)
         if settled:
             break
     betas, mats = stages[-1]

@@ -11,7 +11,9 @@ arguments of the same names, or both (keywords win)::
     fast = ApproxOptions(n_models=2, refine=1)
     meg_approx(policy, "CartPole-v1", options=fast, seed=3)
 
-The defaults are the setting validated against exact answers (``configs/approx_validation.yaml``,
+The defaults themselves, and the rules of those that depend on the problem, are in
+:mod:`~imitation_meg.approx.defaults` (importable from here too). The defaults are the setting
+validated against exact answers (``configs/approx_validation.yaml``,
 the cases they were tuned on) and then frozen for environment families no tuning saw
 (``configs/approx_heldout.yaml``); a test records them, so a change of default is a deliberate
 act that needs new held-out families (docs/approx.md).
@@ -21,15 +23,37 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from imitation_meg.approx.defaults import (
+    _BOX_EXTRA_ITERATIONS,
+    APPLIES,
+    AVERAGE,
+    BOX_DATA_STEPS,
+    BOX_FIT_DEFAULTS,
+    BOX_STEP_BUDGET,
+    DATA_STEPS,
+    FIT_DEFAULTS,
+    LAST_STEPS,
+    LR,
+    MAX_STATES,
+    METHODS,
+    N_EVAL_EPISODES,
+    N_FEATURES,
+    N_PARTICLES,
+    N_STARTS,
+    REFIT_LR,
+    SMC_STARTS,
+    STEP_BUDGET,
+    data_bytes,
+    default_data_steps,
+    default_schedule,
+)
 from imitation_meg.approx.evaluate import ApproxMEGWarning
-from imitation_meg.approx.soft_q import _check_int, check_average, check_device, check_lr
+from imitation_meg.approx.option_checks import checked_fields
+from imitation_meg.approx.soft_q import check_device
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from imitation_meg.approx.rollouts import EnvSource
@@ -61,92 +85,6 @@ __all__ = [
     "default_data_steps",
     "default_schedule",
 ]
-
-#: Adam's learning rate of the first fit (the refits, which start from its weights, use
-#: ``REFIT_LR`` times it).
-LR = 3e-3
-REFIT_LR = 0.3
-#: The share of each soft Q-iteration's last Adam steps whose weights are averaged.
-AVERAGE = 0.5
-#: Indicator inputs of the last decisions.
-LAST_STEPS = 3
-#: Evaluation episodes of the scored policy.
-N_EVAL_EPISODES = 1000
-#: Adam steps per fitting stage (split over the iterations, at least 20 each). Fewer leave the
-#: fits short of their targets, a bias the fits share (docs/approx.md).
-STEP_BUDGET = 48_000
-#: The same for the Box fits, whose iterations are default ``H + 10`` (``H + 20`` otherwise).
-BOX_STEP_BUDGET = 12_000
-_EXTRA_ITERATIONS, _BOX_EXTRA_ITERATIONS = 20, 10
-#: How a score is made: soft Q-fits, linear soft Q-functions by backward induction
-#: ("linear"), the empirical MDP of the observations, the paths of a deterministic environment
-#: ("paths", where the library simulates it), or the first of paths, empirical MDP and soft
-#: Q-fits that applies ("auto"). The default (``None``) is paths where they apply, else soft
-#: Q-fits.
-METHODS = ("auto", "empirical", "linear", "paths", "soft_q")
-#: Particles per start of the paths method's splitting, and its starts; the starts of its
-#: twisted SMC (whose particles per start and rung follow a budget:
-#: :func:`imitation_meg.approx.smc.particles_for`).
-N_PARTICLES = 1024
-N_STARTS = 32
-SMC_STARTS = 64
-#: The settings each method uses (besides ``method`` itself); a score from a given curve
-#: (``"curve"``) uses only the policy's episodes and the bootstrap.
-_SCORING = ("n_eval_episodes", "n_boot", "confidence", "seed", "progress", "n_envs")
-_FITS = ("n_data_steps", "data_memory_gib", "n_models", "n_envs", "n_boot", "confidence", "seed")
-APPLIES: dict[str, tuple[str, ...]] = {
-    "curve": _SCORING,
-    "paths": (*_SCORING, "n_particles", "n_starts"),
-    "soft_q": (
-        *_FITS,
-        "n_eval_episodes",
-        "progress",
-        "hidden",
-        "iterations",
-        "steps_per_iteration",
-        "refine",
-        "average",
-        "lr",
-        "last_steps",
-        "device",
-    ),
-    "empirical": (*_FITS, "progress", "max_states"),
-    "linear": (*_FITS, "n_eval_episodes", "progress", "n_features"),
-}
-APPLIES["auto"] = tuple(dict.fromkeys(APPLIES["paths"] + APPLIES["empirical"] + APPLIES["soft_q"]))
-#: The soft Q-fits of a box (on the CPU, with their action grid).
-APPLIES["soft_q_box"] = (*(n for n in APPLIES["soft_q"] if n != "device"), "grid_points")
-#: Random Fourier features of the linear soft Q-functions.
-N_FEATURES = 100
-#: The most distinct observations an empirical MDP may have.
-MAX_STATES = 2000
-#: Off-policy environment steps per model (lowered for wide observations, see
-#: :func:`default_data_steps`); of the Box fits.
-DATA_STEPS = 180_000
-BOX_DATA_STEPS = 30_000
-#: The defaults of the fields left ``None`` whose value depends on the estimator: the Box soft
-#: Q-fits (their validated setting, docs/continuous.md) and every other method.
-FIT_DEFAULTS: dict[str, int] = {
-    "n_eval_episodes": N_EVAL_EPISODES,
-    "refine": 3,
-    "n_boot": 500,
-    "n_envs": 16,
-}
-BOX_FIT_DEFAULTS: dict[str, int] = {"n_eval_episodes": 100, "refine": 1, "n_boot": 300, "n_envs": 8}
-
-
-def _is_int(v: Any) -> bool:
-    return not isinstance(v, bool) and isinstance(v, (int, np.integer))
-
-
-def _check_open(name: str, v: Any, hi: float, what: str) -> None:
-    """Raise ``ValueError`` unless ``v`` is a real number (not a bool) in ``(0, hi)``."""
-    if (
-        isinstance(v, bool)
-        or not isinstance(v, (int, float, np.integer, np.floating))
-        or not 0.0 < float(v) < hi
-    ):
-        raise ValueError(f"{name} must be {what}, got {v!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,42 +218,8 @@ class ApproxOptions:
     grid_points: int | None = None
 
     def __post_init__(self) -> None:
-        for name, lo in (("n_data_steps", 3), ("n_eval_episodes", 2), ("n_boot", 0)):
-            if getattr(self, name) is not None:
-                _check_int(name, getattr(self, name), lo)
-        _check_int("n_models", self.n_models, 1)
-        hidden = self.hidden
-        if not isinstance(hidden, (tuple, list)) or not all(_is_int(h) and h >= 1 for h in hidden):
-            raise ValueError(
-                f"hidden must be a sequence of positive layer sizes, e.g. (64, 64), got {hidden!r}."
-            )
-        object.__setattr__(self, "hidden", tuple(int(h) for h in hidden))
-        for name in ("iterations", "steps_per_iteration", "n_envs", "grid_points"):
-            if getattr(self, name) is not None:
-                _check_int(name, getattr(self, name), 1)
-        refine = self.refine
-        if refine is not None:
-            if not isinstance(refine, bool) and (not _is_int(refine) or int(refine) < 0):
-                raise ValueError(f"refine must be True, False or an integer >= 0, got {refine!r}.")
-            object.__setattr__(self, "refine", int(refine))
-        _check_open("confidence", self.confidence, 1.0, "a number strictly between 0 and 1")
-        if not _is_int(self.seed):
-            raise TypeError(f"seed must be an integer, got {self.seed!r}.")
-        if not isinstance(self.progress, bool):
-            raise TypeError(f"progress must be True or False, got {self.progress!r}.")
-        _check_open("data_memory_gib", self.data_memory_gib, math.inf, "a positive number")
-        check_average(self.average)
-        check_lr(self.lr)
-        _check_int("last_steps", self.last_steps, 0)
-        object.__setattr__(self, "device", check_device(self.device))
-        if self.method is not None and self.method not in METHODS:
-            raise ValueError(f"method must be None or one of {METHODS}, got {self.method!r}.")
-        if self.n_particles is not None:
-            _check_int("n_particles", self.n_particles, 4)
-        if self.n_starts is not None:
-            _check_int("n_starts", self.n_starts, 2)
-        _check_int("max_states", self.max_states, 1)
-        _check_int("n_features", self.n_features, 0)
+        for name, value in checked_fields(self).items():
+            object.__setattr__(self, name, value)
 
     @classmethod
     def of(cls, options: ApproxOptions | None = None, **overrides: Any) -> ApproxOptions:
@@ -377,15 +281,11 @@ class ApproxOptions:
         :data:`DATA_STEPS` (Box fits :data:`BOX_DATA_STEPS`) capped to ``data_memory_gib``
         (with an :class:`ApproxMEGWarning` when the cap bites; ``extra_copies`` further data
         sets are stored beside the models')."""
-        method = self.method
         box = bool(getattr(getattr(source, "actions", None), "is_box", False))
-        if method is None or (box and method == "auto" and not simulated):
-            method = "paths" if simulated else "soft_q"
+        method = self._method_for(box, simulated)
         box_fits = box and method == "soft_q"
         opts = self.with_defaults(box_fits=box_fits)
-        split = simulated != "smc"
-        n_particles = self.n_particles or (N_PARTICLES if split else None)
-        n_starts = self.n_starts or (N_STARTS if split else SMC_STARTS)
+        n_particles, n_starts = self._curve_sizes(simulated)
         n_iter, n_steps = opts.schedule(source.horizon, box=box_fits)
         n_data = self.n_data_steps
         if n_data is None:
@@ -399,6 +299,21 @@ class ApproxOptions:
             n_particles=n_particles,
             n_starts=n_starts,
         )
+
+    def _method_for(self, box: bool, simulated: str | None) -> str:
+        """The method a score uses: the one asked for, or where that is ``None`` (or ``"auto"``
+        for a box without a simulator) ``"paths"`` with a simulator, else ``"soft_q"``."""
+        method = self.method
+        if method is None or (box and method == "auto" and not simulated):
+            method = "paths" if simulated else "soft_q"
+        return method
+
+    def _curve_sizes(self, simulated: str | None) -> tuple[int | None, int]:
+        """Particles per start and starts of the curve (``simulated``: ``"smc"`` for the
+        twisted SMC, whose particles follow a budget)."""
+        split = simulated != "smc"
+        n_particles = self.n_particles or (N_PARTICLES if split else None)
+        return n_particles, self.n_starts or (N_STARTS if split else SMC_STARTS)
 
     def _default_data(self, source: EnvSource, extra_copies: float, box_fits: bool) -> int:
         """The default data steps per model, capped to ``data_memory_gib`` (warned)."""
@@ -455,15 +370,7 @@ class ApproxOptions:
         key = "soft_q_box" if box and method == "soft_q" else method
         used = set(APPLIES.get(key, APPLIES["curve"]) if allowed is None else allowed)
         used.add("method")
-        given = set(settings)
-        if options is not None:
-            default = ApproxOptions()
-            given |= {
-                f.name
-                for f in dataclasses.fields(self)
-                if getattr(options, f.name) != getattr(default, f.name)
-            }
-        unused = sorted(given - used)
+        unused = sorted(_given(settings, options) - used)
         if unused:
             what = f"method={method!r}" + (" with Box actions" if key == "soft_q_box" else "")
             raise ValueError(
@@ -471,12 +378,7 @@ class ApproxOptions:
                 f"{sorted(used - {'method'})}; drop them (or choose the method that uses them "
                 "with method=...)."
             )
-        if self.n_boot is not None and self.n_boot < 2 and method in ("paths", "soft_q"):
-            raise ValueError(
-                f"n_boot={self.n_boot}: method={method!r} reports an interval, which needs at "
-                "least 2 bootstrap replicates (500 by default). (The empirical MDP and the linear "
-                "soft Q-functions take fewer, and then report no interval.)"
-            )
+        _check_replicates(self.n_boot, method)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -518,6 +420,31 @@ _RESOLVED = (
     "n_boot",
     "n_envs",
 )
+
+
+def _given(settings: Mapping[str, object], options: ApproxOptions | None) -> set[str]:
+    """The settings named in ``settings`` and those of ``options`` that differ from the
+    defaults."""
+    given = set(settings)
+    if options is not None:
+        default = ApproxOptions()
+        given |= {
+            f.name
+            for f in dataclasses.fields(options)
+            if getattr(options, f.name) != getattr(default, f.name)
+        }
+    return given
+
+
+def _check_replicates(n_boot: int | None, method: str) -> None:
+    """Raise ``ValueError`` for fewer than 2 bootstrap replicates where ``method`` reports an
+    interval."""
+    if n_boot is not None and n_boot < 2 and method in ("paths", "soft_q"):
+        raise ValueError(
+            f"n_boot={n_boot}: method={method!r} reports an interval, which needs at "
+            "least 2 bootstrap replicates (500 by default). (The empirical MDP and the linear "
+            "soft Q-functions take fewer, and then report no interval.)"
+        )
 
 
 def _refuse_unknown(given: Any) -> None:
@@ -563,44 +490,3 @@ def check_config(config: Any) -> None:
             f"{e} (an estimator setting of the config: fix it in the config file or with "
             "--set NAME=...)"
         ) from e
-
-
-def default_schedule(
-    horizon: int,
-    iterations: int | None,
-    steps_per_iteration: int | None,
-    *,
-    budget: int | None = None,
-    extra: int = _EXTRA_ITERATIONS,
-) -> tuple[int, int]:
-    """Soft Q-iterations (default ``H + extra``, ``H + 20``) and Adam steps per iteration
-    (default ``max(20, budget // iterations)``, ``budget`` by default :data:`STEP_BUDGET`)."""
-    n_iter = iterations if iterations is not None else horizon + extra
-    if steps_per_iteration is not None:
-        return n_iter, steps_per_iteration
-    return n_iter, max(20, (STEP_BUDGET if budget is None else budget) // n_iter)
-
-
-def data_bytes(
-    n_data_steps: int, obs_dim: int, n_models: int, refine: int, *, extra_copies: float = 0.0
-) -> float:
-    """Bytes the fits' stored transitions take at once: every model keeps its data (float32
-    ``x`` and ``x_next``, ``obs_dim`` entries each) until its last refit, each refit adds a
-    third as many steps, and ``extra_copies`` further sets of ``n_data_steps`` transitions are
-    held beside them (the unknown-utility bound keeps its ascent data)."""
-    return n_data_steps * (n_models * (1 + refine / 3) + extra_copies) * 2 * 4 * obs_dim
-
-
-def default_data_steps(
-    obs_dim: int,
-    n_models: int,
-    refine: int,
-    memory_gib: float,
-    *,
-    default: int = DATA_STEPS,
-    extra_copies: float = 0.0,
-) -> int:
-    """``default``, or fewer when the stored transitions would exceed ``memory_gib``."""
-    per_step = data_bytes(1, obs_dim, n_models, refine, extra_copies=extra_copies)
-    fits = memory_gib * 2**30 // per_step  # inf: no cap
-    return max(3, int(min(default, fits)))

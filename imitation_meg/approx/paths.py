@@ -37,7 +37,7 @@ them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -122,12 +122,7 @@ def split_paths(
     Raises:
         ValueError: fewer particles than populations, no start, or a horizon below 1.
     """
-    if n_particles < n_split or len(starts) == 0 or horizon < 1:
-        raise ValueError(
-            f"split_paths needs at least n_split={n_split} particles per start, a start and a "
-            f"horizon >= 1; got n_particles={n_particles}, {len(starts)} starts, "
-            f"horizon={horizon}."
-        )
+    _check_split(n_particles, n_split, len(starts), horizon)
     size = n_particles // n_split
     n_groups = len(starts) * n_split
     group = np.repeat(np.arange(n_groups), size)
@@ -151,17 +146,42 @@ def split_paths(
             items.append(_items(group[ended], ret[ended], log_mass))
         if t == horizon:
             break
-        alive = ~ended
-        counts = np.bincount(group[alive], minlength=n_groups)
-        extinct |= (counts == 0) & (np.bincount(group, minlength=n_groups) > 0)
-        with np.errstate(divide="ignore"):
-            log_mass = log_mass + np.log(counts / size)
-        keep = np.flatnonzero(alive)
-        pick = _systematic(group[keep], counts, size, rng)
-        idx = keep[pick]
+        idx, log_mass = _survivors(group, ~ended, log_mass, extinct, size, rng)
         group, state, ret = group[idx], state[idx], ret[idx]
     g, rr, lw, c = (np.concatenate(p) for p in zip(*items, strict=True))
     return PathSums(g, rr, lw, c, n_groups, extinct, steps)
+
+
+def _check_split(n_particles: int, n_split: int, n_starts: int, horizon: int) -> None:
+    """Raise ``ValueError`` for fewer particles than populations, no start, or ``H < 1``."""
+    if n_particles < n_split or n_starts == 0 or horizon < 1:
+        raise ValueError(
+            f"split_paths needs at least n_split={n_split} particles per start, a start and a "
+            f"horizon >= 1; got n_particles={n_particles}, {n_starts} starts, "
+            f"horizon={horizon}."
+        )
+
+
+def _survivors(
+    group: np.ndarray,
+    alive: np.ndarray,
+    log_mass: np.ndarray,
+    extinct: np.ndarray,
+    size: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One resampling step: the indices ``(n_groups * size,)`` at most of the particles (of
+    populations ``group (n,)``, ``alive (n,)``) copied back to ``size`` per population, and
+    each particle's new share of the mass ``log_mass (n_groups,)``; populations that died out
+    now are marked in ``extinct (n_groups,)`` (in place)."""
+    n_groups = len(log_mass)
+    counts = np.bincount(group[alive], minlength=n_groups)
+    extinct |= (counts == 0) & (np.bincount(group, minlength=n_groups) > 0)
+    with np.errstate(divide="ignore"):
+        log_mass = log_mass + np.log(counts / size)
+    keep = np.flatnonzero(alive)
+    pick = _systematic(group[keep], counts, size, rng)
+    return keep[pick], log_mass
 
 
 def _items(
@@ -191,16 +211,25 @@ def log_partition(sums: PathSums, betas: np.ndarray) -> np.ndarray:
     (``-inf`` for an extinct population)."""
     betas = np.asarray(betas, dtype=np.float64)
     out = np.full((sums.n_groups, len(betas)), -np.inf)
+    for k, z, top, _, _ in _tilted(sums, betas):
+        out[k] = top + np.log(np.exp(z - top).sum(0))
+    return out
+
+
+def _tilted(
+    sums: PathSums, betas: np.ndarray
+) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per population ``k`` with items: the exponents ``z = log w + beta R`` of its items
+    ``(n_k, G)`` at ``betas (G,)``, their maximum over the items ``(G,)``, and the items'
+    returns and particle counts ``(n_k,)``."""
     order = np.argsort(sums.group, kind="stable")
-    g, r, w = sums.group[order], sums.ret[order], sums.log_weight[order]
+    g, r, w, n = (a[order] for a in (sums.group, sums.ret, sums.log_weight, sums.n_paths))
     bounds = np.searchsorted(g, np.arange(sums.n_groups + 1))
     for k in range(sums.n_groups):
         lo, hi = bounds[k], bounds[k + 1]
         if hi > lo:
             z = w[lo:hi, None] + r[lo:hi, None] * betas[None, :]
-            top = z.max(0)
-            out[k] = top + np.log(np.exp(z - top).sum(0))
-    return out
+            yield k, z, z.max(0), r[lo:hi], n[lo:hi]
 
 
 class EnumeratedPaths(NamedTuple):
@@ -236,18 +265,8 @@ def enumerate_paths(
     Raises:
         ValueError: a horizon outside ``1 .. MAX_ENUMERATED``, or a start that is not one state.
     """
-    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)):
-        raise TypeError(f"horizon must be an integer, got {horizon!r}.")
-    if not 1 <= horizon <= MAX_ENUMERATED:
-        raise ValueError(
-            f"horizon must be between 1 and {MAX_ENUMERATED} to follow every action sequence "
-            f"(|A|^H of them), got {horizon}."
-        )
-    states = np.asarray(start, dtype=np.float64)
-    if states.ndim != 1:
-        raise ValueError(f"start must be one state of shape (d,), got shape {states.shape}.")
+    states = _checked_enumerable(start, horizon)
     A = dyn.n_actions
-    states = states[None].copy()
     log_pi = np.zeros(1)  # the policy's log-probability of each live sequence
     ret = np.zeros(1)
     expected, mass = 0.0, 0.0
@@ -266,13 +285,39 @@ def enumerate_paths(
             expected += float((weight * ret[ended]).sum())
             mass += float(weight.sum())
             log_pi = log_pi[~ended]
-        for value, count in zip(*np.unique(ret[ended], return_counts=True), strict=True):
-            ends[(t, float(value))] = ends.get((t, float(value)), 0) + int(count)
+        _count_ends(ends, t, ret[ended])
         states, ret = states[~ended], ret[~ended]
     rows = np.array([[math.log(c) - t * math.log(A), v] for (t, v), c in ends.items()])
     # the policy's probabilities of all sequences sum to 1 up to rounding: divided out, so that
     # a constant return is exactly that return
     return EnumeratedPaths(expected / mass if probs is not None else math.nan, rows)
+
+
+def _checked_enumerable(start: np.ndarray, horizon: int) -> np.ndarray:
+    """The start as the one live state ``(1, d)``, float64.
+
+    Raises:
+        TypeError: a horizon that is not an integer.
+        ValueError: a horizon outside ``1 .. MAX_ENUMERATED``, or a start that is not one state.
+    """
+    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)):
+        raise TypeError(f"horizon must be an integer, got {horizon!r}.")
+    if not 1 <= horizon <= MAX_ENUMERATED:
+        raise ValueError(
+            f"horizon must be between 1 and {MAX_ENUMERATED} to follow every action sequence "
+            f"(|A|^H of them), got {horizon}."
+        )
+    states = np.asarray(start, dtype=np.float64)
+    if states.ndim != 1:
+        raise ValueError(f"start must be one state of shape (d,), got shape {states.shape}.")
+    return states[None].copy()
+
+
+def _count_ends(ends: dict[tuple[int, float], int], t: int, returns: np.ndarray) -> None:
+    """Add the sequences that ended after ``t`` decisions with ``returns (n,)`` to ``ends``
+    (their count per (length, return), in place)."""
+    for value, count in zip(*np.unique(returns, return_counts=True), strict=True):
+        ends[(t, float(value))] = ends.get((t, float(value)), 0) + int(count)
 
 
 # ------------------------------------------------------------------------------ the curve
@@ -284,19 +329,12 @@ def _group_curves(sums: PathSums, betas: np.ndarray) -> tuple[np.ndarray, np.nda
     log_z = np.full((sums.n_groups, G), -np.inf)
     slope = np.zeros((sums.n_groups, G))
     ess = np.zeros((sums.n_groups, G))
-    order = np.argsort(sums.group, kind="stable")
-    g, r, w, n = (a[order] for a in (sums.group, sums.ret, sums.log_weight, sums.n_paths))
-    bounds = np.searchsorted(g, np.arange(sums.n_groups + 1))
-    for k in range(sums.n_groups):
-        lo, hi = bounds[k], bounds[k + 1]
-        if hi > lo:
-            z = w[lo:hi, None] + r[lo:hi, None] * betas[None, :]
-            top = z.max(0)
-            e = np.exp(z - top)  # an item's weight; its particles share it
-            total = e.sum(0)
-            log_z[k] = top + np.log(total)
-            slope[k] = (e * r[lo:hi, None]).sum(0) / total
-            ess[k] = total**2 / (e**2 / n[lo:hi, None]).sum(0)
+    for k, z, top, r, n in _tilted(sums, betas):
+        e = np.exp(z - top)  # an item's weight; its particles share it
+        total = e.sum(0)
+        log_z[k] = top + np.log(total)
+        slope[k] = (e * r[:, None]).sum(0) / total
+        ess[k] = total**2 / (e**2 / n[:, None]).sum(0)
     return log_z, slope, ess
 
 

@@ -130,17 +130,14 @@ def as_policy_fn(
             policy with its own distribution), options for saved models given with a live one.
         FileNotFoundError: a missing model file.
     """
-    if epsilon is not None and (
-        isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 <= epsilon <= 1
-    ):
-        raise ValueError(f"epsilon must be a float in [0, 1], got {epsilon!r}.")
+    _check_epsilon(epsilon)
     if isinstance(policy, PolicyFn):
         no_epsilon(epsilon, "a PolicyFn")
         if policy.n_actions != n_actions:
             raise ValueError(f"policy has {policy.n_actions} actions, the environment {n_actions}.")
         return policy
     from imitation_meg.adapters import resolve_policy
-    from imitation_meg.adapters.sb3 import SB3ActionProbs, is_sb3_policy
+    from imitation_meg.adapters.sb3 import is_sb3_policy
 
     where = None if callable(env) else env
     resolved = resolve_policy(policy, where, algo=algo, vec_normalize=vec_normalize)
@@ -151,13 +148,8 @@ def as_policy_fn(
             "imitation_meg.meg(policy_table(policy, mdp), mdp), not from observations."
         )
     if is_sb3_policy(obj):
-        reader = SB3ActionProbs(obj, epsilon=epsilon, vec_normalize=resolved.vec_normalize)
-        if reader.n_actions != n_actions:
-            raise ValueError(
-                f"the SB3 policy chooses among {reader.n_actions} actions but the environment "
-                f"has {n_actions}; score it in the environment it was trained on."
-            )
-        if reader.maskable:
+        reader = _sb3_reader(obj, n_actions, epsilon, resolved.vec_normalize)
+        if reader.maskable:  # warned from here: the warning names the caller's line
             from imitation_meg.adapters.contrib import warn_no_masks
 
             warn_no_masks(reader.what)
@@ -175,6 +167,32 @@ def as_policy_fn(
         f"cannot read a policy from {type(obj).__name__}; pass an SB3 model or policy, a .zip "
         "path, or a callable obs_batch -> (n, A) probabilities."
     )
+
+
+def _check_epsilon(epsilon: Any) -> None:
+    """Raise ``ValueError`` unless ``epsilon`` is None or a number in ``[0, 1]``."""
+    if epsilon is not None and (
+        isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 <= epsilon <= 1
+    ):
+        raise ValueError(f"epsilon must be a float in [0, 1], got {epsilon!r}.")
+
+
+def _sb3_reader(obj: Any, n_actions: int, epsilon: float | None, vec_normalize: Any) -> Any:
+    """An SB3 policy's reader of action probabilities and hidden features
+    (:class:`~imitation_meg.adapters.sb3.SB3ActionProbs`).
+
+    Raises:
+        ValueError: a policy over another number of actions.
+    """
+    from imitation_meg.adapters.sb3 import SB3ActionProbs
+
+    reader = SB3ActionProbs(obj, epsilon=epsilon, vec_normalize=vec_normalize)
+    if reader.n_actions != n_actions:
+        raise ValueError(
+            f"the SB3 policy chooses among {reader.n_actions} actions but the environment "
+            f"has {n_actions}; score it in the environment it was trained on."
+        )
+    return reader
 
 
 def _features_of(reader: Any) -> Callable[[Any], np.ndarray] | None:

@@ -27,16 +27,17 @@ observation a terminated episode ends on an absorbing state of its own) and its 
 unknown-utility MEG (:func:`imitation_meg.meg_unknown` with the observations' one-hot
 features), bias-corrected and given an interval by the same bootstrap over episodes as the
 known-utility estimate. That is an estimate of the class's supremum, not a lower bound.
+
+The class and its ascent are in :mod:`~imitation_meg.approx.utility_ascent`.
 """
 
 from __future__ import annotations
 
-import collections
 import copy
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,6 @@ from imitation_meg.approx.core import (
     collect_data,
     estimate,
     evaluation_episodes,
-    model_behaviour,
     model_data,
     policy_behaviour,
 )
@@ -60,15 +60,10 @@ from imitation_meg.approx.empirical import (
 )
 from imitation_meg.approx.evaluate import ApproxMEGResult
 from imitation_meg.approx.options import ApproxOptions
-from imitation_meg.approx.policy import PolicyFn, as_policy_fn
+from imitation_meg.approx.policy import as_policy_fn
 from imitation_meg.approx.rollouts import EnvSource, Rollouts, collect
-from imitation_meg.approx.soft_q import (
-    BetaPrior,
-    SoftQModel,
-    _check_int,
-    fit_soft_q,
-    standardisation,
-)
+from imitation_meg.approx.soft_q import _check_int, check_positive
+from imitation_meg.approx.utility_ascent import _ascend, _features_fn, _initial_utility
 from imitation_meg.core.kernels import threads as _threads
 from imitation_meg.type_aliases import EnvLike, GymEnv, PolicySource
 
@@ -80,8 +75,6 @@ UTILITY_CLASSES = ("mlp", "agent", "observation")
 OBSERVATION_METHODS = ("empirical", "auto")
 #: Adam's learning rate of the utility's ascent by default.
 UTILITY_LR = 0.05
-#: Ascent steps whose sampled episodes are kept as extra fitting data.
-_KEEP_SAMPLED = 3
 #: Data sets the bound stores beside the final fits' (the ascent's off-policy data and the
 #: scored policy's episodes), for the default ``n_data_steps``'s memory cap.
 _ASCENT_COPIES = 2.0
@@ -140,30 +133,6 @@ class ApproxUnknownResult:
         }
 
 
-class _Utility(nn.Module):
-    """``U(x)``: an MLP on standardised inputs, or a linear map (``hidden=0``)."""
-
-    def __init__(self, mean: np.ndarray, std: np.ndarray, hidden: int, seed: int) -> None:
-        super().__init__()
-        self.register_buffer("mean", th.as_tensor(mean, dtype=th.float32))
-        self.register_buffer("std", th.as_tensor(std, dtype=th.float32))
-        d = int(mean.shape[0])
-        with th.random.fork_rng(devices=[]):
-            th.manual_seed(seed)
-            if hidden > 0:
-                self.net: nn.Module = nn.Sequential(
-                    nn.Linear(d, hidden), nn.Tanh(), nn.Linear(hidden, 1)
-                )
-            else:
-                self.net = nn.Linear(d, 1)
-            for p in self.net.parameters():
-                p.data.mul_(0.1)
-
-    def forward(self, z: th.Tensor) -> th.Tensor:
-        mean, std = self.get_buffer("mean"), self.get_buffer("std")
-        return self.net((z - mean) / std).squeeze(-1)
-
-
 class ObservationUtility(nn.Module):
     """``U(x)``: a utility given per distinct flat observation (``observations (S, d)``,
     ``values (S,)``); NaN for an observation not among them (compared as float32, as the
@@ -184,25 +153,6 @@ class ObservationUtility(nn.Module):
         found = [i for i, k in enumerate(idx) if k >= 0]
         out[found] = vals[[idx[i] for i in found]]
         return out
-
-
-def _features_fn(source: EnvSource, pol: PolicyFn) -> Any:
-    """Agent hidden features of flat observations (raw observations rebuilt from the flat form)."""
-    import gymnasium as gym
-
-    space = source.observation_space
-
-    def fn(x: th.Tensor) -> th.Tensor:
-        xs = x.detach().cpu().numpy()
-        if isinstance(space, gym.spaces.Box):
-            raw: Any = xs.reshape((-1, *space.shape)).astype(space.dtype)
-        elif isinstance(space, gym.spaces.Discrete):
-            raw = xs.argmax(1) + int(space.start)
-        else:
-            raw = source.stack([gym.spaces.unflatten(space, row) for row in xs])
-        return th.as_tensor(pol.features(raw))
-
-    return fn
 
 
 @_threads.entry_point
@@ -259,35 +209,12 @@ def meg_approx_unknown(
         ApproxMEGWarning: as :func:`~imitation_meg.approx.meg_approx`, for the final fits.
     """
     t_start = time.perf_counter()
-    if utility not in UTILITY_CLASSES:
-        raise ValueError(f"utility must be one of {UTILITY_CLASSES}, got {utility!r}.")
-    _check_int("ascent_steps", ascent_steps, 1)
-    _check_int("episodes_per_step", episodes_per_step, 1)
-    _check_int("utility_hidden", utility_hidden, 1)
-    if (
-        isinstance(utility_lr, bool)
-        or not isinstance(utility_lr, (int, float, np.floating))
-        or not 0.0 < float(utility_lr) < math.inf
-    ):
-        raise ValueError(f"utility_lr must be a positive finite number, got {utility_lr!r}.")
+    _check_ascent_settings(utility, ascent_steps, episodes_per_step, utility_hidden, utility_lr)
     opts = ApproxOptions.of(options, **settings)
     if utility == "observation":
-        if opts.method is None:  # the default: the one method this class has
-            opts = dataclasses.replace(opts, method="empirical")
-        if opts.method not in OBSERVATION_METHODS:
-            raise ValueError(
-                f"utility='observation' (every utility of the observation) is solved through "
-                f"the empirical MDP, not with method={opts.method!r}: pass method='empirical' "
-                "(or 'auto'), or use utility='mlp' for a lower bound from soft Q-fits."
-            )
+        opts = _observation_options(opts)
         return _observation_class(policy, env, horizon, algo, epsilon, opts, t_start)
-    if opts.method in ("empirical", "linear", "paths"):
-        raise ValueError(
-            f"method={opts.method!r} is not available for the unknown-utility bound of "
-            f"utility={utility!r}: its class is a function of the observation fitted by soft "
-            "Q-fits; use method='auto' or 'soft_q', or utility='observation' with "
-            "method='empirical' for every utility of the observation."
-        )
+    _check_fitted_method(opts.method, utility)
     source = _discrete_source(env, horizon)
     pol = as_policy_fn(policy, n_actions=source.n_actions, algo=algo, epsilon=epsilon, env=env)
     if utility == "agent" and not pol.has_features:
@@ -320,17 +247,12 @@ def meg_approx_unknown(
     )
     ev = evaluation_episodes(run)
 
-    # the utility class
-    feats = _features_fn(source, pol) if utility == "agent" else None
-    inputs_of = (feats) if feats is not None else (lambda x: x)
-    z_data = inputs_of(th.as_tensor(np.concatenate([data.x, data.x_next])))
-    mean, std = standardisation(z_data.numpy())
-    del z_data
+    # the utility class, started from the environment's reward as the class sees it (a
+    # regression of the observed rewards on the class's inputs): the ascent then starts from
+    # (about) the known utility
+    inputs_of = _features_fn(source, pol) if utility == "agent" else _identity
     u_seed = int(s_ascent.generate_state(1)[0])
-    u_net = _Utility(mean, std, utility_hidden if utility == "mlp" else 0, u_seed)
-    # start from the environment's reward as the class sees it (a regression of the observed
-    # rewards on the class's inputs): the ascent then starts from (about) the known utility
-    _regress(u_net, inputs_of(th.as_tensor(data.x)), th.as_tensor(data.r, dtype=th.float32))
+    u_net = _initial_utility(data, inputs_of, utility_hidden if utility == "mlp" else 0, u_seed)
     initial = copy.deepcopy(u_net)
     trace, buffer = _ascend(
         run,
@@ -344,25 +266,7 @@ def meg_approx_unknown(
         rng=np.random.default_rng(s_ascent),
         seed=u_seed,
     )
-
-    # the initial and the final utility, each scored as a known utility on fresh evaluation
-    # episodes with the same off-policy data (the same seeds would draw it again); the better
-    # is reported (both are members of the class)
-    base = model_data(run)
-    extra = Rollouts.concat(list(buffer))
-    scored: dict[str, ApproxMEGResult] = {}
-    for name, net in (("initial", initial), ("ascended", u_net)):
-        for p in net.parameters():
-            p.requires_grad_(False)
-
-        def frozen(x: th.Tensor, net: nn.Module = net) -> th.Tensor:
-            with th.no_grad():
-                out: th.Tensor = net(inputs_of(x))
-            return out
-
-        scored[name] = estimate(
-            run, ev, [Rollouts.concat([d, extra]) for d in base], reward_fn=frozen
-        )
+    scored = _scored_utilities(run, ev, buffer, {"initial": initial, "ascended": u_net}, inputs_of)
     run.bar.close()
     best = max(scored, key=lambda k: scored[k].meg)
     res = dataclasses.replace(scored[best], n_env_steps=run.n_env_steps)
@@ -375,6 +279,79 @@ def meg_approx_unknown(
         n_env_steps=run.n_env_steps,
         candidates=candidates,
     )
+
+
+def _identity(x: th.Tensor) -> th.Tensor:
+    """The flat observations themselves as the utility's inputs."""
+    return x
+
+
+def _check_ascent_settings(
+    utility: Any, ascent_steps: Any, episodes_per_step: Any, utility_hidden: Any, utility_lr: Any
+) -> None:
+    """Raise ``ValueError`` naming the first bad setting of the bound's class and ascent."""
+    if utility not in UTILITY_CLASSES:
+        raise ValueError(f"utility must be one of {UTILITY_CLASSES}, got {utility!r}.")
+    _check_int("ascent_steps", ascent_steps, 1)
+    _check_int("episodes_per_step", episodes_per_step, 1)
+    _check_int("utility_hidden", utility_hidden, 1)
+    check_positive("utility_lr", utility_lr)
+
+
+def _observation_options(opts: ApproxOptions) -> ApproxOptions:
+    """The settings of ``utility="observation"``: the empirical MDP by default.
+
+    Raises:
+        ValueError: another method.
+    """
+    if opts.method is None:  # the default: the one method this class has
+        opts = dataclasses.replace(opts, method="empirical")
+    if opts.method not in OBSERVATION_METHODS:
+        raise ValueError(
+            f"utility='observation' (every utility of the observation) is solved through "
+            f"the empirical MDP, not with method={opts.method!r}: pass method='empirical' "
+            "(or 'auto'), or use utility='mlp' for a lower bound from soft Q-fits."
+        )
+    return opts
+
+
+def _check_fitted_method(method: str | None, utility: str) -> None:
+    """Raise ``ValueError`` for a method the fitted classes (``"mlp"``, ``"agent"``) lack."""
+    if method in ("empirical", "linear", "paths"):
+        raise ValueError(
+            f"method={method!r} is not available for the unknown-utility bound of "
+            f"utility={utility!r}: its class is a function of the observation fitted by soft "
+            "Q-fits; use method='auto' or 'soft_q', or utility='observation' with "
+            "method='empirical' for every utility of the observation."
+        )
+
+
+def _scored_utilities(
+    run: Run,
+    ev: Rollouts,
+    buffer: Iterable[Rollouts],
+    nets: dict[str, nn.Module],
+    inputs_of: Callable[[th.Tensor], th.Tensor],
+) -> dict[str, ApproxMEGResult]:
+    """Each utility of ``nets`` (frozen in place) scored as a known utility on the evaluation
+    episodes ``ev`` with the same off-policy data (the same seeds would draw it again) and the
+    last ascent steps' sampled episodes (``buffer``)."""
+    base = model_data(run)
+    extra = Rollouts.concat(list(buffer))
+    scored: dict[str, ApproxMEGResult] = {}
+    for name, net in nets.items():
+        for p in net.parameters():
+            p.requires_grad_(False)
+
+        def frozen(x: th.Tensor, net: nn.Module = net) -> th.Tensor:
+            with th.no_grad():
+                out: th.Tensor = net(inputs_of(x))
+            return out
+
+        scored[name] = estimate(
+            run, ev, [Rollouts.concat([d, extra]) for d in base], reward_fn=frozen
+        )
+    return scored
 
 
 def _discrete_source(env: Any, horizon: int | None) -> EnvSource:
@@ -432,96 +409,3 @@ def _observation_class(
         utility=ObservationUtility(fit.model.observations, theta),
         n_env_steps=fit.result.n_env_steps,
     )
-
-
-def _ascend(
-    run: Run,
-    u_net: nn.Module,
-    inputs_of: Callable[[th.Tensor], th.Tensor],
-    data: Rollouts,
-    own_eps: Rollouts,
-    *,
-    ascent_steps: int,
-    episodes_per_step: int,
-    lr: float,
-    rng: np.random.Generator,
-    seed: int,
-) -> tuple[list[float], collections.deque[Rollouts]]:
-    """Gradient ascent on the utility ``u_net`` (in place): soft Q at beta = 1 for the current
-    utility, refitted (warm) after every step; returns the objective gap per step and the
-    last steps' sampled episodes."""
-    source, opts = run.source, run.opts
-    assert opts.iterations is not None and opts.steps_per_iteration is not None
-    H, n_iter = source.horizon, opts.iterations
-
-    def reward_fn(x: th.Tensor) -> th.Tensor:
-        out: th.Tensor = u_net(inputs_of(x))
-        return out
-
-    q_scale = float(H)
-    obs_mean, obs_std = standardisation(np.concatenate([data.x, data.x_next]))
-    model = SoftQModel(
-        data.x.shape[1],
-        source.n_actions,
-        H,
-        q_scale=q_scale,
-        obs_mean=obs_mean,
-        obs_std=obs_std,
-        hidden=opts.hidden,
-        seed=seed + 1,
-        reward_fn=lambda x: reward_fn(x).detach(),
-        last_steps=opts.last_steps,
-    )
-    fixed = BetaPrior(
-        log_lo=math.log10(q_scale),
-        log_hi=math.log10(q_scale),
-        p_zero=0.0,
-        p_pos_inf=0.0,
-        p_neg_inf=0.0,
-        p_negative=0.0,
-    )
-    opt = th.optim.Adam(u_net.parameters(), lr=lr)
-    x_pi = th.as_tensor(own_eps.x)
-    # only the last few ascent steps' episodes are fitted on, so only they are kept
-    buffer: collections.deque[Rollouts] = collections.deque(maxlen=_KEEP_SAMPLED)
-    trace: list[float] = []
-    for k in range(ascent_steps):
-        fit_soft_q(
-            model,
-            Rollouts.concat([data, *buffer]),
-            iterations=n_iter if k == 0 else max(5, n_iter // 6),
-            steps_per_iteration=opts.steps_per_iteration,
-            lr=opts.lr,
-            average=opts.average,
-            prior=fixed,
-            seed=seed + 10 + k,
-            device=opts.device,
-        )
-        sampled = collect(
-            source,
-            model_behaviour(model, q_scale),
-            episodes_per_step,
-            rng,
-            n_envs=opts.n_envs,
-            on_step=run.count,
-        )
-        buffer.append(sampled)
-        u_pi = reward_fn(x_pi).sum() / own_eps.n_episodes
-        u_model = reward_fn(th.as_tensor(sampled.x)).sum() / sampled.n_episodes
-        gap = u_pi - u_model
-        opt.zero_grad()
-        (-gap).backward()
-        opt.step()
-        trace.append(float(gap.detach()))
-        run.bar.update(1)
-    return trace, buffer
-
-
-def _regress(net: nn.Module, z: th.Tensor, r: th.Tensor, steps: int = 300) -> None:
-    """Fit ``net(z) ~ r`` by Adam (full batch): the utility class's view of the reward."""
-    opt = th.optim.Adam(net.parameters(), lr=0.01)
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = th.mean((net(z) - r) ** 2)
-        loss.backward()
-        opt.step()

@@ -612,7 +612,7 @@ def test_same_seed_same_result(small_case):
 
 def test_time_features_mark_the_last_decisions():
     """``last_steps`` indicators: column ``d`` is 1 exactly at decision ``t = H - 1 - d``."""
-    from imitation_meg.approx.soft_q import TIME_SCALES, time_features
+    from imitation_meg.approx.soft_q_features import TIME_SCALES, time_features
 
     H = 6
     t = th.arange(H)
@@ -1138,14 +1138,14 @@ def test_batched_fit_equals_each_model_fitted_alone(split, average, monkeypatch)
 def test_fit_averages_the_last_steps_weights(monkeypatch):
     """With ``average=0.5`` of 4 steps per iteration, each iteration's frozen copy and the fitted
     network are the mean of the weights after its steps 3 and 4; with 0, the last step's."""
-    from imitation_meg.approx import soft_q
+    from imitation_meg.approx import soft_q, soft_q_batches
     from imitation_meg.approx.soft_q import fit_soft_q
 
     def fit(average: float):
         before: list[list[th.Tensor]] = []  # weights before each step's update
         live: list[list[th.Tensor]] = []  # the online weights themselves (final after the fit)
         frozen: list[list[th.Tensor]] = []  # each iteration's frozen copy
-        clip, rows = soft_q._clip_each, soft_q._Fit.rows
+        clip, rows = soft_q._clip_each, soft_q_batches._Fit.rows
 
         def record_step(params, max_norm):
             before.append([p[0].detach().clone() for p in params])
@@ -1157,12 +1157,12 @@ def test_fit_averages_the_last_steps_weights(monkeypatch):
             return rows(self, idx, b, copy)
 
         monkeypatch.setattr(soft_q, "_clip_each", record_step)
-        monkeypatch.setattr(soft_q._Fit, "rows", record_rows)
+        monkeypatch.setattr(soft_q_batches._Fit, "rows", record_rows)
         (model,), datas = _fit_inputs(1)
         settings = {"iterations": 2, "steps_per_iteration": 4, "batch_size": 16, "lr": 1e-2}
         fit_soft_q(model, datas[0], seed=3, average=average, **settings)
         monkeypatch.undo()
-        fitted = [t for lin in soft_q._linears(model) for t in (lin.weight, lin.bias)]
+        fitted = [t for lin in soft_q_batches._linears(model) for t in (lin.weight, lin.bias)]
         final = [p[0].detach() for p in live[0]]
         return before, final, frozen, [t.detach() for t in fitted]
 
@@ -1246,7 +1246,7 @@ def test_default_schedule_splits_the_step_budget():
     ts=st.lists(st.integers(-3, 610), min_size=0, max_size=50),
 )
 def test_time_table_equals_the_features_bit_for_bit(horizon, last_steps, ts):
-    from imitation_meg.approx.soft_q import TimeTable, time_features
+    from imitation_meg.approx.soft_q_features import TimeTable, time_features
 
     t = th.tensor(ts, dtype=th.int64)
     table = TimeTable(horizon, last_steps)

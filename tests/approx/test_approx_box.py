@@ -170,7 +170,7 @@ def test_box_fits_have_defaults_of_their_own(mdp):
 def test_box_fit_defaults_are_frozen():
     """The Box fits' defaults and constants are those configs/continuous_validation.yaml
     validates (docs/continuous.md); a change is a new estimator for that table."""
-    from imitation_meg.approx import evaluate, options, soft_q
+    from imitation_meg.approx import ensemble, options, soft_q, soft_q_batches, soft_q_models
 
     assert options.BOX_FIT_DEFAULTS == {
         "n_eval_episodes": 100,
@@ -180,9 +180,10 @@ def test_box_fit_defaults_are_frozen():
     }
     assert (options.BOX_DATA_STEPS, options.BOX_STEP_BUDGET) == (30_000, 12_000)
     assert ApproxOptions().schedule(20, box=True) == (30, 400)
-    assert (evaluate._BOX_GRID_DECADES, evaluate._BOX_GRID_STEP) == ((-2.0, 5.0), 0.5)
-    assert (evaluate._BOX_FINE_HALF, evaluate._BOX_FINE_STEP) == (0.3, 0.1)
-    assert (soft_q._POOL_LONG, soft_q._POOL_SHORT, soft_q._RESAMPLE) == (2048, 8192, 32)
+    assert (ensemble._BOX_GRID_DECADES, ensemble._BOX_GRID_STEP) == ((-2.0, 5.0), 0.5)
+    assert (ensemble._BOX_FINE_HALF, ensemble._BOX_FINE_STEP) == (0.3, 0.1)
+    assert (soft_q_batches._POOL_LONG, soft_q_batches._POOL_SHORT) == (2048, 8192)
+    assert soft_q_models._RESAMPLE == 32
     assert soft_q.target_pool(99) == 8192 and soft_q.target_pool(100) == 2048
 
 
