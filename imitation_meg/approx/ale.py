@@ -43,6 +43,7 @@ from __future__ import annotations
 import array
 import hashlib
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -50,10 +51,25 @@ import numpy as np
 from imitation_meg.approx.spaces import DiscreteActions
 from imitation_meg.envs.emulator import ALEEmulator, make_atari
 
-__all__ = ["MAX_CURVE_SECONDS", "SECONDS_PER_STEP", "ALEDynamics", "ale_dynamics"]
+__all__ = [
+    "MAX_CURVE_SECONDS",
+    "SECONDS_PER_STEP",
+    "ALEDynamics",
+    "ale_dynamics",
+    "is_ale_id",
+    "register_games",
+    "zoo_atari_mismatch",
+]
 
-#: Look-ahead steps per rung of the curve's sequential Monte Carlo (about 1 minute of CPU).
-RUNG_BUDGET = 30_000
+#: What an RL Zoo run's ``config.yml`` holds for its Atari agents (``env_wrapper``,
+#: ``frame_stack``): the MDP :class:`ALEDynamics` simulates by default.
+ZOO_ATARI_WRAPPER = "stable_baselines3.common.atari_wrappers.AtariWrapper"
+
+#: Look-ahead steps per rung of the curve's sequential Monte Carlo (about 15 s of CPU).
+RUNG_BUDGET = 8_000
+#: Starts of a default curve: the ``AtariWrapper``'s resets differ only in their number of
+#: no-ops (1 to 30), and every start costs its particles at every rung.
+N_STARTS = 8
 #: Measured CPU seconds of one agent step (4 frames, the 84x84 frame, a clone) on a 2-core
 #: machine: what :meth:`ALEDynamics.check_cost` multiplies by.
 SECONDS_PER_STEP = 2.0e-3
@@ -97,14 +113,15 @@ class ALEDynamics:
             (same id and keyword arguments) and wraps it.
         frame_stack: frames the agent stacks (the Zoo's Atari agents: 4).
         wrapper_kwargs: ``AtariWrapper``'s options (default the Zoo's: its defaults).
-        noops: None (each start draws its no-ops, as ``NoopResetEnv`` does) or a fixed number
-            of no-ops after every reset (as :func:`~imitation_meg.envs.emulator.enumerate_mdp`'s
-            ``noops=[k]``).
+        warmup: actions played after every reset before the episode's first decision (as
+            :func:`~imitation_meg.envs.emulator.enumerate_mdp`'s ``warmup``: e.g. no-ops up to
+            the moment a short horizon reaches a reward); their frames fill the stack.
 
     Attributes:
         actions, n_actions, name: the action space, ``|A|``, the environment's id.
         curve_method: ``"smc"`` (sequential Monte Carlo without a twist: no state box).
         rung_budget: look-ahead steps per rung of the curve.
+        n_starts: starts of a default curve (:data:`N_STARTS`).
 
     Raises:
         TypeError: not an ALE environment, or wrappers besides a time limit and checks.
@@ -113,6 +130,7 @@ class ALEDynamics:
 
     curve_method = "smc"
     rung_budget = RUNG_BUDGET
+    n_starts = N_STARTS
 
     def __init__(
         self,
@@ -120,7 +138,7 @@ class ALEDynamics:
         *,
         frame_stack: int = 4,
         wrapper_kwargs: dict[str, Any] | None = None,
-        noops: int | None = None,
+        warmup: Sequence[int] = (),
     ) -> None:
         core = getattr(env, "unwrapped", None)
         if getattr(core, "ale", None) is None:
@@ -143,12 +161,11 @@ class ALEDynamics:
         self.name = str(spec.id)
         self.frame_stack = frame_stack
         self.wrapper_kwargs = dict(wrapper_kwargs or {})
-        self.noops = noops
+        self.warmup = [int(a) for a in warmup]
         self._make_kwargs = dict(spec.kwargs)
         wrapped = make_atari(spec.id, wrapper_kwargs=self.wrapper_kwargs, **self._make_kwargs)
-        emu_noops = None if noops is None else [int(noops)]
         # ALEEmulator refuses sticky actions and a random frame skip (ValueError)
-        self.emu = ALEEmulator(wrapped, noops=emu_noops)
+        self.emu = ALEEmulator(wrapped, warmup=self.warmup)
         self.n_actions = self.emu.n_actions
         self.actions = DiscreteActions(self.n_actions)
         self._tag = next(_TAGS) * _TAG_BITS
@@ -380,14 +397,9 @@ class ALEDynamics:
         for w in chain:
             if type(w).__name__ == "EpisodicLifeEnv":
                 w.was_real_done = True  # a real reset, not a lost life's no-op step
-        noop = next((w for w in chain if type(w).__name__ == "NoopResetEnv"), None)
-        if noop is not None and self.noops is not None:
-            noop.override_num_noops = int(self.noops)
         obs, _ = replay.reset(seed=seed)
-        if noop is not None:
-            noop.override_num_noops = None
         stack = [np.zeros_like(np.asarray(obs))] * (self.frame_stack - 1) + [np.asarray(obs)]
-        for a in acts:
+        for a in [*self.warmup, *acts]:
             obs, *_ = replay.step(a)
             stack = [*stack[1:], np.asarray(obs)]
         return stack
@@ -427,3 +439,52 @@ def _first(e: Exception) -> str:
     text = " ".join(str(e).split())
     cut = text.find("; enumeration needs")
     return text if cut < 0 else text[:cut] + ": the soft-value curve needs deterministic steps."
+
+
+def register_games(env_id: str) -> bool:
+    """Register ale-py's Atari ids with gymnasium (where ale-py is installed); whether
+    ``env_id`` is known afterwards."""
+    import gymnasium as gym
+
+    try:
+        gym.spec(env_id)
+        return True
+    except gym.error.Error:
+        pass
+    try:
+        import ale_py
+    except ImportError:
+        return False
+    if hasattr(gym, "register_envs"):
+        gym.register_envs(ale_py)
+    try:
+        gym.spec(env_id)
+    except gym.error.Error:
+        return False
+    return True
+
+
+def is_ale_id(env_id: str) -> bool:
+    """Whether ``env_id`` is one of ale-py's Atari games (registered here if needed)."""
+    import gymnasium as gym
+
+    if not register_games(env_id):
+        return False
+    return "ale_py" in str(gym.spec(env_id).entry_point)
+
+
+def zoo_atari_mismatch(config: dict[str, Any]) -> str:
+    """Why an RL Zoo run's hyperparameters (``config.yml``) describe another MDP than the one
+    :class:`ALEDynamics` simulates (``""`` if none): an ``env_wrapper`` other than
+    ``AtariWrapper`` with its defaults, or a ``frame_stack`` other than 4."""
+    wrapper = config.get("env_wrapper")
+    names = wrapper if isinstance(wrapper, list) else [wrapper]
+    if names != [ZOO_ATARI_WRAPPER]:
+        return (
+            f"its env_wrapper {wrapper!r} is not the RL Zoo's Atari default "
+            f"[{ZOO_ATARI_WRAPPER!r}] (with its default options), the MDP the ALE simulator plays"
+        )
+    stack = config.get("frame_stack")
+    if stack != 4:
+        return f"its frame_stack {stack!r} is not the RL Zoo's 4, which the ALE simulator stacks"
+    return ""

@@ -366,7 +366,12 @@ class ApproxOptions:
         return dataclasses.replace(self, **filled) if filled else self
 
     def resolved(
-        self, source: EnvSource, *, extra_copies: float = 0.0, simulated: str | None = None
+        self,
+        source: EnvSource,
+        *,
+        extra_copies: float = 0.0,
+        simulated: str | None = None,
+        starts: int | None = None,
     ) -> ResolvedOptions:
         """The record with every ``None`` filled in for ``source``: ``method`` (``"paths"``
         where the caller has a simulator of the environment, ``simulated`` naming how its curve
@@ -376,7 +381,8 @@ class ApproxOptions:
         ``iterations`` and ``steps_per_iteration`` from the horizon, ``n_data_steps`` from
         :data:`DATA_STEPS` (Box fits :data:`BOX_DATA_STEPS`) capped to ``data_memory_gib``
         (with an :class:`ApproxMEGWarning` when the cap bites; ``extra_copies`` further data
-        sets are stored beside the models')."""
+        sets are stored beside the models'; none for a simulated method, which stores no data);
+        ``starts``: the simulator's own default number of starts for its curve, if any."""
         method = self.method
         box = bool(getattr(getattr(source, "actions", None), "is_box", False))
         if method is None or (box and method == "auto" and not simulated):
@@ -385,10 +391,12 @@ class ApproxOptions:
         opts = self.with_defaults(box_fits=box_fits)
         split = simulated != "smc"
         n_particles = self.n_particles or (N_PARTICLES if split else None)
-        n_starts = self.n_starts or (N_STARTS if split else SMC_STARTS)
+        n_starts = self.n_starts or starts or (N_STARTS if split else SMC_STARTS)
         n_iter, n_steps = opts.schedule(source.horizon, box=box_fits)
         n_data = self.n_data_steps
-        if n_data is None:
+        if n_data is None and method == "paths":
+            n_data = DATA_STEPS  # unused: the paths store no data, and warn of no cap
+        elif n_data is None:
             n_data = opts._default_data(source, extra_copies, box_fits)
         return ResolvedOptions.of_record(
             opts,

@@ -99,7 +99,10 @@ class EnvSource:
             try:
                 gym.spec(env_id)
             except gym.error.Error as e:
-                raise ValueError(f"could not make environment {env_id!r}: {e}") from e
+                from imitation_meg.approx.ale import register_games
+
+                if not register_games(env_id):  # an Atari id before ale_py registered it
+                    raise ValueError(f"could not make environment {env_id!r}: {e}") from e
             self._factory: Callable[[], Any] = lambda: gym.make(env_id, **kwargs)  # type: ignore[arg-type]
             self.name = env_id
         elif isinstance(env, gym.Env):

@@ -90,6 +90,11 @@ def _zoo_environment(args: argparse.Namespace) -> None:
         return  # refused later, by the exact path's check
     if is_minigrid(env_id) or env_is_tabular(env_id):
         return
+    from imitation_meg.approx.ale import is_ale_id, zoo_atari_mismatch
+
+    why = zoo_atari_mismatch(first.config) if is_ale_id(env_id) else ""
+    if why:
+        raise ValueError(f"the RL Zoo run's Atari game cannot be scored here: {why}.")
     args.env, args.env_kwargs = env_id, first.env_kwargs
 
 
