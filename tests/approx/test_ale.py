@@ -62,7 +62,6 @@ def test_the_simulator_agrees_with_the_game_played_from_its_reset():
     mixed = (np.concatenate([s[::-1] for s in states[::8]]), np.concatenate(actions[::8])[::-1])
     assert check_against(dyn, env, *mixed) == ""
     # a simulator whose emulator state is wrong disagrees with the replay
-    nxt, _, _ = dyn.step(states[5][:1], actions[5][:1])
     i = int(states[5][0, 0]) - dyn._tag
     other = int(states[20][0, 0]) - dyn._tag
     dyn._local(states[20][0, 0])
