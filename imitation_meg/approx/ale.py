@@ -205,7 +205,7 @@ class ALEDynamics:
         i = self._starts.get(seed)
         if i is not None and i in self._entries:
             return i
-        self.emu.seed = seed
+        self._seed_without_reload(seed)
         ((state, seen),) = self.emu.starts()
         zero = _frame(np.zeros_like(np.asarray(seen[0])))
         stack = tuple([zero] * self.frame_stack + [_frame(np.asarray(o)) for o in seen])
@@ -225,6 +225,18 @@ class ALEDynamics:
                 "registry; only starts, keys < 0, carry over): step states this simulator gave."
             )
         return k - self._tag
+
+    def _seed_without_reload(self, seed: int) -> None:
+        """Prepare the next reset to be that of ``seed`` without reloading the ROM (which
+        ``reset(seed=...)`` does, at about 0.1 s): the generator that ``NoopResetEnv`` draws
+        from seeded as ``AtariEnv.seed_game`` seeds it (the ALE's own generator drives only
+        sticky actions, refused here). :meth:`check_against` compares such starts with true
+        resets."""
+        from gymnasium.utils import seeding
+
+        np_seed = np.random.SeedSequence(seed).generate_state(n_words=2)[0]
+        self.emu.env.unwrapped._np_random, _ = seeding.np_random(int(np_seed))
+        self.emu.seed = None  # type: ignore[assignment]  # reset(seed=None): no reload
 
     def _local(self, key: float) -> int:
         """The local index of a key, its entry present (a dropped entry replayed)."""

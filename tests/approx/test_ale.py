@@ -55,16 +55,17 @@ def test_the_simulator_agrees_with_the_game_played_from_its_reset():
     obs0 = dyn.observe(starts)
     assert obs0.shape == (2, 84, 84, 4) and obs0.dtype == np.uint8
     assert not obs0[..., :3].any() and obs0[..., 3].any()  # zeros before the first frame
-    _, states, actions = _random_walk(dyn, starts, 24)
+    _, states, actions = _random_walk(dyn, starts, 16)
     # the first episode, then a jump between both episodes' states (replayed from the reset)
     first = (np.concatenate([s[:1] for s in states]), np.concatenate([a[:1] for a in actions]))
     assert check_against(dyn, env, *first) == ""
-    mixed = (np.concatenate([s[::-1] for s in states[::8]]), np.concatenate(actions[::8])[::-1])
+    mixed = (np.concatenate([s[::-1] for s in states[::5]]), np.concatenate(actions[::5])[::-1])
     assert check_against(dyn, env, *mixed) == ""
     # a simulator whose emulator state is wrong disagrees with the replay
     i = int(states[5][0, 0]) - dyn._tag
-    other = int(states[20][0, 0]) - dyn._tag
-    dyn._local(states[20][0, 0])
+    other = int(states[15][0, 0]) - dyn._tag
+    dyn._local(states[15][0, 0])
+    dyn._local(states[5][0, 0])  # both present (a step drops the states it does not touch)
     dyn._entries[i].state = dyn._entries[other].state
     dyn._entries[i].steps.clear()
     assert "frames differ" in check_against(dyn, env, states[5][:1], actions[5][:1])
