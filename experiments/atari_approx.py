@@ -51,6 +51,9 @@ def main(folder: str, cases: tuple[str, ...] = CASES) -> list[dict[str, float]]:
         pi = emulator_policy_table(probs, mdp)
         exact = im.meg(pi, mdp)
         t_exact = time.process_time() - t0
+        print(
+            f"H={H}: {mdp.n_states} states, exact MEG {exact.meg:.6g} ({t_exact:.0f} s)", flush=True
+        )
         t0 = time.process_time()
         dyn = ALEDynamics(gym.make(game), warmup=warmup)
         starts = np.array([[-1.0], [-1.0]])  # the reset of seed 0 (two units of one start)
@@ -59,7 +62,8 @@ def main(folder: str, cases: tuple[str, ...] = CASES) -> list[dict[str, float]]:
         curve = smc_curve(dyn, starts, H, None, rng, info)
         t_curve = time.process_time() - t0
         t0 = time.process_time()
-        actor = Actor(PolicyFn(lambda o: probs(o).numpy(), dyn.n_actions), dyn.actions)
+        fn = PolicyFn(lambda o: probs(o).numpy(), dyn.n_actions, name="agent")
+        actor = Actor(fn, dyn.actions)
         eps = simulate_episodes(dyn, actor, np.repeat(starts[:1], EPISODES, axis=0), H, rng)
         sc = curve.score(eps.returns, certificate=float(eps.certificate.mean()))
         t_eps = time.process_time() - t0
