@@ -1,14 +1,15 @@
 """The approximate score of an RL Zoo Pong agent (the ALE simulator's soft-value curve, the
 agent's episodes) against exact MEG on the same game's enumerated MDP, at short horizons.
 
-Each case is a horizon and a number of NOOP decisions after the reset of seed 0 (the enumerated
-MDP's one start, ``imitation_meg.envs.enumerate_mdp(..., warmup=[0] * k)``). Exact: the MDP
+Each case ``H:NOOPS[:PARTICLES]`` is a horizon, a number of NOOP decisions after the reset of
+seed 0 (the enumerated MDP's one start, ``imitation_meg.envs.enumerate_mdp(..., warmup=[0] *
+k)``) and the curve's particles per start and rung (default: the SMC's, from the rung budget). Exact: the MDP
 enumerated with its 4-frame stacks, the agent's table read off every state's stack, known-utility
 MEG. Approximate: :class:`imitation_meg.approx.ale.ALEDynamics` from the same start, the SMC's
 curve (its defaults), ``EPISODES`` episodes of the agent on the simulator, the conjugate at their
 mean return with its interval. Usage (docs/reports/atari.md)::
 
-    python experiments/atari_approx.py RUN_FOLDER [H:NOOPS ...]
+    python experiments/atari_approx.py RUN_FOLDER [H:NOOPS[:PARTICLES] ...]
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def main(folder: str, cases: tuple[str, ...] = CASES) -> list[dict[str, float]]:
     probs = SB3ActionProbs(PPO.load(run.model, device="cpu").policy)
     rows = []
     for case in cases:
-        H, k = (int(x) for x in case.split(":"))
+        H, k, *more = (int(x) for x in case.split(":"))
+        particles = more[0] if more else None  # None: the SMC's default for the budget
         warmup = [0] * k
         t0 = time.process_time()
         mdp = enumerate_mdp(make_atari(game), H, frame_stack=4, warmup=warmup, seed=0)
@@ -59,7 +61,7 @@ def main(folder: str, cases: tuple[str, ...] = CASES) -> list[dict[str, float]]:
         starts = np.array([[-1.0], [-1.0]])  # the reset of seed 0 (two units of one start)
         info = CurveInfo(game, {}, H, dyn.actions.to_dict(), "smc", seed=0)
         rng = np.random.default_rng(0)
-        curve = smc_curve(dyn, starts, H, None, rng, info)
+        curve = smc_curve(dyn, starts, H, particles, rng, info)
         t_curve = time.process_time() - t0
         t0 = time.process_time()
         fn = PolicyFn(lambda o: probs(o).numpy(), dyn.n_actions, name="agent")
@@ -71,6 +73,7 @@ def main(folder: str, cases: tuple[str, ...] = CASES) -> list[dict[str, float]]:
             {
                 "horizon": H,
                 "noops": k,
+                "particles": int(curve.info.settings["n_particles"]),
                 "states": mdp.n_states,
                 "exact_meg": float(exact.meg),
                 "approx_meg": float(sc.meg),
