@@ -452,7 +452,12 @@ def _first(e: Exception) -> str:
     """The error's message up to its first sentence's end, kept on one line."""
     text = " ".join(str(e).split())
     cut = text.find("; enumeration needs")
-    return text if cut < 0 else text[:cut] + ": the soft-value curve needs deterministic steps."
+    if cut < 0:
+        return text
+    return text[:cut] + (
+        ": the soft-value curve needs deterministic steps (the NoFrameskip-v4 ids, or "
+        "repeat_action_probability=0); sticky-action agents are not scored here."
+    )
 
 
 def register_games(env_id: str) -> bool:

@@ -628,6 +628,8 @@ def check_against(
     with the simulator's :meth:`Dynamics.step` and :meth:`Dynamics.observe`. Each step starts
     from the given state (teacher forcing), so chaotic dynamics do not amplify a last-bit
     difference over a long replay into a disagreement. The core's state is restored afterwards.
+    A simulator with its own ``check_against`` method (the ALE's,
+    :meth:`imitation_meg.approx.ale.ALEDynamics.check_against`) checks itself.
 
     Args:
         dyn: the simulator.
