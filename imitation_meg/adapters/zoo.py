@@ -29,6 +29,10 @@ from imitation_meg.type_aliases import PathLike
 __all__ = ["ZooRun", "ZooWrapperWarning", "is_zoo_run", "read_zoo_run"]
 
 
+#: The RL Zoo's Atari wrapper (with a 4-frame stack: the MDP imitation_meg.approx.ale plays).
+_ZOO_ATARI = "stable_baselines3.common.atari_wrappers.AtariWrapper"
+
+
 class ZooWrapperWarning(ImitationMEGWarning):
     """The run's ``config.yml`` wraps the environment; the policy table uses the MDP's own
     observations, which the wrapper may change (then pass ``observations=``)."""
@@ -219,7 +223,9 @@ def read_zoo_run(path: PathLike, *, model: str | int = "final") -> ZooRun:
             observations without saving the statistics.
 
     Warns:
-        ZooWrapperWarning: ``config.yml`` names an ``env_wrapper`` or ``frame_stack``.
+        ZooWrapperWarning: ``config.yml`` names an ``env_wrapper`` or ``frame_stack`` (but
+            the Zoo's Atari setting, ``AtariWrapper`` and 4 frames, which the ALE simulator
+            plays itself).
     """
     folder = pathlib.Path(path)
     if not folder.is_dir():
@@ -297,9 +303,12 @@ def _statistics(
 
 
 def _warn_wrappers(folder: pathlib.Path, config: dict[str, Any]) -> None:
-    """A :class:`ZooWrapperWarning` for each observation wrapper the run trained with."""
+    """A :class:`ZooWrapperWarning` for each observation wrapper the run trained with, except
+    the Zoo's Atari setting (its ``AtariWrapper`` and 4 stacked frames: the MDP of the ALE
+    simulator, :mod:`imitation_meg.approx.ale`)."""
+    atari = config.get("env_wrapper") == [_ZOO_ATARI] and config.get("frame_stack") == 4
     for key in ("env_wrapper", "frame_stack"):
-        if config.get(key):
+        if config.get(key) and not atari:
             warnings.warn(
                 f"the RL Zoo run {str(folder)!r} trained with {key}={config[key]!r}; the policy "
                 "table feeds the environment's own observations, which that wrapper may change. "

@@ -87,6 +87,9 @@ def simulated_curve(
     EnvSource`) at ``opts.n_starts`` fresh starts drawn with ``rng`` (module docstring); with
     ``target``, a twisted SMC climbs until its paths reach that return
     (:func:`~imitation_meg.approx.smc.smc_curve`)."""
+    check_cost = getattr(dyn, "check_cost", None)  # a slow simulator refuses a long curve
+    if check_cost is not None:
+        check_cost(source.horizon, opts.n_starts)
     env = source.make()
     try:
         starts = starts_of(env, dyn, rng.integers(0, 2**31 - 1, size=opts.n_starts))

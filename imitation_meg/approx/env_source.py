@@ -111,7 +111,10 @@ class EnvSource:
         try:
             gym.spec(env_id)
         except gym.error.Error as e:
-            raise ValueError(f"could not make environment {env_id!r}: {e}") from e
+            from imitation_meg.approx.ale import register_games
+
+            if not register_games(env_id):  # an Atari id before ale_py registered it
+                raise ValueError(f"could not make environment {env_id!r}: {e}") from e
         return lambda: gym.make(env_id, **kwargs)  # type: ignore[arg-type]
 
     def _probe(self) -> Any:

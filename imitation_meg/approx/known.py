@@ -219,7 +219,11 @@ def meg_approx(
     if curve is not None:
         opts = opts.for_curve()
     else:
-        opts = opts.resolved(source, simulated=None if dyn is None else curve_method(dyn))
+        opts = opts.resolved(
+            source,
+            simulated=None if dyn is None else curve_method(dyn),
+            starts=getattr(dyn, "n_starts", None),
+        )
     opts.check_applies(
         settings, options, allowed=APPLIES["curve"] if curve is not None else None, box=box
     )
@@ -292,7 +296,7 @@ def soft_value_curve(
             "needs a simulator of a deterministic environment (or a TabularMDP). Score its "
             "policies with meg_approx(..., method='soft_q')."
         )
-    opts = opts.resolved(source, simulated=curve_method(dyn))
+    opts = opts.resolved(source, simulated=curve_method(dyn), starts=getattr(dyn, "n_starts", None))
     opts.check_applies(settings, options, allowed=("n_particles", "n_starts", "seed", "progress"))
     bar = ProgressBar(
         opts.progress,

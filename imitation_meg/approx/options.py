@@ -270,7 +270,12 @@ class ApproxOptions:
         return dataclasses.replace(self, **filled) if filled else self
 
     def resolved(
-        self, source: EnvSource, *, extra_copies: float = 0.0, simulated: str | None = None
+        self,
+        source: EnvSource,
+        *,
+        extra_copies: float = 0.0,
+        simulated: str | None = None,
+        starts: int | None = None,
     ) -> ResolvedOptions:
         """The record with every ``None`` filled in for ``source``: ``method`` (``"paths"``
         where the caller has a simulator of the environment, ``simulated`` naming how its curve
@@ -280,15 +285,18 @@ class ApproxOptions:
         ``iterations`` and ``steps_per_iteration`` from the horizon, ``n_data_steps`` from
         :data:`DATA_STEPS` (Box fits :data:`BOX_DATA_STEPS`) capped to ``data_memory_gib``
         (with an :class:`ApproxMEGWarning` when the cap bites; ``extra_copies`` further data
-        sets are stored beside the models')."""
+        sets are stored beside the models'; none for a simulated method, which stores no data);
+        ``starts``: the simulator's own default number of starts for its curve, if any."""
         box = bool(getattr(getattr(source, "actions", None), "is_box", False))
         method = self._method_for(box, simulated)
         box_fits = box and method == "soft_q"
         opts = self.with_defaults(box_fits=box_fits)
-        n_particles, n_starts = self._curve_sizes(simulated)
+        n_particles, n_starts = self._curve_sizes(simulated, starts)
         n_iter, n_steps = opts.schedule(source.horizon, box=box_fits)
         n_data = self.n_data_steps
-        if n_data is None:
+        if n_data is None and method == "paths":
+            n_data = DATA_STEPS  # unused: the paths store no data, and warn of no cap
+        elif n_data is None:
             n_data = opts._default_data(source, extra_copies, box_fits)
         return ResolvedOptions.of_record(
             opts,
@@ -308,12 +316,13 @@ class ApproxOptions:
             method = "paths" if simulated else "soft_q"
         return method
 
-    def _curve_sizes(self, simulated: str | None) -> tuple[int | None, int]:
+    def _curve_sizes(self, simulated: str | None, starts: int | None) -> tuple[int | None, int]:
         """Particles per start and starts of the curve (``simulated``: ``"smc"`` for the
-        twisted SMC, whose particles follow a budget)."""
+        twisted SMC, whose particles follow a budget; ``starts``: the simulator's own default
+        number of starts, if any)."""
         split = simulated != "smc"
         n_particles = self.n_particles or (N_PARTICLES if split else None)
-        return n_particles, self.n_starts or (N_STARTS if split else SMC_STARTS)
+        return n_particles, self.n_starts or starts or (N_STARTS if split else SMC_STARTS)
 
     def _default_data(self, source: EnvSource, extra_copies: float, box_fits: bool) -> int:
         """The default data steps per model, capped to ``data_memory_gib`` (warned)."""

@@ -9,7 +9,9 @@ environments the library knows, gymnasium's classic-control cores, or says why t
 - :class:`AcrobotDynamics` (``Acrobot-v1``, ``Discrete(3)``; not with torque noise),
 - :class:`MountainCarDynamics` (``MountainCar-v0``, ``Discrete(3)``),
 - :class:`PendulumDynamics` (``Pendulum-v1``, a ``Box`` of torques),
-- :class:`ContinuousMountainCarDynamics` (``MountainCarContinuous-v0``, a ``Box`` of forces).
+- :class:`ContinuousMountainCarDynamics` (``MountainCarContinuous-v0``, a ``Box`` of forces),
+- Atari games without sticky actions, as the RL Zoo wraps them
+  (:class:`imitation_meg.approx.ale.ALEDynamics`).
 
 Each reads its constants from the environment object, so changed physics carry over, and
 computes as the environment does: the same operations in the same order, in ``float64`` where
@@ -550,9 +552,18 @@ def dynamics_for(env: Any) -> tuple[Dynamics | None, str]:
     Only an environment whose core is exactly one of gymnasium's classes with a simulator (not
     a subclass, which may change the dynamics), set up deterministically (Acrobot without torque
     noise), and whose wrappers change neither observations, actions nor rewards (a time limit,
-    gymnasium's checks) qualifies.
+    gymnasium's checks) qualifies. An Atari game (the ALE) gets the simulator of the RL Zoo's
+    Atari MDP (:class:`imitation_meg.approx.ale.ALEDynamics`).
+
+    Raises:
+        ValueError: an Atari game with sticky actions or a random frame skip (no estimator
+            here scores image observations of random dynamics).
     """
     core = env.unwrapped
+    if getattr(core, "ale", None) is not None:  # an Atari game: imitation_meg.approx.ale
+        from imitation_meg.approx.ale import ale_dynamics
+
+        return ale_dynamics(env)
     cls = type(core)
     name = cls.__name__
     maker = _SIMULATORS.get(name)
@@ -617,6 +628,8 @@ def check_against(
     with the simulator's :meth:`Dynamics.step` and :meth:`Dynamics.observe`. Each step starts
     from the given state (teacher forcing), so chaotic dynamics do not amplify a last-bit
     difference over a long replay into a disagreement. The core's state is restored afterwards.
+    A simulator with its own ``check_against`` method (the ALE's,
+    :meth:`imitation_meg.approx.ale.ALEDynamics.check_against`) checks itself.
 
     Args:
         dyn: the simulator.
@@ -634,6 +647,9 @@ def check_against(
         ValueError: states and actions of different lengths, a negative ``atol``, or an
             environment that ``dyn`` does not simulate.
     """
+    own = getattr(dyn, "check_against", None)  # a simulator that checks itself (the ALE)
+    if own is not None:
+        return str(own(env, states, actions, atol=atol))
     core = env.unwrapped
     if type(core).__name__ != dyn.name:
         raise ValueError(

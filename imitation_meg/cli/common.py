@@ -79,8 +79,10 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 
 def env_is_tabular(env_id: str) -> bool:
+    from imitation_meg.approx.ale import register_games
     from imitation_meg.core.env_tables import is_tabular
 
+    register_games(env_id)  # an Atari id: ale_py registers it with gymnasium
     return is_tabular(env_id)
 
 

@@ -86,6 +86,7 @@ def _zoo_environment(args: argparse.Namespace) -> None:
         return
     first = runs[0]
     if _one_environment(runs) and not _read_exactly(first.env_id):
+        _check_zoo_atari(first)
         args.env, args.env_kwargs = first.env_id, first.env_kwargs
 
 
@@ -99,6 +100,16 @@ def _one_environment(runs: list[Any]) -> bool:
 def _read_exactly(env_id: Any) -> bool:
     """Whether the exact path reads ``env_id`` (MiniGrid or tabular)."""
     return is_minigrid(env_id) or env_is_tabular(env_id)
+
+
+def _check_zoo_atari(run: Any) -> None:
+    """Refuse an Atari game that the run wrapped otherwise than the Zoo's Atari setting (the
+    MDP of the ALE simulator), by name."""
+    from imitation_meg.approx.ale import is_ale_id, zoo_atari_mismatch
+
+    why = zoo_atari_mismatch(run.config) if is_ale_id(run.env_id) else ""
+    if why:
+        raise ValueError(f"the RL Zoo run's Atari game cannot be scored here: {why}.")
 
 
 def _score_once(args: argparse.Namespace) -> int:
