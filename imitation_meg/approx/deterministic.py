@@ -87,6 +87,10 @@ def simulated_curve(
     EnvSource`) at ``opts.n_starts`` fresh starts drawn with ``rng`` (module docstring); with
     ``target``, a twisted SMC climbs until its paths reach that return
     (:func:`~imitation_meg.approx.smc.smc_curve`)."""
+    refusal = getattr(dyn, "curve_refusal", None)  # a slow simulator's limit (MuJoCo)
+    why = refusal(opts.n_starts, opts.n_particles, source.horizon) if refusal else ""
+    if why:
+        raise ValueError(f"{why}.")
     env = source.make()
     try:
         starts = starts_of(env, dyn, rng.integers(0, 2**31 - 1, size=opts.n_starts))
