@@ -38,13 +38,13 @@ from imitation_meg.approx.spaces import BoxActions
 __all__ = ["MujocoDynamics", "mujoco_refusal"]
 
 #: Look-ahead steps per rung of the curve's SMC (:func:`~imitation_meg.approx.smc.particles_for`):
-#: at about 150 microseconds a HalfCheetah step, about 40 s of one core per rung.
-RUNG_BUDGET = 250_000
+#: at 50 to 150 microseconds a HalfCheetah step, 5 to 15 s of one core per rung.
+RUNG_BUDGET = 100_000
 #: Rungs a curve is costed at (its first ladder has 13; refinement adds some).
 _RUNGS = 16
-#: The most simulator steps a curve may be expected to take (about 15 minutes of one core for
+#: The most simulator steps a curve may be expected to take (3 to 8 minutes of one core for
 #: HalfCheetah); a longer horizon is refused with the horizon that fits.
-MAX_CURVE_STEPS = 6_000_000
+MAX_CURVE_STEPS = 3_000_000
 
 
 def _is_mujoco_env(core: Any) -> bool:
