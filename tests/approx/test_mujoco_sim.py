@@ -20,8 +20,8 @@ import pytest
 
 pytest.importorskip("mujoco")
 
-from imitation_meg.approx.mujoco_sim import MujocoDynamics  # noqa: E402
-from imitation_meg.approx.simulators import check_against, dynamics_for  # noqa: E402
+from imitation_meg.approx.mujoco_sim import MujocoDynamics
+from imitation_meg.approx.simulators import check_against, dynamics_for
 
 #: The tasks' version on this lane: v4 on gymnasium 0.29, v5 on gymnasium 1.x.
 V = "v4" if gym.__version__.startswith("0.") else "v5"
