@@ -199,3 +199,21 @@ def test_the_cli_scores_a_zoo_halfcheetah_run_and_refuses_the_full_horizon(cheet
     assert main(["score", "--policy", str(cheetah_run), "--approx"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--horizon" in err, err
+
+
+def test_the_certificate_of_a_law_in_six_dimensions_adds_up_over_coordinates():
+    """MuJoCo's boxes have up to 17 dimensions; a tensor-product rule stops at 3, and a
+    diagonal law's divergence from the uniform density is the sum of its coordinates'."""
+    from imitation_meg.approx.agent import _law_kl
+    from imitation_meg.continuous.densities import ActionLaw
+
+    rng = np.random.default_rng(0)
+    mean, std = rng.normal(size=(2, 3)), np.full((2, 3), 3.0)  # wide: the rule, not Hermite
+    law = ActionLaw("squashed", mean, std, -np.ones(3), np.ones(3))
+    joint = law.rule().kl.double().numpy()
+    wide = ActionLaw(
+        "squashed", np.hstack([mean, mean]), np.hstack([std, std]), -np.ones(6), np.ones(6)
+    )
+    assert np.allclose(_law_kl(wide), 2 * joint, rtol=1e-9)
+    uniform = ActionLaw("uniform", np.zeros((2, 6)), np.ones((2, 6)), -np.ones(6), np.ones(6))
+    assert np.array_equal(_law_kl(uniform), np.zeros(2))
