@@ -48,13 +48,12 @@ MAX_CURVE_STEPS = 3_000_000
 
 
 def _is_mujoco_env(core: Any) -> bool:
-    """Whether ``core`` is one of gymnasium's ``MujocoEnv`` (imported only here: the check
-    must not import MuJoCo where it is absent)."""
-    try:
-        from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
-    except ImportError:  # gymnasium without its mujoco modules
-        return False
-    return isinstance(core, MujocoEnv)
+    """Whether ``core`` is one of gymnasium's ``MujocoEnv``, by its classes' names (importing
+    gymnasium's MuJoCo module would import MuJoCo, or fail where it is absent)."""
+    return any(
+        base.__name__ == "MujocoEnv" and base.__module__.startswith("gymnasium.envs.mujoco")
+        for base in type(core).__mro__
+    )
 
 
 def mujoco_refusal(core: Any) -> str | None:
