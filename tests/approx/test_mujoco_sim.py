@@ -30,6 +30,12 @@ V = "v4" if gym.__version__.startswith("0.") else "v5"
 CHEETAH, HOPPER = f"HalfCheetah-{V}", f"Hopper-{V}"
 
 
+@pytest.fixture(autouse=True)
+def _in_a_temporary_folder(tmp_path, monkeypatch):
+    """MuJoCo 4 writes the models' deprecation warnings to MUJOCO_LOG.TXT in the cwd."""
+    monkeypatch.chdir(tmp_path)
+
+
 def _dyn(env_id: str, **kw: Any) -> tuple[Any, MujocoDynamics]:
     env = gym.make(env_id, **kw)
     dyn, why = dynamics_for(env)
@@ -40,8 +46,7 @@ def _dyn(env_id: str, **kw: Any) -> tuple[Any, MujocoDynamics]:
 @pytest.mark.parametrize(
     "name", ["HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Reacher", "Swimmer"]
 )
-def test_a_chained_replay_agrees_with_the_environment_bit_for_bit(name, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # MuJoCo 4 logs Humanoid's deprecated attribute to the cwd
+def test_a_chained_replay_agrees_with_the_environment_bit_for_bit(name):
     env = gym.make(f"{name}-{V}")
     _, dyn = _dyn(f"{name}-{V}")  # its own instance of the task
     obs, _ = env.reset(seed=3)
