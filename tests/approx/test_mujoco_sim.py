@@ -206,7 +206,7 @@ def cheetah_run(tmp_path_factory):
         "--eval-freq",
         "-1",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, cwd=d)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return d / "logs" / "sac" / f"{CHEETAH}_1"
 
