@@ -20,8 +20,8 @@ SHELL := /bin/bash
 # pip's full output goes to <venv>/install.log; the terminal shows each package pip collects,
 # numbered, the count installed and pip's errors (pip's notes on index locations that lack a
 # package, one per package and index, stay in the log). PYTHONUNBUFFERED: lines as they come.
-PINNED_EXTRAS := .[all,imitation,lint,atari]
-MODERN_EXTRAS := .[all,zoo,atari]
+PINNED_EXTRAS := .[all,imitation,lint,atari,mujoco,box2d]
+MODERN_EXTRAS := .[all,zoo,atari,mujoco,box2d]
 # $(call PIP,<venv>,<label>,<pip install arguments>): one install step, labelled and shown so
 # (the extras are variables: a comma in an argument of $(call) would split it).
 PIP = echo "$(2) ..." && PYTHONUNBUFFERED=1 $(1)/bin/python -m pip install --progress-bar off \
@@ -55,7 +55,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 	@echo "5 minutes on 2 idle cores, longer on a busy machine; later make runs skip it."
 	@python3 -m venv $(VENV)
 	@$(call PIP,$(VENV),[1/3] torch 2.13.0,torch==2.13.0)
-	@$(call PIP,$(VENV),[2/3] imitation-meg with its extras all / imitation / lint / atari (constraints.txt),\
+	@$(call PIP,$(VENV),[2/3] imitation-meg with its extras all / imitation / lint / atari / mujoco / box2d (constraints.txt),\
 		-c constraints.txt -e "$(PINNED_EXTRAS)")
 	@# rl-zoo3 2.2.1 without its dependencies (see constraints.txt); the rest is installed above.
 	@$(call PIP,$(VENV),[3/3] rl-zoo3 2.2.1 (without its dependencies),\
@@ -68,7 +68,7 @@ $(MODERN_STAMP): setup.cfg pyproject.toml constraints-modern.txt
 	@echo "SB3 and gymnasium (no imitation). This first install takes a few minutes."
 	@python3 -m venv $(MODERN_VENV)
 	@$(call PIP,$(MODERN_VENV),[1/2] torch 2.13.0,torch==2.13.0)
-	@$(call PIP,$(MODERN_VENV),[2/2] imitation-meg with its extras all / zoo / atari (constraints-modern.txt),\
+	@$(call PIP,$(MODERN_VENV),[2/2] imitation-meg with its extras all / zoo / atari / mujoco / box2d (constraints-modern.txt),\
 		-c constraints-modern.txt -e "$(MODERN_EXTRAS)")
 	@touch $(MODERN_STAMP)
 	@echo "Installed; pip's full output is in $(MODERN_VENV)/install.log."

@@ -10,6 +10,7 @@ trusted at the policy's optimum.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import warnings
@@ -76,7 +77,7 @@ class Actor:
                 return law.sample(rng), np.full(len(law.mean), np.inf)
             if law.kind == "squashed" and np.all(law.std <= _GH_STD):
                 return law.sample(rng), squashed_kl(law.mean, law.std)
-            return law.sample(rng), law.rule().kl.double().numpy()
+            return law.sample(rng), _law_kl(law)
         p = self.policy.probs(obs)
         ent = -(p * np.log(np.where(p > 0, p, 1.0))).sum(1)
         cdf = np.cumsum(p, axis=1)
@@ -91,6 +92,26 @@ class Actor:
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(64)
 _GH_W = _GH_W / _GH_W.sum()
 _GH_STD = 2.0
+
+
+def _law_kl(law: Any) -> np.ndarray:
+    """``KL(pi || u)`` ``(n,)`` of an action law by its quadrature rule; beyond 3 dimensions
+    (no tensor-product rule there) the sum of its coordinates' (the laws are diagonal, the
+    uniform density a product: the divergence adds up over coordinates)."""
+    d = law.mean.shape[1]
+    if d <= 3:
+        return law.rule().kl.double().numpy()
+    parts = (
+        dataclasses.replace(
+            law,
+            mean=law.mean[:, k : k + 1],
+            std=law.std[:, k : k + 1],
+            low=law.low[k : k + 1],
+            high=law.high[k : k + 1],
+        )
+        for k in range(d)
+    )
+    return np.sum([p.rule().kl.double().numpy() for p in parts], axis=0)
 
 
 def squashed_kl(mean: np.ndarray, std: np.ndarray) -> np.ndarray:

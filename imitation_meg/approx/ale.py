@@ -335,17 +335,18 @@ class ALEDynamics:
         return np.stack(out) if out else np.zeros((0,), dtype=np.uint8)
 
     # ------------------------------------------------------------------ checks
-    def check_cost(self, horizon: int, n_starts: int) -> None:
+    def check_cost(self, horizon: int, n_starts: int, n_particles: int | None = None) -> None:
         """Refuse a curve that would take more than :data:`MAX_CURVE_SECONDS` of CPU.
 
         The estimate is an upper bound: :data:`_RUNGS` rungs of ``max(rung_budget, n_starts x
-        8 x horizon x |A|)`` look-ahead steps at :data:`SECONDS_PER_STEP` each (merged states
-        make it less where the particles meet).
+        P x horizon x |A|)`` look-ahead steps at :data:`SECONDS_PER_STEP` each, ``P`` the
+        particles per start (``n_particles``, at least 8; merged states make it less where the
+        particles meet).
 
         Raises:
             ValueError: the estimate, with the longest horizon that fits.
         """
-        per = n_starts * _MIN_PARTICLES * self.n_actions
+        per = n_starts * max(_MIN_PARTICLES, n_particles or 0) * self.n_actions
         steps = _RUNGS * max(self.rung_budget, per * horizon)
         seconds = steps * SECONDS_PER_STEP
         if seconds <= MAX_CURVE_SECONDS:

@@ -89,7 +89,7 @@ def simulated_curve(
     (:func:`~imitation_meg.approx.smc.smc_curve`)."""
     check_cost = getattr(dyn, "check_cost", None)  # a slow simulator refuses a long curve
     if check_cost is not None:
-        check_cost(source.horizon, opts.n_starts)
+        check_cost(source.horizon, opts.n_starts, opts.n_particles)
     env = source.make()
     try:
         starts = starts_of(env, dyn, rng.integers(0, 2**31 - 1, size=opts.n_starts))

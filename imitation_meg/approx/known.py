@@ -211,6 +211,13 @@ def meg_approx(
                 f"deterministic environment the library simulates, but {why}. Use "
                 "method='soft_q' (or 'auto', which falls back by itself)."
             )
+    if box and dyn is None and source.action_dim > 3:
+        because = f" ({why})" if opts.method in (None, "paths", "auto") else ""
+        raise ValueError(
+            f"{source.name} acts in a Box of {source.action_dim} dimensions: the soft Q-fits "
+            "integrate the policy's law over at most 3, and only the paths of a simulated "
+            f"deterministic environment go beyond, which {source.name} is not{because}."
+        )
     if box and dyn is None and opts.method not in (None, "soft_q", "auto"):
         raise ValueError(
             f"method={opts.method!r} has no Box-action form; Box actions are scored by the paths "

@@ -559,6 +559,8 @@ def dynamics_for(env: Any) -> tuple[Dynamics | None, str]:
         ValueError: an Atari game with sticky actions or a random frame skip (no estimator
             here scores image observations of random dynamics).
     """
+    from imitation_meg.approx.mujoco_sim import MujocoDynamics, mujoco_refusal
+
     core = env.unwrapped
     if getattr(core, "ale", None) is not None:  # an Atari game: imitation_meg.approx.ale
         from imitation_meg.approx.ale import ale_dynamics
@@ -567,8 +569,13 @@ def dynamics_for(env: Any) -> tuple[Dynamics | None, str]:
     cls = type(core)
     name = cls.__name__
     maker = _SIMULATORS.get(name)
+    refusal = mujoco_refusal(core)  # "" for no MuJoCo task, None for one of gymnasium's
+    if refusal:
+        return None, refusal
+    if refusal is None:
+        maker = MujocoDynamics
     if maker is None or cls.__module__.split(".")[0] != "gymnasium":
-        known = ", ".join(sorted(_SIMULATORS))
+        known = ", ".join(sorted(_SIMULATORS)) + " and gymnasium's MuJoCo tasks"
         parent = next(
             (
                 base.__name__
@@ -665,23 +672,32 @@ def check_against(
     if not atol >= 0:
         raise ValueError(f"atol must be >= 0, got {atol!r}.")
     to_env = getattr(dyn, "env_state", None)
-    saved = core.state
+    # a simulator that copies an emulator's state in and out (MuJoCo) says how
+    put, get = getattr(dyn, "env_set", None), getattr(dyn, "env_get", None)
+    if put is None or get is None:
+        put, get = _set_state, lambda c: np.array(c.state, dtype=np.float64)
+    saved = core.state if put is _set_state else get(core)  # restored as it was
     try:
         for i in range(len(states)):
-            core.state = to_env(states[i]) if to_env is not None else states[i].copy()
+            put(core, to_env(states[i]) if to_env is not None else states[i].copy())
             if hasattr(core, "steps_beyond_terminated"):  # CartPole's count of late steps
                 core.steps_beyond_terminated = None
             act = int(actions[i]) if dyn.n_actions else actions[i].copy()
             obs, r, term, _, _ = core.step(act)
-            there = (np.array(obs), float(r), bool(term), np.array(core.state, dtype=np.float64))
+            there = (np.array(obs), float(r), bool(term), get(core))
             nxt, r_sim, term_sim = dyn.step(states[i : i + 1], actions[i : i + 1])
             here = (dyn.observe(nxt)[0], float(r_sim[0]), bool(term_sim[0]), nxt[0])
             differs = _differs(there, here, atol)
             if differs:
                 return f"step {i} (state {states[i].tolist()}, action {actions[i]}): {differs}"
     finally:
-        core.state = saved
+        put(core, saved)
     return ""
+
+
+def _set_state(core: Any, state: np.ndarray) -> None:
+    """Put ``state`` into a classic-control core (its ``state`` attribute)."""
+    core.state = state
 
 
 def _differs(there: tuple[Any, ...], here: tuple[Any, ...], atol: float) -> str:
