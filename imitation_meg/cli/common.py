@@ -1,12 +1,40 @@
-"""What the subcommands share: argument types, output checks, MiniGrid layouts, one-line notes."""
+"""What the subcommands share: their parsers' set-up, argument types, output checks, MiniGrid
+layouts, one-line notes."""
 
 from __future__ import annotations
 
 import argparse
 import pathlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+
+def subcommand(
+    sub: Any,
+    name: str,
+    handler: Callable[[argparse.Namespace], int],
+    help: str,
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    """The parser of the subcommand ``name``, which runs ``handler(args)``.
+
+    Args:
+        sub: the subparsers of ``imitation-meg`` (``parser.add_subparsers()``).
+        name: the subcommand, e.g. ``"curve"``.
+        handler: what the subcommand runs; it returns the exit status.
+        help: its line in ``imitation-meg --help``.
+        description: the text atop its own ``--help`` (default: none); its white space is
+            folded, so it may be written as an indented paragraph.
+
+    Returns:
+        The subcommand's parser, to add its options to.
+    """
+    if description is not None:
+        description = " ".join(description.split())
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help, description=description)
+    p.set_defaults(func=handler)
+    return p
 
 
 def horizon_arg(text: str) -> int | str:

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from imitation_meg.cli.approx import estimator_settings, is_tabular
+from imitation_meg.cli.common import subcommand
 
 
 def curve(args: argparse.Namespace) -> int:
@@ -40,17 +41,17 @@ def curve(args: argparse.Namespace) -> int:
     return 0
 
 
+HELP = "compute an environment's soft-value curve once, to score many policies with it"
+DESCRIPTION = """
+    Known-utility MEG is sup_beta beta J - Lambda(beta): the policy enters only through its
+    expected return J, and Lambda, the soft-value curve, belongs to the environment. Compute it
+    once and save it; `score --curve FILE` and MEGCallback then score each policy or checkpoint
+    from its episodes alone.
+"""
+
+
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "curve",
-        help="compute an environment's soft-value curve once, to score many policies with it",
-        description=(
-            "Known-utility MEG is sup_beta beta J - Lambda(beta): the policy enters only through "
-            "its expected return J, and Lambda, the soft-value curve, belongs to the "
-            "environment. Compute it once and save it; `score --curve FILE` and MEGCallback "
-            "then score each policy or checkpoint from its episodes alone."
-        ),
-    )
+    p = subcommand(sub, "curve", curve, HELP, DESCRIPTION)
     p.add_argument("--env", required=True, metavar="ENV_ID", help="gymnasium / seals id")
     p.add_argument("--horizon", type=int, help="horizon H (default: the environment's)")
     p.add_argument("--out", required=True, metavar="FILE", help="the curve file (.npz)")
@@ -62,4 +63,3 @@ def add_parser(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="a setting of the curve's estimator (n_particles, n_starts); repeatable",
     )
-    p.set_defaults(func=curve)

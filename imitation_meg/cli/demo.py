@@ -8,7 +8,7 @@ import math
 import time
 from typing import Any
 
-from imitation_meg.cli.common import seed_arg
+from imitation_meg.cli.common import seed_arg, subcommand
 from imitation_meg.results import format_table
 
 
@@ -87,11 +87,10 @@ def _known_row(name: str, res: Any) -> dict[str, Any]:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("demo", help="score reference policies on the paper's CliffWorld")
+    p = subcommand(sub, "demo", demo, "score reference policies on the paper's CliffWorld")
     p.add_argument("--horizon", type=int, default=30, help="horizon H (default 30)")
     p.add_argument("--no-ppo", action="store_true", help="skip training and scoring a small PPO")
     p.add_argument(
         "--ppo-steps", type=int, default=16_384, help="PPO training steps (default 16384)"
     )
     p.add_argument("--seed", type=seed_arg, default=0, help="PPO seed (default 0)")
-    p.set_defaults(func=demo)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from imitation_meg.cli.common import check_outputs, command_config, is_minigrid, minigrid_mdp
+from imitation_meg.cli.common import (
+    check_outputs,
+    command_config,
+    is_minigrid,
+    minigrid_mdp,
+    subcommand,
+)
 from imitation_meg.results import format_table
 
 
@@ -68,16 +74,16 @@ def intervene(args: argparse.Namespace) -> int:
     return 0
 
 
+HELP = "interventional MEG: one utility across intervened environments"
+DESCRIPTION = """
+    Score one agent's MEG across intervened environments (layouts, starts, dynamics): the best
+    single utility and rationality over all of them, each intervention's score and share, and the
+    MEG on distribution (the first --env).
+"""
+
+
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "intervene",
-        help="interventional MEG: one utility across intervened environments",
-        description=(
-            "Score one agent's MEG across intervened environments (layouts, starts, dynamics): "
-            "the best single utility and rationality over all of them, each intervention's "
-            "score and share, and the MEG on distribution (the first --env)."
-        ),
-    )
+    p = subcommand(sub, "intervene", intervene, HELP, DESCRIPTION)
     p.add_argument(
         "--env",
         required=True,
@@ -97,4 +103,3 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--target", choices=("cell",), help="MiniGrid: the agent's cell (default)")
     p.add_argument("--horizon", type=int, help="horizon H (default: the environments')")
     p.add_argument("--json", metavar="FILE", help="write config, versions and results as JSON")
-    p.set_defaults(func=intervene)

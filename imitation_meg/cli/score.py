@@ -15,6 +15,7 @@ from imitation_meg.cli.common import (
     horizon_arg,
     is_minigrid,
     seed_arg,
+    subcommand,
 )
 from imitation_meg.cli.exact import score_many, score_mdp, score_one, score_options
 
@@ -180,22 +181,21 @@ def _check_counts(args: argparse.Namespace) -> None:
         raise ValueError(f"--jobs must be a positive number of processes, got {args.jobs}.")
 
 
+HELP = "score saved SB3 / sb3-contrib models, RL Zoo runs or a built-in policy"
+DESCRIPTION = """
+    Score policies' MEG: exactly in a tabular environment, elsewhere estimated with an interval
+    (from the environment's soft-value curve, --curve, where the library simulates it; else by
+    fits). The environment: a gymnasium / seals id (--env), the paper's CliffWorld (--cliff-world),
+    or the one RL Zoo run folders record. Policies: saved SB3 / sb3-contrib models (.zip, the
+    algorithm read from the zip), RL Zoo run folders, globs of checkpoints, or a built-in policy.
+    Several policies are scored in one process, one row each (--csv / --jsonl).
+"""
+
+
 def add_parser(sub: Any) -> None:
     from imitation_meg.scoring import BUILTIN_POLICIES
 
-    p = sub.add_parser(
-        "score",
-        help="score saved SB3 / sb3-contrib models, RL Zoo runs or a built-in policy",
-        description=(
-            "Score policies' MEG: exactly in a tabular environment, elsewhere estimated with an "
-            "interval (from the environment's soft-value curve, --curve, where the library "
-            "simulates it; else by fits). The environment: a gymnasium / seals id (--env), the "
-            "paper's CliffWorld (--cliff-world), or the one RL Zoo run folders record. "
-            "Policies: saved SB3 / sb3-contrib models (.zip, the algorithm read from the zip), "
-            "RL Zoo run folders, globs of checkpoints, or a built-in policy. Several policies "
-            "are scored in one process, one row each (--csv / --jsonl)."
-        ),
-    )
+    p = subcommand(sub, "score", score, HELP, DESCRIPTION)
     env = p.add_mutually_exclusive_group()
     env.add_argument(
         "--env",
@@ -315,4 +315,3 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--csv", metavar="FILE", help="write one CSV row per policy")
     p.add_argument("--jsonl", metavar="FILE", help="write one JSON line per policy")
-    p.set_defaults(func=score)

@@ -8,7 +8,7 @@ import pathlib
 import sys
 from typing import Any
 
-from imitation_meg.cli.common import note, one_line
+from imitation_meg.cli.common import note, one_line, subcommand
 
 
 def plot(args: argparse.Namespace) -> int:
@@ -29,15 +29,15 @@ def plot(args: argparse.Namespace) -> int:
     return 0
 
 
+PLOT_HELP = "plot MEG against training steps from score rows or a callback history"
+PLOT_DESCRIPTION = """
+    Draw MEG against training steps (PNG) from the CSV / JSON-lines rows of `imitation-meg score
+    --csv/--jsonl` or the history of MEGCallback(history=...).
+"""
+
+
 def add_plot_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "plot",
-        help="plot MEG against training steps from score rows or a callback history",
-        description=(
-            "Draw MEG against training steps (PNG) from the CSV / JSON-lines rows of "
-            "`imitation-meg score --csv/--jsonl` or the history of MEGCallback(history=...)."
-        ),
-    )
+    p = subcommand(sub, "plot", plot, PLOT_HELP, PLOT_DESCRIPTION)
     p.add_argument("files", nargs="+", metavar="FILE", help=".csv or .jsonl files")
     p.add_argument("--out", required=True, metavar="PNG", help="the figure to write")
     p.add_argument(
@@ -47,7 +47,6 @@ def add_plot_parser(sub: Any) -> None:
         "(default: meg, plus unknown / known_meg when present)",
     )
     p.add_argument("--title", help="figure title")
-    p.set_defaults(func=plot)
 
 
 def reproduce(args: argparse.Namespace) -> int:
@@ -124,18 +123,22 @@ def publish(args: argparse.Namespace) -> int:
     return 0
 
 
+REPRODUCE_HELP = "run a study from its YAML config (serial, local processes or Ray)"
+REPRODUCE_DESCRIPTION = """
+    Run a study from its YAML config. Its units (seeds x configurations x agents ...) run on the
+    chosen backend and are saved one file each under <results_dir>/units/, so an interrupted run
+    resumes where it stopped; the results are the same bytes on every backend. Full runs write
+    under results/; 'imitation-meg publish' copies a finished run into docs/results/.
+"""
+PUBLISH_HELP = "copy a finished run's results into docs/results/"
+PUBLISH_DESCRIPTION = """
+    Copy the result files of a finished run (tables, JSON, figures, run log; not its units/) from
+    its results folder into docs/results/<name>/.
+"""
+
+
 def add_reproduce_parsers(sub: Any) -> None:
-    rep = sub.add_parser(
-        "reproduce",
-        help="run a study from its YAML config (serial, local processes or Ray)",
-        description=(
-            "Run a study from its YAML config. Its units (seeds x configurations x agents ...) "
-            "run on the chosen backend and are saved one file each under "
-            "<results_dir>/units/, so an interrupted run resumes where it stopped; the results "
-            "are the same bytes on every backend. Full runs write under results/; "
-            "'imitation-meg publish' copies a finished run into docs/results/."
-        ),
-    )
+    rep = subcommand(sub, "reproduce", reproduce, REPRODUCE_HELP, REPRODUCE_DESCRIPTION)
     rep.add_argument("config", help="path of a config under configs/")
     rep.add_argument(
         "--experiments",
@@ -203,16 +206,8 @@ def add_reproduce_parsers(sub: Any) -> None:
         "run and write nothing",
     )
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
-    rep.set_defaults(func=reproduce)
 
-    pub = sub.add_parser(
-        "publish",
-        help="copy a finished run's results into docs/results/",
-        description=(
-            "Copy the result files of a finished run (tables, JSON, figures, run log; not its "
-            "units/) from its results folder into docs/results/<name>/."
-        ),
-    )
+    pub = subcommand(sub, "publish", publish, PUBLISH_HELP, PUBLISH_DESCRIPTION)
     pub.add_argument("results_dir", help="the run's results folder, e.g. results/extended_table1")
     pub.add_argument("--to", metavar="DIR", help="destination (default docs/results/<name>)")
     pub.add_argument(
@@ -223,4 +218,3 @@ def add_reproduce_parsers(sub: Any) -> None:
         help="leave files larger than this in the results folder (default 2; raw per-episode "
         "logs of long studies do not belong in the repository)",
     )
-    pub.set_defaults(func=publish)

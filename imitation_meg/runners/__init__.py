@@ -39,6 +39,7 @@ from imitation_meg.runners.publish import publish
 from imitation_meg.runners.study import (
     RUN_LOG,
     ResultsFolderBusyError,
+    RunOptions,
     StudyInterrupted,
     UnitsFailedError,
     is_unit_driver,
@@ -257,11 +258,7 @@ def run_config(
         return module.main(cfg)
     source_path = exp_dir / f"{name}.py"
     spec = DriverSpec(name=name, path=str(source_path), source=source_path.read_text(), data=data)
-    kwargs: dict[str, Any] = {} if log is None else {"log": log}
-    return run_study(
-        module,
-        cfg,
-        spec=spec,
+    options = RunOptions(
         backend=backend,
         workers=workers,
         address=address,
@@ -271,9 +268,9 @@ def run_config(
         fresh=fresh,
         dry_run=dry_run,
         progress_bar=progress_bar,
-        config_path=str(path),
-        **kwargs,
     )
+    kwargs: dict[str, Any] = {} if log is None else {"log": log}
+    return run_study(module, cfg, spec=spec, options=options, config_path=str(path), **kwargs)
 
 
 def _driver_name(path: pathlib.Path, data: Mapping[str, Any]) -> str:

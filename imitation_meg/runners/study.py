@@ -49,6 +49,7 @@ from imitation_meg.runners.backends import BACKENDS, import_ray, run_process, ru
 __all__ = [
     "RUN_LOG",
     "ResultsFolderBusyError",
+    "RunOptions",
     "StudyInterrupted",
     "UnitsFailedError",
     "is_unit_driver",
@@ -120,29 +121,13 @@ def _failure_text(e: BaseException) -> str:
     return "".join(traceback.format_exception(type(e), e, e.__traceback__))
 
 
-def run_study(
-    module: types.ModuleType,
-    cfg: Any,
-    *,
-    spec: DriverSpec,
-    backend: str = "serial",
-    workers: int | None = None,
-    address: str | None = None,
-    retries: int = 1,
-    resources: Mapping[str, float] | None = None,
-    merge: Sequence[str] = (),
-    fresh: bool = False,
-    dry_run: bool = False,
-    progress_bar: bool = True,
-    log: Callable[[str], None] | None = _stderr,
-    config_path: str | None = None,
-) -> Any:
-    """Run a protocol driver's units on a backend and combine them.
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How :func:`run_study` runs a study's units: the options of
+    :func:`~imitation_meg.runners.run_config` (``imitation-meg reproduce``) that reach the
+    backend, checked by :func:`run_study` before any work.
 
-    Args:
-        module: the driver module (``units`` / ``run_unit`` / ``combine``).
-        cfg: its ``Config`` instance.
-        spec: the same driver and config as shipped to workers.
+    Attributes:
         backend: ``"serial"``, ``"process"`` or ``"ray"``.
         workers: parallel units (process: default the machine's CPUs; ray: see
             :func:`~imitation_meg.runners.backends.run_ray`); serial takes none.
@@ -155,6 +140,54 @@ def run_study(
         dry_run: only count the finished and missing units (the units ``merge`` would bring
             count as finished); nothing is written.
         progress_bar: a progress bar over units on stderr (tqdm).
+    """
+
+    backend: str
+    workers: int | None
+    address: str | None
+    retries: int
+    resources: Mapping[str, float] | None
+    merge: Sequence[str]
+    fresh: bool
+    dry_run: bool
+    progress_bar: bool
+
+    def check(self) -> None:
+        """The options, before any work.
+
+        Raises:
+            ValueError: an unknown backend, a worker count below 1 or given to the serial
+                backend, an address without Ray, negative retries.
+        """
+        backend, workers = self.backend, self.workers
+        if backend not in BACKENDS:
+            raise ValueError(f"--backend {backend!r} is not one of {list(BACKENDS)}.")
+        if workers is not None and workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {workers}.")
+        if backend == "serial" and workers not in (None, 1):
+            raise ValueError("--workers applies to --backend process or ray; serial runs one unit.")
+        if self.address is not None and backend != "ray":
+            raise ValueError("--address applies to --backend ray only.")
+        if self.retries < 0:
+            raise ValueError(f"--retries must be >= 0, got {self.retries}.")
+
+
+def run_study(
+    module: types.ModuleType,
+    cfg: Any,
+    *,
+    spec: DriverSpec,
+    options: RunOptions,
+    log: Callable[[str], None] | None = _stderr,
+    config_path: str | None = None,
+) -> Any:
+    """Run a protocol driver's units on a backend and combine them.
+
+    Args:
+        module: the driver module (``units`` / ``run_unit`` / ``combine``).
+        cfg: its ``Config`` instance.
+        spec: the same driver and config as shipped to workers.
+        options: the backend and how to run on it (workers, retries, resuming, a dry run).
         log: receives one-line notes (default: stderr); ``None`` for silence.
         config_path: the config file, recorded in the run log.
 
@@ -171,8 +204,9 @@ def run_study(
             are saved, process workers stopped at once; the message gives the count).
     """
     name = spec.name
-    _check_options(backend, workers, address, retries)
-    if backend == "ray" and not dry_run:
+    options.check()
+    merge, fresh = options.merge, options.fresh
+    if options.backend == "ray" and not options.dry_run:
         import_ray()  # a clear error before any work when Ray is missing
     say = _sayer(log)
     unit_threads(module)  # a bad UNIT_THREADS fails before any work
@@ -180,9 +214,10 @@ def run_study(
     key_list = getattr(module, "PUBLISHED_RESULTS", None)
     free = tuple(getattr(module, "SWEEP_FIELDS", ()))
     published = PublishedRows(key_list, free) if isinstance(key_list, str) else None
-    if dry_run:
+    if options.dry_run:
         return _dry_run(plan, merge, published, fresh=fresh, say=say)
-    workers = _default_workers(backend, workers)
+    options = dataclasses.replace(options, workers=_default_workers(options))
+    backend, workers, address = options.backend, options.workers, options.address
     store, units, keys = plan.store, plan.units, plan.keys
     with results_lock(store.results_dir, name):
         merged, done, todo = _take_finished(plan, merge, published, fresh=fresh, say=say)
@@ -193,19 +228,10 @@ def run_study(
         t0 = time.perf_counter()
         seconds = {k: s for k, (_, s) in done.items()}
         if todo:
-            finished = _outcomes(
-                module,
-                cfg,
-                spec,
-                todo,
-                backend=backend,
-                workers=workers,
-                address=address,
-                resources=resources,
-                retries=retries,
-                log=log,
+            finished = _outcomes(module, cfg, spec, todo, options, log=log)
+            plan.collect(
+                finished, len(todo), seconds, progress_bar=options.progress_bar, fresh=fresh
             )
-            plan.collect(finished, len(todo), seconds, progress_bar=progress_bar, fresh=fresh)
         wall = time.perf_counter() - t0
         results = [plan.stored(key, unit)[0] for key, unit in zip(keys, units, strict=True)]
         payload = module.combine(cfg, results)
@@ -242,13 +268,13 @@ def _sayer(log: Callable[[str], None] | None) -> Callable[[str], None]:
     return log or (lambda _line: None)
 
 
-def _default_workers(backend: str, workers: int | None) -> int | None:
+def _default_workers(options: RunOptions) -> int | None:
     """The process backend runs as many units at once as the machine has CPUs by default."""
-    if backend == "process" and workers is None:
+    if options.backend == "process" and options.workers is None:
         import os
 
         return os.cpu_count() or 1
-    return workers
+    return options.workers
 
 
 def _where(backend: str, workers: int | None) -> str:
@@ -272,25 +298,6 @@ def _take_finished(
     done = {} if fresh else plan.load_done()
     todo = [(k, u) for k, u in zip(plan.keys, plan.units, strict=True) if k not in done]
     return merged, done, todo
-
-
-def _check_options(backend: str, workers: int | None, address: str | None, retries: int) -> None:
-    """The run's options, before any work.
-
-    Raises:
-        ValueError: an unknown backend, a worker count below 1 or given to the serial
-            backend, an address without Ray, negative retries.
-    """
-    if backend not in BACKENDS:
-        raise ValueError(f"--backend {backend!r} is not one of {list(BACKENDS)}.")
-    if workers is not None and workers < 1:
-        raise ValueError(f"--workers must be at least 1, got {workers}.")
-    if backend == "serial" and workers not in (None, 1):
-        raise ValueError("--workers applies to --backend process or ray; serial runs one unit.")
-    if address is not None and backend != "ray":
-        raise ValueError("--address applies to --backend ray only.")
-    if retries < 0:
-        raise ValueError(f"--retries must be >= 0, got {retries}.")
 
 
 def _plan(name: str, module: types.ModuleType, cfg: Any) -> _Plan:
@@ -349,25 +356,27 @@ def _outcomes(
     cfg: Any,
     spec: DriverSpec,
     todo: list[tuple[str, dict[str, Any]]],
+    options: RunOptions,
     *,
-    backend: str,
-    workers: int | None,
-    address: str | None,
-    resources: Mapping[str, float] | None,
-    retries: int,
     log: Callable[[str], None] | None,
 ) -> Iterator[tuple[str, UnitOutcome | BaseException]]:
     """The chosen backend's ``(key, outcome)`` pairs, in the order units finish."""
-    if backend == "serial":
+    workers, retries = options.workers, options.retries
+    if options.backend == "serial":
         return run_serial(module, cfg, todo, retries=retries)
-    if backend == "process":
+    if options.backend == "process":
         assert workers is not None
         return run_process(spec, todo, workers=workers, retries=retries)
-    res = dict(
-        resources or getattr(module, "UNIT_RESOURCES", None) or {"num_cpus": unit_threads(module)}
-    )
+    unit = getattr(module, "UNIT_RESOURCES", None) or {"num_cpus": unit_threads(module)}
+    res = dict(options.resources or unit)
     return run_ray(
-        spec, todo, workers=workers, address=address, resources=res, retries=retries, log=log
+        spec,
+        todo,
+        workers=workers,
+        address=options.address,
+        resources=res,
+        retries=retries,
+        log=log,
     )
 
 
