@@ -345,7 +345,24 @@ class AcrobotDynamics:
         return np.stack(cols, axis=1).astype(np.float32)
 
 
-class MountainCarDynamics:
+class _CarStates:
+    """The states of both mountain cars: ``(position, velocity)``, and their box."""
+
+    min_position: float
+    max_position: float
+    max_speed: float
+
+    def start(self, env: Any) -> np.ndarray:
+        return np.array(env.unwrapped.state, dtype=np.float64)
+
+    def state_box(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The states' box ``(low, high, periodic)``: position and velocity bounds."""
+        low = np.array([self.min_position, -self.max_speed])
+        high = np.array([self.max_position, self.max_speed])
+        return low, high, np.array([False, False])
+
+
+class MountainCarDynamics(_CarStates):
     """gymnasium's ``MountainCarEnv`` (``MountainCar-v0``) on arrays of states.
 
     The state ``(n, 2)`` is ``(position, velocity)`` in ``float64`` (as the environment holds
@@ -369,15 +386,6 @@ class MountainCarDynamics:
         self.max_speed = env.max_speed
         self.goal_position, self.goal_velocity = env.goal_position, env.goal_velocity
         self.force, self.gravity = env.force, env.gravity
-
-    def start(self, env: Any) -> np.ndarray:
-        return np.array(env.unwrapped.state, dtype=np.float64)
-
-    def state_box(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The states' box ``(low, high, periodic)``: position and velocity bounds."""
-        low = np.array([self.min_position, -self.max_speed])
-        high = np.array([self.max_position, self.max_speed])
-        return low, high, np.array([False, False])
 
     def step(self, s: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         position, velocity = np.asarray(s, dtype=np.float64).T
@@ -449,7 +457,7 @@ class PendulumDynamics:
         return np.stack([np.cos(th), np.sin(th), s[:, 1]], axis=1).astype(np.float32)
 
 
-class ContinuousMountainCarDynamics:
+class ContinuousMountainCarDynamics(_CarStates):
     """gymnasium's ``Continuous_MountainCarEnv`` (``MountainCarContinuous-v0``) on arrays of
     states.
 
@@ -477,15 +485,6 @@ class ContinuousMountainCarDynamics:
         self.min_position, self.max_position = env.min_position, env.max_position
         self.max_speed, self.power = env.max_speed, env.power
         self.goal_position, self.goal_velocity = env.goal_position, env.goal_velocity
-
-    def start(self, env: Any) -> np.ndarray:
-        return np.array(env.unwrapped.state, dtype=np.float64)
-
-    def state_box(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The states' box ``(low, high, periodic)``: position and velocity bounds."""
-        low = np.array([self.min_position, -self.max_speed])
-        high = np.array([self.max_position, self.max_speed])
-        return low, high, np.array([False, False])
 
     def env_state(self, s: np.ndarray) -> np.ndarray:
         """The environment's ``state`` for one state ``(2,)``: ``float32`` where exact."""
