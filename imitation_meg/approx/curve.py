@@ -381,6 +381,22 @@ class SoftValueCurve:
         )
 
 
+def pool_populations(
+    lz: np.ndarray, slope: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each start's populations pooled: from ``lz, slope (K, n, G)`` (``log Z`` and its slope
+    of ``n >= 2`` independent populations per start, per grid point) the start's ``log`` of the
+    mean ``Z`` and its ``Z``-weighted slope, ``(K, G)`` each, and the bias allowance ``(G,)``:
+    half the variance of a start's pooled ``log Z`` (the log of an unbiased estimate is low by
+    about that), measured by its populations' disagreement and averaged over the starts."""
+    top = lz.max(1)
+    weight = np.exp(lz - top[:, None])  # (K, n, G) each population's share of the mean
+    pooled = top + np.log(weight.mean(1))
+    pooled_slope = (weight * slope).sum(1) / weight.sum(1)
+    per_start = lz.var(1, ddof=1) / lz.shape[1]  # variance of each start's pooled log Z
+    return pooled, pooled_slope, per_start.mean(0) / 2.0
+
+
 # ------------------------------------------------------------------------------ exact curves
 def exact_curve(
     mdp: TabularMDP, *, env: str | None = None, env_kwargs: EnvKwargs | None = None
