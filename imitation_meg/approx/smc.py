@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse
 
-from imitation_meg.approx.curve import CurveInfo, SoftValueCurve, beta_grid, pool_populations
+from imitation_meg.approx.curve import CurveInfo, SoftValueCurve, beta_grid, curve_of_populations
 
 __all__ = [
     "FlatTwist",
@@ -446,16 +446,8 @@ def curve_from_smc(sums: SMCSums, info: CurveInfo, *, min_ess: float = 100.0) ->
     sl = np.stack([p[1] for p in parts])[choice, :, :, cols]
     lz, sl = np.moveaxis(lz, 0, -1), np.moveaxis(sl, 0, -1)
     ess_out = ess_all[choice, cols]
-    pooled, slope, bias = pool_populations(lz, sl)
-    return SoftValueCurve(
-        betas,
-        pooled,
-        slope,
-        info,
-        bias=bias,
-        ess=ess_out,
-        returns_found=_found(sums),
-        min_ess=min_ess,
+    return curve_of_populations(
+        betas, lz, sl, info, ess=ess_out, returns_found=_found(sums), min_ess=min_ess
     )
 
 
