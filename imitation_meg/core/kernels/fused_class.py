@@ -135,11 +135,7 @@ def _forward(
 
 
 def _grad(
-    nxt: Any,
-    prob: Any,
-    tptr: Any,
-    tsrc: Any,
-    tprob: Any,
+    graph: tuple[Any, Any, Any, Any, Any],
     pi: Any,
     nu: Any,
     gamma: float,
@@ -154,7 +150,9 @@ def _grad(
 ) -> None:  # pragma: no cover - compiled by numba
     """The gradient's forward pass: ``rho (H, S)`` from ``nu``; ``G (k, S)`` loses
     ``sum_t rho_t pi_t`` (``k = 1``: summed over actions) and ``C (A, S)`` gains
-    ``sum_t |rho_t| pi_t``. ``m (A * S,)`` and ``acc (S,)`` are scratch."""
+    ``sum_t |rho_t| pi_t``. ``m (A * S,)`` and ``acc (S,)`` are scratch. ``graph`` is the
+    MDP's transitions by row, ``(nxt, prob)``, and by successor, ``(tptr, tsrc, tprob)``."""
+    nxt, prob, tptr, tsrc, tprob = graph
     numba.literally(A)
     numba.literally(B)
     H, S = pi.shape[0], pi.shape[2]
@@ -208,11 +206,7 @@ def _tangent(
 
 
 def _hvp(  # noqa: C901 (one compiled loop nest: a helper per phase would cost numba a call per state)
-    nxt: Any,
-    prob: Any,
-    tptr: Any,
-    tsrc: Any,
-    tprob: Any,
+    graph: tuple[Any, Any, Any, Any, Any],
     pi: Any,
     rho: Any,
     u: Any,
@@ -232,7 +226,8 @@ def _hvp(  # noqa: C901 (one compiled loop nest: a helper per phase would cost n
     and ``dG`` summed over actions). Scratch: ``dV (H + 1, S)`` (its last row zeros), ``Y``
     (``(H, A, S)``: the backward pass keeps ``pi_t (dQ_t - dV_t)`` for the forward pass; or
     ``(1, A, S)``: the forward pass gathers ``dQ_t`` again), ``dq (A * S,)``, ``drho, acc
-    (S,)``; ``zero (S,)`` zeros."""
+    (S,)``; ``zero (S,)`` zeros. ``graph`` as :func:`_grad`'s."""
+    nxt, prob, tptr, tsrc, tprob = graph
     numba.literally(A)
     numba.literally(B)
     H, S = pi.shape[0], pi.shape[2]
@@ -418,7 +413,7 @@ class ClassPasses:
         serial on one numba thread, else parallel (torch's count, see :mod:`_threads`)."""
         with _threads.numba_threads() as n:
             graph = (self.nxt, self.prob, self.tptr, self.tsrc, self.tprob)
-            call_specialised(_kernel(name, n == 1), (*graph, *args, n == 1), self.A, self.B)
+            call_specialised(_kernel(name, n == 1), (graph, *args, n == 1), self.A, self.B)
 
     def hvp(self, pi: th.Tensor, rho: th.Tensor, u: th.Tensor) -> th.Tensor:
         """``sum_t dq_t`` ``(k, S)`` of the tangent reward ``u`` (``(1, S)`` state reward or
