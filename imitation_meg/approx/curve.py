@@ -381,6 +381,44 @@ class SoftValueCurve:
         )
 
 
+def curve_of_populations(
+    betas: np.ndarray,
+    lz: np.ndarray,
+    slopes: np.ndarray,
+    info: CurveInfo,
+    *,
+    ess: np.ndarray,
+    returns_found: tuple[float, float],
+    min_ess: float,
+    problems: tuple[str, ...] = (),
+) -> SoftValueCurve:
+    """The curve of an estimator that runs ``n >= 2`` independent populations per start.
+
+    Each start's populations are pooled: from ``lz, slopes (K, n, G)`` (each population's
+    ``log Z`` and its slope at the grid ``betas``) the start's ``log`` of the mean ``Z`` and its
+    ``Z``-weighted slope; the bias allowance is half the variance of a start's pooled ``log Z``
+    (the log of an unbiased estimate is low by about that), measured by its populations'
+    disagreement and averaged over the starts. ``ess``, ``returns_found``, ``min_ess`` and
+    ``problems`` are the :class:`SoftValueCurve`'s.
+    """
+    top = lz.max(1)
+    weight = np.exp(lz - top[:, None])  # (K, n, G) each population's share of the mean
+    pooled = top + np.log(weight.mean(1))
+    slope = (weight * slopes).sum(1) / weight.sum(1)
+    per_start = lz.var(1, ddof=1) / lz.shape[1]  # variance of each start's pooled log Z
+    return SoftValueCurve(
+        betas,
+        pooled,
+        slope,
+        info,
+        bias=per_start.mean(0) / 2.0,
+        ess=ess,
+        returns_found=returns_found,
+        min_ess=min_ess,
+        problems=problems,
+    )
+
+
 # ------------------------------------------------------------------------------ exact curves
 def exact_curve(
     mdp: TabularMDP, *, env: str | None = None, env_kwargs: EnvKwargs | None = None

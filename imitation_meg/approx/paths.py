@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from imitation_meg.approx.curve import CurveInfo, SoftValueCurve, beta_grid
+from imitation_meg.approx.curve import CurveInfo, SoftValueCurve, beta_grid, curve_of_populations
 from imitation_meg.approx.simulators import Dynamics
 
 __all__ = [
@@ -350,11 +350,6 @@ def curve_from_sums(sums: PathSums, info: CurveInfo, *, n_split: int = 2) -> Sof
     lz, sl, ess = _group_curves(sums, betas)
     K, G = sums.n_groups // n_split, len(betas)
     lz, sl = lz.reshape(K, n_split, G), sl.reshape(K, n_split, G)
-    top = lz.max(1)
-    weight = np.exp(lz - top[:, None])  # (K, n_split, G) each population's share of the mean
-    pooled = top + np.log(weight.mean(1))
-    slope = (weight * sl).sum(1) / weight.sum(1)
-    per_start = lz.var(1, ddof=1) / n_split  # variance of each start's pooled log Z
     best = np.full(sums.n_groups, -np.inf)
     np.maximum.at(best, sums.group, sums.ret)
     worst = np.full(sums.n_groups, np.inf)
@@ -365,12 +360,11 @@ def curve_from_sums(sums: PathSums, info: CurveInfo, *, n_split: int = 2) -> Sof
             f"{int(sums.extinct.sum())} of {sums.n_groups} particle populations died out "
             "before H (no random action sequence found that goes on)"
         )
-    return SoftValueCurve(
+    return curve_of_populations(
         betas,
-        pooled,
-        slope,
+        lz,
+        sl,
         info,
-        bias=per_start.mean(0) / 2.0,
         ess=ess.sum(0),
         # the mean over starts of the worst and best returns found (a policy's mean return
         # beyond them lies where the curve has no limit)

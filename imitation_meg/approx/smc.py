@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse
 
-from imitation_meg.approx.curve import CurveInfo, SoftValueCurve, beta_grid
+from imitation_meg.approx.curve import CurveInfo, SoftValueCurve, beta_grid, curve_of_populations
 
 __all__ = [
     "FlatTwist",
@@ -426,7 +426,7 @@ def curve_from_smc(sums: SMCSums, info: CurveInfo, *, min_ess: float = 100.0) ->
     takes whichever of the two gives the larger reweighted sample (beyond the last rung, the
     last rung), per start and population; the populations pooled per start; the bias allowance
     half the variance of a start's pooled ``log Z`` (from the populations' disagreement)."""
-    L, _, S, _ = sums.ret.shape
+    L = sums.ret.shape[0]
     scale = float(max(np.abs(sums.ret).max(initial=0.0), 1e-12))
     betas = beta_grid(scale)
     order = np.argsort(sums.betas)
@@ -446,20 +446,8 @@ def curve_from_smc(sums: SMCSums, info: CurveInfo, *, min_ess: float = 100.0) ->
     sl = np.stack([p[1] for p in parts])[choice, :, :, cols]
     lz, sl = np.moveaxis(lz, 0, -1), np.moveaxis(sl, 0, -1)
     ess_out = ess_all[choice, cols]
-    ptop = lz.max(1)
-    wpop = np.exp(lz - ptop[:, None])
-    pooled = ptop + np.log(wpop.mean(1))
-    slope = (wpop * sl).sum(1) / wpop.sum(1)
-    per_start = lz.var(1, ddof=1) / S
-    return SoftValueCurve(
-        betas,
-        pooled,
-        slope,
-        info,
-        bias=per_start.mean(0) / 2.0,
-        ess=ess_out,
-        returns_found=_found(sums),
-        min_ess=min_ess,
+    return curve_of_populations(
+        betas, lz, sl, info, ess=ess_out, returns_found=_found(sums), min_ess=min_ess
     )
 
 

@@ -105,12 +105,37 @@ def _finish(acc: Any, gamma: float, base: Any, out: Any) -> None:  # pragma: no 
         out[s] = base[s] + gamma * acc[s]
 
 
-def _grad(
-    nxt: Any,
-    prob: Any,
+def _begin(serial: bool, t: int, H: int, acc: Any) -> bool:  # pragma: no cover - compiled
+    """Whether step ``t`` of ``H`` pushes its masses forward; the serial push-forward's
+    accumulator ``acc`` cleared for it."""
+    push = t + 1 < H
+    if serial and push:
+        acc[:] = 0.0
+    return push
+
+
+def _forward(
     tptr: Any,
     tsrc: Any,
     tprob: Any,
+    m: Any,
+    acc: Any,
+    gamma: float,
+    base: Any,
+    out: Any,
+    serial: bool,
+    push: bool,
+) -> None:  # pragma: no cover - compiled by numba
+    """The push-forward's end, where the step pushes: ``out = base + gamma * acc`` (serial),
+    or each state's masses gathered from ``m`` (parallel)."""
+    if push and serial:
+        _finish_c(acc, gamma, base, out)
+    elif push:
+        _gather_c(tptr, tsrc, tprob, m, gamma, base, out)
+
+
+def _grad(
+    graph: tuple[Any, Any, Any, Any, Any],
     pi: Any,
     nu: Any,
     gamma: float,
@@ -125,7 +150,9 @@ def _grad(
 ) -> None:  # pragma: no cover - compiled by numba
     """The gradient's forward pass: ``rho (H, S)`` from ``nu``; ``G (k, S)`` loses
     ``sum_t rho_t pi_t`` (``k = 1``: summed over actions) and ``C (A, S)`` gains
-    ``sum_t |rho_t| pi_t``. ``m (A * S,)`` and ``acc (S,)`` are scratch."""
+    ``sum_t |rho_t| pi_t``. ``m (A * S,)`` and ``acc (S,)`` are scratch. ``graph`` is the
+    MDP's transitions by row, ``(nxt, prob)``, and by successor, ``(tptr, tsrc, tprob)``."""
+    nxt, prob, tptr, tsrc, tprob = graph
     numba.literally(A)
     numba.literally(B)
     H, S = pi.shape[0], pi.shape[2]
@@ -134,9 +161,7 @@ def _grad(
     for t in range(H):
         pit = pi[t]
         rt = rho[t]
-        push = t + 1 < H
-        if serial and push:
-            acc[:] = 0.0
+        push = _begin_c(serial, t, H, acc)
         for c in numba.prange(N_CHUNKS):
             lo, hi = _chunk_c(c, S)
             for s in range(lo, hi):
@@ -157,10 +182,7 @@ def _grad(
                         _scatter_c(nxt, prob, acc, s * A + a, v, B)
                 if per_state:
                     G[0, s] -= g
-        if push and serial:
-            _finish_c(acc, gamma, nu[t + 1], rho[t + 1])
-        elif push:
-            _gather_c(tptr, tsrc, tprob, m, gamma, nu[t + 1], rho[t + 1])
+        _forward_c(tptr, tsrc, tprob, m, acc, gamma, nu[t + 1], rho[t + 1], serial, push)
 
 
 def _tangent(
@@ -184,11 +206,7 @@ def _tangent(
 
 
 def _hvp(  # noqa: C901 (one compiled loop nest: a helper per phase would cost numba a call per state)
-    nxt: Any,
-    prob: Any,
-    tptr: Any,
-    tsrc: Any,
-    tprob: Any,
+    graph: tuple[Any, Any, Any, Any, Any],
     pi: Any,
     rho: Any,
     u: Any,
@@ -208,7 +226,8 @@ def _hvp(  # noqa: C901 (one compiled loop nest: a helper per phase would cost n
     and ``dG`` summed over actions). Scratch: ``dV (H + 1, S)`` (its last row zeros), ``Y``
     (``(H, A, S)``: the backward pass keeps ``pi_t (dQ_t - dV_t)`` for the forward pass; or
     ``(1, A, S)``: the forward pass gathers ``dQ_t`` again), ``dq (A * S,)``, ``drho, acc
-    (S,)``; ``zero (S,)`` zeros."""
+    (S,)``; ``zero (S,)`` zeros. ``graph`` as :func:`_grad`'s."""
+    nxt, prob, tptr, tsrc, tprob = graph
     numba.literally(A)
     numba.literally(B)
     H, S = pi.shape[0], pi.shape[2]
@@ -240,9 +259,7 @@ def _hvp(  # noqa: C901 (one compiled loop nest: a helper per phase would cost n
         dvn = dV[t + 1]
         dvt = dV[t]
         yt = Y[t if stored else 0]
-        push = t + 1 < H
-        if serial and push:
-            acc[:] = 0.0
+        push = _begin_c(serial, t, H, acc)
         for c in numba.prange(N_CHUNKS):
             lo, hi = _chunk_c(c, S)
             for s in range(lo, hi):
@@ -266,10 +283,8 @@ def _hvp(  # noqa: C901 (one compiled loop nest: a helper per phase would cost n
                         _scatter_c(nxt, prob, acc, s * A + a, v, B)
                 if per_state:
                     dG[0, s] += total
-        if push and serial:  # drho is read above for every state before it is rewritten
-            _finish_c(acc, gamma, zero, drho)
-        elif push:
-            _gather_c(tptr, tsrc, tprob, dq, gamma, zero, drho)
+        # drho is read above for every state before it is rewritten
+        _forward_c(tptr, tsrc, tprob, dq, acc, gamma, zero, drho, serial, push)
 
 
 def _one_step_curvature(
@@ -318,6 +333,8 @@ _tangent_c: Any = None
 _scatter_c: Any = None
 _gather_c: Any = None
 _finish_c: Any = None
+_begin_c: Any = None
+_forward_c: Any = None
 _compiled: dict[tuple[str, bool], Any] = {}
 
 
@@ -325,6 +342,7 @@ def _kernel(name: str, serial: bool) -> Any:
     """The compiled loop ``name`` (``"grad"``, ``"hvp"`` or the serial ``"curvature"``),
     serial or parallel (compiled on first use, cached on disk by numba)."""
     global numba, _chunk_c, _tangent_c, _scatter_c, _gather_c, _finish_c
+    global _begin_c, _forward_c
     if not _compiled:
         import numba as imported  # the loops' ``numba.prange`` reads this module's global
 
@@ -334,6 +352,8 @@ def _kernel(name: str, serial: bool) -> Any:
         _scatter_c = numba.njit(cache=True, nogil=True, inline="always")(_scatter)
         _gather_c = numba.njit(cache=True, nogil=True, inline="always")(_gather)
         _finish_c = numba.njit(cache=True, nogil=True, inline="always")(_finish)
+        _begin_c = numba.njit(cache=True, nogil=True, inline="always")(_begin)
+        _forward_c = numba.njit(cache=True, nogil=True, inline="always")(_forward)
     key = (name, serial)
     if key not in _compiled:
         if name == "curvature":
@@ -393,7 +413,7 @@ class ClassPasses:
         serial on one numba thread, else parallel (torch's count, see :mod:`_threads`)."""
         with _threads.numba_threads() as n:
             graph = (self.nxt, self.prob, self.tptr, self.tsrc, self.tprob)
-            call_specialised(_kernel(name, n == 1), (*graph, *args, n == 1), self.A, self.B)
+            call_specialised(_kernel(name, n == 1), (graph, *args, n == 1), self.A, self.B)
 
     def hvp(self, pi: th.Tensor, rho: th.Tensor, u: th.Tensor) -> th.Tensor:
         """``sum_t dq_t`` ``(k, S)`` of the tangent reward ``u`` (``(1, S)`` state reward or
