@@ -176,13 +176,15 @@ def test_building_prints_no_gymnasium_forwarding_warning(observation: str) -> No
         warnings.simplefilter("always")
         minigrid_mdp("MiniGrid-Empty-5x5-v0", observation=observation)
     assert not [w for w in caught if "other wrappers is deprecated" in str(w.message)]
-    # outside the build, the caller's own use of the forwarding still warns (gymnasium 0.29)
+    # outside the build, the caller's own use of the forwarding still warns (gymnasium 0.29;
+    # gymnasium 1.x forwards no attribute through a wrapper)
+    if not gym.__version__.startswith("0."):
+        return
     env = wrap_observation(gym.make("MiniGrid-Empty-5x5-v0"), observation)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _ = env.width
-    if hasattr(gym.Wrapper, "get_wrapper_attr") and gym.__version__.startswith("0."):
-        assert any("other wrappers is deprecated" in str(w.message) for w in caught)
+    assert any("other wrappers is deprecated" in str(w.message) for w in caught)
 
 
 def test_refusals() -> None:
