@@ -4,8 +4,6 @@ VecNormalize and the MEG callback, and hand-built folders in RL Zoo's layout."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -16,6 +14,7 @@ import imitation_meg as im
 from imitation_meg.adapters import policy_table
 from imitation_meg.adapters.sb3 import UnusedStatisticsWarning
 from imitation_meg.adapters.zoo import ZooWrapperWarning, is_zoo_run, read_zoo_run
+from tests.zoo_train import train_zoo
 
 from .conftest import CLIFF
 
@@ -45,29 +44,9 @@ def zoo_run(tmp_path_factory):
     pytest.importorskip("rl_zoo3")
     d = tmp_path_factory.mktemp("zoo")
     (d / "hyper.yml").write_text(HYPERPARAMS.format(history=d / "meg.jsonl"))
-    cmd = [
-        sys.executable,
-        "-m",
-        "rl_zoo3.train",
-        "--algo",
-        "ppo",
-        "--env",
-        CLIFF,
-        "-conf",
-        str(d / "hyper.yml"),
-        "--gym-packages",
-        "seals",
-        "-f",
-        str(d / "logs"),
-        "--seed",
-        "0",
-        "--device",
-        "cpu",
-        "--eval-freq",
-        "-1",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    train_zoo(
+        "ppo", CLIFF, d, "-conf", str(d / "hyper.yml"), "--gym-packages", "seals", timeout=300
+    )
     return d
 
 

@@ -4,12 +4,12 @@ from its reset, bounded memory, starts that carry over, the refusals, a tiny cur
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import warnings
 
 import numpy as np
 import pytest
+
+from tests.zoo_train import train_zoo
 
 PONG = "PongNoFrameskip-v4"
 
@@ -183,32 +183,8 @@ def test_the_command_line_scores_a_pong_zoo_run(tmp_path, capsys):
     _pong()
     from imitation_meg.cli import main
 
-    cmd = [
-        sys.executable,
-        "-m",
-        "rl_zoo3.train",
-        "--algo",
-        "ppo",
-        "--env",
-        PONG,
-        "-n",
-        "1024",
-        "--seed",
-        "0",
-        "--num-threads",
-        "1",
-        "--eval-freq",
-        "-1",
-        "--gym-packages",
-        "ale_py",
-        "--device",
-        "cpu",
-        "-f",
-        str(tmp_path / "logs"),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    folder = tmp_path / "logs" / "ppo" / f"{PONG}_1"
+    args = ("-n", "1024", "--num-threads", "1", "--gym-packages", "ale_py")
+    folder = train_zoo("ppo", PONG, tmp_path, *args) / "ppo" / f"{PONG}_1"
     out = tmp_path / "score.json"
     argv = ["score", "--policy", str(folder), "--horizon", "6", "--json", str(out)]
     argv += ["--approx-option", "n_eval_episodes=40", "--approx-option", "n_starts=2"]

@@ -10,14 +10,14 @@ folder as the RL Zoo writes it.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import warnings
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
+
+from tests.zoo_train import train_zoo
 
 pytest.importorskip("mujoco")
 
@@ -183,32 +183,9 @@ def cheetah_run(tmp_path_factory):
     pytest.importorskip("rl_zoo3")
     d = tmp_path_factory.mktemp("zoo")
     (d / "sac.yml").write_text(ZOO_HYPERPARAMS)
-    cmd = [
-        sys.executable,
-        "-m",
-        "rl_zoo3.train",
-        "--algo",
-        "sac",
-        "--env",
-        CHEETAH,
-        "-conf",
-        str(d / "sac.yml"),
-        "-n",
-        "1200",
-        "-params",
-        "learning_starts:1000",
-        "-f",
-        str(d / "logs"),
-        "--seed",
-        "0",
-        "--device",
-        "cpu",
-        "--eval-freq",
-        "-1",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, cwd=d)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return d / "logs" / "sac" / f"{CHEETAH}_1"
+    args = ("-conf", str(d / "sac.yml"), "-n", "1200", "-params", "learning_starts:1000")
+    logs = train_zoo("sac", CHEETAH, d, *args, cwd=d)
+    return logs / "sac" / f"{CHEETAH}_1"
 
 
 @pytest.mark.expensive  # about a minute: rl_zoo3.train, then a curve at H = 5
