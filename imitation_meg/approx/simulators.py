@@ -10,6 +10,8 @@ environments the library knows, gymnasium's classic-control cores, or says why t
 - :class:`MountainCarDynamics` (``MountainCar-v0``, ``Discrete(3)``),
 - :class:`PendulumDynamics` (``Pendulum-v1``, a ``Box`` of torques),
 - :class:`ContinuousMountainCarDynamics` (``MountainCarContinuous-v0``, a ``Box`` of forces),
+- gymnasium's MuJoCo tasks (:class:`imitation_meg.approx.mujoco_sim.MujocoDynamics`, the
+  physics state copied in and out of one instance of the task),
 - Atari games without sticky actions, as the RL Zoo wraps them
   (:class:`imitation_meg.approx.ale.ALEDynamics`).
 
