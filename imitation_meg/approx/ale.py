@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from imitation_meg.approx.smc import CURVE_RUNGS, MIN_PARTICLES
 from imitation_meg.approx.spaces import DiscreteActions
 from imitation_meg.envs.emulator import ALEEmulator, make_atari
 
@@ -77,11 +78,6 @@ N_STARTS = 16
 SECONDS_PER_STEP = 2.0e-3
 #: The longest curve :meth:`ALEDynamics.check_cost` lets start, in CPU seconds.
 MAX_CURVE_SECONDS = 3600.0
-#: Rungs a default curve runs (the SMC's ladder and a few refinements).
-_RUNGS = 16
-#: Particles per start and rung below which the SMC does not go (:func:`~imitation_meg.
-#: approx.smc.particles_for`).
-_MIN_PARTICLES = 8
 #: Wrappers of the environment handed to :func:`ale_dynamics` that change nothing simulated.
 _BOOKKEEPING = frozenset({"TimeLimit", "OrderEnforcing", "PassiveEnvChecker", "EnvChecker"})
 #: Tags that tell apart the registries of the simulators of one process.
@@ -338,24 +334,25 @@ class ALEDynamics:
     def check_cost(self, horizon: int, n_starts: int, n_particles: int | None = None) -> None:
         """Refuse a curve that would take more than :data:`MAX_CURVE_SECONDS` of CPU.
 
-        The estimate is an upper bound: :data:`_RUNGS` rungs of ``max(rung_budget, n_starts x
-        P x horizon x |A|)`` look-ahead steps at :data:`SECONDS_PER_STEP` each, ``P`` the
-        particles per start (``n_particles``, at least 8; merged states make it less where the
+        The estimate is an upper bound: :data:`~imitation_meg.approx.smc.CURVE_RUNGS` rungs of
+        ``max(rung_budget, n_starts x P x horizon x |A|)`` look-ahead steps at
+        :data:`SECONDS_PER_STEP` each, ``P`` the particles per start (``n_particles``, at least
+        :data:`~imitation_meg.approx.smc.MIN_PARTICLES`; merged states make it less where the
         particles meet).
 
         Raises:
             ValueError: the estimate, with the longest horizon that fits.
         """
-        per = n_starts * max(_MIN_PARTICLES, n_particles or 0) * self.n_actions
-        steps = _RUNGS * max(self.rung_budget, per * horizon)
+        per = n_starts * max(MIN_PARTICLES, n_particles or 0) * self.n_actions
+        steps = CURVE_RUNGS * max(self.rung_budget, per * horizon)
         seconds = steps * SECONDS_PER_STEP
         if seconds <= MAX_CURVE_SECONDS:
             return
-        fits = max(1, int(MAX_CURVE_SECONDS / (SECONDS_PER_STEP * _RUNGS * per)))
+        fits = max(1, int(MAX_CURVE_SECONDS / (SECONDS_PER_STEP * CURVE_RUNGS * per)))
         raise ValueError(
             f"the soft-value curve of {self.name} at H={horizon} decisions ({4 * horizon} "
             f"frames) from {n_starts} starts would take up to {seconds / 3600:.1f} CPU hours "
-            f"({_RUNGS} rungs x {steps // _RUNGS} emulator steps at "
+            f"({CURVE_RUNGS} rungs x {steps // CURVE_RUNGS} emulator steps at "
             f"{SECONDS_PER_STEP * 1e3:.0f} ms); pass --horizon {fits} (or fewer starts: "
             f"--approx-option n_starts=K) for at most {MAX_CURVE_SECONDS / 60:.0f} minutes."
         )

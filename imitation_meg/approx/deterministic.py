@@ -33,7 +33,7 @@ from imitation_meg.approx.curve import CurveInfo, SoftValueCurve
 from imitation_meg.approx.evaluate import ApproxMEGResult
 from imitation_meg.approx.paths import curve_from_sums, split_paths
 from imitation_meg.approx.simulators import Dynamics, check_against
-from imitation_meg.approx.smc import RUNG_BUDGET, smc_curve
+from imitation_meg.approx.smc import CURVE_RUNGS, RUNG_BUDGET, smc_curve
 
 __all__ = [
     "curve_method",
@@ -61,7 +61,7 @@ def curve_steps(dyn: Dynamics, opts: Any, horizon: int) -> int:
     splitting's particles times the horizon, or the twisted SMC's budget for about 16 rungs
     (the bar grows if it takes more)."""
     if curve_method(dyn) == "smc":
-        return 16 * int(getattr(dyn, "rung_budget", RUNG_BUDGET))
+        return CURVE_RUNGS * int(getattr(dyn, "rung_budget", RUNG_BUDGET))
     return int(opts.n_starts * (opts.n_particles // 2) * 2 * horizon)
 
 

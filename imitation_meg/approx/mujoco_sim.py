@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg.approx.smc import particles_for
+from imitation_meg.approx.smc import _CANDIDATES, CURVE_RUNGS, particles_for
 from imitation_meg.approx.spaces import BoxActions
 
 __all__ = ["MujocoDynamics", "mujoco_refusal"]
@@ -40,8 +40,6 @@ __all__ = ["MujocoDynamics", "mujoco_refusal"]
 #: Look-ahead steps per rung of the curve's SMC (:func:`~imitation_meg.approx.smc.particles_for`):
 #: at 50 to 150 microseconds a HalfCheetah step, 5 to 15 s of one core per rung.
 RUNG_BUDGET = 100_000
-#: Rungs a curve is costed at (its first ladder has 13; refinement adds some).
-_RUNGS = 16
 #: The most simulator steps a curve may be expected to take (3 to 8 minutes of one core for
 #: HalfCheetah); a longer horizon is refused with the horizon that fits.
 MAX_CURVE_STEPS = 3_000_000
@@ -171,12 +169,12 @@ class MujocoDynamics:
 
     # ------------------------------------------------------------------ the curve's cost
     def curve_cost(self, n_starts: int, n_particles: int | None, horizon: int) -> int:
-        """At most how many simulator steps the curve takes: :data:`_RUNGS` rungs of
+        """At most how many simulator steps the curve takes: ``CURVE_RUNGS`` rungs of
         ``n_starts`` starts times their particles (default
         :func:`~imitation_meg.approx.smc.particles_for`), the horizon and 8 look-aheads (fewer
         where episodes terminate)."""
         P = n_particles or particles_for(self, n_starts, horizon)
-        return _RUNGS * n_starts * P * horizon * 8
+        return CURVE_RUNGS * n_starts * P * horizon * _CANDIDATES
 
     def curve_refusal(self, n_starts: int, n_particles: int | None, horizon: int) -> str:
         """Why a curve at ``horizon`` is not computed (``""`` where it is): it would take more

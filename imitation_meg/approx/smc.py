@@ -62,6 +62,10 @@ _CANDIDATES = 8
 _RESAMPLE_AT = 0.5
 #: Look-ahead steps per rung that set the default particles (:func:`particles_for`).
 RUNG_BUDGET = 2_000_000
+#: Rungs a curve is costed at before it runs (the first ladder has 13; refinement adds some).
+CURVE_RUNGS = 16
+#: Particles per start and rung below which :func:`particles_for` does not go.
+MIN_PARTICLES = 8
 #: Points of the twist's grid over the state box.
 _CELLS = 10_000
 #: Rungs added by one round of refinement, at most.
@@ -539,7 +543,7 @@ def particles_for(dyn: Any, n_starts: int, horizon: int) -> int:
     own ``rung_budget``, a slow one a smaller), between 8 and 512, even."""
     m = _CANDIDATES if dyn.actions.is_box else dyn.n_actions
     p = getattr(dyn, "rung_budget", RUNG_BUDGET) / max(1, n_starts * horizon * m)
-    return int(min(512, max(8, 2 * round(p / 2))))
+    return int(min(512, max(MIN_PARTICLES, 2 * round(p / 2))))
 
 
 def smc_curve(
