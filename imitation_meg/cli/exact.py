@@ -95,16 +95,10 @@ def score_options(args: argparse.Namespace) -> Any:
     vec_normalize: Any = args.vec_normalize
     if vec_normalize == "none":
         vec_normalize = False
-    return ScoreOptions(
-        mode=args.mode,
-        target=args.target,
-        signed=args.signed,
-        epsilon=args.epsilon,
-        algo=args.algo,
-        vec_normalize=vec_normalize,
-        action_masks=masks,
-        env=args.env,
-    )
+    same_name = {
+        k: getattr(args, k) for k in ("mode", "target", "signed", "epsilon", "algo", "env")
+    }
+    return ScoreOptions(**same_name, vec_normalize=vec_normalize, action_masks=masks)
 
 
 def score_many(args: argparse.Namespace, sources: list[str], mdp: Any, opts: Any) -> int:

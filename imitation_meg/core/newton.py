@@ -90,17 +90,15 @@ def maximise(
     theta = (
         th.zeros(F, dtype=obj.w.dtype, device=obj.w.device) if theta0 is None else theta0.clone()
     )
-    start = time.perf_counter()
-    L = obj.value(theta)
     st = _Newton(
         obj=obj,
         tol=tol,
         keep_out=_without_null_direction(obj),
         recycled=_Recycled(_RECYCLE_PAIRS),
-        start=start,
+        start=time.perf_counter(),
         theta=theta,
-        L=L,
-        g=obj.grad(),
+        L=obj.value(theta),
+        g=obj.grad(),  # at the point of the value above (arguments run in order)
         converged=F == 0,
     )
     for k in _progress(range(max_iter), enabled=progress, desc="MEG (Newton)"):
@@ -116,7 +114,7 @@ def maximise(
         converged=st.converged,
         passes=obj.passes,
         trace=st.trace,
-        seconds=time.perf_counter() - start,
+        seconds=time.perf_counter() - st.start,
     )
     return st.out
 

@@ -196,48 +196,20 @@ def _rows(
 
 
 def _step(
-    nxt: Any,
-    prob: Any,
-    r: Any,
-    beta: float,
-    gamma: float,
-    Xn: Any,
-    Xo: Any,
-    pol: Any,
-    wS: Any,
-    is_policy: bool,
-    first: bool,
-    partial: Any,
-    A: int,
-    B: int,
+    rows: Any, partial: Any, A: int, B: int
 ) -> None:  # pragma: no cover - compiled by numba (its Python form runs in no test)
-    """One backward step of one beta for every state (:func:`_rows` over the fixed chunks, in
-    parallel): the carry ``Xo (S, 3)`` from ``Xn``; ``partial (N_CHUNKS, 3)`` gains each
-    chunk's terms."""
+    """One backward step of one beta for every state: :func:`_rows` over the fixed chunks, in
+    parallel, with the step's arguments ``rows = (nxt, prob, r, beta, gamma, Xn, Xo, pol, wS,
+    is_policy, first)`` (the carry ``Xo (S, 3)`` from ``Xn``); ``partial (N_CHUNKS, 3)`` gains
+    each chunk's terms."""
     numba.literally(A)  # compiled for the MDP's sizes (see :func:`call_specialised`)
     numba.literally(B)
-    S = r.shape[0]
+    S = rows[2].shape[0]
     n_chunks = partial.shape[0]
     size = (S + n_chunks - 1) // n_chunks
     for c in numba.prange(n_chunks):
         lo = min(S, c * size)
-        a0, a1, a2 = _rows_c(
-            nxt,
-            prob,
-            r,
-            beta,
-            gamma,
-            Xn,
-            Xo,
-            pol,
-            wS,
-            is_policy,
-            first,
-            lo,
-            min(S, lo + size),
-            A,
-            B,
-        )
+        a0, a1, a2 = _rows_c(*rows, lo, min(S, lo + size), A, B)
         partial[c, 0] += a0
         partial[c, 1] += a1
         partial[c, 2] += a2
@@ -434,21 +406,8 @@ def _one_beta(
             else:
                 pol, is_policy = (stationary if stationary is not None else _np(pi[t])), True
             Xn, Xo = X[(t + 1) % 2], X[t % 2]
-            args = (
-                nxt,
-                prob,
-                rn,
-                beta,
-                gamma,
-                Xn,
-                Xo,
-                pol,
-                _np(beh.D[t]),
-                is_policy,
-                t == H - 1,
-                partial,
-            )
-            call_specialised(kernel, args, A, int(nxt.shape[1]))
+            rows = (nxt, prob, rn, beta, gamma, Xn, Xo, pol, _np(beh.D[t]), is_policy, t == H - 1)
+            call_specialised(kernel, (rows, partial), A, int(nxt.shape[1]))
     L, dL, d2L = partial.sum(0).tolist()
     p0 = mdp.initial_state_dist.detach().to(th.float64).numpy()
     eu, deu = (p0 @ X[0][:, 1:].astype(np.float64, copy=False)).tolist()
