@@ -348,6 +348,7 @@ def _score_fields(sc: CurveScore) -> dict[str, Any]:
         "replicates": sc.replicates,
         "at_boundary": sc.at_edge,
         "particle_bias": sc.bias,
+        "curve_se": sc.curve_se,
         "stages": (sc.raw,),
         "stage_intervals": ((sc.meg, sc.low, sc.high),),
     }

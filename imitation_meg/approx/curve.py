@@ -247,14 +247,17 @@ class SoftValueCurve:
         at_edge = bool(c.at_edge[0]) and not (self._exact is not None and finite)
         bias, ess = self._allowances_at(beta)
         reps, se = self._replicates(r, paired, n_boot, seed, exact_return, noiseless, raw)
+        curve_se = self._noise_beyond_units(beta)
         z = statistics.NormalDist().inv_cdf(0.5 + float(confidence) / 2.0)
         rnd = rounding(self.returns_found, J, beta, float(lam[0, int(c.below[0])]))
-        half = z * se + bias + rnd
+        spread = self._noise_quantile(confidence) * curve_se
+        half = math.hypot(z * se, spread) + bias + rnd
         low, high = raw - half, raw + half
         # every episode had one return: the bootstrap sees no spread
         other = unseen(self.betas, self.returns_found, r, confidence, exact_return, lam, slope)
         if other is not None:
-            low, high = min(low, other - bias - rnd), max(high, other + bias + rnd)
+            far = spread + bias + rnd
+            low, high = min(low, other - far), max(high, other + far)
         meg, low, high = clipped(raw, low, high, certificate)
         return CurveScore(
             meg=meg,
@@ -271,6 +274,7 @@ class SoftValueCurve:
             ess=ess,
             replicates=reps,
             start_return=math.nan if paired is None else float(paired.means.mean()),
+            curve_se=curve_se,
         )
 
     def _maximum(
@@ -308,6 +312,31 @@ class SoftValueCurve:
         else:
             reps = paired_bootstrap(self.betas, self.log_z, self.slopes, r, paired, n_boot, seed)
         return reps, float(reps.std(ddof=1))
+
+    def _noise_beyond_units(self, beta: float) -> float:
+        """The standard deviation of ``Lambda(beta)`` that the curve's populations show beyond
+        what the spread of its units shows the bootstrap.
+
+        An estimated curve's populations measure the noise of each unit's ``log Z`` (twice the
+        bias allowance is its mean variance, ``v_pop``); the bootstrap sees that noise only
+        through the units' spread (``v_units``, their variance at ``beta``), and not at all
+        with one unit. This is ``sqrt(max(0, v_pop - v_units) / K)``: 0 where the units
+        spread at least as much as their noise (many starts), the whole noise with one unit;
+        0 for an exact curve and at an infinite ``beta``.
+        """
+        if self.exact or not math.isfinite(beta):
+            return 0.0
+        v_pop = 2.0 * float(np.interp(beta, self.betas, self.bias))
+        at_beta = [float(np.interp(beta, self.betas, row)) for row in self.log_z]
+        v_units = float(np.var(at_beta))  # the bootstrap's: draws of K from K
+        return math.sqrt(max(0.0, v_pop - v_units) / self.n_units)
+
+    def _noise_quantile(self, confidence: float) -> float:
+        """Student's quantile for :meth:`_noise_beyond_units`: its variance is measured with
+        one degree of freedom per unit (two populations each; more make it conservative)."""
+        import scipy.stats
+
+        return float(scipy.stats.t.ppf(0.5 + float(confidence) / 2.0, df=self.n_units))
 
     def _allowances_at(self, beta: float) -> tuple[float, float]:
         """The bias allowance and the effective sample size at ``beta`` (0 and inf at an

@@ -24,8 +24,9 @@ class CurveScore(NamedTuple):
 
     Attributes:
         meg: the estimate, clipped to ``[0, certificate]`` (nats).
-        low, high: the interval (``z`` bootstrap standard errors plus the curve's bias
-            allowance and rounding at ``beta``), clipped the same way.
+        low, high: the interval (``z`` bootstrap standard errors and Student's quantile of
+            ``curve_se`` on one degree of freedom per unit, added in quadrature, plus the
+            curve's bias allowance and rounding at ``beta``), clipped the same way.
         beta: the maximiser (utility units; 0 for a policy whose return is the uniform one's).
         raw: the maximum before clipping.
         bootstrap_se: the bootstrap standard error (the policy's episodes and the curve's
@@ -40,6 +41,9 @@ class CurveScore(NamedTuple):
         start_return: the policy's mean return over the curve's own starts, from the episodes
             that began there (NaN without them): where the start decides much of the return,
             this, not ``expected_return``, is what the curve's returns found compare with.
+        curve_se: the noise of the curve at ``beta`` that its populations show and the
+            bootstrap over its units does not see (0 with many units that spread more than
+            their noise, or an exact curve; see ``SoftValueCurve._noise_beyond_units``).
     """
 
     meg: float
@@ -56,6 +60,7 @@ class CurveScore(NamedTuple):
     ess: float
     replicates: np.ndarray
     start_return: float = math.nan
+    curve_se: float = 0.0
 
 
 def _checked_returns(returns: ArrayLike | float, confidence: float) -> np.ndarray:

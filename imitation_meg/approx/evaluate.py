@@ -172,6 +172,9 @@ class ApproxMEGResult:
         particle_bias: ``"paths"``: the allowance in the interval for the splitting's bias
             (the log of an unbiased estimate of ``Z`` is low by about half its variance,
             measured by two independent populations per start; NaN for the other methods).
+        curve_se: ``"paths"``: the curve's noise that its populations show beyond the spread
+            of its starts, in the interval beside ``bootstrap_se`` (0 with many spread starts;
+            NaN for the other methods).
         particle_steps: ``"paths"``: steps the particles took on the simulator (not counted in
             ``n_env_steps``, which counts the policy's steps there and in the environment).
         timings: ``"paths"``: seconds of each part of the score (the policy's episodes, their
@@ -231,6 +234,7 @@ class ApproxMEGResult:
     n_particles: int = 0
     n_starts: int = 0
     particle_bias: float = math.nan
+    curve_se: float = math.nan
     particle_steps: int = 0
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     curve: SoftValueCurve | None = dataclasses.field(default=None, repr=False, compare=False)

@@ -73,6 +73,7 @@ def _paths_lines(res: Any) -> list[str]:
         (
             f"bootstrap se        {res.bootstrap_se:.4f}   (over the policy's "
             f"{res.n_eval_episodes} episodes and the starts)"
+            + (f"; the curve's own {res.curve_se:.4f}" if res.curve_se > 0 else "")
         ),
         "time split          " + ", ".join(f"{k} {v:.2f} s" for k, v in res.timings.items()),
     ]
