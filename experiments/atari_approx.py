@@ -1,15 +1,17 @@
 """The approximate score of an RL Zoo Pong agent (the ALE simulator's soft-value curve, the
 agent's episodes) against exact MEG on the same game's enumerated MDP, at short horizons.
 
-Each case ``H:NOOPS[:PARTICLES]`` is a horizon, a number of NOOP decisions after the reset of
-seed 0 (the enumerated MDP's one start, ``imitation_meg.envs.enumerate_mdp(..., warmup=[0] *
-k)``) and the curve's particles per start and rung (default: the SMC's, from the rung budget). Exact: the MDP
+Each case ``H:WARMUP[:PARTICLES]`` is a horizon, the decisions after the reset of seed 0 that
+lead to the start (the enumerated MDP's one start, ``imitation_meg.envs.enumerate_mdp(...,
+warmup=...)``): a number of NOOPs, or the actions themselves separated by commas (Breakout's
+``follow`` warmup of configs/atari_exact.yaml is ``2,3,3,2,2,3,3,3,2,2,3,3``), and the curve's
+particles per start and rung (default: the SMC's, from the rung budget). Exact: the MDP
 enumerated with its 4-frame stacks, the agent's table read off every state's stack, known-utility
 MEG. Approximate: :class:`imitation_meg.approx.ale.ALEDynamics` from the same start, the SMC's
 curve (its defaults), ``EPISODES`` episodes of the agent on the simulator, the conjugate at their
 mean return with its interval. Usage (docs/reports/atari.md)::
 
-    python experiments/atari_approx.py RUN_FOLDER [H:NOOPS[:PARTICLES] ...]
+    python experiments/atari_approx.py RUN_FOLDER [H:WARMUP[:PARTICLES] ...]
 """
 
 from __future__ import annotations
@@ -45,9 +47,13 @@ def main(folder: str, cases: tuple[str, ...] = CASES) -> list[dict[str, float]]:
     probs = SB3ActionProbs(PPO.load(run.model, device="cpu").policy)
     rows = []
     for case in cases:
-        H, k, *more = (int(x) for x in case.split(":"))
-        particles = more[0] if more else None  # None: the SMC's default for the budget
-        warmup = [0] * k
+        H_text, warmup_text, *more = case.split(":")
+        H = int(H_text)
+        particles = int(more[0]) if more else None  # None: the SMC's default for the budget
+        if "," in warmup_text:
+            warmup = [int(a) for a in warmup_text.split(",")]
+        else:
+            warmup = [0] * int(warmup_text)
         t0 = time.process_time()
         mdp = enumerate_mdp(make_atari(game), H, frame_stack=4, warmup=warmup, seed=0)
         pi = emulator_policy_table(probs, mdp)
@@ -72,13 +78,14 @@ def main(folder: str, cases: tuple[str, ...] = CASES) -> list[dict[str, float]]:
         rows.append(
             {
                 "horizon": H,
-                "noops": k,
+                "warmup": warmup_text,
                 "particles": int(curve.info.settings["n_particles"]),
                 "states": mdp.n_states,
                 "exact_meg": float(exact.meg),
                 "approx_meg": float(sc.meg),
                 "low": float(sc.low),
                 "high": float(sc.high),
+                "curve_se": float(sc.curve_se),
                 "covered": bool(sc.low - 1e-9 <= exact.meg <= sc.high + 1e-9),
                 "agent_return": float(sc.expected_return),
                 "exact_return": float(exact.expected_utility),

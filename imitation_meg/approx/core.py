@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch as th
 
-from imitation_meg.approx.ensemble import Ensemble, ensemble_of, mean_curve, scan
+from imitation_meg.approx.ensemble import Ensemble, best_index, ensemble_of, mean_curve, scan
 from imitation_meg.approx.evaluate import ApproxMEGResult, ApproxMEGWarning, summarise
 from imitation_meg.approx.options import REFIT_LR, ResolvedOptions
 from imitation_meg.approx.policy import PolicyFn
@@ -312,7 +312,7 @@ def fit_ensemble(
     betas, mats = scan(ens, q_ref)
     stages = [(betas, mats)]
     for rnd in range(opts.refine):
-        beta = float(betas[int(np.argmax(mean_curve(mats)))])
+        beta = float(betas[best_index(betas, mean_curve(mats))])
         if beta == 0.0:  # the uniform model: nothing to refine around; the stages stand still
             run.bar.update(opts.iterations * len(models) * (opts.refine - rnd))
             stages += [stages[-1]] * (opts.refine - rnd)

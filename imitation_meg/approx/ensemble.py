@@ -234,7 +234,7 @@ def scan(ens: Ensemble, q_ref: float) -> tuple[np.ndarray, dict[str, np.ndarray]
     betas = list(np.concatenate([-mags[::-1], [0.0], mags]))
     cols = [ens.columns(b) for b in betas]
     singles = [n for n in ens.subsets if n != "all"]
-    k = int(np.argmax([np.mean([c[n].mean() for n in singles]) for c in cols]))
+    k = best_index(betas, [np.mean([c[n].mean() for n in singles]) for c in cols])
     if betas[k] != 0.0:
         _refine(ens, betas, cols, betas[k], half, fine)
     order = np.argsort(betas)
@@ -253,6 +253,19 @@ def fit_maxima(
     n = next(iter(mats.values())).shape[0]
     w = np.full(n, 1.0 / n) if weights is None else weights
     return np.array([max(float((w @ mats[str(k)]).max()), 0.0) for k in range(n_models)])
+
+
+def best_index(betas: Any, values: Any) -> int:
+    """The index of the largest of ``values`` over the rationalities ``betas`` (any order),
+    and of ``beta = 0`` (the uniform model, worth 0 to every policy) wherever nothing beats it:
+    a policy that never leaves the uniform return, or fits that saw a constant reward, have a
+    flat curve, whose maximiser is 0 and not the grid's end."""
+    values = np.asarray(values, dtype=np.float64)
+    k = int(np.argmax(values))
+    zero = np.flatnonzero(np.asarray(betas) == 0.0)
+    if zero.size and values[k] <= values[zero[0]] + 1e-12 * max(1.0, abs(values[k])):
+        return int(zero[0])
+    return k
 
 
 def mean_curve(mats: dict[str, np.ndarray]) -> np.ndarray:

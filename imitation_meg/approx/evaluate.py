@@ -34,6 +34,7 @@ from imitation_meg.approx.ensemble import (  # the grid's constants: frozen defa
     BoxEnsemble,
     Ensemble,
     add_episode_values,
+    best_index,
     fit_maxima,
     mean_curve,
     scan,
@@ -328,7 +329,7 @@ def summarise(
     scans = list(stages) or [(betas, mats)]
     intervals = stage_intervals(scans, K, cert, n_boot, confidence, s_boot)
     last = intervals[-1]
-    k_best = int(np.argmax(mean_curve(mats)))
+    k_best = best_index(betas, mean_curve(mats))
     beta = float(betas[k_best])
     infos = _model_infos(ev, models, betas, mats, beta)
     bound, length_bound = ens.bounds(ev, horizon)
@@ -400,7 +401,7 @@ def _model_infos(
         infos.append(
             {
                 "meg": float(max(col.max(), 0.0)),
-                "beta": float(betas[int(np.argmax(col))]),
+                "beta": float(betas[best_index(betas, col)]),
                 "residual_mean": res_mean,
                 "residual_rms": res_rms,
                 "loss": float(getattr(m, "losses", [math.nan])[-1]),

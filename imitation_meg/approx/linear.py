@@ -33,7 +33,7 @@ import torch as th
 from scipy.special import stdtrit
 
 from imitation_meg.approx.core import Run, collect_data, evaluation_episodes
-from imitation_meg.approx.ensemble import Ensemble, add_episode_values
+from imitation_meg.approx.ensemble import Ensemble, add_episode_values, best_index
 from imitation_meg.approx.evaluate import ApproxMEGResult, summarise
 from imitation_meg.approx.intervals import _Interval, stage_interval, stages_settled
 from imitation_meg.approx.rollouts import Rollouts
@@ -278,7 +278,7 @@ def _merge(
 def _best(betas: np.ndarray, mats: dict[str, np.ndarray]) -> int:
     """Index of the rationality where the single fits' mean value is largest."""
     singles = [name for name in mats if name != "all"]
-    return int(np.argmax(np.mean([mats[n].mean(0) for n in singles], axis=0)))
+    return best_index(betas, np.mean([mats[n].mean(0) for n in singles], axis=0))
 
 
 def _fine(best: float, betas: np.ndarray) -> np.ndarray:

@@ -957,6 +957,7 @@ def test_no_reward_in_the_data_warns_and_scores_zero():
     with pytest.warns(im.approx.ApproxMEGWarning, match="saw no non-zero reward"):
         res = meg_approx(left, env, **dict(FAST, iterations=1))
     assert res.meg == 0.0 and res.certificate > 0.0
+    assert res.beta == 0.0 and not res.at_boundary  # the uniform model, not the grid's end
 
 
 def test_a_constant_reward_without_early_ends_scores_zero():
@@ -968,6 +969,8 @@ def test_a_constant_reward_without_early_ends_scores_zero():
         res = meg_approx(push, "MountainCar-v0", horizon=20, **dict(FAST, iterations=2))
     assert res.meg == 0.0 and res.low == 0.0 and res.high == 0.0
     assert res.certificate > 10.0  # the policy is far from uniform: only the utility is flat
+    assert res.beta == 0.0 and not res.at_boundary
+    assert all(m["beta"] == 0.0 for m in res.models)
 
 
 @pytest.mark.expensive
