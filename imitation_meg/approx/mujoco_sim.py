@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from imitation_meg.approx.smc import _CANDIDATES, CURVE_RUNGS, particles_for
+from imitation_meg.approx.smc import CURVE_RUNGS, look_aheads, particles_for
 from imitation_meg.approx.spaces import BoxActions
 
 __all__ = ["MujocoDynamics", "mujoco_refusal"]
@@ -171,10 +171,10 @@ class MujocoDynamics:
     def curve_cost(self, n_starts: int, n_particles: int | None, horizon: int) -> int:
         """At most how many simulator steps the curve takes: ``CURVE_RUNGS`` rungs of
         ``n_starts`` starts times their particles (default
-        :func:`~imitation_meg.approx.smc.particles_for`), the horizon and 8 look-aheads (fewer
-        where episodes terminate)."""
+        :func:`~imitation_meg.approx.smc.particles_for`), the horizon and the look-aheads
+        (:func:`~imitation_meg.approx.smc.look_aheads`; fewer where episodes terminate)."""
         P = n_particles or particles_for(self, n_starts, horizon)
-        return CURVE_RUNGS * n_starts * P * horizon * _CANDIDATES
+        return CURVE_RUNGS * n_starts * P * horizon * look_aheads(self)
 
     def curve_refusal(self, n_starts: int, n_particles: int | None, horizon: int) -> str:
         """Why a curve at ``horizon`` is not computed (``""`` where it is): it would take more

@@ -46,6 +46,7 @@ __all__ = [
     "StateGrid",
     "curve_from_smc",
     "grid_twist",
+    "look_aheads",
     "particles_for",
     "smc_curve",
     "state_grid",
@@ -537,11 +538,17 @@ def reward_unit(
     return max(top, 1e-12)
 
 
+def look_aheads(dyn: Any) -> int:
+    """The simulator steps one particle tries per step: every action, or for a box
+    ``_CANDIDATES`` (8) uniform draws."""
+    return _CANDIDATES if dyn.actions.is_box else int(dyn.n_actions)
+
+
 def particles_for(dyn: Any, n_starts: int, horizon: int) -> int:
     """Particles per start and rung by the budget: about :data:`RUNG_BUDGET` look-ahead steps
     per rung (``n_starts x particles x horizon x look-aheads``; a simulator may declare its
     own ``rung_budget``, a slow one a smaller), between 8 and 512, even."""
-    m = _CANDIDATES if dyn.actions.is_box else dyn.n_actions
+    m = look_aheads(dyn)
     p = getattr(dyn, "rung_budget", RUNG_BUDGET) / max(1, n_starts * horizon * m)
     return int(min(512, max(MIN_PARTICLES, 2 * round(p / 2))))
 
