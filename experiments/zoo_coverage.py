@@ -113,8 +113,8 @@ def timed(cmd: list[str], *, cwd: str | None = None) -> dict[str, Any]:
         ["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, check=False, env=env, cwd=cwd
     )
     own, _, report = proc.stderr.partition("\tCommand being timed:")
-    own = re.sub(r"^Command exited with non-zero status \d+\n?", "", own, flags=re.M)
-    stats = dict(re.findall(r"^\s*([^:\n]+?):\s*(\S+)\s*$", report, flags=re.M))
+    own = re.sub(r"^Command exited with non-zero status \d+\n?", "", own, flags=re.MULTILINE)
+    stats = dict(re.findall(r"^\s*([^:\n]+?):\s*(\S+)\s*$", report, flags=re.MULTILINE))
     wall = re.search(r"Elapsed \(wall clock\)[^\n]*?\):\s*([\d:.]+)", report)
     parts = [float(p) for p in (wall.group(1) if wall else "0").split(":")]
     wall_s = sum(p * 60**i for i, p in enumerate(reversed(parts)))
@@ -240,7 +240,9 @@ def score(cfg: Config, row: Row, folder: pathlib.Path) -> dict[str, Any]:
 
 def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
     """Train (or reuse) the row's agent, read its training returns and score its run folder."""
-    row = Row(**{**unit, "zoo_args": tuple(unit["zoo_args"]), "score_args": tuple(unit["score_args"])})
+    row = Row(
+        **{**unit, "zoo_args": tuple(unit["zoo_args"]), "score_args": tuple(unit["score_args"])}
+    )
     info = train(cfg, row)
     folder = run_folder(cfg, row)
     shown = f"logs/{row.algo}/{row.env}_1"
