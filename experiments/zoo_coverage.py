@@ -266,13 +266,23 @@ def _num(x: Any, digits: int = 4) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def _horizon(r: dict[str, Any]) -> str:
+    """The scored horizon, else the one the command asked for, else the environment's."""
+    if r.get("horizon_scored") is not None:
+        return str(r["horizon_scored"])
+    asked = re.search(r"--horizon (\S+)", r.get("score_command", ""))
+    return asked.group(1) if asked else "default"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The coverage table in Markdown (a row per unit, refusals included)."""
     header = [
         "family",
         "environment",
         "algorithm (steps)",
+        "training CPU (s)",
         "mean training return (last episodes)",
+        "H",
         "exit",
         "method",
         "estimate [95% interval]",
@@ -299,7 +309,9 @@ def table(rows: list[dict[str, Any]]) -> str:
                 r["family"],
                 r["env"],
                 f"{r['algo'].upper()} ({r['timesteps']:,})",
+                f"{r['train_cpu_s']:.0f}",
                 ret,
+                _horizon(r),
                 r["exit_code"],
                 r["method"] or "-",
                 estimate,

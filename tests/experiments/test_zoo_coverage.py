@@ -94,9 +94,10 @@ def test_the_table_shows_estimates_and_refusals_as_measured():
     base = {
         "family": "Box2D", "env": "E", "algo": "sac", "timesteps": 500, "mean_return": -100.0,
         "return_episodes": 3, "score_cpu_s": 2.4, "peak_rss_mib": 400.0, "validated": "no",
+        "train_cpu_s": 7.2, "score_command": "imitation-meg score --policy f --horizon 50",
     }  # fmt: skip
     scored = {**base, "exit_code": 0, "method": "soft_q", "meg": 0.5, "low": 0.25,
-              "high": 0.75, "width": 0.5, "settled": False, "refusal": None}  # fmt: skip
+              "high": 0.75, "width": 0.5, "settled": False, "refusal": None, "horizon_scored": 40}  # fmt: skip
     refused = {**base, "exit_code": 2, "method": None, "meg": None, "low": None, "high": None,
                "width": None, "refusal": "imitation-meg score: error: no.", "mean_return": None}  # fmt: skip
     lines = module.table([scored, refused]).splitlines()
@@ -104,6 +105,8 @@ def test_the_table_shows_estimates_and_refusals_as_measured():
     assert "| soft_q | 0.5000 [0.2500, 0.7500] (not settled) | 0.5000 | 2 | 400 |" in lines[2]
     assert "| 2 | - | refused: imitation-meg score: error: no. | - |" in lines[3]
     assert "no episode finished" in lines[3]
+    assert "| SAC (500) | 7 | -100.0 (3) | 40 | 0 |" in lines[2]  # the horizon scored
+    assert "| SAC (500) | 7 | no episode finished | 50 | 2 |" in lines[3]  # the one asked for
 
 
 @pytest.mark.expensive  # two Zoo trainings and two scores in subprocesses: about 30 s
