@@ -25,6 +25,7 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from typing import Any
@@ -168,15 +169,18 @@ def score_command(row: Row, folder: str) -> list[str]:
 
 
 def train(cfg: Config, row: Row) -> dict[str, Any]:
-    """Train the row's agent with the Zoo unless its run folder holds a model; the training's
-    measurements (kept in ``train.json`` beside the run, so a reused agent keeps them)."""
+    """Train the row's agent with the Zoo unless its run folder holds a model (a folder left by
+    an unfinished training is removed first); the training's measurements (kept in
+    ``train.json`` beside the run, so a reused agent keeps them)."""
     folder = run_folder(cfg, row)
     record = agent_dir(cfg, row) / "train.json"
     if (folder / f"{row.env}.zip").is_file() and record.is_file():
         return dict(json.loads(record.read_text()))
+    logs = agent_dir(cfg, row)
+    # An unfinished earlier training: the Zoo would number a new run ``_2``; start afresh.
+    shutil.rmtree(logs, ignore_errors=True)
     cmd = train_command(cfg, row)
     conf = _zoo_conf(cfg, row)
-    logs = agent_dir(cfg, row)
     out = timed([sys.executable, *cmd[1:], *conf, "-f", str(logs)])
     if out["rc"] != 0 or not (folder / f"{row.env}.zip").is_file():
         raise RuntimeError(

@@ -116,7 +116,10 @@ def test_zoo_coverage_fast_end_to_end(tmp_path):
     if shutil.which("/usr/bin/time") is None:
         pytest.skip("needs GNU /usr/bin/time")
     module, cfg = _cfg(tmp_path)
+    stale = tmp_path / "agents" / "CartPole_PPO" / "ppo" / "CartPole-v1_1"
+    stale.mkdir(parents=True)  # an unfinished training's folder, without a model
     res = module.main(cfg)
+    assert (stale / "CartPole-v1.zip").is_file() and not stale.with_name("CartPole-v1_2").exists()
     rows = {r["env"]: r for r in res["rows"]}
     cart, walker = rows["CartPole-v1"], rows["BipedalWalker-v3"]
     assert cart["exit_code"] == 0 and cart["method"] == "paths"
