@@ -308,10 +308,11 @@ def table(rows: list[dict[str, Any]]) -> str:
             if r["mean_return"] is None
             else f"{r['mean_return']:.1f} ({r['return_episodes']})"
         )
+        setting = re.search(r"--env-kwargs (\S+)", r.get("train_command", ""))
         body.append(
             [
                 r["family"],
-                r["env"],
+                r["env"] + (f" ({setting.group(1)})" if setting else ""),
                 f"{r['algo'].upper()} ({r['timesteps']:,})",
                 f"{r['train_cpu_s']:.0f}",
                 ret,

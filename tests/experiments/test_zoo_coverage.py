@@ -99,12 +99,14 @@ def test_the_table_shows_estimates_and_refusals_as_measured():
     scored = {**base, "exit_code": 0, "method": "soft_q", "meg": 0.5, "low": 0.25,
               "high": 0.75, "width": 0.5, "settled": False, "refusal": None, "horizon_scored": 40}  # fmt: skip
     refused = {**base, "exit_code": 2, "method": None, "meg": None, "low": None, "high": None,
-               "width": None, "refusal": "imitation-meg score: error: no.", "mean_return": None}  # fmt: skip
+               "width": None, "refusal": "imitation-meg score: error: no.", "mean_return": None,
+               "train_command": "python -m rl_zoo3.train --env-kwargs sticky:1 -f logs"}  # fmt: skip
     lines = module.table([scored, refused]).splitlines()
     assert len(lines) == 4
     assert "| soft_q | 0.5000 [0.2500, 0.7500] (not settled) | 0.5000 | 2 | 400 |" in lines[2]
     assert "| 2 | - | refused: imitation-meg score: error: no. | - |" in lines[3]
     assert "no episode finished" in lines[3]
+    assert "| Box2D | E (sticky:1) |" in lines[3] and "| Box2D | E |" in lines[2]
     assert "| SAC (500) | 7 | -100.0 (3) | 40 | 0 |" in lines[2]  # the horizon scored
     assert "| SAC (500) | 7 | no episode finished | 50 | 2 |" in lines[3]  # the one asked for
 
