@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import resource
 import sys
 import time
 from typing import Any
@@ -55,9 +56,17 @@ ZOO: dict[str, tuple[str, dict[str, Any], int]] = {
         120_000,
     ),
     "Acrobot-v1": (
-        "dqn",
-        {**ZOO_DQN["Acrobot-v1"], "policy_kwargs": {"net_arch": [256, 256]}},
-        100_000,
+        "ppo",
+        {
+            "normalize": True,
+            "n_envs": 16,
+            "n_steps": 256,
+            "gae_lambda": 0.94,
+            "gamma": 0.99,
+            "n_epochs": 4,
+            "ent_coef": 0.0,
+        },
+        1_000_000,
     ),
     "Pendulum-v1": ("sac", {"learning_rate": 1e-3}, 20_000),
 }
@@ -107,11 +116,15 @@ def _model(env_id: str, seed: int, tb: str | None) -> Any:
     """The Zoo's agent for ``env_id``, untrained."""
     import stable_baselines3 as sb3
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
 
     algo, kwargs, _ = ZOO[env_id]
     kwargs = dict(kwargs)
     n_envs = int(kwargs.pop("n_envs", 1))
+    normalize = bool(kwargs.pop("normalize", False))
     venv = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+    if normalize:  # as the Zoo: observations and rewards, discounted with the agent's gamma
+        venv = VecNormalize(venv, gamma=kwargs.get("gamma", 0.99))
     cls = {"ppo": sb3.PPO, "dqn": sb3.DQN, "sac": sb3.SAC}[algo]
     return cls("MlpPolicy", venv, seed=seed, device="cpu", tensorboard_log=tb, **kwargs)
 
@@ -139,18 +152,34 @@ def run_unit(cfg: Config, unit: dict[str, Any]) -> dict[str, Any]:
         eval_at_start=True,
         seed=unit["seed"],
     )
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model.learn(unit["timesteps"], callback=cb, progress_bar=cfg.progress)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     records = [json.loads(line) for line in history.read_text().splitlines()]
+    training = max(wall - cb.eval_seconds, 1e-9)
     return {
         **unit,
         "algo": ZOO[unit["env"]][0],
         "wall_s": wall,
+        "cpu_s": cpu,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "callback_s": cb.eval_seconds,
-        "overhead": cb.eval_seconds / max(wall - cb.eval_seconds, 1e-9),
+        "curve_s": cb.curve_seconds,
+        "overhead": cb.eval_seconds / training,
+        "overhead_evaluations": (cb.eval_seconds - cb.curve_seconds) / training,
+        "timings": _timings(records),
         "records": records,
     }
+
+
+def _timings(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Seconds of each part of the evaluations, summed over them (the policy's episodes, their
+    check in the environment, the curve's extensions, the maximum and bootstrap)."""
+    total: dict[str, float] = {}
+    for r in records:
+        for k, v in r.get("timings", {}).items():
+            total[k] = total.get(k, 0.0) + float(v)
+    return total
 
 
 def _plot(path: pathlib.Path, results: list[dict[str, Any]]) -> pathlib.Path:
@@ -189,8 +218,12 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
             "seed": r["seed"],
             "timesteps": r["timesteps"],
             "wall_s": r["wall_s"],
+            "cpu_s": r["cpu_s"],
+            "peak_rss_mib": r["peak_rss_mib"],
             "callback_s": r["callback_s"],
+            "curve_s": r["curve_s"],
             "overhead": r["overhead"],
+            "overhead_evaluations": r["overhead_evaluations"],
             "final_meg": r["records"][-1]["meg"],
             "final_low": r["records"][-1]["low"],
             "final_high": r["records"][-1]["high"],
