@@ -238,6 +238,7 @@ def _plot(path: pathlib.Path, results: list[dict[str, Any]]) -> pathlib.Path:
             if off:
                 ax.plot(off, [0] * len(off), "x", color="red", label="not settled")
         ax.set_title(env, fontsize=9)
+        ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:g}k")
         ax.set_xlabel("training steps")
         ax.set_ylabel("MEG (nats), 95% interval")
         ax.legend(fontsize=7)
