@@ -33,6 +33,20 @@ from imitation_meg.training import ZOO_DQN
 
 UNIT_RESOURCES = {"num_cpus": 1}
 SWEEP_FIELDS = ("envs", "seeds")
+#: The measured times and memory, which differ between runs (left out when two are compared).
+TIMING_FIELDS = (
+    "wall_s",
+    "cpu_s",
+    "peak_rss_mib",
+    "callback_s",
+    "curve_s",
+    "curve_cpu_s",
+    "overhead",
+    "overhead_evaluations",
+    "timings",
+    "eval_seconds",
+    "max_overhead",
+)
 
 #: The RL Zoo's hyperparameters (rl-zoo3 2.2.1) for the agents trained here: the algorithm,
 #: its keyword arguments and the Zoo's training budget.
@@ -246,6 +260,10 @@ def _plot(path: pathlib.Path, results: list[dict[str, Any]]) -> pathlib.Path:
     return save_figure(fig, path)
 
 
+#: The fields of each evaluation in the published history (``history.csv``).
+_HISTORY = ("timesteps", "meg", "low", "high", "beta", "expected_return", "epsilon", "converged")
+
+
 def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     """The histories, the overhead table and the figure."""
     out = pathlib.Path(cfg.results_dir)
@@ -263,6 +281,8 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
             "curve_cpu_s": r["curve_cpu_s"],
             "overhead": r["overhead"],
             "overhead_evaluations": r["overhead_evaluations"],
+            "timings": r["timings"],
+            "curve_returns": r["curve_returns"],
             "final_meg": r["records"][-1]["meg"],
             "final_low": r["records"][-1]["low"],
             "final_high": r["records"][-1]["high"],
@@ -272,11 +292,22 @@ def combine(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
         }
         for r in results
     ]
+    history = [
+        {
+            "env": r["env"],
+            "algo": r["algo"],
+            "seed": r["seed"],
+            **{k: x.get(k) for k in _HISTORY},
+            "eval_seconds": x["eval_seconds"],
+        }
+        for r in results
+        for x in r["records"]
+    ]
     fig = _plot(out / "meg_over_training.png", results)
     return write_results(
         out,
         cfg,
-        {"results": results, "summary": summary},
+        {"summary": summary, "history": history},
         acceptance={"max_overhead": max(s["overhead"] for s in summary)},
         figures=[str(fig)],
     )

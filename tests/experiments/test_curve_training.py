@@ -40,11 +40,14 @@ def test_curve_training_fast(tmp_path):
     )
     assert row["overhead_evaluations"] == pytest.approx(row["callback_s"] / training, rel=1e-9)
     assert row["cpu_s"] > 0 and row["peak_rss_mib"] > 0
-    (unit,) = out["results"]
-    assert sum(unit["timings"].values()) <= row["callback_s"]
-    assert "policy episodes" in unit["timings"]
-    for r in unit["records"]:
+    assert sum(row["timings"].values()) <= row["callback_s"]
+    assert "policy episodes" in row["timings"]
+    history = out["history"]
+    assert [r["timesteps"] for r in history] == sorted(r["timesteps"] for r in history)
+    assert len(history) == row["evaluations"]
+    for r in history:
         assert r["low"] <= r["meg"] <= r["high"]
+    assert history[-1]["meg"] == row["final_meg"]
     assert (tmp_path / "meg_over_training.png").stat().st_size > 0
 
 
