@@ -209,7 +209,7 @@ class MEGCallback(BaseCallback):
             self.curve.check_for(
                 env=source.name,
                 horizon=source.horizon,
-                actions={"kind": "discrete", "n": source.n_actions},
+                actions=source.actions.to_dict(),
                 env_kwargs=source.env_kwargs,
             )
         else:

@@ -204,6 +204,33 @@ def test_the_curve_route_reads_the_policy_through_its_vec_normalize():
     assert rec["meg"] == pytest.approx(by_hand.meg, rel=1e-9)
 
 
+def test_a_box_environment_takes_its_curve_from_a_file(tmp_path):
+    """Box actions (Pendulum): a saved curve of the environment serves the callback (its actions
+    checked as a box, not as a Discrete count), whose evaluation is meg_approx with that curve;
+    a curve of another horizon is refused."""
+    import stable_baselines3 as sb3
+
+    from imitation_meg.approx import meg_approx, soft_value_curve
+    from imitation_meg.callbacks import MEGCallback
+
+    th.set_num_threads(1)
+    curve = soft_value_curve("Pendulum-v1", horizon=5, n_particles=8, n_starts=4, seed=0)
+    path = curve.save(tmp_path / "pendulum.npz")
+    model = sb3.SAC("MlpPolicy", "Pendulum-v1", learning_starts=10, seed=0, device="cpu")
+    cb = MEGCallback("Pendulum-v1", horizon=5, curve=path, eval_freq=20, n_eval_episodes=20)
+    assert cb.curve_seconds == 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model.learn(20, callback=cb)
+        again = meg_approx(model, "Pendulum-v1", horizon=5, curve=path, n_eval_episodes=20, seed=1)
+        last = cb.evaluate()  # seed 0 + 1 evaluation so far (a tiny curve: warned unsettled)
+    rec = cb.records[0]
+    assert rec["low"] <= rec["meg"] <= rec["high"]
+    assert last["meg"] == pytest.approx(again.meg, rel=1e-9)
+    with pytest.raises(ValueError, match=r"horizon 6 \(the curve's: 5\)"):
+        MEGCallback("Pendulum-v1", horizon=6, curve=path)
+
+
 def test_an_environment_id_gymnasium_cannot_make_is_refused_when_the_callback_is_built():
     from imitation_meg.callbacks import MEGCallback
 
