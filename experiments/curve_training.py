@@ -100,7 +100,7 @@ class Config:
     """Settings of the study (YAML keys of the same names)."""
 
     results_dir: str = "results/curve_training"
-    envs: tuple[str, ...] = ("CartPole-v1", "MountainCar-v0", "Acrobot-v1")
+    envs: tuple[str, ...] = ("CartPole-v1", "MountainCar-v0", "Pendulum-v1")
     seeds: tuple[int, ...] = (0,)
     timesteps: tuple[int, ...] | None = None  # per environment; default the Zoo's budgets
     n_evals: int = 10
