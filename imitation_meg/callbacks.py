@@ -155,7 +155,11 @@ class MEGCallback(BaseCallback):
         self.n_eval_episodes, self.seed = n_eval_episodes, int(seed)
         #: One dict per evaluation (what is logged), in order.
         self.records: list[dict[str, Any]] = []
+        #: Seconds the callback took in all: the curve (when computed here) and every
+        #: evaluation.
         self.eval_seconds = 0.0
+        #: Seconds of the curve computed when training started (0 when given or tabular).
+        self.curve_seconds = 0.0
         if env is not None:
             self.mdp = self._build_mdp(env)
         elif curve is not None:
@@ -205,7 +209,7 @@ class MEGCallback(BaseCallback):
             self.curve.check_for(
                 env=source.name,
                 horizon=source.horizon,
-                actions={"kind": "discrete", "n": source.n_actions},
+                actions=source.actions.to_dict(),
                 env_kwargs=source.env_kwargs,
             )
         else:
@@ -247,7 +251,8 @@ class MEGCallback(BaseCallback):
             self.curve = soft_value_curve(
                 src.name, horizon=src.horizon, env_kwargs=src.env_kwargs, seed=self.seed
             )
-            self.eval_seconds += time.perf_counter() - t0
+            self.curve_seconds = time.perf_counter() - t0
+            self.eval_seconds += self.curve_seconds
 
     def _on_training_start(self) -> None:
         if self.eval_at_start:
@@ -267,6 +272,10 @@ class MEGCallback(BaseCallback):
             return None
         if self.epsilon is not None:
             return float(self.epsilon)
+        schedule = getattr(self.model, "exploration_schedule", None)
+        if self.num_timesteps == 0 and schedule is not None:
+            # SB3 sets exploration_rate at the first step (0 until then): the first actions'
+            return float(schedule(1.0))
         return float(getattr(self.model, "exploration_rate", 0.0))
 
     def evaluate(self) -> dict[str, Any]:
@@ -330,7 +339,7 @@ class MEGCallback(BaseCallback):
             converged=res.settled,
             low=res.low,
             high=res.high,
-        )
+        ) | {"timings": dict(res.timings)}
 
     def _record(
         self,

@@ -105,9 +105,11 @@ def test_dqn_uses_its_exploration_rate_and_errors(tmp_path):
     from imitation_meg.callbacks import MEGCallback
 
     model = sb3.DQN("MlpPolicy", CLIFF, learning_starts=50, seed=0, device="cpu")
-    cb = MEGCallback(CLIFF, eval_freq=100)
+    cb = MEGCallback(CLIFF, eval_freq=100, eval_at_start=True)
     model.learn(100, callback=[cb, CheckpointCallback(100, str(tmp_path))])
     mdp = im.TabularMDP.from_env(CLIFF)
+    # at the start, the rate of the first actions (SB3's exploration_rate is 0 until then)
+    assert cb.records[0]["timesteps"] == 0 and cb.records[0]["epsilon"] == pytest.approx(1.0)
     record = cb.records[-1]
     # The exploration rate of that moment: 1.0 decaying linearly over 10% of 100 steps to 0.05.
     assert record["epsilon"] == pytest.approx(0.05)
@@ -148,6 +150,14 @@ def test_the_callback_scores_cartpole_through_its_curve(tmp_path):
     assert isinstance(cb.curve, SoftValueCurve) and cb.curve.info.horizon == 60
     lines = [json.loads(x) for x in hist.read_text().splitlines()]
     assert [r["timesteps"] for r in lines] == [128, 256]
+    # the callback's seconds: the curve, then each evaluation (with its parts in the history)
+    assert cb.curve_seconds > 0
+    assert cb.eval_seconds == pytest.approx(
+        cb.curve_seconds + sum(r["eval_seconds"] for r in lines), rel=1e-9
+    )
+    for r in lines:
+        assert set(r["timings"]) >= {"policy episodes", "maximum and bootstrap"}
+        assert 0 < sum(r["timings"].values()) <= r["eval_seconds"]
     # the model as learn() left it (PPO updated once more after the last evaluation): its record
     # is meg_approx with that curve, the same episodes (seed + evaluations so far)
     last = cb.evaluate()
@@ -157,8 +167,68 @@ def test_the_callback_scores_cartpole_through_its_curve(tmp_path):
     path = soft_value_curve("CartPole-v1", horizon=60, seed=3).save(tmp_path / "c.npz")
     from_file = MEGCallback("CartPole-v1", horizon=60, curve=path, n_eval_episodes=50)
     assert from_file.curve is not None and from_file.curve.info.horizon == 60
+    assert from_file.curve_seconds == 0.0  # a given curve costs the training nothing
     with pytest.raises(ValueError, match=r"horizon 70 \(the curve's: 60\)"):
         MEGCallback("CartPole-v1", horizon=70, curve=path)
+
+
+def test_the_curve_route_reads_the_policy_through_its_vec_normalize():
+    """A PPO trained in a ``VecNormalize`` (as the RL Zoo's Acrobot agent): the callback scores
+    the policy that acts on normalised observations, the same number as a policy function that
+    normalises the raw observations itself with the running statistics."""
+    import numpy as np
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from imitation_meg.approx import meg_approx
+    from imitation_meg.callbacks import MEGCallback
+
+    th.set_num_threads(1)
+    venv = VecNormalize(make_vec_env("CartPole-v1", n_envs=2, seed=0))
+    model = sb3.PPO("MlpPolicy", venv, n_steps=64, batch_size=64, n_epochs=2, seed=0, device="cpu")
+    cb = MEGCallback("CartPole-v1", eval_freq=64, horizon=40, n_eval_episodes=30, seed=1)
+    model.learn(256, callback=cb)
+    assert not np.allclose(venv.obs_rms.mean, 0.0)  # statistics that change the policy's input
+    rec = cb.evaluate()  # seed 1 + 2 evaluations so far
+
+    def probs(obs):
+        o = th.as_tensor(venv.normalize_obs(np.asarray(obs, dtype=np.float32)))
+        with th.no_grad():
+            return model.policy.get_distribution(o).distribution.probs.numpy()
+
+    by_hand = meg_approx(
+        probs, "CartPole-v1", horizon=40, curve=cb.curve, n_eval_episodes=30, seed=3
+    )
+    assert rec["expected_return"] == pytest.approx(by_hand.expected_return, rel=1e-9)
+    assert rec["meg"] == pytest.approx(by_hand.meg, rel=1e-9)
+
+
+def test_a_box_environment_takes_its_curve_from_a_file(tmp_path):
+    """Box actions (Pendulum): a saved curve of the environment serves the callback (its actions
+    checked as a box, not as a Discrete count), whose evaluation is meg_approx with that curve;
+    a curve of another horizon is refused."""
+    import stable_baselines3 as sb3
+
+    from imitation_meg.approx import meg_approx, soft_value_curve
+    from imitation_meg.callbacks import MEGCallback
+
+    th.set_num_threads(1)
+    curve = soft_value_curve("Pendulum-v1", horizon=5, n_particles=8, n_starts=4, seed=0)
+    path = curve.save(tmp_path / "pendulum.npz")
+    model = sb3.SAC("MlpPolicy", "Pendulum-v1", learning_starts=10, seed=0, device="cpu")
+    cb = MEGCallback("Pendulum-v1", horizon=5, curve=path, eval_freq=20, n_eval_episodes=20)
+    assert cb.curve_seconds == 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model.learn(20, callback=cb)
+        again = meg_approx(model, "Pendulum-v1", horizon=5, curve=path, n_eval_episodes=20, seed=1)
+        last = cb.evaluate()  # seed 0 + 1 evaluation so far (a tiny curve: warned unsettled)
+    rec = cb.records[0]
+    assert rec["low"] <= rec["meg"] <= rec["high"]
+    assert last["meg"] == pytest.approx(again.meg, rel=1e-9)
+    with pytest.raises(ValueError, match=r"horizon 6 \(the curve's: 5\)"):
+        MEGCallback("Pendulum-v1", horizon=6, curve=path)
 
 
 def test_an_environment_id_gymnasium_cannot_make_is_refused_when_the_callback_is_built():
