@@ -38,6 +38,7 @@ from imitation_meg.approx.smc import CURVE_RUNGS, RUNG_BUDGET, smc_curve
 __all__ = [
     "curve_method",
     "curve_steps",
+    "needs_extension",
     "simulated_curve",
     "simulated_estimate",
     "starts_of",
@@ -148,15 +149,34 @@ def _extended(
     fell short of it (a curve extends itself for an agent better, or worse, than anything it
     found); the same seed, and the new rungs climb until the paths reach the return. Splitting
     curves and exact ones stand as they are (their checks say whether they serve)."""
-    if curve.info.method != "smc":
-        return curve, False
     returns = eps.returns if units is None else eps.returns[units >= 0]
     J = float(returns.mean())
-    lo, hi = curve.returns_found
-    if lo <= J <= hi:
+    if not needs_extension(curve, J):
         return curve, False
     rng = np.random.default_rng(run.streams[0])
-    return simulated_curve(source, dyn, opts, rng, target=J, on_step=run.bar.update), True
+    longer = simulated_curve(source, dyn, opts, rng, target=J, on_step=run.bar.update)
+    longer.info.settings["extended_to"] = J
+    return longer, True
+
+
+def needs_extension(curve: SoftValueCurve, J: float) -> bool:
+    """Whether to compute ``curve`` again to reach the mean return ``J``: a twisted-SMC curve
+    whose paths' returns fall short of ``J``, unless it is itself an extension that tried to
+    reach as far or farther on that side and fell short (``settings["extended_to"]``): it would
+    fall short again, at the cost of a whole curve per score (a callback's every evaluation
+    of an agent better than anything the paths find). The score then says that the return lies
+    beyond the curve (``settled=False``)."""
+    if curve.info.method != "smc":
+        return False
+    lo, hi = curve.returns_found
+    if lo <= J <= hi:
+        return False
+    tried = curve.info.settings.get("extended_to")
+    if isinstance(tried, (int, float)):
+        above = min(J, tried) > hi  # it climbed for a higher return and fell short
+        below = max(J, tried) < lo
+        return not (above or below)
+    return True
 
 
 def simulated_estimate(

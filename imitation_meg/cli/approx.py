@@ -280,6 +280,8 @@ def _score_with_curve(
             **kwargs,
         )
         rows.append(_curve_row(name, label, res, time.perf_counter() - t1))
+        if res.curve is not None:  # extended to this policy's return: the next ones keep it
+            curve = res.curve
     _print_curve_rows(rows, time.perf_counter() - t0)
     _write_curve_rows(args, source, curve, rows)
     return 0

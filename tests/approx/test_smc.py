@@ -85,3 +85,27 @@ def test_a_simulator_declares_its_curve_method_and_budget() -> None:
     dyn = _Declared(gym.make("Pendulum-v1").unwrapped)
     assert not hasattr(dyn, "state_box") and curve_method(dyn) == "smc"
     assert particles_for(dyn, 4, 200) == 8  # the budget's floor, not 2 000 000 / (4 x 200 x 8)
+
+
+def test_a_curve_is_extended_once_for_returns_beyond_its_reach() -> None:
+    """An SMC curve is computed again for a return beyond what its paths found, but not when it
+    is itself an extension that tried to reach as far on that side and fell short (each try is
+    a whole curve: a callback would pay one per evaluation)."""
+    from imitation_meg.approx.deterministic import needs_extension
+
+    dyn, starts = _cartpole()
+    info = CurveInfo("CartPole-v1", {}, 6, dyn.actions.to_dict(), "smc")
+    curve = smc_curve(dyn, starts, 6, 16, np.random.default_rng(1), info, rounds=0)
+    lo, hi = curve.returns_found
+    assert not needs_extension(curve, (lo + hi) / 2)
+    assert needs_extension(curve, hi + 1.0) and needs_extension(curve, lo - 1.0)
+    curve.info.settings["extended_to"] = hi + 0.5  # an extension that fell short of its target
+    assert not needs_extension(curve, hi + 0.25) and not needs_extension(curve, hi + 1.0)
+    assert needs_extension(curve, lo - 1.0)  # the other side was never tried
+    curve.info.settings["extended_to"] = hi - 0.5  # it reached what it aimed at
+    assert needs_extension(curve, hi + 1.0)
+    curve.info.settings["extended_to"] = lo - 0.5
+    assert not needs_extension(curve, lo - 1.0) and needs_extension(curve, hi + 1.0)
+    paths = CurveInfo("CartPole-v1", {}, 6, dyn.actions.to_dict(), "paths")
+    curve.info = paths  # a splitting curve stands as it is
+    assert not needs_extension(curve, hi + 1.0)
