@@ -274,7 +274,8 @@ class MEGCallback(BaseCallback):
             return float(self.epsilon)
         schedule = getattr(self.model, "exploration_schedule", None)
         if self.num_timesteps == 0 and schedule is not None:
-            # SB3 sets exploration_rate at the first step (0 until then): the first actions'
+            # SB3 sets exploration_rate at the first step (0 until then); the first actions
+            # explore with the schedule's start
             return float(schedule(1.0))
         return float(getattr(self.model, "exploration_rate", 0.0))
 
