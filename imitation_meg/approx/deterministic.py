@@ -103,7 +103,8 @@ def simulated_curve(
         horizon=source.horizon,
         actions=dyn.actions.to_dict(),
         method=method,
-        settings={"n_particles": opts.n_particles, "n_starts": opts.n_starts},
+        settings={"n_particles": opts.n_particles, "n_starts": opts.n_starts}
+        | ({} if target is None else {"target": float(target)}),
         seed=int(opts.seed),
     )
     if method == "smc":
@@ -154,24 +155,22 @@ def _extended(
     if not needs_extension(curve, J):
         return curve, False
     rng = np.random.default_rng(run.streams[0])
-    longer = simulated_curve(source, dyn, opts, rng, target=J, on_step=run.bar.update)
-    longer.info.settings["extended_to"] = J
-    return longer, True
+    return simulated_curve(source, dyn, opts, rng, target=J, on_step=run.bar.update), True
 
 
 def needs_extension(curve: SoftValueCurve, J: float) -> bool:
     """Whether to compute ``curve`` again to reach the mean return ``J``: a twisted-SMC curve
-    whose paths' returns fall short of ``J``, unless it is itself an extension that tried to
-    reach as far or farther on that side and fell short (``settings["extended_to"]``): it would
-    fall short again, at the cost of a whole curve per score (a callback's every evaluation
-    of an agent better than anything the paths find). The score then says that the return lies
-    beyond the curve (``settled=False``)."""
+    whose paths' returns fall short of ``J``, unless it was itself computed to reach a return
+    as far or farther on that side and fell short (``settings["target"]``, kept by
+    :func:`simulated_curve`): it would fall short again, at the cost of a whole curve per score
+    (a callback's every evaluation of an agent better than anything the paths find). The score
+    then says that the return lies beyond the curve (``settled=False``)."""
     if curve.info.method != "smc":
         return False
     lo, hi = curve.returns_found
     if lo <= J <= hi:
         return False
-    tried = curve.info.settings.get("extended_to")
+    tried = curve.info.settings.get("target")
     if isinstance(tried, (int, float)):
         above = min(J, tried) > hi  # it climbed for a higher return and fell short
         below = max(J, tried) < lo

@@ -99,12 +99,12 @@ def test_a_curve_is_extended_once_for_returns_beyond_its_reach() -> None:
     lo, hi = curve.returns_found
     assert not needs_extension(curve, (lo + hi) / 2)
     assert needs_extension(curve, hi + 1.0) and needs_extension(curve, lo - 1.0)
-    curve.info.settings["extended_to"] = hi + 0.5  # an extension that fell short of its target
+    curve.info.settings["target"] = hi + 0.5  # an extension that fell short of its target
     assert not needs_extension(curve, hi + 0.25) and not needs_extension(curve, hi + 1.0)
     assert needs_extension(curve, lo - 1.0)  # the other side was never tried
-    curve.info.settings["extended_to"] = hi - 0.5  # it reached what it aimed at
+    curve.info.settings["target"] = hi - 0.5  # it reached what it aimed at
     assert needs_extension(curve, hi + 1.0)
-    curve.info.settings["extended_to"] = lo - 0.5
+    curve.info.settings["target"] = lo - 0.5
     assert not needs_extension(curve, lo - 1.0) and needs_extension(curve, hi + 1.0)
     paths = CurveInfo("CartPole-v1", {}, 6, dyn.actions.to_dict(), "paths")
     curve.info = paths  # a splitting curve stands as it is
