@@ -23,6 +23,7 @@ __all__ = [
     "BoxEnsemble",
     "Ensemble",
     "add_episode_values",
+    "best_index",
     "ensemble_of",
     "fit_maxima",
     "mean_curve",
